@@ -1,0 +1,30 @@
+# Two entry points: `make run` (install, create a vault if none, start the daemon)
+# and `make test` (install, then pass the tests). Both work on a fresh machine.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+VAULT ?= $(HOME)/hermes-vault
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	test -f $(VAULT)/hermes.yaml || $(BIN)/hermes-fs init $(VAULT)
+	$(BIN)/hermes-fs --vault $(VAULT) daemon
+
+test: install
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache
