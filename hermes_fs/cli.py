@@ -1,0 +1,218 @@
+"""The hermes-fs command line: a thin click layer over the library.
+
+Imports of anything heavy happen inside the commands, so `--help` and `status` start fast
+(DESIGN principle 7). Exit codes: 0 ok, 1 failed operation, 2 bad usage or bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+
+import click
+
+from .errors import HermesError
+
+
+class HermesGroup(click.Group):
+    """Turns library errors into one-line messages with the right exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except HermesError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(getattr(exc, "exit_code", 1))
+
+
+def _vault(ctx: click.Context):
+    from .vault import find_vault
+
+    return find_vault(ctx.obj.get("vault"))
+
+
+def _emit_json(data) -> None:
+    import json
+
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+@click.group(cls=HermesGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--vault", type=click.Path(file_okay=False), envvar=None, help="Vault folder (default: $HERMES_VAULT, or the nearest ancestor with hermes.yaml).")
+@click.version_option(package_name="hermes-fs")
+@click.pass_context
+def main(ctx: click.Context, vault: str | None):
+    """hermes-fs: a self-improving agent whose mind is a git repository of Markdown files."""
+    ctx.ensure_object(dict)
+    ctx.obj["vault"] = vault
+
+
+def vault_option(f):
+    """`--vault` after the subcommand too (`hermes-fs status --vault X`)."""
+
+    def store(ctx: click.Context, _param, value):
+        if value:
+            ctx.find_root().obj["vault"] = value
+        return value
+
+    return click.option("--vault", type=click.Path(file_okay=False), expose_value=False, callback=store,
+                        is_eager=True, help="Vault folder.")(f)
+
+
+@main.command()
+@click.argument("path", required=False, default=".", type=click.Path(file_okay=False))
+def init(path: str):
+    """Create a vault from the template: files, `git init -b main`, first commit."""
+    from pathlib import Path
+
+    from .vault import init_vault
+
+    result = init_vault(Path(path))
+    click.echo(f"created vault {result.vault.root}")
+    if result.set_local_identity:
+        click.echo("note: no git identity was configured; set a vault-local one (hermes-fs user). "
+                   "Change it with `git -C VAULT config user.name/user.email`.")
+
+
+@main.command()
+@vault_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool):
+    """Memory sizes vs budgets, skills, cron jobs, pending reviews, daemon state."""
+    from .status import collect, render
+
+    st = collect(_vault(ctx))
+    click.echo(st.to_json() if as_json else render(st))
+
+
+@main.group()
+def memory():
+    """Inspect memory files."""
+
+
+@memory.command("show")
+@vault_option
+@click.argument("file", required=False)
+@click.pass_context
+def memory_show(ctx: click.Context, file: str | None):
+    """Print a memory file (USER.md, MEMORY.md, projects/<slug>.md), or list them all."""
+    from . import memory as mem
+
+    v = _vault(ctx)
+    if file:
+        m = mem.load(v.files, file, v.config)
+        click.echo(m.doc.text, nl=False)
+        return
+    for name in mem.list_memory(v.files):
+        m = mem.load(v.files, name, v.config)
+        flag = "  over budget" if m.over_budget else ""
+        click.echo(f"{m.path:<36} {len(m.entries):>3} entries  {m.size:>6}/{m.budget} chars{flag}")
+
+
+@main.group()
+def skills():
+    """List, show and validate skills."""
+
+
+@skills.command("list")
+@vault_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def skills_list(ctx: click.Context, as_json: bool):
+    from . import skills as sk
+
+    loaded, errors = sk.load_all(_vault(ctx).files)
+    if as_json:
+        _emit_json([{"name": s.name, "description": s.description, "files": s.files} for s in loaded])
+    else:
+        for s in loaded:
+            click.echo(f"{s.name:<32} {s.description[:90]}")
+    for e in errors:
+        click.echo(f"error: {e}", err=True)
+    if errors:
+        ctx.exit(1)
+
+
+@skills.command("show")
+@vault_option
+@click.argument("name")
+@click.argument("file", required=False)
+@click.pass_context
+def skills_show(ctx: click.Context, name: str, file: str | None):
+    """Print SKILL.md, or one of its support files."""
+    from . import skills as sk
+
+    click.echo(sk.view(_vault(ctx).files, name, file), nl=False)
+
+
+@skills.command("validate")
+@vault_option
+@click.argument("names", nargs=-1)
+@click.pass_context
+def skills_validate(ctx: click.Context, names: tuple[str, ...]):
+    """Check skills against the Agent Skills reference validator (all skills by default)."""
+    from . import skills as sk
+
+    files = _vault(ctx).files
+    bad = 0
+    for name in names or sk.names(files):
+        errors = sk.validate(files, name)
+        bad += bool(errors)
+        click.echo(f"{'ok ' if not errors else 'BAD'} {name}" + "".join(f"\n    {e}" for e in errors))
+    if bad:
+        click.echo(f"{bad} invalid skill(s)", err=True)
+        ctx.exit(2)
+
+
+@main.group()
+def notify():
+    """Notifications through Apprise."""
+
+
+@notify.command("test")
+@vault_option
+@click.argument("target", required=False)
+@click.pass_context
+def notify_test(ctx: click.Context, target: str | None):
+    """Send a test notification to TARGET (default: every configured target)."""
+    from .notify import Notifier
+
+    v = _vault(ctx)
+    notifier = Notifier(v.config, v.root / ".hermes" / "secrets.env")
+    targets = [target] if target else sorted(v.config.notify.targets)
+    if not targets:
+        raise HermesError("no notify targets in hermes.yaml (notify.targets)")
+    if target:
+        notifier.resolve(target)  # unknown name: exit 2 with the known names
+    failed = 0
+    for d in notifier.send(targets, "hermes-fs test", f"Test notification from {v.root.name}"):
+        failed += not d.ok
+        click.echo(f"{d.target}: {'ok' if d.ok else 'error: ' + (d.error or '')}")
+    if failed:
+        ctx.exit(1)
+
+
+@main.command()
+@vault_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def log(ctx: click.Context, as_json: bool):
+    """Learned changes (merged, pending, rejected), newest first."""
+    from .review import learned_log
+
+    changes = learned_log(_vault(ctx).git)
+    if as_json:
+        from dataclasses import asdict
+
+        _emit_json([asdict(c) for c in changes])
+        return
+    if not changes:
+        click.echo("no learned changes yet")
+    for c in changes:
+        when = datetime.fromtimestamp(c.timestamp).strftime("%Y-%m-%d %H:%M")
+        click.echo(f"{when}  {c.state:<8}  {c.branch}  {c.summary}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

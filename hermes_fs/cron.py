@@ -1,0 +1,102 @@
+"""Cron job files, `cron/<job>.md`: frontmatter is the schedule and settings, the body is the prompt.
+
+A bad file is reported with its name and reason and never stops the other jobs from loading.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .config import Config
+from .docs import decode, parse_doc
+from .errors import InputError
+from .files import FileStore
+from .schedule import Schedule, parse_schedule, zone
+
+CRON_DIR = "cron"
+FIELDS = {"schedule", "timezone", "notify", "enabled", "skills", "model", "catch_up"}
+
+
+@dataclass
+class CronJob:
+    name: str
+    schedule: Schedule
+    prompt: str
+    enabled: bool = True
+    notify: list[str] = field(default_factory=list)
+    skills: list[str] = field(default_factory=list)
+    model: str | None = None
+    catch_up: bool = True
+
+    @property
+    def path(self) -> str:
+        return f"{CRON_DIR}/{self.name}.md"
+
+    def next_run(self, now: datetime, last_run: datetime | None = None) -> datetime | None:
+        return self.schedule.next_after(now, last_run) if self.enabled else None
+
+
+def parse_job(name: str, text: str, config: Config) -> CronJob:
+    path = f"{CRON_DIR}/{name}.md"
+    doc = parse_doc(text, path, required=True)
+    meta = doc.meta
+    unknown = set(meta) - FIELDS
+    if unknown:
+        raise InputError(f"unknown field(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(FIELDS))})", path)
+    tz = zone(meta.get("timezone") or config.cron.timezone, path)
+    enabled = _typed(meta, "enabled", bool, True, path)
+    catch_up = _typed(meta, "catch_up", bool, config.cron.catch_up, path)
+    notify = _str_list(meta, "notify", path)
+    for target in notify:
+        if "://" in target:
+            raise InputError("notify takes target names from hermes.yaml, never a raw URL", path)
+        if target not in config.notify.targets:
+            raise InputError(f"notify target {target!r} is not defined in hermes.yaml notify.targets", path)
+    model = meta.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InputError("'model' must be a string or null", path)
+    if not doc.body.strip():
+        raise InputError("the job has no prompt (the body after the frontmatter is empty)", path)
+    return CronJob(
+        name=name,
+        schedule=parse_schedule(str(meta.get("schedule") or ""), tz, path),
+        prompt=doc.body.strip(),
+        enabled=enabled,
+        notify=notify,
+        skills=_str_list(meta, "skills", path),
+        model=model,
+        catch_up=catch_up,
+    )
+
+
+def _typed(meta: dict, key: str, kind: type, default, path: str):
+    value = meta.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, kind):
+        raise InputError(f"'{key}' must be {kind.__name__}, got {value!r}", path)
+    return value
+
+
+def _str_list(meta: dict, key: str, path: str) -> list[str]:
+    value = meta.get(key) or []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InputError(f"'{key}' must be a list of names", path)
+    return value
+
+
+def load_jobs(files: FileStore, config: Config) -> tuple[list[CronJob], list[InputError]]:
+    """All job files; each bad one becomes an error entry while the rest still load."""
+    jobs, errors = [], []
+    for rel in files.list(CRON_DIR):
+        if not rel.endswith(".md") or rel.count("/") != 1:
+            continue
+        name = rel[len(CRON_DIR) + 1 : -3]
+        try:
+            jobs.append(parse_job(name, decode(files.read(rel) or b"", rel), config))
+        except InputError as exc:
+            errors.append(exc)
+    return jobs, errors

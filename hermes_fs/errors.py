@@ -1,0 +1,42 @@
+"""Error types. Every user-facing error names the file (and line where known)."""
+
+from __future__ import annotations
+
+
+class HermesError(Exception):
+    """Base class: a failed operation (CLI exit 1)."""
+
+    exit_code = 1
+
+
+class InputError(HermesError):
+    """Bad input from a person or a model: bad file, bad argument (CLI exit 2)."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, path: str | None = None, line: int | None = None):
+        self.path, self.line, self.reason = path, line, message
+        where = path or ""
+        if path and line:
+            where = f"{path}:{line}"
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class ConfigError(InputError):
+    """hermes.yaml or a job file is invalid."""
+
+
+class SecretError(HermesError):
+    """A commit would have included a secret."""
+
+
+class GitError(HermesError):
+    """A git operation failed, or lost a race (a ref moved under us)."""
+
+
+class ConflictError(GitError):
+    """A merge or revert would conflict; nothing was changed."""
+
+    def __init__(self, message: str, files: list[str]):
+        self.files = files
+        super().__init__(f"{message}: {', '.join(files)}")

@@ -1,0 +1,87 @@
+"""Where vault files are read and written: the working tree, or (for refine) an overlay of a commit.
+
+Memory and skill operations take a `FileStore`, so the same code edits the live vault in a chat and
+an in-memory overlay of snapshot S during a review.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+
+from .errors import InputError
+
+FORBIDDEN_TOP = {".git", ".hermes"}
+
+
+def clean_relpath(rel: str) -> str:
+    """Normalise a vault-relative path, refusing anything that could escape or touch internals."""
+    if not isinstance(rel, str) or not rel.strip():
+        raise InputError("empty path")
+    if "\x00" in rel or "\\" in rel:
+        raise InputError(f"invalid characters in path {rel!r}")
+    p = PurePosixPath(rel)
+    if p.is_absolute():
+        raise InputError(f"path must be relative to the vault, got {rel!r}")
+    parts = [part for part in p.parts if part not in ("", ".")]
+    if not parts or any(part == ".." for part in parts):
+        raise InputError(f"path escapes the vault: {rel!r}")
+    if parts[0] in FORBIDDEN_TOP:
+        raise InputError(f"path is inside {parts[0]}/, which tools may not touch: {rel!r}")
+    return "/".join(parts)
+
+
+class FileStore(Protocol):
+    def read(self, rel: str) -> bytes | None: ...
+    def write(self, rel: str, data: bytes) -> None: ...
+    def delete(self, rel: str) -> None: ...
+    def list(self, prefix: str) -> list[str]: ...
+
+
+class DiskFiles:
+    """The vault's working tree, confined: symlinks are resolved before the check."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root).resolve()
+
+    def path(self, rel: str) -> Path:
+        rel = clean_relpath(rel)
+        target = (self.root / rel).resolve()
+        if target != self.root and self.root not in target.parents:
+            raise InputError(f"path resolves outside the vault (symlink?): {rel!r}")
+        inner = target.relative_to(self.root).parts
+        if inner and inner[0] in FORBIDDEN_TOP:
+            raise InputError(f"path resolves into {inner[0]}/: {rel!r}")
+        return target
+
+    def read(self, rel: str) -> bytes | None:
+        p = self.path(rel)
+        return p.read_bytes() if p.is_file() else None
+
+    def write(self, rel: str, data: bytes) -> None:
+        p = self.path(rel)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f".{p.name}.hermes-tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, p)  # atomic: a reader never sees half a file
+
+    def delete(self, rel: str) -> None:
+        p = self.path(rel)
+        if p.exists():
+            p.unlink()
+        parent = p.parent
+        while parent != self.root and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+
+    def list(self, prefix: str) -> list[str]:
+        base = self.path(prefix)
+        if not base.is_dir():
+            return []
+        out = []
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = [d for d in dirnames if d not in FORBIDDEN_TOP]
+            rel_dir = Path(dirpath).relative_to(self.root).as_posix()
+            out.extend(f"{rel_dir}/{name}" for name in filenames)
+        return sorted(out)

@@ -1,0 +1,98 @@
+"""`hermes-fs status`: a cheap overview. Reads memory, skills and job files and one `for-each-ref`;
+it never walks sessions/ or outputs/, so it stays flat as history grows."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+
+from . import cron, memory, skills
+from .errors import InputError
+from .vault import Vault
+
+from .review import LEARNED_PREFIXES
+
+
+@dataclass
+class Status:
+    vault: str
+    model: str
+    memory: list[dict] = field(default_factory=list)
+    skills: dict = field(default_factory=dict)
+    cron: list[dict] = field(default_factory=list)
+    pending_reviews: list[dict] = field(default_factory=list)
+    daemon: dict = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+
+def collect(vault: Vault, now: datetime | None = None) -> Status:
+    now = now or datetime.now(timezone.utc)
+    cfg = vault.config
+    st = Status(vault=str(vault.root), model=cfg.model)
+    for name in memory.list_memory(vault.files):
+        try:
+            m = memory.load(vault.files, name, cfg)
+            st.memory.append({"file": m.path, "chars": m.size, "budget": m.budget, "over_budget": m.over_budget,
+                              "entries": len(m.entries)})
+        except InputError as exc:
+            st.errors.append(str(exc))
+    loaded, bad = skills.load_all(vault.files)
+    st.skills = {"count": len(loaded), "unreadable": len(bad)}
+    st.errors += [str(e) for e in bad]
+    jobs, job_errors = cron.load_jobs(vault.files, cfg)
+    for job in jobs:
+        nxt = job.next_run(now)
+        st.cron.append({"job": job.name, "schedule": job.schedule.describe(), "enabled": job.enabled,
+                        "next_run": nxt.isoformat() if nxt else None})
+    st.errors += [str(e) for e in job_errors]
+    for prefix in LEARNED_PREFIXES:
+        for b in vault.git.branches(prefix):
+            st.pending_reviews.append({"branch": b.name, "age_s": int(time.time()) - b.timestamp, "summary": b.summary})
+    st.daemon = daemon_state(vault)
+    return st
+
+
+def daemon_state(vault: Vault) -> dict:
+    """What .hermes/daemon.json says, checked against the process table."""
+    path = vault.root / ".hermes" / "daemon.json"
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {"running": False}
+    pid = state.get("pid")
+    alive = False
+    if isinstance(pid, int):
+        try:
+            os.kill(pid, 0)
+            alive = True
+        except OSError:
+            alive = False
+    return {**state, "running": alive}
+
+
+def render(st: Status) -> str:
+    lines = [f"vault  {st.vault}", f"model  {st.model}", "", "memory"]
+    for m in st.memory:
+        flag = "  OVER BUDGET: refine will consolidate" if m["over_budget"] else ""
+        lines.append(f"  {m['file']:<32} {m['chars']:>6} / {m['budget']:<6} chars  {m['entries']} entries{flag}")
+    lines.append(f"skills  {st.skills.get('count', 0)}" + (f" ({st.skills['unreadable']} unreadable)" if st.skills.get("unreadable") else ""))
+    lines.append("cron")
+    for j in st.cron:
+        nxt = j["next_run"] or ("disabled" if not j["enabled"] else "no future run")
+        lines.append(f"  {j['job']:<24} {j['schedule']:<36} next: {nxt}")
+    if not st.cron:
+        lines.append("  (no jobs)")
+    lines.append(f"pending reviews  {len(st.pending_reviews)}")
+    for r in st.pending_reviews:
+        lines.append(f"  {r['branch']}  {r['summary']}")
+    d = st.daemon
+    lines.append("daemon  " + (f"running (pid {d.get('pid')})" if d.get("running") else "not running"))
+    for e in st.errors:
+        lines.append(f"error  {e}")
+    return "\n".join(lines)
