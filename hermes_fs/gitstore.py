@@ -351,7 +351,8 @@ class GitStore:
 
     # -- merging and reverting into main ------------------------------------------------------
     def merge(self, branch: str, message: str, author: str | None = None) -> str:
-        """Merge a branch into main with --no-ff semantics, three-way, without a checkout.
+        """Merge a branch into main with --no-ff semantics, three-way, without a checkout; the
+        merged branch is then deleted.
 
         Pending human edits in the paths the branch touches are committed first. A conflict raises
         ConflictError naming the files; main, the index and the working tree are then untouched.
@@ -367,6 +368,8 @@ class GitStore:
             tree = self._merge_tree(ours, theirs, "merge would conflict")
             new = self._commit_tree(tree, [ours, theirs], message, author)
             self._advance_main(ours, new)
+            # The merge commit now holds the branch; `log` finds it there as "merged".
+            self._git("update-ref", "-d", f"refs/heads/{branch}", theirs)
             return new
 
     def revert_merge(self, merge_sha: str, message: str, author: str | None = None) -> str:

@@ -39,9 +39,8 @@ PATTERNS: list[tuple[str, re.Pattern]] = [
     (
         ".env secret assignment",
         re.compile(
-            r"^\s*(?:export\s+)?[A-Z][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*\s*=\s*"
-            r"(?![\"']?\$\{)[\"']?[^\s\"'#]{8,}",
-            re.M,
+            r"\b[A-Z][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*\s*=\s*"
+            r"(?![\"']?\$\{)[\"']?[^\s\"'#$]{8,}",
         ),
     ),
 ]

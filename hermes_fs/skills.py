@@ -122,8 +122,10 @@ def validate(files: FileStore, name: str) -> list[str]:
 def view(files: FileStore, name: str, file: str | None = None) -> str:
     rel = _support_path(name, file) if file else skill_path(name)
     data = files.read(rel)
+    if data is None and (not file or files.read(skill_path(name)) is None):
+        raise SkillError(f"no skill named {name!r}", skill_path(name))
     if data is None:
-        raise SkillError(f"no such file in skill {name!r}: {file or SKILL_FILE}", rel)
+        raise SkillError(f"no such file in skill {name!r}: {file}", rel)
     return decode(data, rel)
 
 

@@ -1,0 +1,84 @@
+"""Shared fixtures: real vaults in temp dirs, a real HTTP receiver for Apprise, the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from hermes_fs.vault import Vault, init_vault
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+@pytest.fixture
+def vault(tmp_path: Path) -> Vault:
+    return init_vault(tmp_path / "vault").vault
+
+
+def git(vault: Vault | Path, *args: str) -> str:
+    root = vault.root if isinstance(vault, Vault) else vault
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def run_cli():
+    """Run the real `hermes-fs` entry point in a subprocess."""
+
+    def run(*args: str, env: dict | None = None, cwd: Path | None = None, input: str | None = None):
+        return subprocess.run(
+            [sys.executable, "-m", "hermes_fs", *args],
+            capture_output=True, text=True, cwd=cwd, input=input,
+            env={**os.environ, **(env or {})}, timeout=120,
+        )
+
+    return run
+
+
+class Receiver:
+    """A local HTTP server that records what Apprise's json:// and form:// plugins post."""
+
+    def __init__(self):
+        self.received: list[dict] = []
+        self.status = 200
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = {"raw": raw.decode(errors="replace")}
+                owner.received.append({"path": self.path, "body": body})
+                self.send_response(owner.status)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str = "notify") -> str:
+        return f"json://127.0.0.1:{self.port}/{path}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()

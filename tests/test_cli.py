@@ -1,0 +1,101 @@
+import json
+import subprocess
+import sys
+
+from conftest import git
+
+
+def test_help_and_status_do_not_import_litellm_or_docker(vault):
+    code = (
+        "import sys; from hermes_fs.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit: pass\n"
+        "heavy = [m for m in ('litellm', 'docker', 'apprise', 'openai') if m in sys.modules]\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    for args in (["--help"], ["--vault", str(vault.root), "status"], ["--vault", str(vault.root), "status", "--json"]):
+        r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+        assert "HEAVY []" in r.stderr, (args, r.stderr)
+
+
+def test_status_json(vault, run_cli):
+    r = run_cli("status", "--json", "--vault", str(vault.root))
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert {m["file"] for m in data["memory"]} == {"memory/USER.md", "memory/MEMORY.md"}
+    assert data["skills"]["count"] == 2
+    assert data["cron"][0]["job"] == "morning-brief" and data["cron"][0]["next_run"] is None
+    assert data["pending_reviews"] == [] and data["daemon"]["running"] is False
+
+
+def test_status_flags_over_budget_and_bad_files(vault, run_cli):
+    (vault.root / "memory" / "USER.md").write_text("---\ntitle: U\nbudget: 10\n---\n- a long entry here\n")
+    (vault.root / "cron" / "bad.md").write_text("---\nschedule: nope\n---\nx\n")
+    r = run_cli("--vault", str(vault.root), "status")
+    assert r.returncode == 0
+    assert "OVER BUDGET" in r.stdout and "cron/bad.md" in r.stdout and "bad schedule" in r.stdout
+
+
+def test_bad_config_exit_2_names_file_and_key(vault, run_cli):
+    (vault.root / "hermes.yaml").write_text("model: x\nrefine:\n  polcy: auto\n")
+    r = run_cli("--vault", str(vault.root), "status")
+    assert r.returncode == 2
+    assert r.stderr.strip().startswith("error: ") and "hermes.yaml:3" in r.stderr and "refine.polcy" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_no_vault_is_exit_2(tmp_path, run_cli):
+    r = run_cli("status", cwd=tmp_path, env={"HERMES_VAULT": ""})
+    assert r.returncode == 2 and "no vault found" in r.stderr
+
+
+def test_init_twice_and_nonempty(tmp_path, run_cli):
+    assert run_cli("init", str(tmp_path / "v")).returncode == 0
+    r = run_cli("init", str(tmp_path / "v"))
+    assert r.returncode == 2 and "already a hermes-fs vault" in r.stderr
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    assert run_cli("init", str(tmp_path / "full")).returncode == 2
+
+
+def test_memory_and_skills_commands(vault, run_cli):
+    v = ["--vault", str(vault.root)]
+    r = run_cli(*v, "memory", "show")
+    assert "memory/USER.md" in r.stdout and "entries" in r.stdout
+    r = run_cli(*v, "memory", "show", "USER.md")
+    assert r.stdout == (vault.root / "memory" / "USER.md").read_text()
+    r = run_cli(*v, "skills", "list")
+    assert "writing-skills" in r.stdout and "reviewing-learned-changes" in r.stdout
+    assert run_cli(*v, "skills", "validate").returncode == 0
+    assert "# Writing a good skill" in run_cli(*v, "skills", "show", "writing-skills").stdout
+    bad = vault.root / "skills" / "mismatch"
+    bad.mkdir()
+    (bad / "SKILL.md").write_text("---\nname: other\ndescription: d\n---\nx\n")
+    r = run_cli(*v, "skills", "validate")
+    assert r.returncode == 2 and "BAD mismatch" in r.stdout and "must match skill name" in r.stdout
+    r = run_cli(*v, "skills", "show", "nope")
+    assert r.returncode == 2 and "no skill named 'nope'" in r.stderr
+
+
+def test_notify_test_command(vault, receiver, run_cli):
+    (vault.root / "hermes.yaml").write_text("notify:\n  targets: {desk: '${DESK_URL}'}\n")
+    r = run_cli("--vault", str(vault.root), "notify", "test", env={"DESK_URL": receiver.url("desk")})
+    assert r.returncode == 0 and "desk: ok" in r.stdout
+    assert receiver.received[0]["body"]["title"] == "hermes-fs test"
+    r = run_cli("--vault", str(vault.root), "notify", "test", "phone")
+    assert r.returncode == 2 and "unknown notify target 'phone'" in r.stderr
+    r = run_cli("--vault", str(vault.root), "notify", "test", env={"DESK_URL": "json://127.0.0.1:9/x"})
+    assert r.returncode == 1 and "desk: error" in r.stdout
+
+
+def test_log_lists_learned_changes(vault, run_cli):
+    assert "no learned changes yet" in run_cli("--vault", str(vault.root), "log").stdout
+    s = vault.git.head()
+    old = vault.git.read_file(s, "memory/USER.md")
+    vault.git.commit_overlay(s, "refine/20261130-a", {"memory/USER.md": old + b"- a\n"}, "add a")
+    vault.git.merge("refine/20261130-a", "merge refine/20261130-a: add a")
+    vault.git.commit_overlay(vault.git.head(), "refine/20261130-b", {"memory/USER.md": old + b"- a\n- b\n"}, "add b")
+    vault.git.commit_overlay(vault.git.head(), "learn/20261130-c", {"memory/MEMORY.md": b"- c\n"}, "add c")
+    vault.git.reject("learn/20261130-c")
+    r = run_cli("--vault", str(vault.root), "log", "--json")
+    states = {c["branch"]: c["state"] for c in json.loads(r.stdout)}
+    assert states == {"refine/20261130-a": "merged", "refine/20261130-b": "pending", "learn/20261130-c": "rejected"}

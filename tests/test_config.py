@@ -1,0 +1,66 @@
+from pathlib import Path
+
+import pytest
+
+from hermes_fs.config import Config, load_config, parse_config
+from hermes_fs.errors import ConfigError
+from hermes_fs.vault import TEMPLATE_DIR
+
+
+def test_template_config_is_valid_and_covers_every_setting():
+    cfg = load_config(TEMPLATE_DIR / "hermes.yaml")
+    assert cfg == Config()  # the template documents the defaults, nothing else
+    text = (TEMPLATE_DIR / "hermes.yaml").read_text()
+    for key in ["model:", "api_base:", "api_key_env:", "models:", "policy:", "every_turns:", "budgets:",
+                "prompt_budget_chars:", "backend:", "image:", "network:", "memory:", "cpus:", "timeout_s:",
+                "targets:", "events:", "timezone:", "catch_up:", "author:"]:
+        assert key in text
+
+
+def test_missing_keys_take_defaults():
+    cfg = parse_config("model: ollama/llama3.1\nrefine:\n  policy: auto\n")
+    assert cfg.model == "ollama/llama3.1"
+    assert cfg.refine.policy == "auto" and cfg.refine.every_turns == 10
+    assert cfg.model_for("refine") == "ollama/llama3.1"
+
+
+def test_unknown_key_names_key_file_and_line():
+    with pytest.raises(ConfigError) as exc:
+        parse_config("model: x\nrefine:\n  polcy: auto\n", "v/hermes.yaml")
+    msg = str(exc.value)
+    assert "v/hermes.yaml:3" in msg and "refine.polcy" in msg
+
+
+def test_wrong_type_names_key():
+    with pytest.raises(ConfigError, match=r"hermes.yaml:2: 'sandbox.cpus' must be a number"):
+        parse_config("sandbox:\n  cpus: lots\n")
+    with pytest.raises(ConfigError, match="'refine.every_turns' must be an integer"):
+        parse_config("refine: {every_turns: 'ten'}")
+    with pytest.raises(ConfigError, match="'sandbox.network' must be true or false"):
+        parse_config("sandbox: {network: 1}")
+    with pytest.raises(ConfigError, match="'memory.budgets.USER.md' must be an integer"):
+        parse_config("memory: {budgets: {USER.md: big}}")
+
+
+def test_choices_are_checked():
+    with pytest.raises(ConfigError, match="refine.policy' must be one of additions, auto, review"):
+        parse_config("refine: {policy: sometimes}")
+    with pytest.raises(ConfigError, match="notify.events"):
+        parse_config("notify: {events: [refine_pending, coffee_ready]}")
+
+
+def test_malformed_yaml_gives_line():
+    with pytest.raises(ConfigError, match=r"hermes.yaml:2: invalid YAML"):
+        parse_config("model: x\nrefine: policy: auto\n")
+
+
+def test_top_level_must_be_mapping():
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        parse_config("- a\n- b\n")
+
+
+def test_non_utf8_config(tmp_path: Path):
+    p = tmp_path / "hermes.yaml"
+    p.write_bytes(b"model: \xff\xfe\n")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(p)
