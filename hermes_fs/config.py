@@ -108,9 +108,10 @@ def load_config(path: Path) -> Config:
 
 
 def parse_config(text: str, filename: str = CONFIG_NAME) -> Config:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=loader)
+        data = yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
         line = exc.problem_mark.line + 1 if getattr(exc, "problem_mark", None) else None
         raise ConfigError(f"invalid YAML: {getattr(exc, 'problem', exc)}", filename, line) from None

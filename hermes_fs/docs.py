@@ -15,6 +15,7 @@ from frontmatter.default_handlers import YAMLHandler
 from .errors import InputError
 
 _HANDLER = YAMLHandler()
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster
 
 
 @dataclass
@@ -50,7 +51,7 @@ def parse_doc(text: str, path: str, required: bool = False) -> Doc:
     except ValueError:
         raise InputError("frontmatter is not closed with '---'", path, 1) from None
     try:
-        meta = yaml.safe_load(fm) if fm.strip() else {}
+        meta = yaml.load(fm, Loader=_LOADER) if fm.strip() else {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 2 if mark else None  # +1 for 1-based, +1 for the opening ---

@@ -44,16 +44,20 @@ class DiskFiles:
 
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
+        self._root = str(self.root)
 
     def path(self, rel: str) -> Path:
+        # String operations, not pathlib: this runs once per file on every listing.
         rel = clean_relpath(rel)
-        target = (self.root / rel).resolve()
-        if target != self.root and self.root not in target.parents:
+        target = os.path.realpath(os.path.join(self._root, rel))
+        if target == self._root:
+            return self.root
+        if not target.startswith(self._root + os.sep):
             raise InputError(f"path resolves outside the vault (symlink?): {rel!r}")
-        inner = target.relative_to(self.root).parts
-        if inner and inner[0] in FORBIDDEN_TOP:
-            raise InputError(f"path resolves into {inner[0]}/: {rel!r}")
-        return target
+        top = target[len(self._root) + 1 :].split(os.sep, 1)[0]
+        if top in FORBIDDEN_TOP:
+            raise InputError(f"path resolves into {top}/: {rel!r}")
+        return Path(target)
 
     def read(self, rel: str) -> bytes | None:
         p = self.path(rel)
@@ -75,13 +79,23 @@ class DiskFiles:
             parent.rmdir()
             parent = parent.parent
 
+    def children(self, prefix: str, containing: str) -> list[str]:
+        """Names of the folders directly under `prefix` that hold a file `containing` (cheap: no walk)."""
+        base = self.path(prefix)
+        if not base.is_dir():
+            return []
+        with os.scandir(base) as it:
+            return [e.name for e in it if e.is_dir(follow_symlinks=False)
+                    and e.name not in FORBIDDEN_TOP and os.path.isfile(os.path.join(e.path, containing))]
+
     def list(self, prefix: str) -> list[str]:
         base = self.path(prefix)
         if not base.is_dir():
             return []
         out = []
+        skip = len(self._root) + 1
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames[:] = [d for d in dirnames if d not in FORBIDDEN_TOP]
-            rel_dir = Path(dirpath).relative_to(self.root).as_posix()
+            rel_dir = dirpath[skip:].replace(os.sep, "/")
             out.extend(f"{rel_dir}/{name}" for name in filenames)
         return sorted(out)

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from . import secrets
 from .errors import ConflictError, GitError, InputError, SecretError
 from .files import clean_relpath
 from .lock import VaultLock
@@ -56,7 +55,7 @@ class BranchInfo:
 class HumanEditResult:
     sha: str | None
     committed: list[str]
-    refused: list[secrets.Finding]
+    refused: list  # secrets.Finding: files left uncommitted because they hold a secret
 
 
 def format_message(summary: str, body: list[str] | str = (), trailers: dict[str, str] | None = None) -> str:
@@ -94,6 +93,9 @@ def _split_author(author: str | None) -> dict[str, str]:
 
 class GitStore:
     def __init__(self, root: Path, lock_dir: Path | None = None):
+        from . import secrets  # imported here: its patterns cost compile time that `status` never needs
+
+        self._secrets = secrets
         self.root = Path(root)
         self.lock = VaultLock((lock_dir or self.root / ".hermes" / "locks") / "main.lock")
 
@@ -230,7 +232,7 @@ class GitStore:
             changed = self.dirty_paths(rels)
             if not changed:
                 return None
-            secrets.check({p: self._disk_bytes(p) for p in changed})
+            self._secrets.check({p: self._disk_bytes(p) for p in changed})
             return self._stage_and_commit(changed, format_message(message, "", trailers), author)
 
     def commit_all(self, message: str, trailers: dict[str, str] | None = None) -> str | None:
@@ -239,7 +241,7 @@ class GitStore:
             changed = self.dirty_paths()
             if not changed:
                 return None
-            secrets.check({p: self._disk_bytes(p) for p in changed})
+            self._secrets.check({p: self._disk_bytes(p) for p in changed})
             self._git("add", "-A", "--", *changed)
             self._git("commit", "-q", "--no-verify", "-F", "-", input=format_message(message, "", trailers))
             return self.head()
@@ -254,7 +256,7 @@ class GitStore:
             dirty = self.dirty_paths(paths)
             ok, refused = [], []
             for p in dirty:
-                findings = secrets.scan(p, self._disk_bytes(p))
+                findings = self._secrets.scan(p, self._disk_bytes(p))
                 (refused.extend(findings) if findings else ok.append(p))
             if not ok:
                 return HumanEditResult(None, [], refused)
@@ -293,7 +295,7 @@ class GitStore:
         for path, data in changes.items():
             if data is not None and not isinstance(data, bytes):
                 raise InputError(f"overlay content must be bytes or None, got {type(data).__name__}", path)
-        secrets.check(changes)
+        self._secrets.check(changes)
         base_tree = self._git("rev-parse", f"{parent}^{{tree}}").strip()
         tree = self._build_tree(base_tree, changes) or EMPTY_TREE
         if tree == base_tree:

@@ -72,6 +72,9 @@ def _require_valid(name: str, text: str) -> None:
 
 
 def names(files: FileStore) -> list[str]:
+    """Folders under skills/ holding a SKILL.md (one directory read when the store offers `children`)."""
+    if hasattr(files, "children"):
+        return sorted(n for n in files.children(SKILLS_DIR, SKILL_FILE))
     found = set()
     for p in files.list(SKILLS_DIR):
         parts = p.split("/")

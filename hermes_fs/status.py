@@ -11,9 +11,8 @@ from datetime import datetime, timezone
 
 from . import cron, memory, skills
 from .errors import InputError
-from .vault import Vault
-
 from .review import LEARNED_PREFIXES
+from .vault import Vault
 
 
 @dataclass
@@ -35,16 +34,9 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
     now = now or datetime.now(timezone.utc)
     cfg = vault.config
     st = Status(vault=str(vault.root), model=cfg.model)
-    for name in memory.list_memory(vault.files):
-        try:
-            m = memory.load(vault.files, name, cfg)
-            st.memory.append({"file": m.path, "chars": m.size, "budget": m.budget, "over_budget": m.over_budget,
-                              "entries": len(m.entries)})
-        except InputError as exc:
-            st.errors.append(str(exc))
-    loaded, bad = skills.load_all(vault.files)
-    st.skills = {"count": len(loaded), "unreadable": len(bad)}
-    st.errors += [str(e) for e in bad]
+    rows, errors = memory_rows(vault)
+    st.memory, st.errors = rows, st.errors + errors
+    st.skills = {"count": len(skills.names(vault.files))}  # `skills validate` does the full check
     jobs, job_errors = cron.load_jobs(vault.files, cfg)
     for job in jobs:
         nxt = job.next_run(now)
@@ -56,6 +48,49 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
             st.pending_reviews.append({"branch": b.name, "age_s": int(time.time()) - b.timestamp, "summary": b.summary})
     st.daemon = daemon_state(vault)
     return st
+
+
+def memory_rows(vault: Vault) -> tuple[list[dict], list[str]]:
+    """Size, entries and budget per memory file, parsed only when (mtime, size) changed.
+
+    The cache lives in .hermes/cache/ and can be deleted at any time (DESIGN principle 1).
+    """
+    cache_path = vault.state_dir / "cache" / "memory-stats.json"
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    fresh, rows, errors = {}, [], []
+    root = str(vault.root)
+    for name in memory.list_memory(vault.files):
+        rel = f"{memory.MEMORY_DIR}/{name}"
+        try:
+            stat = os.stat(os.path.join(root, rel))
+        except OSError:
+            continue
+        key = [stat.st_mtime_ns, stat.st_size]
+        hit = cache.get(rel)
+        if hit and hit["key"] == key:
+            row = hit["row"]
+        else:
+            try:
+                m = memory.load(vault.files, name, vault.config)
+            except InputError as exc:
+                errors.append(str(exc))
+                continue
+            own = m.doc.meta.get("budget")
+            row = {"file": m.path, "chars": m.size, "entries": len(m.entries),
+                   "own_budget": own if isinstance(own, int) and not isinstance(own, bool) else None}
+        fresh[rel] = {"key": key, "row": row}
+        budget = memory.budget_for(name, {"budget": row["own_budget"]}, vault.config)
+        rows.append({"file": row["file"], "chars": row["chars"], "budget": budget,
+                     "over_budget": row["chars"] > budget, "entries": row["entries"]})
+    if fresh != cache:
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(fresh))
+        os.replace(tmp, cache_path)
+    return rows, errors
 
 
 def daemon_state(vault: Vault) -> dict:
@@ -81,7 +116,7 @@ def render(st: Status) -> str:
     for m in st.memory:
         flag = "  OVER BUDGET: refine will consolidate" if m["over_budget"] else ""
         lines.append(f"  {m['file']:<32} {m['chars']:>6} / {m['budget']:<6} chars  {m['entries']} entries{flag}")
-    lines.append(f"skills  {st.skills.get('count', 0)}" + (f" ({st.skills['unreadable']} unreadable)" if st.skills.get("unreadable") else ""))
+    lines.append(f"skills  {st.skills.get('count', 0)}")
     lines.append("cron")
     for j in st.cron:
         nxt = j["next_run"] or ("disabled" if not j["enabled"] else "no future run")

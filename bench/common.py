@@ -1,0 +1,34 @@
+"""Helpers shared by the benchmarks: timing, percentiles, JSON results."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def timed(fn, *args, **kwargs) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return time.perf_counter() - t0, out
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def percentile(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, round(p / 100 * (len(s) - 1))))
+    return s[k]
+
+
+def write_results(name: str, data: dict) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"wrote {path}")
+    return path
