@@ -214,5 +214,43 @@ def log(ctx: click.Context, as_json: bool):
         click.echo(f"{when}  {c.state:<8}  {c.branch}  {c.summary}")
 
 
+@main.command()
+@vault_option
+@click.argument("prompt", nargs=-1, required=True)
+@click.option("--model", help="Override the model for this run.")
+@click.option("--workspace", type=click.Path(file_okay=False), help="Folder for files and the shell (default: here).")
+@click.option("--max-steps", default=25, show_default=True, help="Most model calls for this task.")
+@click.pass_context
+def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspace: str | None, max_steps: int):
+    """Run one agent task and print the answer; the transcript goes to sessions/."""
+    from pathlib import Path
+
+    from .conversation import Conversation, ConversationOptions
+
+    options = ConversationOptions(source="run", model=model, max_steps=max_steps,
+                                  workspace=Path(workspace).resolve() if workspace else None)
+    with Conversation(_vault(ctx), options) as conversation:
+        result = conversation.ask(" ".join(prompt))
+    click.echo(result.answer)
+
+
+@main.command()
+@vault_option
+@click.option("--resume", "resume", metavar="ID", help="Continue a past session.")
+@click.option("--model", help="Override the model for this session.")
+@click.option("--workspace", type=click.Path(file_okay=False), help="Folder for files and the shell (default: here).")
+@click.pass_context
+def chat(ctx: click.Context, resume: str | None, model: str | None, workspace: str | None):
+    """Interactive session with slash commands (/help). Reads one message per line when piped."""
+    from pathlib import Path
+
+    from .conversation import ConversationOptions
+    from .repl import chat as run_chat
+
+    options = ConversationOptions(source="cli", model=model, resume=resume,
+                                  workspace=Path(workspace).resolve() if workspace else None)
+    run_chat(_vault(ctx), options, click.echo)
+
+
 if __name__ == "__main__":
     main(sys.argv[1:])

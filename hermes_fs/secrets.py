@@ -78,6 +78,15 @@ def scan(path: str, data: bytes | None) -> list[Finding]:
     return scan_text(path, data.decode("utf-8", errors="replace"))
 
 
+def redact(text: str) -> tuple[str, int]:
+    """Replace every secret in text with [REDACTED <kind>]; returns the text and how many."""
+    count = 0
+    for kind, pattern in PATTERNS:
+        text, n = pattern.subn(f"[REDACTED {kind}]", text)
+        count += n
+    return text, count
+
+
 def check(files: dict[str, bytes | None]) -> None:
     """Raise SecretError naming every file, line and kind found; the values are never shown."""
     findings = [f for path, data in files.items() for f in scan(path, data)]

@@ -123,7 +123,7 @@ def validate(files: FileStore, name: str) -> list[str]:
 
 
 def view(files: FileStore, name: str, file: str | None = None) -> str:
-    rel = _support_path(name, file) if file else skill_path(name)
+    rel = support_path(name, file) if file else skill_path(name)
     data = files.read(rel)
     if data is None and (not file or files.read(skill_path(name)) is None):
         raise SkillError(f"no skill named {name!r}", skill_path(name))
@@ -144,7 +144,7 @@ def create(files: FileStore, name: str, content: str, metadata: dict[str, str] |
 
 def patch(files: FileStore, name: str, old_text: str, new_text: str, file: str | None = None) -> Skill:
     """Replace one unique occurrence of old_text in SKILL.md (or a support file)."""
-    rel = _support_path(name, file) if file else skill_path(name)
+    rel = support_path(name, file) if file else skill_path(name)
     text = view(files, name, file)
     if not old_text:
         raise SkillError("old_text is empty: give a unique piece of the current text", rel)
@@ -162,13 +162,13 @@ def patch(files: FileStore, name: str, old_text: str, new_text: str, file: str |
 def write_file(files: FileStore, name: str, file: str, content: str) -> str:
     if files.read(skill_path(name)) is None:
         raise SkillError(f"no skill named {name!r}", skill_path(name))
-    rel = _support_path(name, file)
+    rel = support_path(name, file)
     files.write(rel, content.encode("utf-8"))
     return rel
 
 
 def remove_file(files: FileStore, name: str, file: str) -> str:
-    rel = _support_path(name, file)
+    rel = support_path(name, file)
     if files.read(rel) is None:
         raise SkillError(f"no such file in skill {name!r}: {file}", rel)
     files.delete(rel)
@@ -187,7 +187,7 @@ def delete(files: FileStore, name: str, merged_into: str | None = None) -> list[
     return removed
 
 
-def _support_path(name: str, file: str) -> str:
+def support_path(name: str, file: str) -> str:
     rel = clean_relpath(file)
     top = rel.split("/", 1)[0]
     if top not in SUPPORT_DIRS or "/" not in rel:

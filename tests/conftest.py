@@ -15,6 +15,8 @@ import pytest
 from hermes_fs.vault import Vault, init_vault
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HERMES_TEST_KEY", "sk-test-not-a-real-key")
+os.environ.setdefault("HERMES_RETRY_BASE_S", "0.05")  # keep retry backoff short in tests
 
 
 @pytest.fixture
@@ -82,3 +84,23 @@ def receiver():
     r = Receiver()
     yield r
     r.close()
+
+
+@pytest.fixture
+def model_server():
+    from model_server import ModelServer
+
+    server = ModelServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def agent_vault(vault, model_server):
+    """A vault whose hermes.yaml points at the scripted model server."""
+    from model_server import configure_vault
+
+    configure_vault(vault.root, model_server)
+    vault.git.commit_paths(["hermes.yaml"], "test: point at the model server")
+    vault._config = None
+    return vault

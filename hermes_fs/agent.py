@@ -1,0 +1,59 @@
+"""The agent loop: ask the model, run the tool calls it makes, repeat until it answers.
+
+It knows nothing about which tools exist (a `Tools` object supplies schemas and runs calls) nor
+where messages are kept (an `on_message` callback records each one as it happens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from .model import Model, Usage
+
+
+class Tools(Protocol):
+    def schemas(self) -> list[dict]: ...
+    def call(self, name: str, raw_arguments: str) -> str: ...
+
+
+@dataclass
+class AgentConfig:
+    max_steps: int = 25  # model calls per user turn
+
+
+@dataclass
+class TurnResult:
+    answer: str
+    steps: int
+    usage: Usage = field(default_factory=Usage)
+    stopped: bool = False  # hit the step limit
+
+
+class Agent:
+    def __init__(self, model: Model, tools: Tools, config: AgentConfig | None = None,
+                 on_message: Callable[[dict], None] | None = None):
+        self.model = model
+        self.tools = tools
+        self.config = config or AgentConfig()
+        self.on_message = on_message or (lambda msg: None)
+
+    def run(self, messages: list[dict]) -> TurnResult:
+        """Extend `messages` (system prompt + history + the new user message) until an answer."""
+        usage = Usage()
+        for step in range(1, self.config.max_steps + 1):
+            reply = self.model.complete(messages, self.tools.schemas())
+            usage.add(reply.usage)
+            self._add(messages, reply.as_message())
+            if not reply.tool_calls:
+                return TurnResult(reply.content or "", step, usage)
+            for call in reply.tool_calls:
+                result = self.tools.call(call.name, call.arguments)
+                self._add(messages, {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result})
+        note = f"Stopped after {self.config.max_steps} steps without a final answer."
+        self._add(messages, {"role": "assistant", "content": note})
+        return TurnResult(note, self.config.max_steps, usage, stopped=True)
+
+    def _add(self, messages: list[dict], msg: dict) -> None:
+        messages.append(msg)
+        self.on_message(msg)

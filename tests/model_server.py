@@ -1,0 +1,101 @@
+"""A local OpenAI-compatible HTTP server that replays scripted replies and records every request.
+
+litellm talks to it over real sockets through `api_base`, exactly as it would to vLLM or Ollama.
+Script items:
+  {"content": "text"}                                 an answer
+  {"tool_calls": [("memory", {"action": "add"}), ...]} tool calls (arguments: dict, or raw str)
+  {"status": 500, "body": {...}}                       an HTTP error
+Or pass `responder(request_json) -> item` to answer computed replies (used by benchmarks).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class ModelServer:
+    def __init__(self, script: list | None = None, responder=None):
+        self.script = list(script or [])
+        self.responder = responder
+        self.requests: list[dict] = []
+        self.raw_sizes: list[int] = []
+        self._lock = threading.Lock()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = {"unparsed": raw.decode(errors="replace")}
+                with owner._lock:
+                    owner.requests.append(body)
+                    owner.raw_sizes.append(len(raw))
+                    item = owner._next(body)
+                status, payload = owner._render(item, body)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.server.block_on_close = False  # a scripted slow reply must not hold up teardown
+        self.port = self.server.server_address[1]
+        self.api_base = f"http://127.0.0.1:{self.port}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def add(self, *items) -> "ModelServer":
+        with self._lock:
+            self.script.extend(items)
+        return self
+
+    def _next(self, body: dict):
+        if self.responder:
+            return self.responder(body)
+        if not self.script:
+            return {"status": 400, "body": {"error": {"message": "test script exhausted", "type": "invalid_request_error"}}}
+        return self.script.pop(0)
+
+    def _render(self, item: dict, body: dict) -> tuple[int, dict]:
+        if item.get("delay"):
+            time.sleep(item["delay"])
+        if "status" in item:
+            return item["status"], item.get("body") or {"error": {"message": f"scripted {item['status']}", "type": "server_error"}}
+        message: dict = {"role": "assistant", "content": item.get("content")}
+        calls = []
+        for i, call in enumerate(item.get("tool_calls") or []):
+            name, args = call[0], call[1]
+            calls.append({"id": f"call_{len(self.requests)}_{i}", "type": "function",
+                          "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}})
+        if calls:
+            message["tool_calls"] = calls
+        return 200, {
+            "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model", "test"),
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+        }
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def configure_vault(vault_root, server: ModelServer, extra: str = "") -> None:
+    """Point a vault's hermes.yaml at the server (the key comes from HERMES_TEST_KEY)."""
+    (vault_root / "hermes.yaml").write_text(
+        f"model: openai/test-model\napi_base: {server.api_base}\napi_key_env: HERMES_TEST_KEY\n"
+        f"sandbox:\n  backend: local\n{extra}"
+    )
