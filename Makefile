@@ -21,6 +21,7 @@ run: install
 	$(BIN)/hermes-fs --vault $(VAULT) daemon
 
 test: install
+	bash scripts/docker-test-env.sh
 	$(BIN)/python -m pytest -q
 
 bench: install

@@ -216,6 +216,26 @@ def log(ctx: click.Context, as_json: bool):
 
 @main.command()
 @vault_option
+@click.pass_context
+def doctor(ctx: click.Context):
+    """Check that the sandbox (Docker engine and image) is usable."""
+    v = _vault(ctx)
+    cfg = v.config.sandbox
+    if cfg.backend != "docker":
+        click.echo(f"sandbox: backend {cfg.backend}" + (" (commands run on this machine)" if cfg.backend == "local" else " (shell disabled)"))
+        return
+    from .docker_sandbox import doctor as check
+
+    failed = False
+    for name, ok, detail in check(cfg):
+        failed |= not ok
+        click.echo(f"{'ok ' if ok else 'BAD'} {name}: {detail}")
+    if failed:
+        ctx.exit(1)
+
+
+@main.command()
+@vault_option
 @click.argument("prompt", nargs=-1, required=True)
 @click.option("--model", help="Override the model for this run.")
 @click.option("--workspace", type=click.Path(file_okay=False), help="Folder for files and the shell (default: here).")
