@@ -195,6 +195,122 @@ def notify_test(ctx: click.Context, target: str | None):
 
 @main.command()
 @vault_option
+@click.argument("focus", nargs=-1)
+@click.option("--session", "session", metavar="ID", help="Session to review (default: the latest).")
+@click.option("--wait", is_flag=True, help="Run in the foreground and print the result.")
+@click.option("--policy", type=click.Choice(["review", "auto", "additions"]), help="Override refine.policy.")
+@click.pass_context
+def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait: bool, policy: str | None):
+    """Review a conversation and propose memory/skill changes on a refine/ branch."""
+    from .refine import RefineOptions, refine as run_refine, start_background
+
+    v = _vault(ctx)
+    options = RefineOptions(session=session, focus=" ".join(focus) or None, policy=policy)
+    if not wait:
+        pid, log_path = start_background(v, options)
+        click.echo(f"refine running in the background (pid {pid}); log: {log_path}; see `hermes-fs review`")
+        return
+    with _spinner("reviewing the conversation"):
+        result = run_refine(v, options)
+    click.echo(result.line())
+    if not result.ok:
+        ctx.exit(1)
+
+
+class _spinner:
+    """A spinner on a terminal; silent when piped."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.status = None
+
+    def __enter__(self):
+        if sys.stderr.isatty():
+            from rich.console import Console
+
+            self.status = Console(stderr=True).status(self.text)
+            self.status.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.status:
+            self.status.__exit__(*exc)
+
+
+@main.group(invoke_without_command=True)
+@vault_option
+@click.pass_context
+def review(ctx: click.Context):
+    """Pending learned changes: list, `show B`, `merge B`, `reject B`."""
+    if ctx.invoked_subcommand:
+        return
+    from .review import pending
+
+    rows = pending(_vault(ctx).git)
+    if not rows:
+        click.echo("no pending changes")
+    for p in rows:
+        click.echo(f"{p.branch}  {_age(p.age_s)}  [{', '.join(p.files)}]  {p.summary}")
+
+
+def _age(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+@review.command("show")
+@vault_option
+@click.argument("branch")
+@click.pass_context
+def review_show(ctx: click.Context, branch: str):
+    """The change's message and diff (coloured on a terminal)."""
+    from .review import show
+
+    click.echo(show(_vault(ctx).git, branch, color=sys.stdout.isatty()), nl=False)
+
+
+@review.command("merge")
+@vault_option
+@click.argument("branch")
+@click.pass_context
+def review_merge(ctx: click.Context, branch: str):
+    """Accept: merge into main (your uncommitted edits are committed first, never overwritten)."""
+    from .review import merge
+
+    v = _vault(ctx)
+    sha = merge(v.git, branch, author=v.config.git.author)
+    click.echo(f"merged {branch} ({sha[:10]})")
+
+
+@review.command("reject")
+@vault_option
+@click.argument("branch")
+@click.pass_context
+def review_reject(ctx: click.Context, branch: str):
+    """Refuse: the branch is hidden under refs/hermes/rejected/ (recoverable)."""
+    from .review import reject
+
+    ref = reject(_vault(ctx).git, branch)
+    click.echo(f"rejected {branch} (kept as {ref})")
+
+
+@main.command()
+@vault_option
+@click.argument("branch")
+@click.pass_context
+def revert(ctx: click.Context, branch: str):
+    """Undo a merged learned change; refuses lines a person has edited since."""
+    from .review import revert as do_revert
+
+    v = _vault(ctx)
+    sha = do_revert(v.git, branch, author=v.config.git.author)
+    click.echo(f"reverted {branch} ({sha[:10]})")
+
+
+@main.command()
+@vault_option
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def log(ctx: click.Context, as_json: bool):

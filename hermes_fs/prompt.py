@@ -27,16 +27,21 @@ class SkillsIndex:
 def skills_index(vault: Vault, query: str, budget: int) -> SkillsIndex:
     """All skills if they fit the budget; otherwise the most relevant first, then a pointer to search."""
     names = skills.names(vault.files)
-    entries = {}
     index = SearchIndex(vault.root)
     try:
         index.refresh("skills")
-        for (path, name, desc) in index.db.execute("SELECT path, name, description FROM fts WHERE kind='skills'"):
-            entries[path.split("/")[1]] = desc
+        described = {path.split("/")[1]: desc for path, desc in
+                     index.db.execute("SELECT path, description FROM fts WHERE kind='skills'")}
         ranked = [h.path.split("/")[1] for h in index.search("skills", query, limit=50)] if query else []
     finally:
         index.close()
-    lines = {n: f"- {n}: {' '.join(entries.get(n, '').split())}" for n in names}
+    return select_skills({n: described.get(n, "") for n in names}, ranked, budget)
+
+
+def select_skills(entries: dict[str, str], ranked: list[str], budget: int) -> SkillsIndex:
+    """Lines `- name: description` within `budget` characters, most relevant (`ranked`) first."""
+    names = sorted(entries)
+    lines = {n: f"- {n}: {' '.join(entries[n].split())}" for n in names}
     full = "\n".join(lines[n] for n in names)
     if len(full) <= budget:
         return SkillsIndex(full, names, len(names))

@@ -8,6 +8,7 @@ terminal: one message (or slash command) per line, each answer printed, so it ca
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Callable, Iterable
 
 from . import memory, skills
@@ -15,7 +16,9 @@ from .conversation import Conversation, ConversationOptions
 from .errors import HermesError
 from .vault import Vault
 
-HELP = """/memory            show memory files and sizes
+HELP = """/refine [focus]    review this conversation in the background (result: a refine/ branch)
+/review            list learned changes waiting for review
+/memory            show memory files and sizes
 /skills            list skills
 /new               end this session (committed) and start a new one
 /exit              end the session and leave
@@ -28,8 +31,10 @@ class Repl:
         self.options = options
         self.out = out
         self.conversation = Conversation(vault, options)
+        self.background: list[threading.Thread] = []
         self.commands = {"/memory": self.cmd_memory, "/skills": self.cmd_skills, "/new": self.cmd_new,
-                         "/exit": self.cmd_exit, "/quit": self.cmd_exit, "/help": self.cmd_help}
+                         "/exit": self.cmd_exit, "/quit": self.cmd_exit, "/help": self.cmd_help,
+                         "/refine": self.cmd_refine, "/review": self.cmd_review}
 
     # -- one line ------------------------------------------------------------------------------
     def handle(self, line: str) -> bool:
@@ -49,9 +54,41 @@ class Repl:
             self.out(result.answer)
         except HermesError as exc:
             self.out(f"error: {exc}")
+        every = self.vault.config.refine.every_turns
+        if every and self.conversation.transcript.user_turns % every == 0:
+            self.out(f"(automatic review after {every} turns)")
+            self.cmd_refine("")
         return True
 
     # -- slash commands ---------------------------------------------------------------------------
+    def cmd_refine(self, focus: str) -> bool:
+        """Review this conversation in a background thread; the chat goes on."""
+        from .refine import RefineOptions, refine
+
+        options = RefineOptions(session=self.conversation.id, focus=focus or None)
+
+        def work():
+            try:
+                self.out(refine(self.vault, options).line())
+            except Exception as exc:  # refine reports its own failures; this is a last resort
+                self.out(f"refine failed: {exc}")
+
+        thread = threading.Thread(target=work, name="refine", daemon=True)
+        self.background.append(thread)
+        thread.start()
+        self.out("refine started in the background")
+        return True
+
+    def cmd_review(self, _arg: str) -> bool:
+        from .review import pending
+
+        rows = pending(self.vault.git)
+        if not rows:
+            self.out("no pending changes")
+        for p in rows:
+            self.out(f"{p.branch} [{', '.join(p.files)}] {p.summary}")
+        return True
+
     def cmd_memory(self, _arg: str) -> bool:
         for name in memory.list_memory(self.vault.files):
             m = memory.load(self.vault.files, name, self.vault.config)
@@ -128,6 +165,8 @@ class Repl:
         return path
 
     def close(self) -> None:
+        for thread in self.background:
+            thread.join()  # a review in flight finishes (and reports) before we leave
         sha = self.conversation.end()
         if sha:
             self.out(f"session {self.conversation.id} saved ({self.conversation.transcript.rel})")

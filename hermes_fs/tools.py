@@ -45,7 +45,7 @@ SCHEMAS = {
     "shell": _schema("shell", "Run a shell command in the sandbox workspace.", {"command": S, "timeout_s": {"type": "number"}}, ["command"]),
     "session_search": _schema("session_search", "Search past conversations.", {"query": S}, ["query"]),
 }
-REVIEW_TOOLS = ["memory", "skill_view", "skill_manage"]
+REVIEW_TOOLS = ["memory", "skill_view", "skill_manage", "read_file"]  # on an overlay: vault paths only
 
 
 class Committer(Protocol):
@@ -78,6 +78,7 @@ class ToolBox:
     workspace: Path | None = None
     sandbox: object | None = None
     searcher: Callable | None = None  # (kind, query) -> list of hits
+    skill_guard: Callable[[str, str], None] | None = None  # (name, content): raise to refuse a new skill
     changed: list[str] = field(default_factory=list)  # every vault path written, in order
 
     def schemas(self) -> list[dict]:
@@ -145,6 +146,8 @@ class ToolBox:
         skills.check_name(name)
         folder = f"{skills.SKILLS_DIR}/{name}"
         if action == "create":
+            if self.skill_guard:
+                self.skill_guard(name, content)
             meta = {"created-by": "refine" if not self.committer else "session", "version": "1"}
             self._write([skills.skill_path(name)], f"skill: create {name}",
                         lambda: skills.create(self.files, name, content, metadata=meta))

@@ -5,6 +5,7 @@ Script items:
   {"content": "text"}                                 an answer
   {"tool_calls": [("memory", {"action": "add"}), ...]} tool calls (arguments: dict, or raw str)
   {"status": 500, "body": {...}}                       an HTTP error
+  "delay": seconds or "wait": threading.Event, with any of these, hold the reply back
 Or pass `responder(request_json) -> item` to answer computed replies (used by benchmarks).
 """
 
@@ -71,6 +72,8 @@ class ModelServer:
     def _render(self, item: dict, body: dict) -> tuple[int, dict]:
         if item.get("delay"):
             time.sleep(item["delay"])
+        if item.get("wait") is not None:
+            item["wait"].wait(60)  # a threading.Event the test sets when it is ready
         if "status" in item:
             return item["status"], item.get("body") or {"error": {"message": f"scripted {item['status']}", "type": "server_error"}}
         message: dict = {"role": "assistant", "content": item.get("content")}

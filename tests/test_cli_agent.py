@@ -60,3 +60,29 @@ def test_chat_transcript_survives_a_killed_process(agent_vault, model_server, tm
     assert len(files) == 1
     t = Transcript.load(agent_vault.root, files[0].stem)
     assert [m["content"] for m in t.messages] == ["one", "first", "two"]
+
+
+def test_chat_refine_slash_command_and_automatic_review(agent_vault, model_server, run_cli, tmp_path):
+    (agent_vault.root / "hermes.yaml").write_text(
+        (agent_vault.root / "hermes.yaml").read_text() + "refine:\n  every_turns: 2\n  policy: review\n")
+
+    def responder(body):
+        system = body["messages"][0]["content"]
+        if "You review one conversation" not in system:
+            return {"content": f"answer {len([m for m in body['messages'] if m['role'] == 'user'])}"}
+        if any(m["role"] == "tool" for m in body["messages"]):
+            return {"content": "Summary: tabs\n- memory/USER.md: tabs (because said)"}
+        focus = "manual" if "Focus: tabs please" in body["messages"][1]["content"] else "auto"
+        return {"tool_calls": [("memory", {"action": "add", "file": "USER.md", "text": f"Prefers tabs ({focus})."})]}
+
+    model_server.responder = responder
+    r = run_cli("--vault", str(agent_vault.root), "chat", input="I like tabs\n/refine tabs please\nsecond turn\n/exit\n", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "refine started in the background" in out
+    assert "(automatic review after 2 turns)" in out
+    assert out.count("refine: refine/") == 2 and "pending" in out
+    branches = agent_vault.git.branches("refine/")
+    assert len(branches) == 2
+    texts = [agent_vault.git.read_file(b.sha, "memory/USER.md").decode() for b in branches]
+    assert any("(manual)" in t for t in texts) and any("(auto)" in t for t in texts)
