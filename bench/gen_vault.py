@@ -2,8 +2,11 @@
 
     python bench/gen_vault.py 10000 [DEST]
 
-Mix: about 70% session transcripts, 20% skill files (SKILL.md + references), the rest project
-memory. Vaults are cached under bench/.vaults/<N>/ and reused when already complete.
+Shape, meant to look like a vault after years of use: about 20% skill files (at most 1,000 skills,
+each a SKILL.md plus reference files), up to 200 project memory files, and the rest session
+transcripts spread over months (about 500 per month folder). Folder widths matter: git rewrites a
+whole tree object along a changed path, so one folder of 10,000 files would cost more than the
+same files spread out. Vaults are cached under bench/.vaults/<N>/ and reused when complete.
 """
 
 from __future__ import annotations
@@ -45,20 +48,23 @@ def generate(n: int, dest: Path | None = None) -> Path:
         subprocess.run(["rm", "-rf", str(dest)], check=True)
     init_vault(dest)
     rng = random.Random(n)
-    n_skills = max(1, n // 10 // 2)  # each skill: SKILL.md + one reference file
-    n_projects = max(1, n // 10)
-    n_sessions = max(1, n - 2 * n_skills - n_projects)
+    n_skills = min(1000, max(1, n // 50))
+    refs_per_skill = max(1, (n // 5) // n_skills - 1)
+    n_projects = min(200, max(1, n // 100))
+    n_sessions = max(1, n - n_skills * (1 + refs_per_skill) - n_projects)
     for i in range(n_skills):
         name = f"{rng.choice(WORDS)}-{rng.choice(WORDS)}-{i}"
         d = dest / "skills" / name
         (d / "references").mkdir(parents=True)
         (d / "SKILL.md").write_text(skill_text(name, rng))
-        (d / "references" / "notes.md").write_text(sentence(rng, 60) + "\n")
+        for r in range(refs_per_skill):
+            (d / "references" / f"notes-{r}.md").write_text(sentence(rng, 60) + "\n")
     for i in range(n_projects):
         (dest / "memory" / "projects" / f"project-{i}.md").write_text(
             f"---\ntitle: project {i}\n---\n" + "".join(f"- {sentence(rng)}\n" for _ in range(5)))
     for i in range(n_sessions):
-        d = dest / "sessions" / "2026" / f"{i % 12 + 1:02d}"
+        month = i // 500
+        d = dest / "sessions" / str(2016 + month // 12) / f"{month % 12 + 1:02d}"
         d.mkdir(parents=True, exist_ok=True)
         (d / f"s{i:06d}.md").write_text(session_text(i, rng))
     git = ["git", "-C", str(dest)]

@@ -137,14 +137,14 @@ class GitStore:
         return git.Repo(self.root)
 
     def read_file(self, commit: str, path: str) -> bytes | None:
-        import git
-
-        with self._read_lock:  # one cat-file --batch process: one reader at a time
+        """A file's bytes at a commit (None if absent), through one persistent `cat-file --batch`:
+        git resolves `commit:path` in C, so wide folders cost nothing extra."""
+        with self._read_lock:  # one cat-file process: one reader at a time
             try:
-                obj = self.repo.commit(commit).tree / path
-            except (KeyError, ValueError, git.BadName):
+                _sha, kind, _size, data = self.repo.git.get_object_data(f"{commit}:{path}")
+            except ValueError:
                 return None
-            return obj.data_stream.read() if obj.type == "blob" else None
+        return data if kind == b"blob" else None
 
     def list_files(self, commit: str, prefix: str = "") -> list[str]:
         args = ["ls-tree", "-r", "-z", "--name-only", commit]
@@ -225,7 +225,7 @@ class GitStore:
         """
         if paths is not None:
             head = self.head()
-            return sorted(p for p in set(paths) if self._disk_entry(p) != self._head_entry(head, p))
+            return sorted(p for p in set(paths) if self._disk_bytes(p) != self.read_file(head, p))
         out = self._git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
         return sorted({entry[3:] for entry in out.split("\0") if len(entry) > 3})
 
@@ -237,18 +237,6 @@ class GitStore:
         if not p.is_file():
             return None
         return ("100755" if os.access(p, os.X_OK) else "100644"), p.read_bytes()
-
-    def _head_entry(self, head: str, rel: str) -> tuple[str, bytes] | None:
-        import git
-
-        with self._read_lock:
-            try:
-                obj = self.repo.commit(head).tree / rel
-            except (KeyError, ValueError, git.BadName):
-                return None
-            if obj.type != "blob":
-                return None
-            return f"{obj.mode:o}", obj.data_stream.read()
 
     # -- committing on main ------------------------------------------------------------------
     def _require_main_checked_out(self) -> None:
@@ -327,8 +315,8 @@ class GitStore:
             self._git("update-index", "-z", "--index-info", input="\0".join(lines) + "\0")
 
     def _disk_bytes(self, rel: str) -> bytes | None:
-        p = self.root / rel
-        return p.read_bytes() if p.is_file() else None
+        entry = self._disk_entry(rel)
+        return entry[1] if entry else None
 
     # -- branch commits from an overlay (no working tree, no index) --------------------------
     def commit_overlay(
@@ -427,11 +415,12 @@ class GitStore:
         with self.lock.hold():
             self._require_main_checked_out()
             base = self.merge_base(self.head(), theirs) or EMPTY_TREE
-            self._commit_touched_human_edits(self.changed_paths(base, theirs))
+            touched = self.changed_paths(base, theirs)
+            self._commit_touched_human_edits(touched)
             ours = self.head()
             tree = self._merge_tree(ours, theirs, "merge would conflict")
             new = self._commit_tree(tree, [ours, theirs], message, author)
-            self._advance_main(ours, new)
+            self._advance_main(ours, new, touched)
             # The merge commit now holds the branch; `log` finds it there as "merged".
             self._git("update-ref", "-d", f"refs/heads/{branch}", theirs)
             return new
@@ -445,7 +434,8 @@ class GitStore:
             self._require_main_checked_out()
             if not self.is_ancestor(info.sha, self.head()):
                 raise GitError(f"{info.sha[:10]} is not on {MAIN}")
-            self._commit_touched_human_edits(self.changed_paths(info.parents[0], info.sha))
+            touched = self.changed_paths(info.parents[0], info.sha)
+            self._commit_touched_human_edits(touched)
             ours = self.head()
             # A throwaway commit holding the pre-merge tree with the merge as parent: merging it
             # into main applies exactly "merge -> pre-merge" three-way, with the merge as base.
@@ -455,7 +445,7 @@ class GitStore:
             if tree == self._git("rev-parse", f"{ours}^{{tree}}").strip():
                 raise GitError(f"nothing to revert: {info.sha[:10]} is already undone")
             new = self._commit_tree(tree, [ours], message, author)
-            self._advance_main(ours, new)
+            self._advance_main(ours, new, touched)
             return new
 
     def _commit_touched_human_edits(self, touched: list[str]) -> None:
@@ -475,12 +465,18 @@ class GitStore:
             raise ConflictError(conflict_message, sorted({p for p in rest if p}))
         return tree
 
-    def _advance_main(self, old: str, new: str) -> None:
+    def _advance_main(self, old: str, new: str, candidates: list[str] | None = None) -> None:
         """Move main from old to new, writing and staging only the changed paths.
 
-        Refuses if any of those paths holds uncommitted text (a person typed while we worked).
+        `candidates` (the paths the merged branch touched) bounds where old and new can differ,
+        so they are compared path by path instead of diffing whole trees. Refuses if any changed
+        path holds uncommitted text (a person typed while we worked).
         """
-        changed = self.changed_paths(old, new)
+        if candidates is None:
+            changed = self.changed_paths(old, new)
+        else:
+            before, after = self._ls_paths(old, candidates), self._ls_paths(new, candidates)
+            changed = sorted(p for p in candidates if before.get(p) != after.get(p))
         dirty = self.dirty_paths(changed)
         if dirty:
             raise ConflictError("uncommitted edits appeared while merging; nothing changed", dirty)

@@ -82,6 +82,10 @@ def init_vault(path: Path, template: Path = TEMPLATE_DIR) -> InitResult:
     shutil.copytree(template, path, dirs_exist_ok=True)
     git = ["git", "-C", str(path)]
     subprocess.run(git + ["init", "-q", "-b", "main"], check=True)
+    # Staging a few paths on a huge vault stays cheap: a split index rewrites a small delta, not the
+    # whole index, and manyFiles (index v4, untracked cache) shrinks what git reads on each call.
+    for key, value in (("core.splitIndex", "true"), ("feature.manyFiles", "true")):
+        subprocess.run(git + ["config", key, value], check=True)
     set_identity = not _has_identity(path)
     if set_identity:
         subprocess.run(git + ["config", "user.name", DEFAULT_IDENTITY[0]], check=True)
