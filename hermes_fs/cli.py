@@ -309,6 +309,94 @@ def revert(ctx: click.Context, branch: str):
     click.echo(f"reverted {branch} ({sha[:10]})")
 
 
+@main.group(invoke_without_command=True)
+@vault_option
+@click.option("--detach", is_flag=True, help="Run in the background.")
+@click.option("--debounce", default=1.0, show_default=True, help="Seconds a file must be quiet before it is committed.")
+@click.option("--workers", default=2, show_default=True, help="Jobs (inbox requests) run at once.")
+@click.pass_context
+def daemon(ctx: click.Context, detach: bool, debounce: float, workers: int):
+    """Watch the vault: commit your edits, run inbox requests. Also: stop, status, install."""
+    if ctx.invoked_subcommand:
+        return
+    from .daemon import Daemon, DaemonOptions, is_running
+
+    v = _vault(ctx)
+    if detach:
+        import subprocess
+
+        if is_running(v):
+            raise HermesError("a daemon is already running for this vault (see `hermes-fs daemon status`)")
+        log_path = v.state_dir / "daemon.out"
+        with open(log_path, "a") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "hermes_fs", "--vault", str(v.root), "daemon",
+                                     "--debounce", str(debounce), "--workers", str(workers)],
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        click.echo(f"daemon started (pid {proc.pid}); `hermes-fs daemon status`, `hermes-fs daemon stop`")
+        return
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    click.echo(f"hermes-fs daemon watching {v.root} (Ctrl-C to stop)")
+    Daemon(v, DaemonOptions(debounce_s=debounce, workers=workers)).run()
+
+
+@daemon.command("stop")
+@vault_option
+@click.pass_context
+def daemon_stop(ctx: click.Context):
+    from .daemon import stop
+
+    if stop(_vault(ctx)):
+        click.echo("daemon stopped")
+    else:
+        click.echo("no daemon running")
+
+
+@daemon.command("status")
+@vault_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def daemon_status(ctx: click.Context, as_json: bool):
+    from .daemon import status as daemon_state
+
+    st = daemon_state(_vault(ctx))
+    if as_json:
+        _emit_json(st)
+        return
+    if not st["running"]:
+        click.echo("daemon: not running")
+    else:
+        click.echo(f"daemon: running, pid {st.get('pid')}, up {st.get('uptime_s')}s, queue: {', '.join(st.get('queue') or []) or 'empty'}")
+    for e in st.get("last_events") or []:
+        click.echo(f"  event  {e}")
+    for e in st.get("last_errors") or []:
+        click.echo(f"  error  {e}")
+
+
+@daemon.command("install")
+@vault_option
+@click.pass_context
+def daemon_install(ctx: click.Context):
+    """Write a systemd user unit (Linux) or print a launchd plist (macOS)."""
+    import platform
+    from pathlib import Path
+
+    from .daemon import plist_text, unit_text
+
+    v = _vault(ctx)
+    exe = str(Path(sys.executable).with_name("hermes-fs"))
+    if platform.system() == "Darwin":
+        click.echo(plist_text(v, exe))
+        click.echo("save it as ~/Library/LaunchAgents/io.hermes-fs.plist and run `launchctl load` on it", err=True)
+        return
+    unit_dir = Path.home() / ".config" / "systemd" / "user"
+    unit_dir.mkdir(parents=True, exist_ok=True)
+    unit = unit_dir / f"hermes-fs-{v.root.name}.service"
+    unit.write_text(unit_text(v, exe))
+    click.echo(f"wrote {unit}; enable it with: systemctl --user enable --now {unit.name}")
+
+
 @main.command()
 @vault_option
 @click.option("--json", "as_json", is_flag=True)

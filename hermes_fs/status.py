@@ -94,21 +94,10 @@ def memory_rows(vault: Vault) -> tuple[list[dict], list[str]]:
 
 
 def daemon_state(vault: Vault) -> dict:
-    """What .hermes/daemon.json says, checked against the process table."""
-    path = vault.root / ".hermes" / "daemon.json"
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {"running": False}
-    pid = state.get("pid")
-    alive = False
-    if isinstance(pid, int):
-        try:
-            os.kill(pid, 0)
-            alive = True
-        except OSError:
-            alive = False
-    return {**state, "running": alive}
+    """What .hermes/daemon.json says, checked against the daemon's lock (a dead daemon holds none)."""
+    from .daemon import status as daemon_status
+
+    return daemon_status(vault)
 
 
 def render(st: Status) -> str:

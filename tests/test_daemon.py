@@ -1,0 +1,208 @@
+"""The daemon as a real process on a temp vault: real watchdog, real git, real signals."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import git
+
+USER = "memory/USER.md"
+
+
+def wait_for(pred, timeout=30.0, interval=0.05):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    return pred()
+
+
+class DaemonProc:
+    def __init__(self, root: Path, debounce=0.5):
+        self.root = root
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hermes_fs", "--vault", str(root), "daemon", "--debounce", str(debounce)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert wait_for(lambda: "daemon started" in self.state().get("last_events", [""])[-1:][0]
+                        if self.state().get("last_events") else False, 30), self.output()
+
+    def state(self) -> dict:
+        try:
+            return json.loads((self.root / ".hermes" / "daemon.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def output(self) -> str:
+        return (self.root / ".hermes" / "daemon.log").read_text() if (self.root / ".hermes" / "daemon.log").exists() else ""
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(60)
+
+
+@pytest.fixture
+def daemon(vault):
+    procs = []
+
+    def start(debounce=0.5):
+        d = DaemonProc(vault.root, debounce)
+        procs.append(d)
+        return d
+
+    yield start
+    for d in procs:
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()
+
+
+def commits(vault) -> list[str]:
+    return git(vault, "log", "--format=%s").splitlines()
+
+
+def test_edit_is_committed_once_quiet(vault, daemon):
+    daemon()
+    n = len(commits(vault))
+    p = vault.root / USER
+    p.write_text(p.read_text() + "- Likes tea.\n")
+    assert wait_for(lambda: len(commits(vault)) == n + 1)
+    info = vault.git.commit_info("HEAD")
+    assert info.summary == "edit: memory/USER.md" and info.trailers == {"Hermes-Change": "human-edit"}
+    assert git(vault, "status", "--porcelain") == ""
+
+
+def test_ten_quick_saves_make_one_commit(vault, daemon):
+    daemon(debounce=1.0)
+    n = len(commits(vault))
+    p = vault.root / USER
+    for i in range(10):
+        p.write_text(p.read_text() + f"- save {i}\n")
+        time.sleep(0.05)
+    assert wait_for(lambda: len(commits(vault)) == n + 1)
+    time.sleep(1.5)
+    assert len(commits(vault)) == n + 1
+    assert "- save 9" in git(vault, "show", "HEAD:memory/USER.md")
+
+
+def test_atomic_save_and_several_files_in_one_commit(vault, daemon):
+    daemon()
+    n = len(commits(vault))
+    tmp = vault.root / "memory" / ".USER.md.swp"
+    tmp.write_text("swap")  # vim's swap file: ignored
+    staged = vault.root / "memory" / "USER.md.tmp"
+    staged.write_text((vault.root / USER).read_text() + "- Written atomically.\n")
+    os.replace(staged, vault.root / USER)  # write temp + rename
+    (vault.root / "memory" / "MEMORY.md").write_text((vault.root / "memory/MEMORY.md").read_text() + "- lesson\n")
+    assert wait_for(lambda: len(commits(vault)) == n + 1)
+    files = git(vault, "show", "--name-only", "--format=", "HEAD").split()
+    assert files == ["memory/MEMORY.md", USER]
+    time.sleep(1.0)
+    assert len(commits(vault)) == n + 1
+    assert "?? memory/.USER.md.swp" not in git(vault, "status", "--porcelain")  # gitignored, never committed
+
+
+def test_swap_file_alone_makes_nothing(vault, daemon):
+    d = daemon()
+    n = len(commits(vault))
+    (vault.root / "memory" / ".MEMORY.md.swp").write_text("x")
+    (vault.root / "memory" / "USER.md~").write_text("backup")
+    (vault.root / ".hermes" / "whatever").write_text("x")
+    time.sleep(1.5)
+    assert len(commits(vault)) == n
+    assert d.state()["last_errors"] == []
+
+
+def test_secret_edit_stays_uncommitted_and_is_reported(vault, daemon):
+    d = daemon()
+    n = len(commits(vault))
+    (vault.root / "memory" / "MEMORY.md").write_text("- key sk-ant-api03-abcdefghijklmnopqrstuvwxyz\n")
+    assert wait_for(lambda: d.state().get("last_errors"))
+    assert "holds a secret" in d.state()["last_errors"][0] and "sk-ant" not in d.state()["last_errors"][0]
+    assert len(commits(vault)) == n
+    assert "sk-ant" in (vault.root / "memory/MEMORY.md").read_text()
+
+
+def test_dropped_run_request_gets_result_and_commit(agent_vault, model_server, daemon):
+    vault = agent_vault
+    model_server.add({"content": "Paris is the capital of France."})
+    daemon()
+    tmp = vault.root / "inbox" / ".q.md.tmp"
+    tmp.write_text("---\ntype: run\n---\nWhat is the capital of France?\n")
+    os.replace(tmp, vault.root / "inbox" / "capital.md")
+    result = wait_for(lambda: list((vault.root / "outputs" / "requests").glob("*-capital.md")), 60)
+    assert len(result) == 1
+    assert wait_for(lambda: commits(vault)[0].startswith("request: capital.md"), 30)
+    text = result[0].read_text()
+    assert "status: ok" in text and "Paris is the capital of France." in text and "What is the capital of France?" in text
+    assert not (vault.root / "inbox" / "capital.md").exists()
+    assert git(vault, "status", "--porcelain") == ""
+    info = vault.git.commit_info("HEAD")
+    assert info.trailers == {"Hermes-Job": "inbox/capital.md"}
+
+
+def test_malformed_and_unknown_requests_keep_their_text(vault, daemon):
+    daemon()
+    (vault.root / "inbox" / "broken.md").write_text("---\ntype: [unclosed\n---\nplease keep me\n")
+    (vault.root / "inbox" / "odd.md").write_text("---\ntype: dance\n---\nalso keep me\n")
+    results = wait_for(lambda: sorted((vault.root / "outputs" / "requests").glob("*.md")) if (vault.root / "outputs" / "requests").exists() and len(list((vault.root / "outputs" / "requests").glob("*.md"))) == 2 else None, 30)
+    texts = {p.name.split("-", 3)[-1]: p.read_text() for p in results}
+    assert "status: error" in texts["broken.md"] and "invalid YAML" in texts["broken.md"] and "please keep me" in texts["broken.md"]
+    assert "type must be one of refine, learn, run" in texts["odd.md"] and "also keep me" in texts["odd.md"]
+    assert wait_for(lambda: git(vault, "status", "--porcelain") == "", 10)
+
+
+def test_second_daemon_is_refused(vault, daemon, run_cli):
+    daemon()
+    r = run_cli("--vault", str(vault.root), "daemon")
+    assert r.returncode == 1 and "already running" in r.stderr
+    r = run_cli("--vault", str(vault.root), "daemon", "status")
+    assert "daemon: running" in r.stdout and "daemon started" in r.stdout
+
+
+def test_sigterm_stops_cleanly_and_lock_is_free(vault, daemon, run_cli):
+    d = daemon()
+    assert d.stop(signal.SIGTERM) == 0
+    assert "daemon: not running" in run_cli("--vault", str(vault.root), "daemon", "status").stdout
+    subprocess.run(["git", "-C", str(vault.root), "fsck"], check=True, capture_output=True)
+    assert not (vault.root / ".git" / "index.lock").exists()
+    daemon()  # and it can start again
+
+
+def test_kill_9_mid_request_then_restart_answers_exactly_once(agent_vault, model_server, daemon):
+    vault = agent_vault
+    model_server.add({"content": "slow answer", "delay": 30}, {"content": "second try answer"})
+    d = daemon()
+    (vault.root / "inbox" / "job.md").write_text("---\ntype: run\n---\nDo the thing.\n")
+    assert wait_for(lambda: len(model_server.requests) == 1, 60)
+    d.proc.kill()
+    d.proc.wait()
+    subprocess.run(["git", "-C", str(vault.root), "fsck"], check=True, capture_output=True)
+    daemon()  # a killed daemon's lock is taken over
+    assert wait_for(lambda: commits(vault)[0].startswith("request: job.md"), 60)
+    results = list((vault.root / "outputs" / "requests").glob("*-job.md"))
+    assert len(results) == 1 and "second try answer" in results[0].read_text()
+    time.sleep(1.0)
+    assert len(list((vault.root / "outputs" / "requests").glob("*-job.md"))) == 1
+    assert sum(1 for c in commits(vault) if c.startswith("request: job.md")) == 1
+
+
+def test_invalid_config_edit_keeps_last_good_settings(vault, daemon):
+    d = daemon()
+    (vault.root / "hermes.yaml").write_text("refine:\n  polcy: auto\n")
+    assert wait_for(lambda: any("keeping the last good settings" in e for e in d.state().get("last_errors", [])))
+
+
+def test_daemon_install_writes_a_systemd_unit(vault, run_cli, tmp_path):
+    r = run_cli("--vault", str(vault.root), "daemon", "install", env={"HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    unit = tmp_path / ".config" / "systemd" / "user" / f"hermes-fs-{vault.root.name}.service"
+    assert f"--vault {vault.root} daemon" in unit.read_text()
