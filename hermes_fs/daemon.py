@@ -114,6 +114,7 @@ class Daemon:
         self.started = time.time()
         self.log = logging.getLogger("hermes_fs.daemon")
         self.observer = None
+        self.jobs: dict = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -125,6 +126,7 @@ class Daemon:
             self._start_observer()
             signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())
             signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
+            self._reload_jobs()
             self.note("daemon started")
             self._scan_inbox()
             self.stop_event.wait()
@@ -190,6 +192,9 @@ class Daemon:
             self._schedule_inbox(rel)
         elif rel == CONFIG_NAME:
             self._reload_config()
+            self._reload_jobs()
+        elif rel.startswith("cron/") and rel.endswith(".md"):
+            self._reload_jobs()
         if rel.startswith(OWN_DIRS):
             return
         with self.pending_lock:
@@ -220,6 +225,16 @@ class Daemon:
             self.note("reloaded hermes.yaml")
         except HermesError as exc:
             self.error(f"hermes.yaml is invalid, keeping the last good settings: {exc}")
+
+    def _reload_jobs(self) -> None:
+        """Re-read cron/*.md; a bad file is reported and the other jobs stay loaded."""
+        from . import cron
+
+        jobs, errors = cron.load_jobs(self.vault.files, self.vault.config)
+        self.jobs = {j.name: j for j in jobs}
+        self.note(f"loaded {len(jobs)} cron job(s)")
+        for e in errors:
+            self.error(f"cron job not loaded: {e}")
 
     # -- inbox -----------------------------------------------------------------------------------
     def _scan_inbox(self) -> None:

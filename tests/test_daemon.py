@@ -206,3 +206,12 @@ def test_daemon_install_writes_a_systemd_unit(vault, run_cli, tmp_path):
     assert r.returncode == 0, r.stderr
     unit = tmp_path / ".config" / "systemd" / "user" / f"hermes-fs-{vault.root.name}.service"
     assert f"--vault {vault.root} daemon" in unit.read_text()
+
+
+def test_cron_file_changes_reload_jobs_and_report_bad_ones(vault, daemon):
+    d = daemon()
+    (vault.root / "cron" / "nightly.md").write_text("---\nschedule: every day at 02:00\n---\nTidy up.\n")
+    assert wait_for(lambda: any("loaded 2 cron job(s)" in e for e in d.state().get("last_events", [])))
+    (vault.root / "cron" / "broken.md").write_text("---\nschedule: '99 * * * *'\n---\nx\n")
+    assert wait_for(lambda: any("cron/broken.md" in e and "bad schedule" in e for e in d.state().get("last_errors", [])))
+    assert any("loaded 2 cron job(s)" in e for e in d.state()["last_events"][-3:])
