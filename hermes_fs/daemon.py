@@ -10,17 +10,15 @@ from __future__ import annotations
 import fcntl
 import fnmatch
 import json
-import logging
 import os
 import signal
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import inbox
+from . import inbox  # light: the job code it runs is imported per request
 from .config import CONFIG_NAME, load_config
 from .errors import HermesError
 from .vault import Vault
@@ -97,6 +95,9 @@ def is_running(vault: Vault) -> bool:
 
 class Daemon:
     def __init__(self, vault: Vault, options: DaemonOptions | None = None):
+        import logging  # here, not at module level: `status` imports this module and must stay fast
+        from concurrent.futures import ThreadPoolExecutor
+
         self.vault = vault
         self.options = options or DaemonOptions()
         self.state_path = vault.state_dir / "daemon.json"
@@ -135,6 +136,8 @@ class Daemon:
             self._shutdown()
 
     def _setup_logging(self) -> None:
+        import logging
+
         handler = logging.FileHandler(self.vault.state_dir / "daemon.log")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         self.log.addHandler(handler)
