@@ -21,6 +21,7 @@ from pathlib import Path
 from . import inbox  # light: the job code it runs is imported per request
 from .config import CONFIG_NAME, load_config
 from .errors import HermesError
+from .lock import VaultLock
 from .vault import Vault
 
 IGNORED_DIRS = {".git", ".hermes", ".obsidian", ".trash", ".idea", ".vscode"}
@@ -43,38 +44,6 @@ def ignored(rel: str) -> bool:
 class DaemonOptions:
     debounce_s: float = 1.0
     workers: int = 2
-
-
-class DaemonLock:
-    def __init__(self, path: Path):
-        self.path = path
-        self.fd: int | None = None
-
-    def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise HermesError(f"a daemon is already running for this vault (pid {read_pid(self.path)})") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self.fd = fd
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.ftruncate(self.fd, 0)
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
-
-
-def read_pid(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-        return int(text) if text else None
-    except (OSError, ValueError):
-        return None
 
 
 def is_running(vault: Vault) -> bool:
@@ -101,7 +70,7 @@ class Daemon:
         self.vault = vault
         self.options = options or DaemonOptions()
         self.state_path = vault.state_dir / "daemon.json"
-        self.lock = DaemonLock(vault.state_dir / "daemon.lock")
+        self.lock = VaultLock(vault.state_dir / "daemon.lock")
         self.stop_event = threading.Event()
         self.pending: set[str] = set()
         self.pending_lock = threading.Lock()
@@ -120,7 +89,10 @@ class Daemon:
     # -- lifecycle -------------------------------------------------------------------------------
     def run(self) -> None:
         """Run in the foreground until SIGTERM/SIGINT."""
-        self.lock.acquire()
+        try:
+            self.lock.acquire(timeout=0)
+        except HermesError:
+            raise HermesError(f"a daemon is already running for this vault (pid {self.lock.holder()})") from None
         try:
             self._setup_logging()
             self._recover()
@@ -330,7 +302,7 @@ def stop(vault: Vault, timeout: float = 60) -> bool:
     """SIGTERM the daemon and wait for its lock to free; False if none was running."""
     if not is_running(vault):
         return False
-    pid = read_pid(vault.state_dir / "daemon.lock")
+    pid = VaultLock(vault.state_dir / "daemon.lock").holder()
     if pid:
         os.kill(pid, signal.SIGTERM)
     deadline = time.time() + timeout

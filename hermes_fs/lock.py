@@ -30,18 +30,19 @@ class VaultLock:
             raise HermesError(f"timed out after {timeout:.0f}s waiting for {self.path}")
         try:
             if self._depth == 0:
-                self._acquire_file(timeout)
+                self.acquire(timeout)
             self._depth += 1
             try:
                 yield
             finally:
                 self._depth -= 1
                 if self._depth == 0:
-                    self._release_file()
+                    self.release()
         finally:
             self._thread_lock.release()
 
-    def _acquire_file(self, timeout: float) -> None:
+    def acquire(self, timeout: float) -> None:
+        """Take the file lock (not re-entrant: `hold` is the re-entrant way); timeout 0 = try once."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + timeout
@@ -50,7 +51,7 @@ class VaultLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() > deadline:
+                if time.monotonic() >= deadline:
                     os.close(fd)
                     raise HermesError(f"vault is busy: {self.path} held by pid {self.holder()}") from None
                 time.sleep(0.01)
@@ -58,7 +59,7 @@ class VaultLock:
         os.write(fd, str(os.getpid()).encode())
         self._fd = fd
 
-    def _release_file(self) -> None:
+    def release(self) -> None:
         if self._fd is not None:
             os.ftruncate(self._fd, 0)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
