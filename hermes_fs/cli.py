@@ -11,7 +11,7 @@ from datetime import datetime
 
 import click
 
-from .errors import HermesError
+from .errors import HermesError, InputError
 
 
 class HermesGroup(click.Group):
@@ -395,6 +395,61 @@ def daemon_install(ctx: click.Context):
     unit = unit_dir / f"hermes-fs-{v.root.name}.service"
     unit.write_text(unit_text(v, exe))
     click.echo(f"wrote {unit}; enable it with: systemctl --user enable --now {unit.name}")
+
+
+@main.group("cron")
+def cron_group():
+    """Scheduled jobs: `cron list`, `cron run JOB`."""
+
+
+@cron_group.command("list")
+@vault_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def cron_list(ctx: click.Context, as_json: bool):
+    """Each job: schedule in words, next run, last status."""
+    from datetime import timezone
+
+    from . import cron
+    from .scheduler import Ledger, next_due
+
+    v = _vault(ctx)
+    jobs, errors = cron.load_jobs(v.files, v.config)
+    ledger = Ledger(v.state_dir / "cron-ledger.json")
+    last = cron.last_runs(v)
+    now = datetime.now(timezone.utc)
+    rows = []
+    for j in jobs:
+        nxt = next_due(j, now, ledger.last(j.name))
+        rows.append({"job": j.name, "schedule": j.schedule.describe(), "enabled": j.enabled,
+                     "next_run": nxt.isoformat() if nxt else None, "last_status": last.get(j.name, {}).get("status")})
+    if as_json:
+        _emit_json(rows)
+    for r in rows if not as_json else []:
+        click.echo(f"{r['job']:<24} {r['schedule']:<36} next: {r['next_run'] or 'disabled'}  last: {r['last_status'] or '-'}")
+    for e in errors:
+        click.echo(f"error: {e}", err=True)
+
+
+@cron_group.command("run")
+@vault_option
+@click.argument("job")
+@click.pass_context
+def cron_run(ctx: click.Context, job: str):
+    """Run a job now (its output is stored, committed and delivered as on schedule)."""
+    from datetime import timezone
+
+    from . import cron
+
+    v = _vault(ctx)
+    jobs, _errors = cron.load_jobs(v.files, v.config)
+    found = {j.name: j for j in jobs}.get(job)
+    if not found:
+        raise InputError(f"no valid job {job!r} in cron/ (see `hermes-fs cron list`)")
+    meta = cron.run_job(v, found, datetime.now(timezone.utc))
+    click.echo(f"{job}: {meta['status']} -> {cron.output_rel(found, datetime.fromisoformat(meta['due']))}")
+    if meta["status"] != "ok":
+        ctx.exit(1)
 
 
 @main.command()

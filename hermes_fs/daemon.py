@@ -85,6 +85,7 @@ class Daemon:
         self.log = logging.getLogger("hermes_fs.daemon")
         self.observer = None
         self.jobs: dict = {}
+        self.scheduler = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -100,6 +101,7 @@ class Daemon:
             signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())
             signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
             self._reload_jobs()
+            self._start_scheduler()
             self.note("daemon started")
             self._scan_inbox()
             self.stop_event.wait()
@@ -144,7 +146,28 @@ class Daemon:
         self.observer.schedule(Handler(), str(self.vault.root), recursive=True)
         self.observer.start()
 
+    def _start_scheduler(self) -> None:
+        from .scheduler import Ledger, Scheduler
+
+        self.scheduler = Scheduler(Ledger(self.vault.state_dir / "cron-ledger.json"), self._run_cron)
+        self.scheduler.start(list(self.jobs.values()))
+
+    def _run_cron(self, job, due) -> None:
+        from . import cron
+
+        self.note(f"cron started: {job.name} (due {due.isoformat()})")
+        try:
+            meta = cron.run_job(self.vault, job, due)
+            self.note(f"cron finished: {job.name} ({meta['status']})")
+            for d in meta.get("delivered") or []:
+                if d["status"] != "ok":
+                    self.error(f"cron {job.name}: delivery to {d['target']} failed: {d.get('error')}")
+        except Exception as exc:
+            self.error(f"cron {job.name} failed: {exc}")
+
     def _shutdown(self) -> None:
+        if self.scheduler:
+            self.scheduler.stop()
         if self.observer:
             self.observer.stop()
             self.observer.join(5)
@@ -207,6 +230,8 @@ class Daemon:
 
         jobs, errors = cron.load_jobs(self.vault.files, self.vault.config)
         self.jobs = {j.name: j for j in jobs}
+        if self.scheduler:
+            self.scheduler.update(jobs)
         self.note(f"loaded {len(jobs)} cron job(s)")
         for e in errors:
             self.error(f"cron job not loaded: {e}")

@@ -1,0 +1,215 @@
+"""Cron: the scheduler's logic with an injected clock, and real runs delivering through Apprise."""
+
+import threading
+import time
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from hermes_fs import cron
+from hermes_fs.config import parse_config
+from hermes_fs.schedule import parse_schedule
+from hermes_fs.scheduler import Ledger, Scheduler, catch_up_runs, next_due, previous_due
+from conftest import git
+
+UTC = ZoneInfo("UTC")
+PARIS = ZoneInfo("Europe/Paris")
+
+
+def job(name, schedule, tz=UTC, catch_up=True, enabled=True):
+    return cron.CronJob(name=name, schedule=parse_schedule(schedule, tz), prompt="p", catch_up=catch_up, enabled=enabled)
+
+
+class FakeClock:
+    def __init__(self, start):
+        self.t = start
+
+    def now(self):
+        return self.t
+
+    def wait(self, event, seconds):
+        return False
+
+
+def scheduler(tmp_path, clock):
+    fired = []
+    s = Scheduler(Ledger(tmp_path / "ledger.json"), lambda j, d: fired.append((j.name, d)), clock)
+    return s, fired
+
+
+def run_ticks(s, clock, until, step=timedelta(minutes=1)):
+    while clock.t < until:
+        clock.t += step
+        s.tick(clock.t)
+    time.sleep(0.2)  # runs happen in threads
+
+
+def test_fires_once_per_due_time(tmp_path):
+    clock = FakeClock(datetime(2026, 11, 30, 6, 0, tzinfo=UTC))
+    s, fired = scheduler(tmp_path, clock)
+    s.jobs = {"brief": job("brief", "0 7 * * *")}
+    s.tick(clock.t)  # first seen: only later times count
+    run_ticks(s, clock, datetime(2026, 12, 2, 8, 0, tzinfo=UTC))
+    assert [d.isoformat() for _n, d in fired] == ["2026-11-30T07:00:00+00:00", "2026-12-01T07:00:00+00:00",
+                                                 "2026-12-02T07:00:00+00:00"]
+
+
+def test_dst_spring_forward_and_fall_back(tmp_path):
+    clock = FakeClock(datetime(2026, 3, 28, 12, 0, tzinfo=PARIS))
+    s, fired = scheduler(tmp_path, clock)
+    s.jobs = {"night": job("night", "30 2 * * *", PARIS)}
+    s.tick(clock.t)
+    run_ticks(s, clock, datetime(2026, 3, 30, 12, 0, tzinfo=PARIS), timedelta(minutes=5))
+    days = [d.astimezone(PARIS).date().isoformat() for _n, d in fired]
+    assert days == ["2026-03-29", "2026-03-30"]  # the nonexistent 02:30 still runs once
+    clock.t = datetime(2026, 10, 24, 12, 0, tzinfo=PARIS)
+    fired.clear()
+    run_ticks(s, clock, datetime(2026, 10, 26, 12, 0, tzinfo=PARIS), timedelta(minutes=5))
+    assert len([d for _n, d in fired if d.astimezone(PARIS).date().isoformat() == "2026-10-25"]) == 1  # 02:30 happens twice: one run
+
+
+def test_month_ends(tmp_path):
+    j = job("eom", "0 9 31 * *")
+    due = next_due(j, datetime(2026, 11, 15, tzinfo=UTC), None)
+    assert due == datetime(2026, 12, 31, 9, 0, tzinfo=UTC)  # November has no 31st
+    j = job("feb", "0 0 29 2 *")
+    assert next_due(j, datetime(2026, 3, 1, tzinfo=UTC), None).year == 2028
+
+
+def test_catch_up_after_downtime_once_and_without_catch_up_waits(tmp_path):
+    ledger = Ledger(tmp_path / "ledger.json")
+    a, b = job("a", "0 7 * * *"), job("b", "0 7 * * *", catch_up=False)
+    for j in (a, b):
+        ledger.mark(j.name, datetime(2026, 11, 27, 7, 0, tzinfo=UTC))
+    now = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)  # down for three days
+    runs = catch_up_runs([a, b], ledger, now)
+    assert [(d.job.name, d.due.isoformat()) for d in runs] == [("a", "2026-11-30T07:00:00+00:00")]
+    assert ledger.last("b") == datetime(2026, 11, 30, 7, 0, tzinfo=UTC)  # skipped, waits for tomorrow
+    assert previous_due(b, now, ledger.last("b")) is None
+
+
+def test_no_double_run_after_restart(tmp_path):
+    clock = FakeClock(datetime(2026, 11, 30, 6, 59, tzinfo=UTC))
+    s, fired = scheduler(tmp_path, clock)
+    s.jobs = {"brief": job("brief", "0 7 * * *")}
+    s.tick(clock.t)
+    clock.t = datetime(2026, 11, 30, 7, 0, 1, tzinfo=UTC)
+    s.tick(clock.t)
+    time.sleep(0.1)
+    assert len(fired) == 1
+    # a restart (a new scheduler on the same ledger), even mid-run: the same due time never fires again
+    s2, fired2 = scheduler(tmp_path, clock)
+    s2.jobs = dict(s.jobs)
+    assert catch_up_runs(list(s2.jobs.values()), s2.ledger, clock.t) == []
+    s2.tick(clock.t)
+    time.sleep(0.1)
+    assert fired2 == []
+
+
+def test_interval_and_one_shot(tmp_path):
+    clock = FakeClock(datetime(2026, 11, 30, 6, 0, tzinfo=UTC))
+    s, fired = scheduler(tmp_path, clock)
+    s.jobs = {"every": job("every", "every 30m"), "once": job("once", "at 2026-11-30T06:45:00+00:00")}
+    s.tick(clock.t)
+    run_ticks(s, clock, datetime(2026, 11, 30, 7, 40, tzinfo=UTC))
+    names = [n for n, _d in fired]
+    assert names.count("every") == 3 and names.count("once") == 1
+
+
+def test_scheduler_thread_sleeps_until_due_and_wakes_on_update(tmp_path):
+    fired = threading.Event()
+    s = Scheduler(Ledger(tmp_path / "ledger.json"), lambda j, d: fired.set())
+    s.start([])
+    soon = datetime.now(UTC) + timedelta(seconds=1.5)
+    s.update([job("soon", f"at {soon.isoformat()}")])  # wakes the sleeping thread
+    assert fired.wait(10)
+    s.stop()
+
+
+@pytest.fixture
+def cron_vault(agent_vault, receiver):
+    cfg = (agent_vault.root / "hermes.yaml").read_text()
+    cfg += f"notify:\n  targets: {{desk: '{receiver.url('desk')}', dead: 'json://127.0.0.1:9/x'}}\n"
+    (agent_vault.root / "hermes.yaml").write_text(cfg)
+    agent_vault.git.commit_paths(["hermes.yaml"], "notify")
+    agent_vault._config = None
+    return agent_vault
+
+
+def write_job(vault, name, schedule, notify="[desk]", extra=""):
+    (vault.root / "cron" / f"{name}.md").write_text(
+        f"---\nschedule: \"{schedule}\"\nnotify: {notify}\n{extra}---\nSay something useful.\n")
+    jobs, errors = cron.load_jobs(vault.files, vault.config)
+    assert not errors, errors
+    return {j.name: j for j in jobs}[name]
+
+
+def test_run_job_stores_commits_and_delivers(cron_vault, model_server, receiver):
+    model_server.add({"content": "Three things to do today."})
+    j = write_job(cron_vault, "brief", "every day at 07:00")
+    meta = cron.run_job(cron_vault, j, datetime(2026, 11, 30, 7, tzinfo=UTC))
+    assert meta["status"] == "ok" and meta["delivered"] == [{"target": "desk", "status": "ok"}]
+    [got] = receiver.received
+    assert got["body"]["message"] == "Three things to do today." and "brief" in got["body"]["title"]
+    out = cron_vault.root / "outputs/cron/brief/20261130-070000.md"
+    assert "Three things to do today." in out.read_text() and "tokens:" in out.read_text()
+    info = cron_vault.git.commit_info("HEAD")
+    assert info.summary == "cron: brief (ok)" and info.trailers == {"Hermes-Job": "brief"}
+
+
+def test_silent_result_is_stored_not_sent(cron_vault, model_server, receiver):
+    model_server.add({"content": "Nothing today. [SILENT]"})
+    j = write_job(cron_vault, "quiet", "every 2h")
+    meta = cron.run_job(cron_vault, j, datetime(2026, 11, 30, 8, tzinfo=UTC))
+    assert meta["silent"] is True and receiver.received == []
+    assert "[SILENT]" in (cron_vault.root / "outputs/cron/quiet/20261130-080000.md").read_text()
+
+
+def test_failing_model_is_stored_and_sent_as_failure(cron_vault, model_server, receiver):
+    model_server.add({"status": 400, "body": {"error": {"message": "model exploded", "type": "invalid_request_error"}}})
+    j = write_job(cron_vault, "broken", "every 2h")
+    meta = cron.run_job(cron_vault, j, datetime(2026, 11, 30, 9, tzinfo=UTC))
+    assert meta["status"] == "error" and "model exploded" in meta["error"]
+    assert "failed" in receiver.received[0]["body"]["title"] and "model exploded" in receiver.received[0]["body"]["message"]
+    assert cron_vault.git.commit_info("HEAD").summary == "cron: broken (error)"
+
+
+def test_unreachable_target_is_recorded(cron_vault, model_server, receiver):
+    model_server.add({"content": "hello"})
+    j = write_job(cron_vault, "both", "every 2h", notify="[desk, dead]")
+    meta = cron.run_job(cron_vault, j, datetime(2026, 11, 30, 10, tzinfo=UTC), retry_base_s=0.01)
+    assert {d["target"]: d["status"] for d in meta["delivered"]} == {"desk": "ok", "dead": "error"}
+    assert "target: dead" in (cron_vault.root / "outputs/cron/both/20261130-100000.md").read_text()
+
+
+def test_one_shot_in_the_real_daemon_delivers_and_disables_itself(cron_vault, model_server, receiver):
+    from test_daemon import DaemonProc, wait_for
+
+    model_server.add({"content": "Reminder: stand up and stretch."})
+    due = (datetime.now(UTC) + timedelta(seconds=4)).replace(microsecond=0)
+    d = DaemonProc(cron_vault.root)
+    try:
+        (cron_vault.root / "cron" / "stretch.md").write_text(
+            f"---\nschedule: \"at {due.isoformat()}\"\nnotify: [desk]\n---\nRemind me to stretch.\n")
+        assert wait_for(lambda: receiver.received, 40)
+        assert receiver.received[0]["body"]["message"] == "Reminder: stand up and stretch."
+        assert wait_for(lambda: git(cron_vault, "log", "-1", "--format=%s").strip() == "cron: stretch (ok)", 20)
+        assert "enabled: false" in (cron_vault.root / "cron/stretch.md").read_text()
+        assert f"outputs/cron/stretch/{due:%Y%m%d-%H%M%S}.md" in git(cron_vault, "ls-files", "outputs")
+    finally:
+        d.stop()
+    assert len(receiver.received) == 1
+
+
+def test_cli_cron_list_and_run(cron_vault, model_server, receiver, run_cli):
+    write_job(cron_vault, "brief", "0 7 * * 1-5")
+    (cron_vault.root / "cron" / "bad.md").write_text("---\nschedule: nope\n---\nx\n")
+    r = run_cli("--vault", str(cron_vault.root), "cron", "list")
+    assert "brief" in r.stdout and "cron '0 7 * * 1-5'" in r.stdout and "next: 20" in r.stdout
+    assert "cron/bad.md" in r.stderr and "bad schedule" in r.stderr
+    model_server.add({"content": "manual run"})
+    r = run_cli("--vault", str(cron_vault.root), "cron", "run", "brief")
+    assert r.returncode == 0 and "brief: ok" in r.stdout
+    assert receiver.received[0]["body"]["message"] == "manual run"
+    assert run_cli("--vault", str(cron_vault.root), "cron", "run", "nope").returncode == 2
