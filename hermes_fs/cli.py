@@ -217,6 +217,27 @@ def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait
         ctx.exit(1)
 
 
+@main.command()
+@vault_option
+@click.argument("sources", nargs=-1, required=True, type=click.Path())
+@click.option("--focus", help="What to capture from the documents.")
+@click.option("--update", "update", metavar="SKILL", help="Only patch this existing skill.")
+@click.option("--policy", type=click.Choice(["review", "auto", "additions"]), help="Override refine.policy.")
+@click.pass_context
+def learn(ctx: click.Context, sources: tuple[str, ...], focus: str | None, update: str | None, policy: str | None):
+    """Turn documents (Markdown, text, HTML, PDF, folders) into skills on a learn/ branch."""
+    from pathlib import Path
+
+    from .learn import LearnOptions, learn as run_learn
+
+    options = LearnOptions([Path(p).expanduser().resolve() for p in sources], focus=focus, update=update, policy=policy)
+    with _spinner("reading and drafting skills"):
+        result = run_learn(_vault(ctx), options)
+    click.echo(result.line())
+    if not result.ok:
+        ctx.exit(1)
+
+
 class _spinner:
     """A spinner on a terminal; silent when piped."""
 

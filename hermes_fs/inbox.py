@@ -136,7 +136,14 @@ def execute(vault: Vault, req: Request) -> tuple[str, str, dict]:
         r = refine(vault, RefineOptions(session=req.session, focus=req.focus))
         extra = {"branch": r.branch, "refine": r.status}
         return ("ok" if r.ok else "error"), r.line(), extra
-    raise InputError("learn requests are not available yet in this version (see the learn issue)")
+    if req.type == "learn":
+        from .learn import LearnOptions, learn
+
+        source = Path(req.source).expanduser()
+        source = source if source.is_absolute() else vault.root / source
+        r = learn(vault, LearnOptions([source], focus=req.focus))
+        return ("ok" if r.ok else "error"), r.line(), {"branch": r.branch, "learn": r.status}
+    raise InputError(f"unknown request type {req.type!r}")
 
 
 def process(vault: Vault, c: Claim, log=lambda msg: None) -> str:

@@ -91,6 +91,7 @@ class RefineResult:
     session: str | None = None
     snapshot: str | None = None
     conflicts: list[str] = field(default_factory=list)
+    kind: str = "refine"  # refine | learn
 
     @property
     def ok(self) -> bool:
@@ -99,10 +100,10 @@ class RefineResult:
     def line(self) -> str:
         files = ", ".join(self.files) if self.files else "no files"
         if self.status == "nothing":
-            return f"refine: nothing to change ({self.reason or 'the reviewer found nothing worth keeping'})"
+            return f"{self.kind}: nothing to change ({self.reason or 'the reviewer found nothing worth keeping'})"
         if self.status == "failed":
-            return f"refine failed: {self.reason}"
-        return f"refine: {self.branch} [{files}] {self.status}: {self.reason}"
+            return f"{self.kind} failed: {self.reason}"
+        return f"{self.kind}: {self.branch} [{files}] {self.status}: {self.reason}"
 
 
 # -- the steps ---------------------------------------------------------------------------------
@@ -351,7 +352,7 @@ def apply_policy(vault: Vault, branch: str, summary: str, policy: str) -> Refine
     parent = store.commit_info(tip).parents[0]
     stat = store.numstat(parent, tip)
     files = [p for _a, _d, p in stat]
-    result = RefineResult("pending", branch, files, summary)
+    result = RefineResult("pending", branch, files, summary, kind=branch.split("/", 1)[0])
     if policy == "review":
         result.reason = "policy review: waiting for `hermes-fs review merge`"
         return result
@@ -370,7 +371,7 @@ def apply_policy(vault: Vault, branch: str, summary: str, policy: str) -> Refine
 
 def notify_result(vault: Vault, result: RefineResult) -> None:
     """refine_pending / refine_failed events; a delivery problem never fails the refine."""
-    event = {"pending": "refine_pending", "conflict": "refine_pending", "failed": "refine_failed"}.get(result.status)
+    event = {"pending": "refine_pending", "conflict": "refine_pending", "failed": "refine_failed"}.get(result.status)  # learn too
     if not event or not vault.config.notify.targets:
         return
     from .notify import Notifier

@@ -17,6 +17,7 @@ from .errors import HermesError
 from .vault import Vault
 
 HELP = """/refine [focus]    review this conversation in the background (result: a refine/ branch)
+/learn SOURCE      turn a document into skills in the background (result: a learn/ branch)
 /review            list learned changes waiting for review
 /memory            show memory files and sizes
 /skills            list skills
@@ -34,7 +35,7 @@ class Repl:
         self.background: list[threading.Thread] = []
         self.commands = {"/memory": self.cmd_memory, "/skills": self.cmd_skills, "/new": self.cmd_new,
                          "/exit": self.cmd_exit, "/quit": self.cmd_exit, "/help": self.cmd_help,
-                         "/refine": self.cmd_refine, "/review": self.cmd_review}
+                         "/refine": self.cmd_refine, "/review": self.cmd_review, "/learn": self.cmd_learn}
 
     # -- one line ------------------------------------------------------------------------------
     def handle(self, line: str) -> bool:
@@ -66,17 +67,30 @@ class Repl:
         from .refine import RefineOptions, refine
 
         options = RefineOptions(session=self.conversation.id, focus=focus or None)
+        return self._background("refine", lambda: refine(self.vault, options))
 
+    def cmd_learn(self, source: str) -> bool:
+        from pathlib import Path
+
+        from .learn import LearnOptions, learn
+
+        if not source:
+            self.out("usage: /learn SOURCE (a file or folder)")
+            return True
+        options = LearnOptions([Path(source).expanduser().resolve()])
+        return self._background("learn", lambda: learn(self.vault, options))
+
+    def _background(self, name: str, job) -> bool:
         def work():
             try:
-                self.out(refine(self.vault, options).line())
-            except Exception as exc:  # refine reports its own failures; this is a last resort
-                self.out(f"refine failed: {exc}")
+                self.out(job().line())
+            except Exception as exc:  # refine and learn report their own failures; this is a last resort
+                self.out(f"{name} failed: {exc}")
 
-        thread = threading.Thread(target=work, name="refine", daemon=True)
+        thread = threading.Thread(target=work, name=name, daemon=True)
         self.background.append(thread)
         thread.start()
-        self.out("refine started in the background")
+        self.out(f"{name} started in the background")
         return True
 
     def cmd_review(self, _arg: str) -> bool:

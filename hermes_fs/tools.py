@@ -79,6 +79,8 @@ class ToolBox:
     sandbox: object | None = None
     searcher: Callable | None = None  # (kind, query) -> list of hits
     skill_guard: Callable[[str, str], None] | None = None  # (name, content): raise to refuse a new skill
+    skill_actions: tuple[str, ...] | None = None  # restrict skill_manage (e.g. learn --update: patch only)
+    skill_names: tuple[str, ...] | None = None  # restrict which skills skill_manage may touch
     changed: list[str] = field(default_factory=list)  # every vault path written, in order
 
     def schemas(self) -> list[dict]:
@@ -144,6 +146,10 @@ class ToolBox:
     def _t_skill_manage(self, action: str, name: str, content: str = "", old_text: str = "", new_text: str = "",
                         file: str | None = None, merged_into: str | None = None) -> str:
         skills.check_name(name)
+        if self.skill_actions is not None and action not in self.skill_actions:
+            raise ValueError(f"here skill_manage may only {', '.join(self.skill_actions)}")
+        if self.skill_names is not None and name not in self.skill_names:
+            raise ValueError(f"here skill_manage may only change {', '.join(self.skill_names)}")
         folder = f"{skills.SKILLS_DIR}/{name}"
         if action == "create":
             if self.skill_guard:
