@@ -155,7 +155,9 @@ def run_job(vault, job: CronJob, due: datetime, retry_base_s: float = 1.0) -> di
     rel = output_rel(job, due)
     target = vault.root / rel
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(dump_doc(meta, f"\n{body.strip()}\n"), encoding="utf-8")
+    from .secrets import redact
+
+    target.write_text(redact(dump_doc(meta, f"\n{body.strip()}\n"))[0], encoding="utf-8")  # outputs are committed
     paths = [rel]
     if job.schedule.at is not None:
         paths.append(disable_job(vault, job))

@@ -112,9 +112,14 @@ def write_result(vault: Vault, c: Claim, original: str, status: str, started: fl
             "started": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "duration_s": round(time.time() - started, 3), **(extra or {})}
+    from .secrets import redact
+
     longest = max([len(r) for r in original.split("\n") if set(r) == {"`"}] + [2])
     fence = "`" * max(3, longest + 1)
     text = dump_doc(meta, f"\n{body.strip()}\n\n## Original request\n\n{fence}markdown\n{original}\n{fence}\n")
+    text, hidden = redact(text)  # a result is committed: secrets in it are replaced, never stored
+    if hidden:
+        text = text.replace("\n## Original request\n", f"\n## Original request ({hidden} secret(s) redacted)\n", 1)
     target = vault.root / c.result_rel
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.hermes-tmp")

@@ -18,19 +18,22 @@ APPRISE_TOKEN_SCHEMES = (
     "line|lametric|flock|guilded|ryver|spontit|techulus|webex|wxteams|apprise|apprises|bark|barks|revolt|kumulos"
 )
 
+# Start of a token: not glued to a word, except after a JSON/escape sequence like \n (tool arguments).
+_B = r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))"
+
 PATTERNS: list[tuple[str, re.Pattern]] = [
     ("private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----")),
-    ("Anthropic API key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}")),
-    ("OpenRouter API key", re.compile(r"\bsk-or-v1-[A-Za-z0-9]{20,}")),
-    ("OpenAI API key", re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}")),
-    ("AWS access key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})")),
-    ("Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
-    ("Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("Groq API key", re.compile(r"\bgsk_[A-Za-z0-9]{20,}")),
-    ("Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
-    ("Stripe key", re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{20,}")),
-    ("xAI API key", re.compile(r"\bxai-[A-Za-z0-9]{30,}")),
+    ("Anthropic API key", re.compile(_B + r"sk-ant-[A-Za-z0-9_-]{20,}")),
+    ("OpenRouter API key", re.compile(_B + r"sk-or-v1-[A-Za-z0-9]{20,}")),
+    ("OpenAI API key", re.compile(_B + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}")),
+    ("AWS access key", re.compile(_B + r"(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("GitHub token", re.compile(_B + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})")),
+    ("Google API key", re.compile(_B + r"AIza[0-9A-Za-z_-]{35}")),
+    ("Slack token", re.compile(_B + r"xox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("Groq API key", re.compile(_B + r"gsk_[A-Za-z0-9]{20,}")),
+    ("Hugging Face token", re.compile(_B + r"hf_[A-Za-z0-9]{30,}")),
+    ("Stripe key", re.compile(_B + r"[rs]k_(?:live|test)_[A-Za-z0-9]{20,}")),
+    ("xAI API key", re.compile(_B + r"xai-[A-Za-z0-9]{30,}")),
     ("URL with credentials", re.compile(r"\b[a-z][a-z0-9+.-]{1,15}://[^\s/:@${}]+:[^\s/@${}]{3,}@", re.I)),
     (
         "Apprise URL with a token",

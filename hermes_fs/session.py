@@ -158,7 +158,9 @@ class Transcript:
 
     def set_title(self, title: str) -> None:
         """Rewrite the frontmatter title (done once, from the first user message)."""
-        self.meta["title"] = " ".join(title.split())[:80] or "untitled"
+        from .secrets import redact
+
+        self.meta["title"] = redact(" ".join(title.split())[:80])[0] or "untitled"
         doc = parse_doc(self.path.read_text(encoding="utf-8"), self.rel, required=True)
         tmp = self.path.with_name(f".{self.path.name}.hermes-tmp")
         tmp.write_text(dump_doc(self.meta, doc.body), encoding="utf-8")
