@@ -123,6 +123,10 @@ class Daemon:
         if index_lock.exists() and time.time() - index_lock.stat().st_mtime > 5:
             index_lock.unlink(missing_ok=True)
             self.note("removed a stale .git/index.lock left by a crash")
+        orphans = self.vault.git.changed_under("sessions")
+        if orphans:  # transcripts of conversations cut short (a killed run): keep them in history
+            self.vault.git.commit_paths(orphans, "session: saved after an interruption", {"Hermes-Change": "recovered"})
+            self.note(f"committed {len(orphans)} interrupted session transcript(s)")
         for c in inbox.pending_claims(self.vault):
             self.note(f"resuming request {c.name}")
             self._submit(c)

@@ -229,6 +229,11 @@ class GitStore:
         out = self._git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
         return sorted({entry[3:] for entry in out.split("\0") if len(entry) > 3})
 
+    def changed_under(self, prefix: str) -> list[str]:
+        """Modified, deleted or untracked (not ignored) files below a folder, without a full status."""
+        out = self._git("ls-files", "-z", "-m", "-d", "-o", "--exclude-standard", "--", prefix)
+        return sorted({p for p in out.split("\0") if p})
+
     def _disk_entry(self, rel: str) -> tuple[str, bytes] | None:
         """(mode, bytes) of a working-tree file as git would store it; None if absent."""
         p = self.root / rel

@@ -215,3 +215,13 @@ def test_cron_file_changes_reload_jobs_and_report_bad_ones(vault, daemon):
     (vault.root / "cron" / "broken.md").write_text("---\nschedule: '99 * * * *'\n---\nx\n")
     assert wait_for(lambda: any("cron/broken.md" in e and "bad schedule" in e for e in d.state().get("last_errors", [])))
     assert any("loaded 2 cron job(s)" in e for e in d.state()["last_events"][-3:])
+
+
+def test_interrupted_session_transcripts_are_committed_on_start(vault, daemon):
+    from hermes_fs.session import Transcript
+
+    t = Transcript.start(vault.root, "m", "inbox")
+    t.append({"role": "user", "content": "cut short"})
+    daemon()
+    assert t.rel in git(vault, "ls-files", "sessions")
+    assert git(vault, "status", "--porcelain") == ""
