@@ -127,6 +127,11 @@ class Daemon:
         if orphans:  # transcripts of conversations cut short (a killed run): keep them in history
             self.vault.git.commit_paths(orphans, "session: saved after an interruption", {"Hermes-Change": "recovered"})
             self.note(f"committed {len(orphans)} interrupted session transcript(s)")
+        edited = [p for p in self.vault.git.dirty_paths() if not p.startswith(OWN_DIRS) and not ignored(p)]
+        if edited:  # edits made while no daemon was watching (or lost in a crash before the debounce)
+            with self.pending_lock:
+                self.pending.update(edited)
+            self._commit_edits()
         for c in inbox.pending_claims(self.vault):
             self.note(f"resuming request {c.name}")
             self._submit(c)

@@ -225,3 +225,11 @@ def test_interrupted_session_transcripts_are_committed_on_start(vault, daemon):
     daemon()
     assert t.rel in git(vault, "ls-files", "sessions")
     assert git(vault, "status", "--porcelain") == ""
+
+
+def test_edits_made_while_the_daemon_was_down_are_committed_on_start(vault, daemon):
+    p = vault.root / USER
+    p.write_text(p.read_text() + "- written while no daemon ran\n")
+    daemon()
+    assert wait_for(lambda: git(vault, "status", "--porcelain") == "", 10)
+    assert vault.git.commit_info("HEAD").summary == "edit: memory/USER.md"
