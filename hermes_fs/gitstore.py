@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -105,13 +106,18 @@ class GitStore:
     def _git(self, *args: str, input: bytes | str | None = None, env: dict | None = None, ok=(0,)) -> str:
         data = input.encode() if isinstance(input, str) else input
         full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
-        proc = subprocess.run(
-            ["git", "-c", "core.quotepath=off", *args],
-            cwd=self.root,
-            input=data,
-            capture_output=True,
-            env=full_env,
-        )
+        for attempt in range(40):
+            # --no-optional-locks: our reads (status) never take index.lock from a person's git.
+            proc = subprocess.run(
+                ["git", "--no-optional-locks", "-c", "core.quotepath=off", *args],
+                cwd=self.root,
+                input=data,
+                capture_output=True,
+                env=full_env,
+            )
+            if proc.returncode in ok or b"index.lock': File exists" not in proc.stderr:
+                break
+            time.sleep(0.05)  # another git (a person's, an editor's) holds the index briefly
         if proc.returncode not in ok:
             err = proc.stderr.decode(errors="replace").strip() or proc.stdout.decode(errors="replace").strip()
             raise GitError(f"git {args[0]} failed: {err}")
