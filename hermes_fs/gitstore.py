@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from .errors import ConflictError, GitError, InputError, SecretError
+from .errors import ConflictError, GitError, InputError
 from .files import clean_relpath
 from .lock import VaultLock
 

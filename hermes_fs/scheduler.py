@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Protocol

@@ -74,7 +74,7 @@ def init_vault(path: Path, template: Path = TEMPLATE_DIR) -> InitResult:
     """Copy the template, `git init -b main`, first commit. Refuses existing vaults and non-empty folders."""
     path = Path(path).expanduser().resolve()
     if (path / CONFIG_NAME).exists():
-        raise InputError(f"already a hermes-fs vault; nothing to do", str(path))
+        raise InputError("already a hermes-fs vault; nothing to do", str(path))
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise InputError("folder is not empty and is not a vault; choose an empty or new folder", str(path))
     if not template.is_dir():

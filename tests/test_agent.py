@@ -1,7 +1,5 @@
 """The agent runtime against the scripted model server: litellm over real HTTP, real git."""
 
-import json
-
 import pytest
 
 from hermes_fs.conversation import Conversation, ConversationOptions

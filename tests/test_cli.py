@@ -2,7 +2,6 @@ import json
 import subprocess
 import sys
 
-from conftest import git
 
 
 def test_help_and_status_do_not_import_litellm_or_docker(vault):

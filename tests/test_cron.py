@@ -8,7 +8,6 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from hermes_fs import cron
-from hermes_fs.config import parse_config
 from hermes_fs.schedule import parse_schedule
 from hermes_fs.scheduler import Ledger, Scheduler, catch_up_runs, next_due, previous_due
 from conftest import git

@@ -4,7 +4,6 @@
 (scripts/docker-test-env.sh). Where no engine can run, these tests skip and say why.
 """
 
-import os
 import subprocess
 import sys
 import textwrap

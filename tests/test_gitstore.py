@@ -164,9 +164,7 @@ def test_revert_merge_and_refusal_after_human_edit(vault):
     _branch_adding_line(vault, "refine/r2", b"- Likes dark mode.\n")
     m2 = vault.git.merge("refine/r2", "merge refine/r2: dark")
     edit(vault, USER, "- Likes dark mode.", "- Likes dark mode, except in the morning.")
-    head_before = None
     with pytest.raises(ConflictError) as exc:
-        head_before = vault.git.head()
         vault.git.revert_merge(m2, "revert refine/r2")
     assert exc.value.files == [USER]
     assert "except in the morning" in (vault.root / USER).read_text()

@@ -1,7 +1,5 @@
 """Learn: documents into skills on a learn/ branch, with the scripted model over HTTP."""
 
-import json
-
 import pytest
 
 from hermes_fs.learn import LEARN_PROMPT, LearnOptions, learn

@@ -164,7 +164,6 @@ def test_conflicting_edit_during_review_is_reported_and_nothing_lost(agent_vault
     _wait_requests(model_server, 2)
     p = agent_vault.root / USER
     p.write_text(p.read_text().replace("Prefers concise answers", "Prefers very short answers"))
-    head = agent_vault.git.head()
     gate.set()
     t.join(60)
     r = box["result"]
@@ -222,7 +221,6 @@ def test_secret_is_refused_and_no_branch(agent_vault, model_server, session):
 
 
 def test_model_failing_mid_review_leaves_no_branch_and_no_lock(agent_vault, model_server, session):
-    head = None
     model_server.add({"tool_calls": [("memory", {"action": "add", "file": "USER.md", "text": "Prefers tabs."})]},
                      {"status": 400, "body": {"error": {"message": "context length exceeded", "type": "invalid_request_error"}}})
     r = refine(agent_vault, RefineOptions(policy="auto"))

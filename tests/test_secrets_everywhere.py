@@ -1,7 +1,6 @@
 """Plant provider keys and tokened Apprise URLs everywhere a person or the agent can write, and show
 that none reaches a commit (they are refused, left uncommitted, or redacted)."""
 
-import json
 from datetime import datetime, timezone
 
 from hermes_fs import cron, inbox
@@ -76,6 +75,6 @@ def test_secrets_never_reach_a_commit(agent_vault, model_server, tmp_path):
     learn(v, LearnOptions([doc], policy="auto"))
     assert_clean(v)
     # nothing was lost: the person's text is still on disk, uncommitted
-    assert KEYS["github"] not in (v.root / "memory/USER.md").read_text() or True
+    assert KEYS["github"] in (v.root / "memory/USER.md").read_text()  # refused to git, kept on disk
     assert ALL in (v.root / "memory" / "MEMORY.md").read_text()
     assert KEYS["apprise"] in (v.root / "notes.md").read_text()
