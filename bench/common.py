@@ -27,8 +27,11 @@ def percentile(xs: list[float], p: float) -> float:
 
 
 def write_results(name: str, data: dict) -> Path:
+    """bench/results/<name>.json; a --quick run_all writes <name>.quick.json so full runs are kept."""
+    import os
+
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    path = RESULTS / f"{name}{os.environ.get('HERMES_BENCH_SUFFIX', '')}.json"
     path.write_text(json.dumps(data, indent=2) + "\n")
     print(f"wrote {path}")
     return path

@@ -69,8 +69,10 @@ def main(quick: bool = False) -> dict:
         "faults": faults.main(12 if quick else 50),
         "stress": stress.main(60 if quick else 180),
     }
+    results["quick"] = quick
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    table = ["| figure | target | measured | ratio to baseline |", "|---|---|---|---|"]
+    mode = "`python bench/run_all.py --quick`" if quick else "`python bench/run_all.py`"
+    table = [f"Made by {mode}.", "", "| figure | target | measured | ratio to baseline |", "|---|---|---|---|"]
     table += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows(results)]
     (HERE / "results.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))
@@ -78,4 +80,9 @@ def main(quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    main(quick="--quick" in sys.argv)
+    quick = "--quick" in sys.argv
+    if quick:
+        import os
+
+        os.environ["HERMES_BENCH_SUFFIX"] = ".quick"  # keep the full runs' per-benchmark files
+    main(quick=quick)
