@@ -32,6 +32,13 @@ def clean_relpath(rel: str) -> str:
     return "/".join(parts)
 
 
+def prune_empty_dirs(start: Path, root: Path) -> None:
+    """Remove `start` and its parents while empty, stopping at `root` (git keeps no empty folders)."""
+    while start != root and start.is_dir() and not any(start.iterdir()):
+        start.rmdir()
+        start = start.parent
+
+
 class FileStore(Protocol):
     def read(self, rel: str) -> bytes | None: ...
     def write(self, rel: str, data: bytes) -> None: ...
@@ -74,10 +81,7 @@ class DiskFiles:
         p = self.path(rel)
         if p.exists():
             p.unlink()
-        parent = p.parent
-        while parent != self.root and parent.is_dir() and not any(parent.iterdir()):
-            parent.rmdir()
-            parent = parent.parent
+        prune_empty_dirs(p.parent, self.root)
 
     def children(self, prefix: str, containing: str) -> list[str]:
         """Names of the folders directly under `prefix` that hold a file `containing` (cheap: no walk)."""

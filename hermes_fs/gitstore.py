@@ -24,7 +24,7 @@ from functools import cached_property
 from pathlib import Path
 
 from .errors import ConflictError, GitError, InputError
-from .files import clean_relpath
+from .files import clean_relpath, prune_empty_dirs
 from .lock import VaultLock
 
 MAIN = "main"
@@ -508,10 +508,7 @@ class GitStore:
             if entry is None:
                 deleted.append(rel)
                 target.unlink(missing_ok=True)
-                parent = target.parent
-                while parent != self.root and parent.is_dir() and not any(parent.iterdir()):
-                    parent.rmdir()  # git does not keep empty folders; neither do we
-                    parent = parent.parent
+                prune_empty_dirs(target.parent, self.root)
                 continue
             mode, sha = entry
             data = self.read_file(commit, rel)

@@ -20,7 +20,8 @@ from .gitstore import format_message
 from .model import LiteLLMModel, Model, ModelSettings
 from .overlay import OverlayFiles
 from .prompt import select_skills
-from .refine import RefineResult, apply_policy, check, duplicate_guard, notify_result, skills_at, slugify, unique_branch
+from .refine import (RefineResult, apply_policy, check, duplicate_guard, failure, notify_result, skills_at, slugify,
+                     unique_branch)
 from .sources import Source, chapters, read_sources
 from .tools import ToolBox
 from .vault import Vault
@@ -53,7 +54,6 @@ class LearnOptions:
 def learn(vault: Vault, options: LearnOptions, model: Model | None = None) -> RefineResult:
     """Read, draft, check, commit on learn/..., apply the policy. Never raises for a failed learn."""
     cfg = vault.config
-    result = RefineResult("failed", kind="learn")
     branch = None
     try:
         sources = read_sources(options.sources)
@@ -84,11 +84,8 @@ def learn(vault: Vault, options: LearnOptions, model: Model | None = None) -> Re
         branch = unique_branch(vault, "learn", options.focus or titles)
         vault.git.commit_overlay(s, branch, changes, format_message(summary, lines, trailers), author=cfg.git.author)
         result = apply_policy(vault, branch, summary, options.policy or cfg.refine.policy)
-    except Exception as exc:
-        if branch and vault.git.rev(f"refs/heads/{branch}") and result.status == "failed":
-            vault.git.delete_branch(branch)
-        result = RefineResult("failed", kind="learn",
-                              reason=str(exc) if isinstance(exc, HermesError) else f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # any failure: no partial branch, a clear report
+        result = failure(vault, branch, exc, "learn")
     notify_result(vault, result)
     return result
 

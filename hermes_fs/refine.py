@@ -154,12 +154,17 @@ def refine(vault: Vault, options: RefineOptions | None = None, model: Model | No
         result = apply_policy(vault, branch, summary, options.policy or cfg.refine.policy)
         result.session, result.snapshot = sid, s
     except Exception as exc:  # any failure: no partial branch, a clear report
-        if branch and vault.git.rev(f"refs/heads/{branch}") and result.status == "failed":
-            vault.git.delete_branch(branch)
-        result.status, result.branch, result.files = "failed", None, []
-        result.reason = str(exc) if isinstance(exc, HermesError) else f"{type(exc).__name__}: {exc}"
+        result = failure(vault, branch, exc, "refine", session=result.session, snapshot=result.snapshot)
     notify_result(vault, result)
     return result
+
+
+def failure(vault: Vault, branch: str | None, exc: Exception, kind: str, **fields) -> RefineResult:
+    """The report of a failed refine or learn, after removing the branch it may have left."""
+    if branch and vault.git.rev(f"refs/heads/{branch}"):
+        vault.git.delete_branch(branch)
+    reason = str(exc) if isinstance(exc, HermesError) else f"{type(exc).__name__}: {exc}"
+    return RefineResult("failed", kind=kind, reason=reason, **fields)
 
 
 def review(vault: Vault, overlay: OverlayFiles, s: str, sid: str, options: RefineOptions, model: Model) -> str:

@@ -46,7 +46,9 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
     for prefix in LEARNED_PREFIXES:
         for b in vault.git.branches(prefix):
             st.pending_reviews.append({"branch": b.name, "age_s": int(time.time()) - b.timestamp, "summary": b.summary})
-    st.daemon = daemon_state(vault)
+    from .daemon import status as daemon_status
+
+    st.daemon = daemon_status(vault)  # daemon.json checked against the daemon's lock
     return st
 
 
@@ -91,13 +93,6 @@ def memory_rows(vault: Vault) -> tuple[list[dict], list[str]]:
         tmp.write_text(json.dumps(fresh))
         os.replace(tmp, cache_path)
     return rows, errors
-
-
-def daemon_state(vault: Vault) -> dict:
-    """What .hermes/daemon.json says, checked against the daemon's lock (a dead daemon holds none)."""
-    from .daemon import status as daemon_status
-
-    return daemon_status(vault)
 
 
 def render(st: Status) -> str:
