@@ -341,10 +341,13 @@ def slugify(text: str, limit: int = 40) -> str:
 
 
 def unique_branch(vault: Vault, kind: str, text: str) -> str:
+    """`<kind>/<stamp>-<slug>`, suffixed when a pending, rejected or merged change has that name.
+    (Slugs hold only [a-z0-9-], so the name is safe inside the grep pattern.)"""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     base = f"{kind}/{stamp}-{slugify(text)}"
     name, n = base, 1
-    while vault.git.rev(f"refs/heads/{name}") or vault.git.rev(f"refs/hermes/rejected/{name}"):
+    while (vault.git.rev(f"refs/heads/{name}") or vault.git.rev(f"refs/hermes/rejected/{name}")
+           or vault.git.log(grep=f"^merge {name}: ", limit=1)):  # a merged branch is gone but its name is taken
         n += 1
         name = f"{base}-{n}"
     return name

@@ -337,3 +337,14 @@ def test_checks_catch_what_tools_would_have_refused(vault):
     assert "memory/MEMORY.md:" in problems and "invalid YAML" in problems
     assert "cron/new-job.md: a review may only change memory/ and skills/" in problems
     assert "binary file" in problems
+
+
+def test_branch_names_are_never_reused_even_after_a_merge(vault):
+    from hermes_fs.refine import unique_branch
+
+    s = vault.git.head()
+    first = unique_branch(vault, "refine", "same focus")
+    vault.git.commit_overlay(s, first, {USER: vault.git.read_file(s, USER) + b"- a\n"}, "a")
+    vault.git.merge(first, f"merge {first}: a")  # the merged branch ref is deleted...
+    second = unique_branch(vault, "refine", "same focus")
+    assert second != first  # ...but its name stays taken, so `log` and `revert` stay unambiguous
