@@ -22,7 +22,7 @@ os.environ.setdefault("HERMES_TEST_KEY", "bench")
 from common import percentile, write_results  # noqa: E402
 from model_server import ModelServer, configure_vault  # noqa: E402
 
-from hermes_fs.vault import init_vault  # noqa: E402
+from hermes_fs.store.vault import init_vault  # noqa: E402
 
 JOBS = int(os.environ.get("JOBS", "30"))
 SPREAD_S = 120

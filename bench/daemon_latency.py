@@ -23,7 +23,7 @@ sys.path.insert(0, str(HERE))
 
 from common import percentile, write_results  # noqa: E402
 
-from hermes_fs.vault import init_vault  # noqa: E402
+from hermes_fs.store.vault import init_vault  # noqa: E402
 
 TRIALS = int(os.environ.get("TRIALS", "50"))
 DEBOUNCE = 1.0

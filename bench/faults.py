@@ -19,7 +19,7 @@ from harness import (ModelServer, configure, fsck_clean, git, responder, start_d
                      wait_settled)
 from common import write_results  # noqa: E402
 
-from hermes_fs.vault import init_vault  # noqa: E402
+from hermes_fs.store.vault import init_vault  # noqa: E402
 
 
 def main(trials: int = 50) -> dict:

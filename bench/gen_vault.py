@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hermes_fs.vault import init_vault  # noqa: E402
+from hermes_fs.store.vault import init_vault  # noqa: E402
 
 CACHE = Path(__file__).resolve().parent / ".vaults"
 WORDS = ("deploy build test cache docker git python rust api token queue retry backoff index schema "

@@ -23,9 +23,9 @@ from common import write_results  # noqa: E402
 from model_server import ModelServer, configure_vault  # noqa: E402
 from skill_corpus import questions, skill_library, skill_md  # noqa: E402
 
-from hermes_fs.conversation import Conversation, ConversationOptions  # noqa: E402
-from hermes_fs.model import import_litellm  # noqa: E402
-from hermes_fs.vault import init_vault  # noqa: E402
+from hermes_fs.agent.conversation import Conversation, ConversationOptions  # noqa: E402
+from hermes_fs.agent.model import import_litellm  # noqa: E402
+from hermes_fs.store.vault import init_vault  # noqa: E402
 
 
 def make_vault(tmp: Path, n_skills: int, server: ModelServer):

@@ -19,7 +19,7 @@ from harness import (ModelServer, configure, daemon_state, fsck_clean, git, resp
 from common import write_results  # noqa: E402
 from gen_vault import generate  # noqa: E402
 
-from hermes_fs.lock import VaultLock  # noqa: E402
+from hermes_fs.store.lock import VaultLock  # noqa: E402
 
 
 def main(seconds: float = 180, files: int = 10_000) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_fs.vault import Vault, init_vault
+from hermes_fs.store.vault import Vault, init_vault
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HERMES_TEST_KEY", "sk-test-not-a-real-key")

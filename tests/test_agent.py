@@ -2,10 +2,10 @@
 
 import pytest
 
-from hermes_fs.conversation import Conversation, ConversationOptions
-from hermes_fs.model import ModelError
-from hermes_fs.session import Transcript
-from hermes_fs.tools import SCHEMAS
+from hermes_fs.agent.conversation import Conversation, ConversationOptions
+from hermes_fs.agent.model import ModelError
+from hermes_fs.mind.sessions import Transcript
+from hermes_fs.agent.tools import SCHEMAS
 from conftest import git
 
 
@@ -197,7 +197,7 @@ def test_secret_written_by_agent_is_refused_and_not_committed(agent_vault, model
 
 
 def test_skills_index_over_budget_picks_relevant_skills(agent_vault, model_server, tmp_path):
-    from hermes_fs import skills
+    from hermes_fs.mind import skills
 
     for i in range(40):
         skills.create(agent_vault.files, f"filler-skill-{i}", f"---\nname: filler-skill-{i}\ndescription: Generic helper number {i} for unrelated chores around the house and garden.\n---\nbody\n")

@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from hermes_fs import cron, inbox, memory, skills
-from hermes_fs.config import parse_config
+from hermes_fs.mind import jobs as cron, memory, skills
+from hermes_fs.service import inbox
+from hermes_fs.store.config import parse_config
 from hermes_fs.errors import InputError
 from conftest import git
 
@@ -202,8 +203,8 @@ MODEL_CASES = [
 
 @pytest.mark.parametrize("tool,args,expected", MODEL_CASES)
 def test_bad_model_tool_calls(vault, tool, args, expected):
-    from hermes_fs.sandbox import NoSandbox
-    from hermes_fs.tools import SessionCommitter, ToolBox
+    from hermes_fs.agent.sandbox import NoSandbox
+    from hermes_fs.agent.tools import SessionCommitter, ToolBox
 
     before = snapshot(vault)
     box = ToolBox(files=vault.files, config=vault.config, committer=SessionCommitter(vault.git, "s"),
@@ -214,9 +215,9 @@ def test_bad_model_tool_calls(vault, tool, args, expected):
 
 
 def test_oversized_tool_output_is_truncated(vault, tmp_path):
-    from hermes_fs.config import SandboxConfig
-    from hermes_fs.sandbox import LocalSandbox
-    from hermes_fs.tools import ToolBox
+    from hermes_fs.store.config import SandboxConfig
+    from hermes_fs.agent.sandbox import LocalSandbox
+    from hermes_fs.agent.tools import ToolBox
 
     box = ToolBox(files=vault.files, config=vault.config, sandbox=LocalSandbox(tmp_path, SandboxConfig(backend="local")))
     result = box.call("shell", json.dumps({"command": "yes hello | head -c 500000"}))

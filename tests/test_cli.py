@@ -6,7 +6,7 @@ import sys
 
 def test_help_and_status_do_not_import_litellm_or_docker(vault):
     code = (
-        "import sys; from hermes_fs.cli import main\n"
+        "import sys; from hermes_fs.cli.main import main\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit: pass\n"
         "heavy = [m for m in ('litellm', 'docker', 'apprise', 'openai') if m in sys.modules]\n"
         "print('HEAVY', heavy, file=sys.stderr)\n"

@@ -1,6 +1,6 @@
 """`hermes-fs run` and `hermes-fs chat` as real processes against the scripted model server."""
 
-from hermes_fs.session import Transcript
+from hermes_fs.mind.sessions import Transcript
 from conftest import git
 
 

@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_fs.config import Config, load_config, parse_config
+from hermes_fs.store.config import Config, load_config, parse_config
 from hermes_fs.errors import ConfigError
-from hermes_fs.vault import TEMPLATE_DIR
+from hermes_fs.store.vault import TEMPLATE_DIR
 
 
 def test_template_config_is_valid_and_covers_every_setting():

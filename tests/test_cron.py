@@ -7,9 +7,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from hermes_fs import cron
-from hermes_fs.schedule import parse_schedule
-from hermes_fs.scheduler import Ledger, Scheduler, catch_up_runs, next_due, previous_due
+from hermes_fs.mind import jobs as cron
+from hermes_fs.mind.schedule import parse_schedule
+from hermes_fs.service.scheduler import Ledger, Scheduler, catch_up_runs, next_due, previous_due
 from conftest import git
 
 UTC = ZoneInfo("UTC")

@@ -3,10 +3,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from hermes_fs import cron
-from hermes_fs.config import parse_config
+from hermes_fs.mind import jobs as cron
+from hermes_fs.store.config import parse_config
 from hermes_fs.errors import InputError
-from hermes_fs.schedule import parse_schedule
+from hermes_fs.mind.schedule import parse_schedule
 
 UTC = ZoneInfo("UTC")
 PARIS = ZoneInfo("Europe/Paris")

@@ -218,7 +218,7 @@ def test_cron_file_changes_reload_jobs_and_report_bad_ones(vault, daemon):
 
 
 def test_interrupted_session_transcripts_are_committed_on_start(vault, daemon):
-    from hermes_fs.session import Transcript
+    from hermes_fs.mind.sessions import Transcript
 
     t = Transcript.start(vault.root, "m", "inbox")
     t.append({"role": "user", "content": "cut short"})

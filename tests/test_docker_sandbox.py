@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from hermes_fs.config import SandboxConfig
-from hermes_fs.sandbox import SandboxError
+from hermes_fs.store.config import SandboxConfig
+from hermes_fs.agent.sandbox import SandboxError
 
 IMAGE = "hermes-fs-test:busybox"
 
@@ -55,7 +55,7 @@ def workspace(tmp_path):
 
 @pytest.fixture
 def box(workspace, request):
-    from hermes_fs.docker_sandbox import DockerSandbox
+    from hermes_fs.agent.sandbox.docker import DockerSandbox
 
     sb = DockerSandbox(SandboxConfig(image=IMAGE, memory="64m", cpus=0.5, timeout_s=20), workspace,
                        f"test-{request.node.name[:40]}")
@@ -115,7 +115,7 @@ def test_output_is_truncated_with_a_marker(box):
 
 
 def test_container_removed_at_end(workspace):
-    from hermes_fs.docker_sandbox import DockerSandbox
+    from hermes_fs.agent.sandbox.docker import DockerSandbox
 
     sb = DockerSandbox(SandboxConfig(image=IMAGE), workspace, "test-removed-at-end")
     sb.run("true")
@@ -128,8 +128,8 @@ def test_leftovers_of_a_crash_are_removed_on_next_start(workspace):
     code = textwrap.dedent(f"""
         import os, sys
         from pathlib import Path
-        from hermes_fs.config import SandboxConfig
-        from hermes_fs.docker_sandbox import DockerSandbox
+        from hermes_fs.store.config import SandboxConfig
+        from hermes_fs.agent.sandbox.docker import DockerSandbox
         sb = DockerSandbox(SandboxConfig(image="{IMAGE}"), Path(sys.argv[1]), "test-crashed")
         sb.run("true")
         print("ready", flush=True)
@@ -138,7 +138,7 @@ def test_leftovers_of_a_crash_are_removed_on_next_start(workspace):
     proc = subprocess.run([sys.executable, "-c", code, str(workspace)], capture_output=True, text=True)
     assert "ready" in proc.stdout and proc.returncode == -9
     assert len(containers("test-crashed")) == 1  # the crash left it behind
-    from hermes_fs.docker_sandbox import DockerSandbox
+    from hermes_fs.agent.sandbox.docker import DockerSandbox
 
     sb = DockerSandbox(SandboxConfig(image=IMAGE), workspace, "test-after-crash")
     sb.run("true")
@@ -147,7 +147,7 @@ def test_leftovers_of_a_crash_are_removed_on_next_start(workspace):
 
 
 def test_missing_image_is_a_clear_error(workspace):
-    from hermes_fs.docker_sandbox import DockerSandbox
+    from hermes_fs.agent.sandbox.docker import DockerSandbox
 
     sb = DockerSandbox(SandboxConfig(image="hermes-fs-test:no-such-image"), workspace, "test-missing")
     with pytest.raises(SandboxError, match=r"docker pull hermes-fs-test:no-such-image"):
@@ -155,7 +155,7 @@ def test_missing_image_is_a_clear_error(workspace):
 
 
 def test_unreachable_engine_is_a_clear_error_not_a_hang(workspace, monkeypatch):
-    from hermes_fs.docker_sandbox import DockerSandbox
+    from hermes_fs.agent.sandbox.docker import DockerSandbox
 
     monkeypatch.setenv("DOCKER_HOST", f"unix://{workspace}/no-docker.sock")
     sb = DockerSandbox(SandboxConfig(image=IMAGE), workspace, "test-no-engine")
@@ -166,7 +166,7 @@ def test_unreachable_engine_is_a_clear_error_not_a_hang(workspace, monkeypatch):
 
 
 def test_shell_tool_through_the_agent(agent_vault, model_server, workspace):
-    from hermes_fs.conversation import Conversation, ConversationOptions
+    from hermes_fs.agent.conversation import Conversation, ConversationOptions
 
     cfg = (agent_vault.root / "hermes.yaml").read_text().replace("backend: local", f"backend: docker\n  image: {IMAGE}")
     (agent_vault.root / "hermes.yaml").write_text(cfg)

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from hermes_fs.errors import ConflictError, GitError, InputError, SecretError
-from hermes_fs.gitstore import GitStore, format_message, parse_trailers
+from hermes_fs.store.git import GitStore, format_message, parse_trailers
 from conftest import git
 
 USER = "memory/USER.md"

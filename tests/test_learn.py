@@ -2,8 +2,8 @@
 
 import pytest
 
-from hermes_fs.learn import LEARN_PROMPT, LearnOptions, learn
-from hermes_fs.sources import Source, chapters, clean, read_file
+from hermes_fs.learning.learn import LEARN_PROMPT, LearnOptions, learn
+from hermes_fs.learning.sources import Source, chapters, clean, read_file
 from conftest import git
 
 GUIDE = """# Deploying to fly.io
@@ -201,7 +201,7 @@ def test_cli_learn_and_inbox_learn(agent_vault, model_server, tmp_path, run_cli)
 
 
 def test_inbox_learn_request(agent_vault, model_server):
-    from hermes_fs import inbox
+    from hermes_fs.service import inbox
 
     (agent_vault.root / "docs").mkdir()
     (agent_vault.root / "docs" / "deploy.md").write_text(GUIDE)

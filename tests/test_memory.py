@@ -1,9 +1,9 @@
 import pytest
 
-from hermes_fs import memory
-from hermes_fs.config import Config
+from hermes_fs.mind import memory
+from hermes_fs.store.config import Config
 from hermes_fs.errors import InputError
-from hermes_fs.files import DiskFiles
+from hermes_fs.store.files import DiskFiles
 
 CFG = Config()
 

@@ -1,8 +1,8 @@
 import pytest
 
-from hermes_fs.config import parse_config
+from hermes_fs.store.config import parse_config
 from hermes_fs.errors import InputError
-from hermes_fs.notify import Notifier, expand
+from hermes_fs.store.notify import Notifier, expand
 
 
 def make(vault, targets: str):

@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from hermes_fs import review
-from hermes_fs.conversation import Conversation, ConversationOptions
+from hermes_fs.learning import changes as review
+from hermes_fs.agent.conversation import Conversation, ConversationOptions
 from hermes_fs.errors import ConflictError
-from hermes_fs.refine import RefineOptions, refine, similar_skill
-from hermes_fs.tools import REVIEW_TOOLS
+from hermes_fs.learning.refine import RefineOptions, refine, similar_skill
+from hermes_fs.agent.tools import REVIEW_TOOLS
 from conftest import git
 
 USER = "memory/USER.md"
@@ -320,8 +320,8 @@ def test_cli_refine_in_background(agent_vault, model_server, session, run_cli):
 
 def test_checks_catch_what_tools_would_have_refused(vault):
     """Defense in depth: the final check re-validates every changed file of the overlay."""
-    from hermes_fs.overlay import OverlayFiles
-    from hermes_fs.refine import check
+    from hermes_fs.store.overlay import OverlayFiles
+    from hermes_fs.learning.refine import check
 
     ov = OverlayFiles(vault.git, vault.git.head())
     ov.changes["skills/bad-skill/SKILL.md"] = b"---\nname: other\ndescription: d\n---\nx\n"
@@ -340,7 +340,7 @@ def test_checks_catch_what_tools_would_have_refused(vault):
 
 
 def test_branch_names_are_never_reused_even_after_a_merge(vault):
-    from hermes_fs.refine import unique_branch
+    from hermes_fs.learning.refine import unique_branch
 
     s = vault.git.head()
     first = unique_branch(vault, "refine", "same focus")

@@ -1,6 +1,6 @@
 import pytest
 
-from hermes_fs import secrets
+from hermes_fs.store import secrets
 from hermes_fs.errors import SecretError
 
 PLANTED = {

@@ -3,9 +3,10 @@ that none reaches a commit (they are refused, left uncommitted, or redacted)."""
 
 from datetime import datetime, timezone
 
-from hermes_fs import cron, inbox
-from hermes_fs.conversation import Conversation, ConversationOptions
-from hermes_fs.refine import RefineOptions, refine
+from hermes_fs.mind import jobs as cron
+from hermes_fs.service import inbox
+from hermes_fs.agent.conversation import Conversation, ConversationOptions
+from hermes_fs.learning.refine import RefineOptions, refine
 from conftest import git
 
 KEYS = {
@@ -66,7 +67,7 @@ def test_secrets_never_reach_a_commit(agent_vault, model_server, tmp_path):
     inbox.process(v, c)
     assert "[REDACTED" in (v.root / c.result_rel).read_text()
     # 6. learn from a document full of keys
-    from hermes_fs.learn import LearnOptions, learn
+    from hermes_fs.learning.learn import LearnOptions, learn
 
     doc = tmp_path / "doc.md"
     doc.write_text(f"# Setup\n\nUse these keys: {ALL}\n")

@@ -2,10 +2,10 @@ import os
 
 import pytest
 
-from hermes_fs import skills
+from hermes_fs.mind import skills
 from hermes_fs.errors import InputError
-from hermes_fs.files import DiskFiles
-from hermes_fs.vault import TEMPLATE_DIR
+from hermes_fs.store.files import DiskFiles
+from hermes_fs.store.vault import TEMPLATE_DIR
 
 GOOD = """---
 name: deploy-fly

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from hermes_fs.errors import InputError
-from hermes_fs.vault import find_vault, init_vault
+from hermes_fs.store.vault import find_vault, init_vault
 from conftest import git
 
 

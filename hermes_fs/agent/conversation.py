@@ -1,0 +1,123 @@
+"""A conversation with the agent: the pieces wired together for `run`, `chat`, inbox and cron.
+
+It owns the transcript (written as it goes, committed when the conversation ends), builds the
+system prompt afresh each turn (memory may have changed), and gives the agent its tools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .loop import Agent, AgentConfig, TurnResult
+from ..mind.search import SearchIndex
+from .model import LiteLLMModel, Model, ModelError, ModelSettings
+from .prompt import current_project, system_prompt
+from .sandbox import make_sandbox
+from ..mind.sessions import Transcript
+from .tools import SessionCommitter, ToolBox
+from ..store.vault import Vault
+
+MODEL_ROLES = ("user", "assistant", "tool")
+
+
+@dataclass
+class ConversationOptions:
+    source: str = "cli"  # cli | run | cron | inbox | mcp
+    task: str | None = None  # picks a per-task model (refine, cron, learn)
+    model: str | None = None  # explicit model override
+    workspace: Path | None = None
+    project: str | None = None
+    skills: list[str] = field(default_factory=list)  # loaded in full (cron jobs)
+    max_steps: int = 25
+    resume: str | None = None  # a session id to continue
+
+
+def default_workspace(vault: Vault) -> Path:
+    """The current folder when it is outside the vault; otherwise a scratch folder in .hermes/."""
+    cwd = Path.cwd().resolve()
+    if cwd != vault.root and vault.root not in cwd.parents:
+        return cwd
+    return vault.state_dir / "workspace"
+
+
+class Conversation:
+    def __init__(self, vault: Vault, options: ConversationOptions | None = None, model: Model | None = None):
+        self.vault = vault
+        self.options = options or ConversationOptions()
+        self.model = model or LiteLLMModel(
+            ModelSettings.from_config(vault.config, self.options.task, self.options.model))
+        if self.options.resume:
+            self.transcript = Transcript.load(vault.root, self.options.resume)
+        else:
+            self.transcript = Transcript.start(vault.root, self.model.name, self.options.source)
+        self.workspace = self.options.workspace or default_workspace(vault)
+        self.project = self.options.project or current_project(vault, self.workspace)
+        self.sandbox = make_sandbox(vault.config.sandbox, self.workspace, self.transcript.id)
+        self.tools = ToolBox(
+            files=vault.files, config=vault.config, committer=SessionCommitter(vault.git, self.transcript.id),
+            vault_root=vault.root, workspace=self.workspace,
+            sandbox=self.sandbox, searcher=self._search,
+        )
+        self.agent = Agent(self.model, self.tools, AgentConfig(self.options.max_steps), self.transcript.append)
+        self.ended = False
+
+    @property
+    def id(self) -> str:
+        return self.transcript.id
+
+    def ask(self, text: str) -> TurnResult:
+        if not self.transcript.user_turns and self.transcript.meta.get("title") in (None, "", "untitled"):
+            self.transcript.set_title(text)
+        system = system_prompt(self.vault, text, self.project, self.options.skills)
+        history = [m for m in self.transcript.messages if m["role"] in MODEL_ROLES]
+        user = {"role": "user", "content": text}
+        self.transcript.append(user)
+        messages = [{"role": "system", "content": system}, *history, user]
+        try:
+            return self.agent.run(messages)
+        except ModelError as exc:
+            self.note(f"model error: {exc}")
+            raise
+        except KeyboardInterrupt:
+            self._close_open_calls("interrupted by the user")
+            self.note("turn interrupted by the user")
+            raise
+
+    def note(self, text: str) -> None:
+        """A line for people reading the transcript; never sent to the model."""
+        self.transcript.append({"role": "note", "content": text})
+
+    def _close_open_calls(self, reason: str) -> None:
+        """Answer tool calls left without a result, so the history stays valid for the next turn."""
+        answered = {m.get("tool_call_id") for m in self.transcript.messages if m["role"] == "tool"}
+        for m in list(self.transcript.messages):
+            for call in m.get("tool_calls") or []:
+                if call["id"] not in answered:
+                    self.transcript.append({"role": "tool", "tool_call_id": call["id"],
+                                            "name": call["function"]["name"], "content": f"error: {reason}"})
+
+    def _search(self, kind: str, query: str):
+        index = SearchIndex(self.vault.root)
+        try:
+            return index.search(kind, query)
+        finally:
+            index.close()
+
+    def end(self) -> str | None:
+        """Commit the transcript (and only it) on main; close the sandbox. Safe to call twice."""
+        if self.ended:
+            return None
+        self.ended = True
+        self.sandbox.close()
+        if not self.transcript.messages:
+            self.transcript.path.unlink(missing_ok=True)
+            return None
+        title = self.transcript.meta.get("title") or self.id
+        return self.vault.git.commit_paths([self.transcript.rel], f"session: {title}", {"Hermes-Session": self.id})
+
+    def __enter__(self) -> "Conversation":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.end()

@@ -1,0 +1,217 @@
+"""The model layer: every call goes through litellm, so any provider works.
+
+litellm is imported lazily (it takes seconds), with its bundled cost map so no network is needed.
+Transient failures (timeouts, 429, 5xx, a server not answering yet) are retried with exponential
+backoff; a bad key, an unknown model or a server that stays unreachable is one clear error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..store.config import Config
+from ..errors import HermesError
+
+
+class ModelError(HermesError):
+    """A model call failed for good (after retries where retrying makes sense)."""
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text, as the model wrote it
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+
+    def add(self, other: "Usage") -> None:
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        if other.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + other.cost_usd
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class Reply:
+    content: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+    def as_message(self) -> dict:
+        msg: dict = {"role": "assistant", "content": self.content or ""}
+        if self.tool_calls:
+            msg["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        return msg
+
+
+class Model(Protocol):
+    name: str
+
+    def complete(self, messages: list[dict], tools: list[dict]) -> Reply: ...
+
+
+@dataclass
+class ModelSettings:
+    model: str
+    api_base: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = 120.0
+    retries: int = 4
+    retry_base_s: float = 1.0
+
+    @classmethod
+    def from_config(cls, config: Config, task: str | None = None, override: str | None = None) -> "ModelSettings":
+        base = float(os.environ.get("HERMES_RETRY_BASE_S", "1.0"))
+        return cls(
+            model=override or (config.model_for(task) if task else config.model),
+            api_base=config.api_base,
+            api_key_env=config.api_key_env,
+            retry_base_s=base,
+        )
+
+
+def import_litellm():
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+class LiteLLMModel:
+    def __init__(self, settings: ModelSettings):
+        self.settings = settings
+        self.name = settings.model
+        self.usage = Usage()  # running total for this model object
+        self.calls = 0
+
+    def _api_key(self) -> str | None:
+        env = self.settings.api_key_env
+        if not env:
+            return None
+        key = os.environ.get(env)
+        if not key:
+            raise ModelError(f"the API key variable {env} (hermes.yaml api_key_env) is not set")
+        return key
+
+    def complete(self, messages: list[dict], tools: list[dict]) -> Reply:
+        litellm = import_litellm()
+        kwargs = dict(model=self.settings.model, messages=messages, timeout=self.settings.timeout_s, num_retries=0)
+        if tools:
+            kwargs["tools"] = tools
+        if self.settings.api_base:
+            kwargs["api_base"] = self.settings.api_base
+        key = self._api_key()
+        if key:
+            kwargs["api_key"] = key
+        attempt = 0
+        while True:
+            try:
+                response = litellm.completion(**kwargs)
+                break
+            except Exception as exc:  # litellm maps provider errors onto its own classes
+                kind = classify(exc)
+                if kind == "retry" and attempt < self.settings.retries:
+                    time.sleep(self.settings.retry_base_s * (2**attempt))
+                    attempt += 1
+                    continue
+                raise ModelError(describe(exc, kind, self.settings, attempt)) from None
+        self.calls += 1
+        return self._reply(litellm, response)
+
+    def _reply(self, litellm, response) -> Reply:
+        try:
+            message = response.choices[0].message
+        except (AttributeError, IndexError):
+            raise ModelError(f"model {self.name} returned no message") from None
+        calls = [
+            ToolCall(c.id or f"call_{i}", c.function.name or "", c.function.arguments or "")
+            for i, c in enumerate(getattr(message, "tool_calls", None) or [])
+        ]
+        u = getattr(response, "usage", None)
+        usage = Usage(getattr(u, "prompt_tokens", 0) or 0, getattr(u, "completion_tokens", 0) or 0)
+        try:
+            usage.cost_usd = float(litellm.completion_cost(completion_response=response))
+        except Exception:
+            usage.cost_usd = None  # unknown model or local server: litellm has no price
+        self.usage.add(usage)
+        content = message.content if isinstance(message.content, str) else None
+        return Reply(content, calls, usage)
+
+
+def classify(exc: Exception) -> str:
+    """retry | auth | not_found | bad_request | unreachable | other, from litellm's exception classes."""
+    litellm = import_litellm()
+    ex = litellm.exceptions
+    if isinstance(exc, ex.AuthenticationError) or isinstance(exc, getattr(ex, "PermissionDeniedError", ())):
+        return "auth"
+    if isinstance(exc, ex.NotFoundError):
+        return "not_found"
+    if isinstance(exc, (ex.RateLimitError, ex.Timeout, ex.InternalServerError, ex.ServiceUnavailableError)):
+        return "retry"
+    if isinstance(exc, ex.APIConnectionError):
+        return "retry"  # a local server still starting: retried, then reported as unreachable
+    if isinstance(exc, ex.BadRequestError):
+        text = str(exc)
+        if "LLM Provider NOT provided" in text or "model" in text.lower() and "not" in text.lower() and "found" in text.lower():
+            return "not_found"
+        return "bad_request"
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and (status == 429 or status >= 500):
+        return "retry"
+    return "other"
+
+
+def describe(exc: Exception, kind: str, settings: ModelSettings, attempts: int) -> str:
+    where = f" at {settings.api_base}" if settings.api_base else ""
+    first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    if kind == "auth":
+        hint = f"check {settings.api_key_env}" if settings.api_key_env else "check the provider's API key variable"
+        return f"model {settings.model}: the API key was refused ({hint})"
+    if kind == "not_found":
+        return f"model {settings.model}: unknown model{where}; check `model` in hermes.yaml ({first})"
+    if kind == "retry":
+        if is_connection_error(exc):
+            return f"model {settings.model}: cannot reach the model server{where} after {attempts + 1} tries"
+        return f"model {settings.model}: still failing after {attempts + 1} tries: {first}"
+    return f"model {settings.model}: {first}"
+
+
+def is_connection_error(exc: Exception) -> bool:
+    """litellm reports a refused connection as APIConnectionError or as InternalServerError
+    wrapping the client's 'Connection error.'; both mean nobody answered."""
+    litellm = import_litellm()
+    if isinstance(exc, litellm.exceptions.APIConnectionError):
+        return True
+    text = str(exc)
+    return "Connection error" in text or "Connection refused" in text or "ConnectError" in text
+
+
+def parse_arguments(raw: str) -> dict:
+    """Tool arguments from the model: a JSON object, or a ValueError the model can act on."""
+    if raw is None or not str(raw).strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"arguments are not valid JSON ({exc.msg} at position {exc.pos}); send a JSON object") from None
+    if not isinstance(value, dict):
+        raise ValueError("arguments must be a JSON object")
+    return value

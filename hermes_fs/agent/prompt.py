@@ -1,0 +1,95 @@
+"""The system prompt: a short identity, USER.md, MEMORY.md, the current project's memory and the
+skills index. The index fits `skills.prompt_budget_chars`; past that, the skills most relevant to
+the conversation are chosen by full-text search and the prompt says how to find the rest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..mind import memory, skills
+from ..errors import InputError
+from ..mind.search import SearchIndex
+from ..store.vault import Vault
+
+IDENTITY = """You are hermes-fs, a persistent assistant. Your memory and skills are Markdown files in a git \
+vault that the user can read and edit. Save durable facts about the user with the `memory` tool \
+(USER.md) and your own lessons in MEMORY.md: short entries, absolute dates, lessons not logs. \
+Before a task a skill covers, read it with `skill_view`. Never put secrets in files."""
+
+
+@dataclass
+class SkillsIndex:
+    text: str
+    shown: list[str]
+    total: int
+
+
+def skills_index(vault: Vault, query: str, budget: int) -> SkillsIndex:
+    """All skills if they fit the budget; otherwise the most relevant first, then a pointer to search."""
+    names = skills.names(vault.files)
+    index = SearchIndex(vault.root)
+    try:
+        index.refresh("skills")
+        described = {path.split("/")[1]: desc for path, desc in
+                     index.db.execute("SELECT path, description FROM fts WHERE kind='skills'")}
+        ranked = [h.path.split("/")[1] for h in index.search("skills", query, limit=50)] if query else []
+    finally:
+        index.close()
+    return select_skills({n: described.get(n, "") for n in names}, ranked, budget)
+
+
+def select_skills(entries: dict[str, str], ranked: list[str], budget: int) -> SkillsIndex:
+    """Lines `- name: description` within `budget` characters, most relevant (`ranked`) first."""
+    names = sorted(entries)
+    lines = {n: f"- {n}: {' '.join(entries[n].split())}" for n in names}
+    full = "\n".join(lines[n] for n in names)
+    if len(full) <= budget:
+        return SkillsIndex(full, names, len(names))
+    order = [n for n in ranked if n in lines] + [n for n in names if n not in ranked]
+    shown, used = [], 0
+    for n in order:
+        cost = len(lines[n]) + 1
+        if used + cost > budget:
+            if n in ranked:
+                continue  # a long description: try the next relevant one
+            break
+        shown.append(n)
+        used += cost
+    text = "\n".join(lines[n] for n in shown)
+    text += f"\n({len(names) - len(shown)} more skills not listed: call skill_search with keywords to find them.)"
+    return SkillsIndex(text, shown, len(names))
+
+
+def system_prompt(vault: Vault, query: str = "", project: str | None = None, extra_skills: list[str] = ()) -> str:
+    cfg = vault.config
+    parts = [IDENTITY]
+    for name, title in (("USER.md", "About the user (memory/USER.md)"), ("MEMORY.md", "Your notes (memory/MEMORY.md)")):
+        body = _memory_body(vault, name)
+        if body:
+            parts.append(f"# {title}\n{body}")
+    if project:
+        body = _memory_body(vault, f"projects/{project}.md")
+        if body:
+            parts.append(f"# Current project: {project} (memory/projects/{project}.md)\n{body}")
+    idx = skills_index(vault, query, cfg.skills.prompt_budget_chars)
+    if idx.total:
+        parts.append(f"# Skills (read one with skill_view before using it)\n{idx.text}")
+    for name in extra_skills:
+        parts.append(f"# Skill loaded for this task: {name}\n{skills.view(vault.files, name)}")
+    return "\n\n".join(parts)
+
+
+def _memory_body(vault: Vault, name: str) -> str:
+    try:
+        m = memory.load(vault.files, name, vault.config)
+    except InputError:
+        return ""
+    return m.doc.body.strip()
+
+
+def current_project(vault: Vault, workspace) -> str | None:
+    """The project whose memory file is named after the workspace folder, if there is one."""
+    if workspace is None:
+        return None
+    slug = workspace.name.lower()
+    return slug if (vault.root / "memory" / "projects" / f"{slug}.md").is_file() else None

@@ -1,0 +1,172 @@
+"""The Docker backend of the sandbox, through the docker SDK.
+
+One container per session, reused across its commands and removed at the end. Locked down by
+default: no network (unless sandbox.network), all capabilities dropped, no-new-privileges, pids,
+memory and CPU limits, a non-root user, a read-only root with a tmpfs /tmp, and only the workspace
+mounted (read-write) at /workspace. Containers carry labels, so leftovers of a crashed process are
+found and removed the next time a sandbox starts.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from ...store.config import SandboxConfig
+from ..sandbox import OUTPUT_LIMIT, SandboxError, ShellResult
+
+LABEL = "hermes-fs.sandbox"
+CAPTURE_LIMIT = 4 * OUTPUT_LIMIT  # bytes kept per stream; the rest is counted and dropped
+PIDS_LIMIT = 256
+KEEPALIVE = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
+
+
+def _client(timeout: int = 10):
+    import docker
+    from docker.errors import DockerException
+
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+        return client
+    except DockerException as exc:
+        raise SandboxError(
+            "no reachable Docker engine "
+            f"({str(exc).splitlines()[0][:160]}): start Docker (e.g. `sudo systemctl start docker`), "
+            "or set sandbox.backend to local or none in hermes.yaml"
+        ) from None
+
+
+def sandbox_user() -> str:
+    """The host user when it is not root (so workspace files stay theirs); otherwise nobody."""
+    uid, gid = os.getuid(), os.getgid()
+    return f"{uid}:{gid}" if uid != 0 else "65534:65534"
+
+
+def remove_leftovers(client) -> int:
+    """Remove sandbox containers whose owning process is gone (a crash, a kill -9)."""
+    removed = 0
+    for c in client.containers.list(all=True, filters={"label": LABEL}):
+        pid = c.labels.get("hermes-fs.pid", "")
+        if pid.isdigit() and _alive(int(pid)) and c.labels.get("hermes-fs.host") == os.uname().nodename:
+            continue
+        try:
+            c.remove(force=True)
+            removed += 1
+        except Exception:
+            pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+class DockerSandbox:
+    def __init__(self, config: SandboxConfig, workspace: Path, session_id: str):
+        self.config = config
+        self.workspace = Path(workspace)
+        self.session_id = session_id
+        self.client = None
+        self.container = None
+        self._lock = threading.Lock()
+
+    def _ensure(self):
+        if self.container is not None:
+            return self.container
+        from docker.errors import APIError, ImageNotFound
+
+        self.client = _client()
+        remove_leftovers(self.client)
+        try:
+            self.client.images.get(self.config.image)
+        except ImageNotFound:
+            raise SandboxError(
+                f"Docker image {self.config.image} is not available here: run `docker pull {self.config.image}`, "
+                "or set sandbox.image in hermes.yaml"
+            ) from None
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        try:
+            self.container = self.client.containers.run(
+                self.config.image, KEEPALIVE, detach=True, user=sandbox_user(), working_dir="/workspace",
+                network_mode=None if self.config.network else "none", network_disabled=not self.config.network,
+                cap_drop=["ALL"], security_opt=["no-new-privileges"], pids_limit=PIDS_LIMIT,
+                mem_limit=self.config.memory, memswap_limit=self.config.memory,
+                nano_cpus=int(self.config.cpus * 1e9), read_only=True,
+                tmpfs={"/tmp": "rw,size=64m,mode=1777"}, environment={"HOME": "/tmp"},
+                volumes={str(self.workspace.resolve()): {"bind": "/workspace", "mode": "rw"}},
+                labels={LABEL: "1", "hermes-fs.session": self.session_id, "hermes-fs.pid": str(os.getpid()),
+                        "hermes-fs.host": os.uname().nodename},
+            )
+        except APIError as exc:
+            raise SandboxError(f"could not start the sandbox container: {exc.explanation or exc}") from None
+        return self.container
+
+    def run(self, command: str, timeout_s: float | None = None) -> ShellResult:
+        timeout = min(timeout_s or self.config.timeout_s, self.config.timeout_s)
+        with self._lock:
+            container = self._ensure()
+            api = self.client.api
+            exec_id = api.exec_create(container.id, ["/bin/sh", "-c", command], workdir="/workspace")["Id"]
+            out, err = bytearray(), bytearray()
+            dropped = [0, 0]
+
+            def pump():
+                for chunk_out, chunk_err in api.exec_start(exec_id, stream=True, demux=True):
+                    for i, (buf, chunk) in enumerate(((out, chunk_out), (err, chunk_err))):
+                        if chunk:
+                            room = CAPTURE_LIMIT - len(buf)
+                            buf.extend(chunk[: max(room, 0)])
+                            dropped[i] += max(len(chunk) - max(room, 0), 0)
+
+            reader = threading.Thread(target=pump, daemon=True)
+            reader.start()
+            reader.join(timeout)
+            timed_out = reader.is_alive()
+            if timed_out:
+                # Kill every process of the sandbox user; the container's init survives for reuse.
+                api.exec_start(api.exec_create(container.id, ["/bin/sh", "-c", "kill -9 -1"])["Id"])
+                reader.join(10)
+            code = None if timed_out else api.exec_inspect(exec_id).get("ExitCode")
+            stdout, stderr = _text(out, dropped[0]), _text(err, dropped[1])
+            return ShellResult(code, stdout, stderr, timed_out=timed_out, cwd="/workspace")
+
+    def close(self) -> None:
+        with self._lock:
+            if self.container is not None:
+                try:
+                    self.container.remove(force=True)
+                except Exception:
+                    pass
+                self.container = None
+
+
+def _text(buf: bytearray, dropped: int) -> str:
+    text = bytes(buf).decode("utf-8", errors="replace")
+    return text + (f"\n[... {dropped} more bytes not captured ...]" if dropped else "")
+
+
+def doctor(config: SandboxConfig) -> list[tuple[str, bool, str]]:
+    """(check, ok, detail) rows for `hermes-fs doctor`."""
+    rows = []
+    try:
+        client = _client(timeout=5)
+        version = client.version().get("Version", "?")
+        rows.append(("docker engine", True, f"reachable, version {version}"))
+    except SandboxError as exc:
+        return [("docker engine", False, str(exc))]
+    from docker.errors import ImageNotFound
+
+    try:
+        client.images.get(config.image)
+        rows.append(("sandbox image", True, config.image))
+    except ImageNotFound:
+        rows.append(("sandbox image", False, f"{config.image} missing: run `docker pull {config.image}`"))
+    return rows

@@ -1,0 +1,258 @@
+"""The agent's tools, with the names and arguments of DESIGN section 7.
+
+A ToolBox turns a call (name + raw JSON arguments) into a string for the model. Every bad
+argument, refused path or failed operation comes back as `error: ...` the model can act on;
+nothing here raises into the agent loop. File edits go through a FileStore (the live vault, or
+a refine overlay) and, in a live session, a Committer that commits them on main.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+from ..mind import memory, skills
+from ..store.config import Config
+from ..store.docs import decode
+from ..errors import HermesError, InputError
+from ..store.files import FileStore, clean_relpath
+from .model import parse_arguments
+
+READ_LIMIT = 100_000
+
+S = {"type": "string"}
+
+
+def _schema(name: str, description: str, props: dict, required: list[str]) -> dict:
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": props, "required": required}}}
+
+
+SCHEMAS = {
+    "memory": _schema("memory", "Add, replace or remove one entry of a memory file. old_text: unique substring of the entry.", {
+        "action": {"type": "string", "enum": ["add", "replace", "remove"]},
+        "file": {"type": "string", "description": "USER.md, MEMORY.md or projects/<slug>.md"},
+        "text": S, "old_text": S}, ["action", "file"]),
+    "skill_view": _schema("skill_view", "Read a skill's SKILL.md, or one of its files.", {"name": S, "file": S}, ["name"]),
+    "skill_search": _schema("skill_search", "Find skills by keywords.", {"query": S}, ["query"]),
+    "skill_manage": _schema("skill_manage", "Create, patch or delete a skill, or write/remove a file in it. content: full SKILL.md for create.", {
+        "action": {"type": "string", "enum": ["create", "patch", "write_file", "remove_file", "delete"]},
+        "name": S, "content": S, "old_text": S, "new_text": S, "file": S, "merged_into": S}, ["action", "name"]),
+    "read_file": _schema("read_file", "Read a text file (vault-relative, or absolute in the workspace).", {"path": S}, ["path"]),
+    "write_file": _schema("write_file", "Write a text file (vault-relative, or absolute in the workspace).", {"path": S, "content": S}, ["path", "content"]),
+    "shell": _schema("shell", "Run a shell command in the sandbox workspace.", {"command": S, "timeout_s": {"type": "number"}}, ["command"]),
+    "session_search": _schema("session_search", "Search past conversations.", {"query": S}, ["query"]),
+}
+REVIEW_TOOLS = ["memory", "skill_view", "skill_manage", "read_file"]  # on an overlay: vault paths only
+
+
+class Committer(Protocol):
+    def before_write(self, paths: list[str]) -> None: ...
+    def after_write(self, paths: list[str], message: str) -> None: ...
+
+
+@dataclass
+class SessionCommitter:
+    """Live-session writes: pending human edits in those paths are committed first (so they keep
+    their author), then the agent's write is committed with a Hermes-Session trailer."""
+
+    git: object
+    session_id: str
+
+    def before_write(self, paths: list[str]) -> None:
+        self.git.commit_human_edits(paths)
+
+    def after_write(self, paths: list[str], message: str) -> None:
+        self.git.commit_paths(paths, message, {"Hermes-Session": self.session_id})
+
+
+@dataclass
+class ToolBox:
+    files: FileStore
+    config: Config
+    enabled: list[str] = field(default_factory=lambda: list(SCHEMAS))
+    committer: Committer | None = None
+    vault_root: Path | None = None
+    workspace: Path | None = None
+    sandbox: object | None = None
+    searcher: Callable | None = None  # (kind, query) -> list of hits
+    skill_guard: Callable[[str, str], None] | None = None  # (name, content): raise to refuse a new skill
+    skill_actions: tuple[str, ...] | None = None  # restrict skill_manage (e.g. learn --update: patch only)
+    skill_names: tuple[str, ...] | None = None  # restrict which skills skill_manage may touch
+    changed: list[str] = field(default_factory=list)  # every vault path written, in order
+
+    def schemas(self) -> list[dict]:
+        return [SCHEMAS[n] for n in self.enabled]
+
+    def call(self, name: str, raw_arguments: str) -> str:
+        if name not in self.enabled:
+            return f"error: unknown tool {name!r}; available: {', '.join(self.enabled)}"
+        try:
+            args = parse_arguments(raw_arguments)
+            _check_args(name, args)
+            return getattr(self, f"_t_{name}")(**args)
+        except ValueError as exc:
+            return f"error: {exc}"
+        except HermesError as exc:
+            return f"error: {exc}"
+        except OSError as exc:
+            return f"error: {exc.strerror or exc}"
+
+    # -- writing with commits ------------------------------------------------------------------
+    def _write(self, paths: list[str], message: str, action: Callable[[], object]):
+        if self.committer:
+            self.committer.before_write(paths)
+        result = action()
+        for p in paths:
+            if p not in self.changed:
+                self.changed.append(p)
+        if self.committer:
+            self.committer.after_write(paths, message)
+        return result
+
+    # -- the tools ----------------------------------------------------------------------------------
+    def _t_memory(self, action: str, file: str, text: str = "", old_text: str = "") -> str:
+        name = memory.memory_name(file)
+        path = f"{memory.MEMORY_DIR}/{name}"
+        if action == "add":
+            op = lambda: memory.add(self.files, self.config, name, text)  # noqa: E731
+        elif action == "replace":
+            op = lambda: memory.replace(self.files, self.config, name, old_text, text)  # noqa: E731
+        elif action == "remove":
+            op = lambda: memory.remove(self.files, self.config, name, old_text)  # noqa: E731
+        else:
+            raise ValueError("action must be add, replace or remove")
+        if action != "remove" and not text.strip():
+            raise ValueError(f"text is required for {action}")
+        m = self._write([path], f"memory: {action} in {path}", op)
+        return f"ok: {action} in {path} ({m.size}/{m.budget} chars, {len(m.entries)} entries)"
+
+    def _t_skill_view(self, name: str, file: str | None = None) -> str:
+        text = skills.view(self.files, name, file)
+        if file is None:
+            extra = skills.read(self.files, name).files
+            if extra:
+                text += "\n\n(files in this skill: " + ", ".join(extra) + ")"
+        return text
+
+    def _t_skill_search(self, query: str) -> str:
+        hits = self.searcher("skills", query) if self.searcher else []
+        if not hits:
+            return "no matching skills"
+        return "\n".join(f"- {h.name}: {h.description}" for h in hits)
+
+    def _t_skill_manage(self, action: str, name: str, content: str = "", old_text: str = "", new_text: str = "",
+                        file: str | None = None, merged_into: str | None = None) -> str:
+        skills.check_name(name)
+        if self.skill_actions is not None and action not in self.skill_actions:
+            raise ValueError(f"here skill_manage may only {', '.join(self.skill_actions)}")
+        if self.skill_names is not None and name not in self.skill_names:
+            raise ValueError(f"here skill_manage may only change {', '.join(self.skill_names)}")
+        folder = f"{skills.SKILLS_DIR}/{name}"
+        if action == "create":
+            if self.skill_guard:
+                self.skill_guard(name, content)
+            meta = {"created-by": "refine" if not self.committer else "session", "version": "1"}
+            self._write([skills.skill_path(name)], f"skill: create {name}",
+                        lambda: skills.create(self.files, name, content, metadata=meta))
+            return f"ok: created skill {name}"
+        if action == "patch":
+            rel = skills.skill_path(name, file) if file else skills.skill_path(name)
+            self._write([rel], f"skill: patch {name}", lambda: skills.patch(self.files, name, old_text, new_text, file))
+            return f"ok: patched {rel}"
+        if action == "write_file":
+            if not file:
+                raise ValueError("file is required for write_file")
+            rel = skills.support_path(name, file)
+            self._write([rel], f"skill: write {rel}", lambda: skills.write_file(self.files, name, file, content))
+            return f"ok: wrote {rel}"
+        if action == "remove_file":
+            if not file:
+                raise ValueError("file is required for remove_file")
+            rel = skills.support_path(name, file)
+            self._write([rel], f"skill: remove {rel}", lambda: skills.remove_file(self.files, name, file))
+            return f"ok: removed {rel}"
+        if action == "delete":
+            paths = self.files.list(folder)
+            self._write(paths, f"skill: delete {name}", lambda: skills.delete(self.files, name, merged_into))
+            return f"ok: deleted skill {name}" + (f" (merged into {merged_into})" if merged_into else "")
+        raise ValueError("action must be create, patch, write_file, remove_file or delete")
+
+    def _t_read_file(self, path: str) -> str:
+        where, target = self._resolve(path)
+        data = self.files.read(target) if where == "vault" else _read_host(target)
+        if data is None:
+            raise InputError("no such file", path)
+        text = decode(data[:READ_LIMIT], path)
+        return text + (f"\n[... truncated at {READ_LIMIT} bytes of {len(data)}]" if len(data) > READ_LIMIT else "")
+
+    def _t_write_file(self, path: str, content: str) -> str:
+        where, target = self._resolve(path)
+        if where == "vault":
+            self._write([target], f"write: {target}", lambda: self.files.write(target, content.encode("utf-8")))
+        else:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            Path(target).write_text(content, encoding="utf-8")
+        return f"ok: wrote {len(content)} characters to {path}"
+
+    def _t_shell(self, command: str, timeout_s: float | None = None) -> str:
+        if self.sandbox is None:
+            raise InputError("the shell tool is not available here")
+        if not command.strip():
+            raise ValueError("command is empty")
+        return self.sandbox.run(command, timeout_s).render()
+
+    def _t_session_search(self, query: str) -> str:
+        hits = self.searcher("sessions", query) if self.searcher else []
+        if not hits:
+            return "no matching sessions"
+        return "\n".join(f"- {h.path} ({h.name}): {h.snippet}" for h in hits)
+
+    # -- paths ---------------------------------------------------------------------------------
+    def _resolve(self, path: str) -> tuple[str, str]:
+        """('vault', clean relative path) or ('workspace', absolute path); anything else is refused."""
+        if not isinstance(path, str) or not path.strip():
+            raise ValueError("path is empty")
+        if not os.path.isabs(path):
+            return "vault", clean_relpath(path)
+        real = os.path.realpath(path)
+        if self.vault_root is not None:
+            root = os.path.realpath(self.vault_root)
+            if real == root or real.startswith(root + os.sep):
+                return "vault", clean_relpath(os.path.relpath(real, root))
+        if self.workspace is not None:
+            ws = os.path.realpath(self.workspace)
+            if real.startswith(ws + os.sep):
+                top = real[len(ws) + 1 :].split(os.sep, 1)[0]
+                if top in (".git", ".hermes"):
+                    raise InputError(f"path is inside {top}/, which tools may not touch", path)
+                return "workspace", real
+        raise InputError("path is outside the vault and the workspace", path)
+
+
+def _read_host(path: str) -> bytes | None:
+    p = Path(path)
+    return p.read_bytes() if p.is_file() else None
+
+
+def _check_args(name: str, args: dict) -> None:
+    params = SCHEMAS[name]["function"]["parameters"]
+    props, required = params["properties"], params["required"]
+    unknown = [k for k in args if k not in props]
+    if unknown:
+        raise ValueError(f"unknown argument(s) {', '.join(unknown)} for {name}; expected: {', '.join(props)}")
+    missing = [k for k in required if args.get(k) in (None, "")]
+    if missing:
+        raise ValueError(f"missing required argument(s) for {name}: {', '.join(missing)}")
+    for key, value in args.items():
+        kind = props[key].get("type")
+        if value is None:
+            continue
+        if kind == "string" and not isinstance(value, str):
+            raise ValueError(f"{key} must be a string")
+        if kind == "number" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"{key} must be a number")
+        if "enum" in props[key] and value not in props[key]["enum"]:
+            raise ValueError(f"{key} must be one of {', '.join(props[key]['enum'])}")

@@ -1,0 +1,194 @@
+"""`hermes-fs chat`: a REPL over a Conversation, with slash commands.
+
+On a terminal: line editing and history (readline, history in .hermes/chat_history), Ctrl-C
+interrupts the current turn and the session goes on, Ctrl-D or /exit ends it. With stdin not a
+terminal: one message (or slash command) per line, each answer printed, so it can be scripted.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Callable, Iterable
+
+from ..mind import memory, skills
+from ..agent.conversation import Conversation, ConversationOptions
+from ..errors import HermesError
+from ..store.vault import Vault
+
+HELP = """/refine [focus]    review this conversation in the background (result: a refine/ branch)
+/learn SOURCE      turn a document into skills in the background (result: a learn/ branch)
+/review            list learned changes waiting for review
+/memory            show memory files and sizes
+/skills            list skills
+/new               end this session (committed) and start a new one
+/exit              end the session and leave
+/help              this list"""
+
+
+class Repl:
+    def __init__(self, vault: Vault, options: ConversationOptions, out: Callable[[str], None] = print):
+        self.vault = vault
+        self.options = options
+        self.out = out
+        self.conversation = Conversation(vault, options)
+        self.background: list[threading.Thread] = []
+        self.commands = {"/memory": self.cmd_memory, "/skills": self.cmd_skills, "/new": self.cmd_new,
+                         "/exit": self.cmd_exit, "/quit": self.cmd_exit, "/help": self.cmd_help,
+                         "/refine": self.cmd_refine, "/review": self.cmd_review, "/learn": self.cmd_learn}
+
+    # -- one line ------------------------------------------------------------------------------
+    def handle(self, line: str) -> bool:
+        """Process a line; False means the REPL should stop."""
+        line = line.strip()
+        if not line:
+            return True
+        if line.startswith("/"):
+            word, _, rest = line.partition(" ")
+            command = self.commands.get(word)
+            if command is None:
+                self.out(f"unknown command {word}; /help lists them")
+                return True
+            return command(rest.strip())
+        try:
+            result = self.conversation.ask(line)
+            self.out(result.answer)
+        except HermesError as exc:
+            self.out(f"error: {exc}")
+        every = self.vault.config.refine.every_turns
+        if every and self.conversation.transcript.user_turns % every == 0:
+            self.out(f"(automatic review after {every} turns)")
+            self.cmd_refine("")
+        return True
+
+    # -- slash commands ---------------------------------------------------------------------------
+    def cmd_refine(self, focus: str) -> bool:
+        """Review this conversation in a background thread; the chat goes on."""
+        from ..learning.refine import RefineOptions, refine
+
+        options = RefineOptions(session=self.conversation.id, focus=focus or None)
+        return self._background("refine", lambda: refine(self.vault, options))
+
+    def cmd_learn(self, source: str) -> bool:
+        from pathlib import Path
+
+        from ..learning.learn import LearnOptions, learn
+
+        if not source:
+            self.out("usage: /learn SOURCE (a file or folder)")
+            return True
+        options = LearnOptions([Path(source).expanduser().resolve()])
+        return self._background("learn", lambda: learn(self.vault, options))
+
+    def _background(self, name: str, job) -> bool:
+        def work():
+            try:
+                self.out(job().line())
+            except Exception as exc:  # refine and learn report their own failures; this is a last resort
+                self.out(f"{name} failed: {exc}")
+
+        thread = threading.Thread(target=work, name=name, daemon=True)
+        self.background.append(thread)
+        thread.start()
+        self.out(f"{name} started in the background")
+        return True
+
+    def cmd_review(self, _arg: str) -> bool:
+        from ..learning.changes import pending
+
+        rows = pending(self.vault.git)
+        if not rows:
+            self.out("no pending changes")
+        for p in rows:
+            self.out(f"{p.branch} [{', '.join(p.files)}] {p.summary}")
+        return True
+
+    def cmd_memory(self, _arg: str) -> bool:
+        for name in memory.list_memory(self.vault.files):
+            m = memory.load(self.vault.files, name, self.vault.config)
+            self.out(f"{m.path}: {len(m.entries)} entries, {m.size}/{m.budget} chars")
+        return True
+
+    def cmd_skills(self, _arg: str) -> bool:
+        loaded, errors = skills.load_all(self.vault.files)
+        for s in loaded:
+            self.out(f"{s.name}: {s.description}")
+        for e in errors:
+            self.out(f"error: {e}")
+        return True
+
+    def cmd_new(self, _arg: str) -> bool:
+        self.conversation.end()
+        self.options.resume = None
+        self.conversation = Conversation(self.vault, self.options)
+        self.out(f"new session {self.conversation.id}")
+        return True
+
+    def cmd_exit(self, _arg: str) -> bool:
+        return False
+
+    def cmd_help(self, _arg: str) -> bool:
+        self.out(HELP)
+        return True
+
+    # -- loops -----------------------------------------------------------------------------------
+    def run_lines(self, lines: Iterable[str]) -> None:
+        try:
+            for line in lines:
+                if not self.handle(line):
+                    break
+        finally:
+            self.close()
+
+    def run_terminal(self) -> None:
+        history = self._setup_readline()
+        self.out(f"session {self.conversation.id} · /help for commands · Ctrl-D to leave")
+        try:
+            while True:
+                try:
+                    line = input("you> ")
+                except EOFError:
+                    self.out("")
+                    break
+                except KeyboardInterrupt:
+                    self.out("\n(Ctrl-D or /exit to leave)")
+                    continue
+                try:
+                    if not self.handle(line):
+                        break
+                except KeyboardInterrupt:
+                    self.out("\n(turn interrupted; the session goes on)")
+        finally:
+            if history:
+                import readline
+
+                readline.write_history_file(history)
+            self.close()
+
+    def _setup_readline(self) -> str | None:
+        try:
+            import readline
+        except ImportError:
+            return None
+        path = str(self.vault.state_dir / "chat_history")
+        try:
+            readline.read_history_file(path)
+        except OSError:
+            pass
+        readline.set_history_length(1000)
+        return path
+
+    def close(self) -> None:
+        for thread in self.background:
+            thread.join()  # a review in flight finishes (and reports) before we leave
+        sha = self.conversation.end()
+        if sha:
+            self.out(f"session {self.conversation.id} saved ({self.conversation.transcript.rel})")
+
+
+def chat(vault: Vault, options: ConversationOptions, out: Callable[[str], None] = print) -> None:
+    repl = Repl(vault, options, out)
+    if sys.stdin.isatty():
+        repl.run_terminal()
+    else:
+        repl.run_lines(sys.stdin)

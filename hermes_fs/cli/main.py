@@ -1,0 +1,556 @@
+"""The hermes-fs command line: a thin click layer over the library.
+
+Imports of anything heavy happen inside the commands, so `--help` and `status` start fast
+(DESIGN principle 7). Exit codes: 0 ok, 1 failed operation, 2 bad usage or bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+
+import click
+
+from ..errors import HermesError, InputError
+
+
+class HermesGroup(click.Group):
+    """Turns library errors into one-line messages with the right exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except HermesError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(getattr(exc, "exit_code", 1))
+
+
+def _vault(ctx: click.Context):
+    from ..store.vault import find_vault
+
+    return find_vault(ctx.obj.get("vault"))
+
+
+def _emit_json(data) -> None:
+    import json
+
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+@click.group(cls=HermesGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--vault", type=click.Path(file_okay=False), envvar=None, help="Vault folder (default: $HERMES_VAULT, or the nearest ancestor with hermes.yaml).")
+@click.version_option(package_name="hermes-fs")
+@click.pass_context
+def main(ctx: click.Context, vault: str | None):
+    """hermes-fs: a self-improving agent whose mind is a git repository of Markdown files."""
+    ctx.ensure_object(dict)
+    ctx.obj["vault"] = vault
+
+
+def vault_option(f):
+    """`--vault` after the subcommand too (`hermes-fs status --vault X`)."""
+
+    def store(ctx: click.Context, _param, value):
+        if value:
+            ctx.find_root().obj["vault"] = value
+        return value
+
+    return click.option("--vault", type=click.Path(file_okay=False), expose_value=False, callback=store,
+                        is_eager=True, help="Vault folder.")(f)
+
+
+@main.command()
+@click.argument("path", required=False, default=".", type=click.Path(file_okay=False))
+def init(path: str):
+    """Create a vault from the template: files, `git init -b main`, first commit."""
+    from pathlib import Path
+
+    from ..store.vault import init_vault
+
+    result = init_vault(Path(path))
+    click.echo(f"created vault {result.vault.root}")
+    if result.set_local_identity:
+        click.echo("note: no git identity was configured; set a vault-local one (hermes-fs user). "
+                   "Change it with `git -C VAULT config user.name/user.email`.")
+
+
+@main.command()
+@vault_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool):
+    """Memory sizes vs budgets, skills, cron jobs, pending reviews, daemon state."""
+    from .status import collect, render
+
+    st = collect(_vault(ctx))
+    click.echo(st.to_json() if as_json else render(st))
+
+
+@main.group()
+def memory():
+    """Inspect memory files."""
+
+
+@memory.command("show")
+@vault_option
+@click.argument("file", required=False)
+@click.pass_context
+def memory_show(ctx: click.Context, file: str | None):
+    """Print a memory file (USER.md, MEMORY.md, projects/<slug>.md), or list them all."""
+    from ..mind import memory as mem
+
+    v = _vault(ctx)
+    if file:
+        m = mem.load(v.files, file, v.config)
+        click.echo(m.doc.text, nl=False)
+        return
+    for name in mem.list_memory(v.files):
+        m = mem.load(v.files, name, v.config)
+        flag = "  over budget" if m.over_budget else ""
+        click.echo(f"{m.path:<36} {len(m.entries):>3} entries  {m.size:>6}/{m.budget} chars{flag}")
+
+
+@main.group()
+def skills():
+    """List, show and validate skills."""
+
+
+@skills.command("list")
+@vault_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def skills_list(ctx: click.Context, as_json: bool):
+    from ..mind import skills as sk
+
+    loaded, errors = sk.load_all(_vault(ctx).files)
+    if as_json:
+        _emit_json([{"name": s.name, "description": s.description, "files": s.files} for s in loaded])
+    else:
+        for s in loaded:
+            click.echo(f"{s.name:<32} {s.description[:90]}")
+    for e in errors:
+        click.echo(f"error: {e}", err=True)
+    if errors:
+        ctx.exit(1)
+
+
+@skills.command("show")
+@vault_option
+@click.argument("name")
+@click.argument("file", required=False)
+@click.pass_context
+def skills_show(ctx: click.Context, name: str, file: str | None):
+    """Print SKILL.md, or one of its support files."""
+    from ..mind import skills as sk
+
+    click.echo(sk.view(_vault(ctx).files, name, file), nl=False)
+
+
+@skills.command("validate")
+@vault_option
+@click.argument("names", nargs=-1)
+@click.pass_context
+def skills_validate(ctx: click.Context, names: tuple[str, ...]):
+    """Check skills against the Agent Skills reference validator (all skills by default)."""
+    from ..mind import skills as sk
+
+    files = _vault(ctx).files
+    bad = 0
+    for name in names or sk.names(files):
+        errors = sk.validate(files, name)
+        bad += bool(errors)
+        click.echo(f"{'ok ' if not errors else 'BAD'} {name}" + "".join(f"\n    {e}" for e in errors))
+    if bad:
+        click.echo(f"{bad} invalid skill(s)", err=True)
+        ctx.exit(2)
+
+
+@main.group()
+def notify():
+    """Notifications through Apprise."""
+
+
+@notify.command("test")
+@vault_option
+@click.argument("target", required=False)
+@click.pass_context
+def notify_test(ctx: click.Context, target: str | None):
+    """Send a test notification to TARGET (default: every configured target)."""
+    from ..store.notify import Notifier
+
+    v = _vault(ctx)
+    notifier = Notifier(v.config, v.root / ".hermes" / "secrets.env")
+    targets = [target] if target else sorted(v.config.notify.targets)
+    if not targets:
+        raise HermesError("no notify targets in hermes.yaml (notify.targets)")
+    if target:
+        notifier.resolve(target)  # unknown name: exit 2 with the known names
+    failed = 0
+    for d in notifier.send(targets, "hermes-fs test", f"Test notification from {v.root.name}"):
+        failed += not d.ok
+        click.echo(f"{d.target}: {'ok' if d.ok else 'error: ' + (d.error or '')}")
+    if failed:
+        ctx.exit(1)
+
+
+@main.command()
+@vault_option
+@click.argument("focus", nargs=-1)
+@click.option("--session", "session", metavar="ID", help="Session to review (default: the latest).")
+@click.option("--wait", is_flag=True, help="Run in the foreground and print the result.")
+@click.option("--policy", type=click.Choice(["review", "auto", "additions"]), help="Override refine.policy.")
+@click.pass_context
+def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait: bool, policy: str | None):
+    """Review a conversation and propose memory/skill changes on a refine/ branch."""
+    from ..learning.refine import RefineOptions, refine as run_refine, start_background
+
+    v = _vault(ctx)
+    options = RefineOptions(session=session, focus=" ".join(focus) or None, policy=policy)
+    if not wait:
+        pid, log_path = start_background(v, options)
+        click.echo(f"refine running in the background (pid {pid}); log: {log_path}; see `hermes-fs review`")
+        return
+    with _spinner("reviewing the conversation"):
+        result = run_refine(v, options)
+    click.echo(result.line())
+    if not result.ok:
+        ctx.exit(1)
+
+
+@main.command()
+@vault_option
+@click.argument("sources", nargs=-1, required=True, type=click.Path())
+@click.option("--focus", help="What to capture from the documents.")
+@click.option("--update", "update", metavar="SKILL", help="Only patch this existing skill.")
+@click.option("--policy", type=click.Choice(["review", "auto", "additions"]), help="Override refine.policy.")
+@click.pass_context
+def learn(ctx: click.Context, sources: tuple[str, ...], focus: str | None, update: str | None, policy: str | None):
+    """Turn documents (Markdown, text, HTML, PDF, folders) into skills on a learn/ branch."""
+    from pathlib import Path
+
+    from ..learning.learn import LearnOptions, learn as run_learn
+
+    options = LearnOptions([Path(p).expanduser().resolve() for p in sources], focus=focus, update=update, policy=policy)
+    with _spinner("reading and drafting skills"):
+        result = run_learn(_vault(ctx), options)
+    click.echo(result.line())
+    if not result.ok:
+        ctx.exit(1)
+
+
+class _spinner:
+    """A spinner on a terminal; silent when piped."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.status = None
+
+    def __enter__(self):
+        if sys.stderr.isatty():
+            from rich.console import Console
+
+            self.status = Console(stderr=True).status(self.text)
+            self.status.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.status:
+            self.status.__exit__(*exc)
+
+
+@main.group(invoke_without_command=True)
+@vault_option
+@click.pass_context
+def review(ctx: click.Context):
+    """Pending learned changes: list, `show B`, `merge B`, `reject B`."""
+    if ctx.invoked_subcommand:
+        return
+    from ..learning.changes import pending
+
+    rows = pending(_vault(ctx).git)
+    if not rows:
+        click.echo("no pending changes")
+    for p in rows:
+        click.echo(f"{p.branch}  {_age(p.age_s)}  [{', '.join(p.files)}]  {p.summary}")
+
+
+def _age(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+@review.command("show")
+@vault_option
+@click.argument("branch")
+@click.pass_context
+def review_show(ctx: click.Context, branch: str):
+    """The change's message and diff (coloured on a terminal)."""
+    from ..learning.changes import show
+
+    click.echo(show(_vault(ctx).git, branch, color=sys.stdout.isatty()), nl=False)
+
+
+@review.command("merge")
+@vault_option
+@click.argument("branch")
+@click.pass_context
+def review_merge(ctx: click.Context, branch: str):
+    """Accept: merge into main (your uncommitted edits are committed first, never overwritten)."""
+    from ..learning.changes import merge
+
+    v = _vault(ctx)
+    sha = merge(v.git, branch, author=v.config.git.author)
+    click.echo(f"merged {branch} ({sha[:10]})")
+
+
+@review.command("reject")
+@vault_option
+@click.argument("branch")
+@click.pass_context
+def review_reject(ctx: click.Context, branch: str):
+    """Refuse: the branch is hidden under refs/hermes/rejected/ (recoverable)."""
+    from ..learning.changes import reject
+
+    ref = reject(_vault(ctx).git, branch)
+    click.echo(f"rejected {branch} (kept as {ref})")
+
+
+@main.command()
+@vault_option
+@click.argument("branch")
+@click.pass_context
+def revert(ctx: click.Context, branch: str):
+    """Undo a merged learned change; refuses lines a person has edited since."""
+    from ..learning.changes import revert as do_revert
+
+    v = _vault(ctx)
+    sha = do_revert(v.git, branch, author=v.config.git.author)
+    click.echo(f"reverted {branch} ({sha[:10]})")
+
+
+@main.group(invoke_without_command=True)
+@vault_option
+@click.option("--detach", is_flag=True, help="Run in the background.")
+@click.option("--debounce", default=1.0, show_default=True, help="Seconds a file must be quiet before it is committed.")
+@click.option("--workers", default=2, show_default=True, help="Jobs (inbox requests) run at once.")
+@click.pass_context
+def daemon(ctx: click.Context, detach: bool, debounce: float, workers: int):
+    """Watch the vault: commit your edits, run inbox requests. Also: stop, status, install."""
+    if ctx.invoked_subcommand:
+        return
+    from ..service.daemon import Daemon, DaemonOptions, is_running
+
+    v = _vault(ctx)
+    if detach:
+        import subprocess
+
+        if is_running(v):
+            raise HermesError("a daemon is already running for this vault (see `hermes-fs daemon status`)")
+        log_path = v.state_dir / "daemon.out"
+        with open(log_path, "a") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "hermes_fs", "--vault", str(v.root), "daemon",
+                                     "--debounce", str(debounce), "--workers", str(workers)],
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        click.echo(f"daemon started (pid {proc.pid}); `hermes-fs daemon status`, `hermes-fs daemon stop`")
+        return
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    click.echo(f"hermes-fs daemon watching {v.root} (Ctrl-C to stop)")
+    Daemon(v, DaemonOptions(debounce_s=debounce, workers=workers)).run()
+
+
+@daemon.command("stop")
+@vault_option
+@click.pass_context
+def daemon_stop(ctx: click.Context):
+    from ..service.daemon import stop
+
+    if stop(_vault(ctx)):
+        click.echo("daemon stopped")
+    else:
+        click.echo("no daemon running")
+
+
+@daemon.command("status")
+@vault_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def daemon_status(ctx: click.Context, as_json: bool):
+    from ..service.daemon import status as daemon_state
+
+    st = daemon_state(_vault(ctx))
+    if as_json:
+        _emit_json(st)
+        return
+    if not st["running"]:
+        click.echo("daemon: not running")
+    else:
+        click.echo(f"daemon: running, pid {st.get('pid')}, up {st.get('uptime_s')}s, queue: {', '.join(st.get('queue') or []) or 'empty'}")
+    for e in st.get("last_events") or []:
+        click.echo(f"  event  {e}")
+    for e in st.get("last_errors") or []:
+        click.echo(f"  error  {e}")
+
+
+@daemon.command("install")
+@vault_option
+@click.pass_context
+def daemon_install(ctx: click.Context):
+    """Write a systemd user unit (Linux) or print a launchd plist (macOS)."""
+    import platform
+    from pathlib import Path
+
+    from ..service.daemon import plist_text, unit_text
+
+    v = _vault(ctx)
+    exe = str(Path(sys.executable).with_name("hermes-fs"))
+    if platform.system() == "Darwin":
+        click.echo(plist_text(v, exe))
+        click.echo("save it as ~/Library/LaunchAgents/io.hermes-fs.plist and run `launchctl load` on it", err=True)
+        return
+    unit_dir = Path.home() / ".config" / "systemd" / "user"
+    unit_dir.mkdir(parents=True, exist_ok=True)
+    unit = unit_dir / f"hermes-fs-{v.root.name}.service"
+    unit.write_text(unit_text(v, exe))
+    click.echo(f"wrote {unit}; enable it with: systemctl --user enable --now {unit.name}")
+
+
+@main.group("cron")
+def cron_group():
+    """Scheduled jobs: `cron list`, `cron run JOB`."""
+
+
+@cron_group.command("list")
+@vault_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def cron_list(ctx: click.Context, as_json: bool):
+    """Each job: schedule in words, next run, last status."""
+    from datetime import timezone
+
+    from ..mind import jobs as cron
+    from ..service.scheduler import Ledger, next_due
+
+    v = _vault(ctx)
+    jobs, errors = cron.load_jobs(v.files, v.config)
+    ledger = Ledger(v.state_dir / "cron-ledger.json")
+    last = cron.last_runs(v)
+    now = datetime.now(timezone.utc)
+    rows = []
+    for j in jobs:
+        nxt = next_due(j, now, ledger.last(j.name))
+        rows.append({"job": j.name, "schedule": j.schedule.describe(), "enabled": j.enabled,
+                     "next_run": nxt.isoformat() if nxt else None, "last_status": last.get(j.name, {}).get("status")})
+    if as_json:
+        _emit_json(rows)
+    for r in rows if not as_json else []:
+        click.echo(f"{r['job']:<24} {r['schedule']:<36} next: {r['next_run'] or 'disabled'}  last: {r['last_status'] or '-'}")
+    for e in errors:
+        click.echo(f"error: {e}", err=True)
+
+
+@cron_group.command("run")
+@vault_option
+@click.argument("job")
+@click.pass_context
+def cron_run(ctx: click.Context, job: str):
+    """Run a job now (its output is stored, committed and delivered as on schedule)."""
+    from datetime import timezone
+
+    from ..mind import jobs as cron
+
+    v = _vault(ctx)
+    jobs, _errors = cron.load_jobs(v.files, v.config)
+    found = {j.name: j for j in jobs}.get(job)
+    if not found:
+        raise InputError(f"no valid job {job!r} in cron/ (see `hermes-fs cron list`)")
+    meta = cron.run_job(v, found, datetime.now(timezone.utc))
+    click.echo(f"{job}: {meta['status']} -> {cron.output_rel(found, datetime.fromisoformat(meta['due']))}")
+    if meta["status"] != "ok":
+        ctx.exit(1)
+
+
+@main.command()
+@vault_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def log(ctx: click.Context, as_json: bool):
+    """Learned changes (merged, pending, rejected), newest first."""
+    from ..learning.changes import learned_log
+
+    changes = learned_log(_vault(ctx).git)
+    if as_json:
+        from dataclasses import asdict
+
+        _emit_json([asdict(c) for c in changes])
+        return
+    if not changes:
+        click.echo("no learned changes yet")
+    for c in changes:
+        when = datetime.fromtimestamp(c.timestamp).strftime("%Y-%m-%d %H:%M")
+        click.echo(f"{when}  {c.state:<8}  {c.branch}  {c.summary}")
+
+
+@main.command()
+@vault_option
+@click.pass_context
+def doctor(ctx: click.Context):
+    """Check that the sandbox (Docker engine and image) is usable."""
+    v = _vault(ctx)
+    cfg = v.config.sandbox
+    if cfg.backend != "docker":
+        click.echo(f"sandbox: backend {cfg.backend}" + (" (commands run on this machine)" if cfg.backend == "local" else " (shell disabled)"))
+        return
+    from ..agent.sandbox.docker import doctor as check
+
+    failed = False
+    for name, ok, detail in check(cfg):
+        failed |= not ok
+        click.echo(f"{'ok ' if ok else 'BAD'} {name}: {detail}")
+    if failed:
+        ctx.exit(1)
+
+
+@main.command()
+@vault_option
+@click.argument("prompt", nargs=-1, required=True)
+@click.option("--model", help="Override the model for this run.")
+@click.option("--workspace", type=click.Path(file_okay=False), help="Folder for files and the shell (default: here).")
+@click.option("--max-steps", default=25, show_default=True, help="Most model calls for this task.")
+@click.pass_context
+def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspace: str | None, max_steps: int):
+    """Run one agent task and print the answer; the transcript goes to sessions/."""
+    from pathlib import Path
+
+    from ..agent.conversation import Conversation, ConversationOptions
+
+    options = ConversationOptions(source="run", model=model, max_steps=max_steps,
+                                  workspace=Path(workspace).resolve() if workspace else None)
+    with Conversation(_vault(ctx), options) as conversation:
+        result = conversation.ask(" ".join(prompt))
+    click.echo(result.answer)
+
+
+@main.command()
+@vault_option
+@click.option("--resume", "resume", metavar="ID", help="Continue a past session.")
+@click.option("--model", help="Override the model for this session.")
+@click.option("--workspace", type=click.Path(file_okay=False), help="Folder for files and the shell (default: here).")
+@click.pass_context
+def chat(ctx: click.Context, resume: str | None, model: str | None, workspace: str | None):
+    """Interactive session with slash commands (/help). Reads one message per line when piped."""
+    from pathlib import Path
+
+    from ..agent.conversation import ConversationOptions
+    from .chat import chat as run_chat
+
+    options = ConversationOptions(source="cli", model=model, resume=resume,
+                                  workspace=Path(workspace).resolve() if workspace else None)
+    run_chat(_vault(ctx), options, click.echo)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,117 @@
+"""`hermes-fs status`: a cheap overview. Reads memory, skills and job files and one `for-each-ref`;
+it never walks sessions/ or outputs/, so it stays flat as history grows."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+
+from ..mind import jobs as cron, memory, skills
+from ..errors import InputError
+from ..learning.changes import LEARNED_PREFIXES
+from ..store.vault import Vault
+
+
+@dataclass
+class Status:
+    vault: str
+    model: str
+    memory: list[dict] = field(default_factory=list)
+    skills: dict = field(default_factory=dict)
+    cron: list[dict] = field(default_factory=list)
+    pending_reviews: list[dict] = field(default_factory=list)
+    daemon: dict = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+
+def collect(vault: Vault, now: datetime | None = None) -> Status:
+    now = now or datetime.now(timezone.utc)
+    cfg = vault.config
+    st = Status(vault=str(vault.root), model=cfg.model)
+    rows, errors = memory_rows(vault)
+    st.memory, st.errors = rows, st.errors + errors
+    st.skills = {"count": len(skills.names(vault.files))}  # `skills validate` does the full check
+    jobs, job_errors = cron.load_jobs(vault.files, cfg)
+    for job in jobs:
+        nxt = job.next_run(now)
+        st.cron.append({"job": job.name, "schedule": job.schedule.describe(), "enabled": job.enabled,
+                        "next_run": nxt.isoformat() if nxt else None})
+    st.errors += [str(e) for e in job_errors]
+    for prefix in LEARNED_PREFIXES:
+        for b in vault.git.branches(prefix):
+            st.pending_reviews.append({"branch": b.name, "age_s": int(time.time()) - b.timestamp, "summary": b.summary})
+    from ..service.daemon import status as daemon_status
+
+    st.daemon = daemon_status(vault)  # daemon.json checked against the daemon's lock
+    return st
+
+
+def memory_rows(vault: Vault) -> tuple[list[dict], list[str]]:
+    """Size, entries and budget per memory file, parsed only when (mtime, size) changed.
+
+    The cache lives in .hermes/cache/ and can be deleted at any time (DESIGN principle 1).
+    """
+    cache_path = vault.state_dir / "cache" / "memory-stats.json"
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    fresh, rows, errors = {}, [], []
+    root = str(vault.root)
+    for name in memory.list_memory(vault.files):
+        rel = f"{memory.MEMORY_DIR}/{name}"
+        try:
+            stat = os.stat(os.path.join(root, rel))
+        except OSError:
+            continue
+        key = [stat.st_mtime_ns, stat.st_size]
+        hit = cache.get(rel)
+        if hit and hit["key"] == key:
+            row = hit["row"]
+        else:
+            try:
+                m = memory.load(vault.files, name, vault.config)
+            except InputError as exc:
+                errors.append(str(exc))
+                continue
+            own = m.doc.meta.get("budget")
+            row = {"file": m.path, "chars": m.size, "entries": len(m.entries),
+                   "own_budget": own if isinstance(own, int) and not isinstance(own, bool) else None}
+        fresh[rel] = {"key": key, "row": row}
+        budget = memory.budget_for(name, {"budget": row["own_budget"]}, vault.config)
+        rows.append({"file": row["file"], "chars": row["chars"], "budget": budget,
+                     "over_budget": row["chars"] > budget, "entries": row["entries"]})
+    if fresh != cache:
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(fresh))
+        os.replace(tmp, cache_path)
+    return rows, errors
+
+
+def render(st: Status) -> str:
+    lines = [f"vault  {st.vault}", f"model  {st.model}", "", "memory"]
+    for m in st.memory:
+        flag = "  OVER BUDGET: refine will consolidate" if m["over_budget"] else ""
+        lines.append(f"  {m['file']:<32} {m['chars']:>6} / {m['budget']:<6} chars  {m['entries']} entries{flag}")
+    lines.append(f"skills  {st.skills.get('count', 0)}")
+    lines.append("cron")
+    for j in st.cron:
+        nxt = j["next_run"] or ("disabled" if not j["enabled"] else "no future run")
+        lines.append(f"  {j['job']:<24} {j['schedule']:<36} next: {nxt}")
+    if not st.cron:
+        lines.append("  (no jobs)")
+    lines.append(f"pending reviews  {len(st.pending_reviews)}")
+    for r in st.pending_reviews:
+        lines.append(f"  {r['branch']}  {r['summary']}")
+    d = st.daemon
+    lines.append("daemon  " + (f"running (pid {d.get('pid')})" if d.get("running") else "not running"))
+    for e in st.errors:
+        lines.append(f"error  {e}")
+    return "\n".join(lines)

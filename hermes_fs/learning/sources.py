@@ -1,0 +1,184 @@
+"""Reading documents for `learn`: Markdown, plain text, HTML and PDF files, or folders of them.
+
+The text is data for the model, never instructions: invisible and bidirectional control characters
+are removed, and a bad source (missing, encrypted, empty, binary junk) is a clear error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+
+from ..errors import InputError
+
+TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ""}
+HTML_SUFFIXES = {".html", ".htm"}
+PDF_SUFFIXES = {".pdf"}
+SUPPORTED = TEXT_SUFFIXES | HTML_SUFFIXES | PDF_SUFFIXES
+# Zero-width, bidi embedding/override/isolate marks, BOM, soft hyphen, word joiner, tag characters.
+_INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\U000e0000-\U000e007f]")
+
+
+@dataclass
+class Source:
+    path: str
+    title: str
+    text: str
+
+
+def clean(text: str) -> str:
+    return _INVISIBLE.sub("", text).replace("\r\n", "\n").strip()
+
+
+class _HTMLText(HTMLParser):
+    SKIP = {"script", "style", "noscript", "template", "head"}
+    BLOCK = {"p", "div", "br", "li", "tr", "section", "article", "pre", "blockquote"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.skipping = 0
+        self.title = ""
+        self._in_title = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.SKIP:
+            self.skipping += 1
+        if tag == "title":
+            self._in_title = True
+        m = re.fullmatch(r"h([1-6])", tag)
+        if m and not self.skipping:
+            self.parts.append("\n\n" + "#" * int(m.group(1)) + " ")
+        elif tag in self.BLOCK:
+            self.parts.append("\n")
+        elif tag == "li":
+            self.parts.append("- ")
+
+    def handle_endtag(self, tag):
+        if tag in self.SKIP and self.skipping:
+            self.skipping -= 1
+        if tag == "title":
+            self._in_title = False
+        if re.fullmatch(r"h[1-6]", tag) or tag in self.BLOCK:
+            self.parts.append("\n")
+
+    def handle_data(self, data):
+        if self._in_title:
+            self.title += data
+        if not self.skipping:
+            self.parts.append(data)
+
+
+def html_to_text(html: str) -> tuple[str, str]:
+    parser = _HTMLText()
+    parser.feed(html)
+    text = re.sub(r"[ \t]+", " ", "".join(parser.parts))
+    return parser.title.strip(), re.sub(r"\n{3,}", "\n\n", text)
+
+
+def _decode(data: bytes, path: str) -> str:
+    if b"\x00" in data[:8192]:
+        raise InputError("binary file, not a document hermes-fs can read (Markdown, text, HTML, PDF)", path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        try:
+            return data.decode("cp1252")
+        except UnicodeDecodeError:
+            raise InputError("not readable text (unknown encoding)", path) from None
+
+
+def _pdf_text(path: Path) -> str:
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
+    try:
+        reader = PdfReader(str(path))
+        if reader.is_encrypted:
+            raise InputError("encrypted PDF: decrypt it first (e.g. qpdf --decrypt)", str(path))
+        return "\n\n".join((page.extract_text() or "") for page in reader.pages)
+    except InputError:
+        raise
+    except (PdfReadError, ValueError, KeyError, TypeError, OSError) as exc:
+        raise InputError(f"unreadable PDF ({exc})", str(path)) from None
+
+
+def read_file(path: Path) -> Source:
+    if not path.is_file():
+        raise InputError("no such file", str(path))
+    suffix = path.suffix.lower()
+    if suffix in PDF_SUFFIXES:
+        title, text = path.stem, _pdf_text(path)
+    elif suffix in HTML_SUFFIXES:
+        title, text = html_to_text(_decode(path.read_bytes(), str(path)))
+        title = title or path.stem
+    elif suffix in TEXT_SUFFIXES:
+        title, text = path.stem, _decode(path.read_bytes(), str(path))
+    else:
+        raise InputError(f"unsupported kind of file {suffix!r} (Markdown, text, HTML, PDF)", str(path))
+    text = clean(text)
+    if len(re.findall(r"[A-Za-z]{2,}", text)) < 3:
+        raise InputError("no readable text in this source", str(path))
+    return Source(str(path), clean(title), text)
+
+
+def read_sources(paths: list[Path]) -> list[Source]:
+    """Files, and the supported files inside folders (sorted), each read and cleaned."""
+    out = []
+    for p in paths:
+        if p.is_dir():
+            files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in SUPPORTED - {""}
+                           and not any(part.startswith(".") for part in f.relative_to(p).parts))
+            if not files:
+                raise InputError("folder holds no Markdown, text, HTML or PDF files", str(p))
+            out += [read_file(f) for f in files]
+        elif p.exists():
+            out.append(read_file(p))
+        else:
+            raise InputError("no such file or folder", str(p))
+    return out
+
+
+@dataclass
+class Chapter:
+    title: str
+    text: str
+
+
+def chapters(source: Source, limit: int) -> list[Chapter]:
+    """Split at Markdown headings, then pack sections into chapters of at most `limit` characters
+    (a section longer than that is cut at paragraph boundaries). A source that fits is one chapter."""
+    if len(source.text) <= limit:
+        return [Chapter(source.title, source.text)]
+    sections: list[Chapter] = []
+    current_title, buf = source.title, []
+    for line in source.text.split("\n"):
+        m = re.match(r"^#{1,2} +(.+)$", line)
+        has_body = any(ln.strip() and not ln.lstrip().startswith("#") for ln in buf)
+        if m and has_body:  # a heading with nothing under it yet joins the next section
+            sections.append(Chapter(current_title, "\n".join(buf).strip()))
+            buf = []
+        if m:
+            current_title = m.group(1).strip()
+        buf.append(line)
+    if "".join(buf).strip():
+        sections.append(Chapter(current_title, "\n".join(buf).strip()))
+    out: list[Chapter] = []
+    for sec in sections:
+        if len(sec.text) <= limit:
+            out.append(sec)
+            continue
+        part, n = [], 1
+        for para in sec.text.split("\n\n"):
+            while len(para) > limit:  # one enormous paragraph: hard cut
+                out.append(Chapter(f"{sec.title} ({n})", para[:limit]))
+                para, n = para[limit:], n + 1
+            if sum(len(x) + 2 for x in part) + len(para) > limit and part:
+                out.append(Chapter(f"{sec.title} ({n})", "\n\n".join(part)))
+                part, n = [], n + 1
+            part.append(para)
+        if part:
+            out.append(Chapter(f"{sec.title} ({n})" if n > 1 else sec.title, "\n\n".join(part)))
+    return out

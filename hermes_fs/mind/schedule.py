@@ -1,0 +1,94 @@
+"""Schedules for cron jobs: 5-field cron, `every 30m|2h|1d`, `every day at 07:00`,
+`every monday at 09:00`, and one-shot `at <ISO time>`. Times are timezone-aware; croniter does
+the calendar arithmetic (DST, month ends)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from ..errors import InputError
+
+DAYS = ["sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday"]
+_EVERY = re.compile(r"^every\s+(\d+)\s*(m|min|mins|minutes?|h|hours?|d|days?)$")
+_EVERY_AT = re.compile(r"^every\s+(day|weekday|" + "|".join(DAYS) + r")\s+at\s+(\d{1,2}):(\d{2})$")
+_UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    text: str
+    tz: ZoneInfo
+    cron: str | None = None  # a 5-field expression
+    interval: timedelta | None = None  # every N units, anchored to the last run
+    at: datetime | None = None  # one-shot
+
+    def next_after(self, after: datetime, last_run: datetime | None = None) -> datetime | None:
+        """The first due time strictly after `after` (None: a one-shot already past)."""
+        if self.at is not None:
+            return self.at if self.at > after else None
+        if self.interval is not None:
+            if last_run is None:
+                return after
+            due = last_run + self.interval
+            return due if due > after else after
+        from croniter import croniter
+
+        return croniter(self.cron, after.astimezone(self.tz)).get_next(datetime)
+
+    def describe(self) -> str:
+        if self.at is not None:
+            return f"once at {self.at.isoformat()}"
+        if self.interval is not None:
+            return f"every {_human(self.interval)}"
+        return f"cron '{self.cron}' ({self.tz.key})"
+
+
+def _human(delta: timedelta) -> str:
+    s = int(delta.total_seconds())
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if s % size == 0:
+            n = s // size
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{s} seconds"
+
+
+def zone(name: str, where: str | None = None) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise InputError(f"unknown timezone {name!r} (use an IANA name like Europe/Paris)", where) from None
+
+
+def parse_schedule(text: str, tz: ZoneInfo, where: str | None = None) -> Schedule:
+    if not isinstance(text, str) or not text.strip():
+        raise InputError("schedule is missing or empty", where)
+    s = " ".join(text.strip().lower().split())
+    if s.startswith("at "):
+        try:
+            when = datetime.fromisoformat(text.strip()[3:].strip())
+        except ValueError:
+            raise InputError(f"bad one-shot time in {text!r}: use 'at 2026-12-01T09:00'", where) from None
+        return Schedule(text, tz, at=when if when.tzinfo else when.replace(tzinfo=tz))
+    if m := _EVERY.match(s):
+        n = int(m.group(1))
+        if n <= 0:
+            raise InputError(f"interval must be positive in {text!r}", where)
+        return Schedule(text, tz, interval=timedelta(seconds=n * _UNIT_SECONDS[m.group(2)[0]]))
+    if m := _EVERY_AT.match(s):
+        day, hour, minute = m.group(1), int(m.group(2)), int(m.group(3))
+        if hour > 23 or minute > 59:
+            raise InputError(f"bad time of day in {text!r}", where)
+        dow = {"day": "*", "weekday": "1-5"}.get(day, str(DAYS.index(day)) if day in DAYS else "*")
+        return Schedule(text, tz, cron=f"{minute} {hour} * * {dow}")
+    from croniter import croniter
+
+    if len(s.split()) == 5 and croniter.is_valid(s):
+        return Schedule(text, tz, cron=s)
+    raise InputError(
+        f"bad schedule {text!r}: use 5 cron fields ('0 7 * * 1-5'), 'every 30m', 'every day at 07:00', "
+        "'every monday at 09:00' or 'at 2026-12-01T09:00'",
+        where,
+    )

@@ -1,0 +1,118 @@
+"""Full-text search over skills and sessions: SQLite FTS5 in .hermes/index.sqlite.
+
+A cache in the DESIGN sense: delete it and it is rebuilt from the files. Each refresh compares
+(mtime, size) per file and re-reads only what changed, so staleness costs a stat per file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..store.docs import decode, parse_doc
+from ..errors import InputError
+from .skills import SKILL_FILE, SKILLS_DIR
+
+_WORD = re.compile(r"[A-Za-z0-9]{2,}")
+STOPWORDS = set("the a an and or to of in on for with is are be it this that how what do does can i you my me we "
+                "please use using when from at by as".split())
+
+
+@dataclass
+class Hit:
+    path: str
+    name: str
+    description: str
+    snippet: str
+    score: float
+
+
+class SearchIndex:
+    def __init__(self, vault_root: Path):
+        self.root = Path(vault_root)
+        db = self.root / ".hermes" / "index.sqlite"
+        db.parent.mkdir(exist_ok=True)
+        self.db = sqlite3.connect(db, timeout=30)
+        self.db.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS files(path TEXT PRIMARY KEY, kind TEXT, mtime_ns INTEGER, size INTEGER);
+            CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
+                path UNINDEXED, kind UNINDEXED, name, description, body, tokenize='porter unicode61');
+            """
+        )
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- keeping it fresh ------------------------------------------------------------------------
+    def refresh(self, kind: str) -> int:
+        """Bring one kind (skills | sessions) up to date; returns how many files were re-read."""
+        current = dict(self._scan(kind))
+        known = {p: (m, s) for p, m, s in self.db.execute("SELECT path, mtime_ns, size FROM files WHERE kind=?", (kind,))}
+        changed = [p for p, sig in current.items() if known.get(p) != sig]
+        gone = [p for p in known if p not in current]
+        with self.db:
+            for p in gone + changed:
+                self.db.execute("DELETE FROM fts WHERE path=?", (p,))
+                self.db.execute("DELETE FROM files WHERE path=?", (p,))
+            for p in changed:
+                name, desc, body = self._read(kind, p)
+                self.db.execute("INSERT INTO fts(path, kind, name, description, body) VALUES (?,?,?,?,?)",
+                                (p, kind, name, desc, body))
+                self.db.execute("INSERT INTO files VALUES (?,?,?,?)", (p, kind, *current[p]))
+        return len(changed)
+
+    def _scan(self, kind: str):
+        base = self.root / (SKILLS_DIR if kind == "skills" else "sessions")
+        if not base.is_dir():
+            return
+        if kind == "skills":
+            for entry in os.scandir(base):
+                f = os.path.join(entry.path, SKILL_FILE)
+                if entry.is_dir(follow_symlinks=False) and os.path.isfile(f):
+                    st = os.stat(f)
+                    yield f"{SKILLS_DIR}/{entry.name}/{SKILL_FILE}", (st.st_mtime_ns, st.st_size)
+            return
+        for dirpath, _dirs, files in os.walk(base):
+            for name in files:
+                if name.endswith(".md"):
+                    full = os.path.join(dirpath, name)
+                    st = os.stat(full)
+                    yield os.path.relpath(full, self.root).replace(os.sep, "/"), (st.st_mtime_ns, st.st_size)
+
+    def _read(self, kind: str, rel: str) -> tuple[str, str, str]:
+        try:
+            doc = parse_doc(decode((self.root / rel).read_bytes(), rel), rel)
+        except (InputError, OSError):
+            return rel.split("/")[-2 if kind == "skills" else -1], "", ""
+        if kind == "skills":
+            return str(doc.meta.get("name") or rel.split("/")[1]), str(doc.meta.get("description") or ""), doc.body
+        return str(doc.meta.get("title") or ""), str(doc.meta.get("id") or ""), doc.body
+
+    # -- searching -------------------------------------------------------------------------------
+    def search(self, kind: str, query: str, limit: int = 10) -> list[Hit]:
+        self.refresh(kind)
+        match = fts_query(query)
+        if not match:
+            return []
+        rows = self.db.execute(
+            "SELECT path, name, description, snippet(fts, 4, '[', ']', ' ... ', 12), bm25(fts, 0, 0, 10.0, 4.0, 1.0) "
+            "FROM fts WHERE fts MATCH ? AND kind=? ORDER BY bm25(fts, 0, 0, 10.0, 4.0, 1.0) LIMIT ?",
+            (match, kind, limit),
+        ).fetchall()
+        return [Hit(p, n, d, s, -score) for p, n, d, s, score in rows]
+
+    def count(self, kind: str) -> int:
+        return self.db.execute("SELECT count(*) FROM files WHERE kind=?", (kind,)).fetchone()[0]
+
+
+def fts_query(text: str) -> str:
+    """Free text to an FTS5 query: quoted words OR-ed, so user text can never be a syntax error."""
+    words = []
+    for w in _WORD.findall(text.lower()):
+        if w not in STOPWORDS and w not in words:
+            words.append(w)
+    return " OR ".join(f'"{w}"' for w in words[:32])

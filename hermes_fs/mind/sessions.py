@@ -1,0 +1,186 @@
+"""Session transcripts: sessions/YYYY/MM/<id>.md, readable Markdown that parses back exactly.
+
+Each message is a block: a marker comment, a heading for people, a blank line, the content, a
+blank line. Blocks are appended as the conversation goes, so a crash loses at most the message
+being written. Content lines that look like a marker are escaped with a backslash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets as _random
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..store.docs import decode, dump_doc, parse_doc
+from ..errors import InputError
+
+SESSIONS_DIR = "sessions"
+_MARKER_LINE = re.compile(
+    r"^<!-- hermes:(user|assistant|tool-call|tool-result|note)(?: (\S+))?(?: (\S+))? -->\n", re.M
+)
+_ESCAPED = re.compile(r"^(\\*)(<!-- hermes:)")
+_HEADINGS = {"user": "## User", "assistant": "## Assistant", "note": "## Note"}
+
+
+def new_id(now: datetime | None = None) -> str:
+    now = now or datetime.now(timezone.utc)
+    return f"{now:%Y%m%d-%H%M%S}-{_random.token_hex(2)}"
+
+
+def session_path(session_id: str) -> str:
+    m = re.match(r"^(\d{4})(\d{2})\d{2}-\d{6}-[0-9a-f]+$", session_id)
+    if not m:
+        raise InputError(f"not a session id: {session_id!r}")
+    return f"{SESSIONS_DIR}/{m.group(1)}/{m.group(2)}/{session_id}.md"
+
+
+def _escape(text: str) -> str:
+    return "\n".join(_ESCAPED.sub(r"\\\1\2", line) for line in text.split("\n"))
+
+
+def _unescape(text: str) -> str:
+    return "\n".join(_ESCAPED.sub(lambda m: m.group(1)[1:] + m.group(2), line) if line.startswith("\\") else line
+                     for line in text.split("\n"))
+
+
+def _fence(text: str, lang: str = "") -> tuple[str, str]:
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return ticks + lang, ticks
+
+
+def render_message(msg: dict) -> str:
+    """One or more blocks for an OpenAI-style message."""
+    role = msg["role"]
+    if role in ("user", "note"):
+        return f"<!-- hermes:{role} -->\n{_HEADINGS[role]}\n\n{_escape(msg.get('content') or '')}\n\n"
+    if role == "assistant":
+        out = f"<!-- hermes:assistant -->\n{_HEADINGS['assistant']}\n\n{_escape(msg.get('content') or '')}\n\n"
+        for call in msg.get("tool_calls") or []:
+            fn = call["function"]
+            open_, close = _fence(fn["arguments"], "json")
+            out += (f"<!-- hermes:tool-call {call['id']} {fn['name'] or '-'} -->\n**Tool call** `{fn['name']}`\n\n"
+                    f"{open_}\n{fn['arguments']}\n{close}\n\n")
+        return out
+    if role == "tool":
+        content = msg.get("content") or ""
+        open_, close = _fence(content)
+        return (f"<!-- hermes:tool-result {msg['tool_call_id']} {msg.get('name') or '-'} -->\n"
+                f"**Tool result** `{msg.get('name')}`\n\n{open_}\n{content}\n{close}\n\n")
+    raise ValueError(f"unknown role {role!r}")
+
+
+def parse_messages(body: str, path: str = "session") -> list[dict]:
+    """The inverse of render_message over a whole body (a block cut short by a crash is kept)."""
+    messages: list[dict] = []
+    marks = list(_MARKER_LINE.finditer(body))
+    for n, m in enumerate(marks):
+        end = marks[n + 1].start() if n + 1 < len(marks) else len(body)
+        kind, ident, name = m.group(1), m.group(2), m.group(3)
+        rest = body[m.end() : end].split("\n", 1)[1] if "\n" in body[m.end() : end] else ""
+        if rest.startswith("\n") and rest.endswith("\n\n"):
+            content = rest[1:-2]
+        elif n + 1 == len(marks):
+            content = rest[1:].rstrip("\n")  # the last block of a crashed session
+        else:
+            raise InputError(f"malformed transcript block at offset {m.start()}", path)
+        if kind in ("user", "note", "assistant"):
+            messages.append({"role": kind, "content": _unescape(content)})
+            continue
+        inner = content.split("\n", 1)[1].rsplit("\n", 1)[0] if content.count("\n") >= 1 else ""
+        tool_name = "" if name in (None, "-") else name
+        if kind == "tool-call":
+            if not messages or messages[-1]["role"] != "assistant":
+                raise InputError(f"tool call without an assistant turn at offset {m.start()}", path)
+            messages[-1].setdefault("tool_calls", []).append(
+                {"id": ident, "type": "function", "function": {"name": tool_name, "arguments": inner}})
+        else:
+            messages.append({"role": "tool", "tool_call_id": ident, "name": tool_name, "content": inner})
+    return messages
+
+
+@dataclass
+class Transcript:
+    """A session file being written as the conversation goes."""
+
+    root: Path
+    id: str
+    meta: dict
+    messages: list[dict] = field(default_factory=list)
+
+    @property
+    def rel(self) -> str:
+        return session_path(self.id)
+
+    @property
+    def path(self) -> Path:
+        return self.root / self.rel
+
+    @classmethod
+    def start(cls, root: Path, model: str, source: str, title: str = "") -> "Transcript":
+        now = datetime.now(timezone.utc)
+        sid = new_id(now)
+        meta = {"id": sid, "started": now.isoformat(timespec="seconds"), "model": model, "source": source,
+                "title": title or "untitled"}
+        t = cls(Path(root), sid, meta)
+        t.path.parent.mkdir(parents=True, exist_ok=True)
+        t.path.write_text(dump_doc(meta, "\n"), encoding="utf-8")
+        return t
+
+    @classmethod
+    def load(cls, root: Path, session_id: str) -> "Transcript":
+        rel = session_path(session_id)
+        p = Path(root) / rel
+        if not p.is_file():
+            raise InputError(f"no session {session_id}", rel)
+        doc = parse_doc(decode(p.read_bytes(), rel), rel, required=True)
+        body = doc.body[1:] if doc.body.startswith("\n") else doc.body
+        return cls(Path(root), session_id, doc.meta, parse_messages(body, rel))
+
+    def append(self, msg: dict) -> None:
+        """Add a message to the transcript on disk at once (flushed and fsynced).
+
+        Secrets are redacted on the way to disk, so a transcript can always be committed; the
+        live conversation keeps the message as it was.
+        """
+        from ..store.secrets import redact
+
+        self.messages.append(msg)
+        text, _ = redact(render_message(msg))
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def set_title(self, title: str) -> None:
+        """Rewrite the frontmatter title (done once, from the first user message)."""
+        from ..store.secrets import redact
+
+        self.meta["title"] = redact(" ".join(title.split())[:80])[0] or "untitled"
+        doc = parse_doc(self.path.read_text(encoding="utf-8"), self.rel, required=True)
+        tmp = self.path.with_name(f".{self.path.name}.hermes-tmp")
+        tmp.write_text(dump_doc(self.meta, doc.body), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    @property
+    def user_turns(self) -> int:
+        return sum(1 for m in self.messages if m["role"] == "user")
+
+
+def latest_session(root: Path) -> str | None:
+    """The newest session id by name (ids sort by time), without walking every month."""
+    base = Path(root) / SESSIONS_DIR
+    for year in sorted((d for d in base.glob("[0-9][0-9][0-9][0-9]") if d.is_dir()), reverse=True):
+        for month in sorted((d for d in year.iterdir() if d.is_dir()), reverse=True):
+            files = sorted(month.glob("*.md"), reverse=True)
+            if files:
+                return files[0].stem
+    return None
+
+
+def dumps_arguments(args: dict) -> str:
+    return json.dumps(args, ensure_ascii=False)

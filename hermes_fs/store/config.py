@@ -1,0 +1,209 @@
+"""hermes.yaml: settings as dataclasses, validated strictly (unknown key or wrong type is an error).
+
+Errors name the file, the dotted key and the line, so a person can fix the file at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from ..errors import ConfigError
+
+CONFIG_NAME = "hermes.yaml"
+
+
+@dataclass
+class ModelsConfig:
+    refine: Optional[str] = None
+    cron: Optional[str] = None
+    learn: Optional[str] = None
+
+
+@dataclass
+class RefineConfig:
+    policy: str = "review"
+    every_turns: int = 10
+
+
+@dataclass
+class MemoryConfig:
+    budgets: dict[str, int] = field(
+        default_factory=lambda: {"USER.md": 2000, "MEMORY.md": 4000, "projects": 3000}
+    )
+
+
+@dataclass
+class SkillsConfig:
+    prompt_budget_chars: int = 4000
+
+
+@dataclass
+class SandboxConfig:
+    backend: str = "docker"
+    image: str = "python:3.12-slim"
+    network: bool = False
+    memory: str = "1g"
+    cpus: float = 1.0
+    timeout_s: int = 120
+
+
+@dataclass
+class NotifyConfig:
+    targets: dict[str, str] = field(default_factory=dict)
+    events: list[str] = field(
+        default_factory=lambda: ["refine_pending", "cron_output", "cron_failure"]
+    )
+
+
+@dataclass
+class CronConfig:
+    timezone: str = "UTC"
+    catch_up: bool = True
+
+
+@dataclass
+class GitConfig:
+    author: str = "hermes-fs <hermes@localhost>"
+
+
+@dataclass
+class Config:
+    model: str = "openai/gpt-4o-mini"
+    api_base: Optional[str] = None
+    api_key_env: Optional[str] = None
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    refine: RefineConfig = field(default_factory=RefineConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    skills: SkillsConfig = field(default_factory=SkillsConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
+    cron: CronConfig = field(default_factory=CronConfig)
+    git: GitConfig = field(default_factory=GitConfig)
+
+    def model_for(self, task: str) -> str:
+        """The model for a task (refine, cron, learn), falling back to `model`."""
+        return getattr(self.models, task, None) or self.model
+
+
+CHOICES = {
+    "refine.policy": {"review", "auto", "additions"},
+    "sandbox.backend": {"docker", "local", "none"},
+    "notify.events": {"refine_pending", "refine_failed", "cron_output", "cron_failure"},
+}
+
+
+def load_config(path: Path) -> Config:
+    """Read and validate hermes.yaml; a missing file gives the defaults."""
+    if not path.exists():
+        return Config()
+    text = _read_text(path)
+    return parse_config(text, str(path))
+
+
+def parse_config(text: str, filename: str = CONFIG_NAME) -> Config:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        node = yaml.compose(text, Loader=loader)
+        data = yaml.load(text, Loader=loader)
+    except yaml.YAMLError as exc:
+        line = exc.problem_mark.line + 1 if getattr(exc, "problem_mark", None) else None
+        raise ConfigError(f"invalid YAML: {getattr(exc, 'problem', exc)}", filename, line) from None
+    if data is None:
+        return Config()
+    lines = _key_lines(node)
+    return _build(Config, data, "", filename, lines)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text", str(path)) from None
+
+
+def _key_lines(node: Any, prefix: str = "") -> dict[str, int]:
+    """Map dotted keys to their 1-based line in the YAML source."""
+    lines: dict[str, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = f"{prefix}{key_node.value}"
+            lines[key] = key_node.start_mark.line + 1
+            lines.update(_key_lines(value_node, key + "."))
+    return lines
+
+
+def _build(cls: type, data: Any, prefix: str, filename: str, lines: dict[str, int]):
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"'{prefix.rstrip('.') or 'top level'}' must be a mapping", filename, lines.get(prefix.rstrip("."))
+        )
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if key not in names:
+            raise ConfigError(
+                f"unknown key '{dotted}' (known: {', '.join(sorted(names))})", filename, lines.get(dotted)
+            )
+        kwargs[key] = _coerce(hints[key], value, dotted, filename, lines)
+    return cls(**kwargs)
+
+
+def _coerce(hint: Any, value: Any, dotted: str, filename: str, lines: dict[str, int]):
+    def fail(expected: str):
+        raise ConfigError(
+            f"'{dotted}' must be {expected}, got {type(value).__name__} {value!r}", filename, lines.get(dotted)
+        )
+
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value if value is not None else {}, dotted + ".", filename, lines)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _coerce(inner, value, dotted, filename, lines)
+    if origin is dict:
+        if not isinstance(value, dict):
+            fail("a mapping")
+        return {str(k): _coerce(args[1], v, f"{dotted}.{k}", filename, lines) for k, v in value.items()}
+    if origin is list:
+        if not isinstance(value, list):
+            fail("a list")
+        items = [_coerce(args[0], v, dotted, filename, lines) for v in value]
+        _check_choice(dotted, items, filename, lines)
+        return items
+    if hint is bool:
+        if not isinstance(value, bool):
+            fail("true or false")
+    elif hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            fail("an integer")
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            fail("a number")
+        value = float(value)
+    elif hint is str:
+        if not isinstance(value, str):
+            fail("a string")
+        _check_choice(dotted, [value], filename, lines)
+    return value
+
+
+def _check_choice(dotted: str, values: list, filename: str, lines: dict[str, int]) -> None:
+    allowed = CHOICES.get(dotted)
+    for value in values:
+        if allowed and value not in allowed:
+            raise ConfigError(
+                f"'{dotted}' must be one of {', '.join(sorted(allowed))}, got {value!r}",
+                filename,
+                lines.get(dotted),
+            )

@@ -1,0 +1,105 @@
+"""Where vault files are read and written: the working tree, or (for refine) an overlay of a commit.
+
+Memory and skill operations take a `FileStore`, so the same code edits the live vault in a chat and
+an in-memory overlay of snapshot S during a review.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+
+from ..errors import InputError
+
+FORBIDDEN_TOP = {".git", ".hermes"}
+
+
+def clean_relpath(rel: str) -> str:
+    """Normalise a vault-relative path, refusing anything that could escape or touch internals."""
+    if not isinstance(rel, str) or not rel.strip():
+        raise InputError("empty path")
+    if "\x00" in rel or "\\" in rel:
+        raise InputError(f"invalid characters in path {rel!r}")
+    p = PurePosixPath(rel)
+    if p.is_absolute():
+        raise InputError(f"path must be relative to the vault, got {rel!r}")
+    parts = [part for part in p.parts if part not in ("", ".")]
+    if not parts or any(part == ".." for part in parts):
+        raise InputError(f"path escapes the vault: {rel!r}")
+    if parts[0] in FORBIDDEN_TOP:
+        raise InputError(f"path is inside {parts[0]}/, which tools may not touch: {rel!r}")
+    return "/".join(parts)
+
+
+def prune_empty_dirs(start: Path, root: Path) -> None:
+    """Remove `start` and its parents while empty, stopping at `root` (git keeps no empty folders)."""
+    while start != root and start.is_dir() and not any(start.iterdir()):
+        start.rmdir()
+        start = start.parent
+
+
+class FileStore(Protocol):
+    def read(self, rel: str) -> bytes | None: ...
+    def write(self, rel: str, data: bytes) -> None: ...
+    def delete(self, rel: str) -> None: ...
+    def list(self, prefix: str) -> list[str]: ...
+
+
+class DiskFiles:
+    """The vault's working tree, confined: symlinks are resolved before the check."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root).resolve()
+        self._root = str(self.root)
+
+    def path(self, rel: str) -> Path:
+        # String operations, not pathlib: this runs once per file on every listing.
+        rel = clean_relpath(rel)
+        target = os.path.realpath(os.path.join(self._root, rel))
+        if target == self._root:
+            return self.root
+        if not target.startswith(self._root + os.sep):
+            raise InputError(f"path resolves outside the vault (symlink?): {rel!r}")
+        top = target[len(self._root) + 1 :].split(os.sep, 1)[0]
+        if top in FORBIDDEN_TOP:
+            raise InputError(f"path resolves into {top}/: {rel!r}")
+        return Path(target)
+
+    def read(self, rel: str) -> bytes | None:
+        p = self.path(rel)
+        return p.read_bytes() if p.is_file() else None
+
+    def write(self, rel: str, data: bytes) -> None:
+        p = self.path(rel)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f".{p.name}.hermes-tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, p)  # atomic: a reader never sees half a file
+
+    def delete(self, rel: str) -> None:
+        p = self.path(rel)
+        if p.exists():
+            p.unlink()
+        prune_empty_dirs(p.parent, self.root)
+
+    def children(self, prefix: str, containing: str) -> list[str]:
+        """Names of the folders directly under `prefix` that hold a file `containing` (cheap: no walk)."""
+        base = self.path(prefix)
+        if not base.is_dir():
+            return []
+        with os.scandir(base) as it:
+            return [e.name for e in it if e.is_dir(follow_symlinks=False)
+                    and e.name not in FORBIDDEN_TOP and os.path.isfile(os.path.join(e.path, containing))]
+
+    def list(self, prefix: str) -> list[str]:
+        base = self.path(prefix)
+        if not base.is_dir():
+            return []
+        out = []
+        skip = len(self._root) + 1
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = [d for d in dirnames if d not in FORBIDDEN_TOP]
+            rel_dir = dirpath[skip:].replace(os.sep, "/")
+            out.extend(f"{rel_dir}/{name}" for name in filenames)
+        return sorted(out)

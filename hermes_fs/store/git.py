@@ -1,0 +1,551 @@
+"""GitStore: the one class that owns every git operation on a vault.
+
+Writes go through git's plumbing commands (one `_git` helper); reads of file contents go through
+GitPython's object database, which keeps one `cat-file --batch` process for all of them.
+
+Branch-side work (refine/learn commits) is pure plumbing: blobs, new trees only along the changed
+paths, `commit-tree`, and `update-ref` with the expected old value, so its cost follows the change, not
+the vault (DESIGN principle 6). Merges compute the merged tree with `git merge-tree --write-tree`
+and then write and stage only the changed paths, after committing or refusing any uncommitted
+human text there (principle 3). A VaultLock serialises everything that touches main, the index or
+the working tree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from ..errors import ConflictError, GitError, InputError
+from .files import clean_relpath, prune_empty_dirs
+from .lock import VaultLock
+
+MAIN = "main"
+ZERO = "0" * 40
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+HUMAN_EDIT = {"Hermes-Change": "human-edit"}
+_TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.*)$")
+
+
+@dataclass
+class CommitInfo:
+    sha: str
+    parents: list[str]
+    author: str
+    timestamp: int
+    summary: str
+    body: str
+    trailers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class BranchInfo:
+    name: str
+    sha: str
+    timestamp: int
+    summary: str
+
+
+@dataclass
+class HumanEditResult:
+    sha: str | None
+    committed: list[str]
+    refused: list  # secrets.Finding: files left uncommitted because they hold a secret
+
+
+def format_message(summary: str, body: list[str] | str = (), trailers: dict[str, str] | None = None) -> str:
+    """One summary line, an optional body, then `Key: value` trailers (git's trailer format)."""
+    parts = [summary.strip().splitlines()[0] if summary.strip() else "(no summary)"]
+    body_text = body if isinstance(body, str) else "\n".join(body)
+    if body_text.strip():
+        parts.append(body_text.strip())
+    if trailers:
+        parts.append("\n".join(f"{k}: {' '.join(str(v).split())}" for k, v in trailers.items() if v))
+    return "\n\n".join(parts) + "\n"
+
+
+def parse_trailers(message: str) -> dict[str, str]:
+    paragraphs = message.strip().split("\n\n")
+    if len(paragraphs) < 2:
+        return {}
+    found = {}
+    for line in paragraphs[-1].splitlines():
+        m = _TRAILER.match(line)
+        if not m:
+            return {}
+        found[m.group(1)] = m.group(2)
+    return found
+
+
+def _split_author(author: str | None) -> dict[str, str]:
+    if not author:
+        return {}
+    m = re.match(r"^\s*(.+?)\s*<([^>]+)>\s*$", author)
+    if not m:
+        raise InputError(f"git author must look like 'Name <email>', got {author!r}")
+    return {"GIT_AUTHOR_NAME": m.group(1), "GIT_AUTHOR_EMAIL": m.group(2)}
+
+
+class GitStore:
+    def __init__(self, root: Path, lock_dir: Path | None = None):
+        from . import secrets  # imported here: its patterns cost compile time that `status` never needs
+
+        self._secrets = secrets
+        self._read_lock = threading.Lock()
+        self.root = Path(root)
+        self.lock = VaultLock((lock_dir or self.root / ".hermes" / "locks") / "main.lock")
+
+    # -- running git -------------------------------------------------------------------------
+    def _git(self, *args: str, input: bytes | str | None = None, env: dict | None = None, ok=(0,)) -> str:
+        data = input.encode() if isinstance(input, str) else input
+        full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
+        for attempt in range(40):
+            # --no-optional-locks: our reads (status) never take index.lock from a person's git.
+            proc = subprocess.run(
+                ["git", "--no-optional-locks", "-c", "core.quotepath=off", *args],
+                cwd=self.root,
+                input=data,
+                capture_output=True,
+                env=full_env,
+            )
+            if proc.returncode in ok or b"index.lock': File exists" not in proc.stderr:
+                break
+            time.sleep(0.05)  # another git (a person's, an editor's) holds the index briefly
+        if proc.returncode not in ok:
+            err = proc.stderr.decode(errors="replace").strip() or proc.stdout.decode(errors="replace").strip()
+            raise GitError(f"git {args[0]} failed: {err}")
+        self.last_returncode = proc.returncode
+        return proc.stdout.decode("utf-8", errors="surrogateescape")
+
+    # -- reading -----------------------------------------------------------------------------
+    def rev(self, ref: str) -> str | None:
+        out = self._git("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", ok=(0, 1))
+        return out.strip() or None
+
+    def head(self) -> str:
+        sha = self.rev(f"refs/heads/{MAIN}")
+        if not sha:
+            raise GitError(f"branch {MAIN} does not exist in {self.root}")
+        return sha
+
+    @cached_property
+    def repo(self):
+        """GitPython's Repo: its persistent `cat-file --batch` makes many reads cost one process."""
+        import git
+
+        return git.Repo(self.root)
+
+    def read_file(self, commit: str, path: str) -> bytes | None:
+        """A file's bytes at a commit (None if absent), through one persistent `cat-file --batch`:
+        git resolves `commit:path` in C, so wide folders cost nothing extra."""
+        with self._read_lock:  # one cat-file process: one reader at a time
+            try:
+                _sha, kind, _size, data = self.repo.git.get_object_data(f"{commit}:{path}")
+            except ValueError:
+                return None
+        return data if kind == b"blob" else None
+
+    def list_files(self, commit: str, prefix: str = "") -> list[str]:
+        args = ["ls-tree", "-r", "-z", "--name-only", commit]
+        if prefix:
+            args += ["--", prefix]
+        return [p for p in self._git(*args).split("\0") if p]
+
+    def changed_paths(self, a: str, b: str) -> list[str]:
+        out = self._git("diff-tree", "-r", "-z", "--no-renames", "--name-only", a, b)
+        return [p for p in out.split("\0") if p]
+
+    def numstat(self, a: str, b: str) -> list[tuple[int, int, str]]:
+        """(added, deleted, path) per changed file; binary files count as one line each way."""
+        rows = []
+        for line in self._git("diff", "--numstat", "--no-renames", a, b).splitlines():
+            added, deleted, path = line.split("\t", 2)
+            rows.append((int(added) if added.isdigit() else 1, int(deleted) if deleted.isdigit() else 1, path))
+        return rows
+
+    def diff(self, a: str, b: str, color: bool = False) -> str:
+        return self._git("diff", "--no-renames", f"--color={'always' if color else 'never'}", a, b)
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        return self._git("merge-base", a, b, ok=(0, 1)).strip() or None
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        self._git("merge-base", "--is-ancestor", a, b, ok=(0, 1))
+        return self.last_returncode == 0
+
+    _LOG_FORMAT = "--format=%H%x00%P%x00%an <%ae>%x00%ct%x00%B%x1e"
+
+    def commit_info(self, ref: str) -> CommitInfo:
+        return self._parse_log(self._git("show", "-s", self._LOG_FORMAT, ref))[0]
+
+    def log(self, ref: str = MAIN, grep: str | None = None, first_parent: bool = True, limit: int = 500) -> list[CommitInfo]:
+        """Commits newest first, in one git process."""
+        args = ["log", f"-n{limit}", self._LOG_FORMAT]
+        if first_parent:
+            args.append("--first-parent")
+        if grep:
+            args += ["-E", f"--grep={grep}"]
+        return self._parse_log(self._git(*args, ref, "--"))
+
+    @staticmethod
+    def _parse_log(out: str) -> list[CommitInfo]:
+        commits = []
+        for record in out.split("\x1e"):
+            record = record.lstrip("\n")
+            if not record:
+                continue
+            sha, parents, author, ts, message = record.split("\0", 4)
+            lines = message.strip().split("\n", 1)
+            commits.append(CommitInfo(sha, parents.split(), author, int(ts), lines[0],
+                                      lines[1].strip() if len(lines) > 1 else "", parse_trailers(message)))
+        return commits
+
+    def branches(self, prefix: str) -> list[BranchInfo]:
+        """Branches under refs/heads/<prefix> (e.g. 'refine/'), newest first."""
+        return self._refs(f"refs/heads/{prefix}", "refs/heads/")
+
+    def rejected(self) -> list[BranchInfo]:
+        return self._refs("refs/hermes/rejected/", "refs/hermes/rejected/")
+
+    def _refs(self, pattern: str, strip: str) -> list[BranchInfo]:
+        fmt = "%(refname)%00%(objectname)%00%(committerdate:unix)%00%(contents:subject)"
+        out = self._git("for-each-ref", "--sort=-committerdate", f"--format={fmt}", pattern)
+        result = []
+        for line in out.splitlines():
+            ref, sha, ts, subject = line.split("\0", 3)
+            result.append(BranchInfo(ref[len(strip) :], sha, int(ts or 0), subject))
+        return result
+
+    def dirty_paths(self, paths: list[str] | None = None) -> list[str]:
+        """Paths whose working-tree content differs from main (edits, new files, deletions).
+
+        With `paths`, compares bytes against main's blobs directly: no index read, no tree walk, so
+        it costs the same on a 100-file vault as on a 100,000-file one. Without, asks `git status`.
+        """
+        if paths is not None:
+            head = self.head()
+            return sorted(p for p in set(paths) if self._disk_bytes(p) != self.read_file(head, p))
+        out = self._git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+        return sorted({entry[3:] for entry in out.split("\0") if len(entry) > 3})
+
+    def changed_under(self, prefix: str) -> list[str]:
+        """Modified, deleted or untracked (not ignored) files below a folder, without a full status."""
+        out = self._git("ls-files", "-z", "-m", "-d", "-o", "--exclude-standard", "--", prefix)
+        return sorted({p for p in out.split("\0") if p})
+
+    def _disk_entry(self, rel: str) -> tuple[str, bytes] | None:
+        """(mode, bytes) of a working-tree file as git would store it; None if absent."""
+        p = self.root / rel
+        if p.is_symlink():
+            return "120000", os.readlink(p).encode("utf-8", "surrogateescape")
+        if not p.is_file():
+            return None
+        return ("100755" if os.access(p, os.X_OK) else "100644"), p.read_bytes()
+
+    # -- committing on main ------------------------------------------------------------------
+    def _require_main_checked_out(self) -> None:
+        ref = self._git("symbolic-ref", "-q", "HEAD", ok=(0, 1)).strip()
+        if ref != f"refs/heads/{MAIN}":
+            raise GitError(f"the vault has {ref or 'a detached HEAD'} checked out; hermes-fs works on {MAIN}")
+
+    def commit_paths(
+        self, paths: list[str], message: str, trailers: dict[str, str] | None = None, author: str | None = None
+    ) -> str | None:
+        """Commit exactly these paths (adds, edits, deletions) on main; None if they are unchanged.
+
+        Scans what it stages and refuses a secret (SecretError) before anything is staged.
+        """
+        rels = [clean_relpath(p) for p in paths]
+        with self.lock.hold():
+            self._require_main_checked_out()
+            changed = self.dirty_paths(rels)
+            if not changed:
+                return None
+            self._secrets.check({p: self._disk_bytes(p) for p in changed})
+            return self._stage_and_commit(changed, format_message(message, "", trailers), author)
+
+    def commit_all(self, message: str, trailers: dict[str, str] | None = None) -> str | None:
+        """Everything not ignored (used by `init`), still through the secret scanner."""
+        with self.lock.hold():
+            changed = self.dirty_paths()
+            if not changed:
+                return None
+            self._secrets.check({p: self._disk_bytes(p) for p in changed})
+            self._git("add", "-A", "--", *changed)
+            self._git("commit", "-q", "--no-verify", "-F", "-", input=format_message(message, "", trailers))
+            return self.head()
+
+    def commit_human_edits(self, paths: list[str] | None = None) -> HumanEditResult:
+        """Commit pending human edits (all, or within `paths`) as `edit: ...` commits.
+
+        A file carrying a secret is left uncommitted and reported; the others are committed.
+        """
+        with self.lock.hold():
+            self._require_main_checked_out()
+            dirty = self.dirty_paths(paths)
+            ok, refused = [], []
+            for p in dirty:
+                findings = self._secrets.scan(p, self._disk_bytes(p))
+                (refused.extend(findings) if findings else ok.append(p))
+            if not ok:
+                return HumanEditResult(None, [], refused)
+            names = ", ".join(ok[:5]) + (f" and {len(ok) - 5} more" if len(ok) > 5 else "")
+            sha = self._stage_and_commit(ok, format_message(f"edit: {names}", "", HUMAN_EDIT), None)
+            return HumanEditResult(sha, ok, refused)
+
+    def _stage_and_commit(self, paths: list[str], message: str, author: str | None) -> str:
+        """Commit the working-tree state of `paths` on main by plumbing, then stage exactly that.
+
+        Trees are rebuilt only along these paths and the index is updated with the committed blobs,
+        so the cost follows the change, not the vault; anything else a person staged stays staged.
+        """
+        old = self.head()
+        entries = {p: self._disk_entry(p) for p in paths}
+        changes = {p: (e[1] if e else None) for p, e in entries.items()}
+        modes = {p: e[0] for p, e in entries.items() if e}
+        base_tree = self._git("rev-parse", f"{old}^{{tree}}").strip()
+        blobs: dict[str, str] = {}
+        tree = self._build_tree(base_tree, changes, modes, blobs) or EMPTY_TREE
+        new = self._commit_tree(tree, [old], message, author)
+        self._stage(blobs, [p for p, d in changes.items() if d is None], modes)
+        self._git("update-ref", "-m", "hermes-fs", f"refs/heads/{MAIN}", new, old)
+        return new
+
+    def _stage(self, blobs: dict[str, str], deleted: list[str], modes: dict[str, str]) -> None:
+        """Put committed blobs in the index (and drop deleted paths) without touching other entries."""
+        lines = [f"{modes.get(p, '100644')} {sha}\t{p}" for p, sha in blobs.items()]
+        lines += [f"0 {ZERO}\t{p}" for p in deleted]
+        if lines:
+            self._git("update-index", "-z", "--index-info", input="\0".join(lines) + "\0")
+
+    def _disk_bytes(self, rel: str) -> bytes | None:
+        entry = self._disk_entry(rel)
+        return entry[1] if entry else None
+
+    # -- branch commits from an overlay (no working tree, no index) --------------------------
+    def commit_overlay(
+        self,
+        parent: str,
+        branch: str,
+        overlay: dict[str, bytes | None],
+        message: str,
+        author: str | None = None,
+    ) -> str | None:
+        """One commit with parent `parent` on new branch `branch`; None when nothing changes.
+
+        `overlay` maps vault paths to new bytes, or None for a deletion. Only blobs and the trees
+        along the changed paths are written; the working tree and the real index are untouched.
+        """
+        changes = {clean_relpath(p): d for p, d in overlay.items()}
+        for path, data in changes.items():
+            if data is not None and not isinstance(data, bytes):
+                raise InputError(f"overlay content must be bytes or None, got {type(data).__name__}", path)
+        self._secrets.check(changes)
+        base_tree = self._git("rev-parse", f"{parent}^{{tree}}").strip()
+        tree = self._build_tree(base_tree, changes) or EMPTY_TREE
+        if tree == base_tree:
+            return None
+        sha = self._commit_tree(tree, [parent], message, author)
+        self._git("update-ref", f"refs/heads/{branch}", sha, ZERO)  # ZERO: fail if it exists
+        return sha
+
+    def _build_tree(self, tree: str | None, changes: dict[str, bytes | None], modes: dict[str, str] | None = None,
+                    blobs: dict[str, str] | None = None, prefix: str = "") -> str | None:
+        """New tree = `tree` with `changes` applied; reads and writes only the trees on changed paths.
+
+        `modes` gives file modes by full path (default: keep the old mode, else 100644); `blobs`, when
+        given, collects the full path -> blob id of everything written.
+        """
+        entries = self._ls_tree(tree) if tree else {}
+        nested: dict[str, dict[str, bytes | None]] = defaultdict(dict)
+        for path, data in changes.items():
+            head, _, rest = path.partition("/")
+            if rest:
+                nested[head][rest] = data
+            elif data is None:
+                entries.pop(head, None)
+            else:
+                old = entries.get(head)
+                if old and old[1] == "tree":
+                    raise InputError("a folder is in the way of this file", prefix + path)
+                mode = (modes or {}).get(prefix + path) or (old[0] if old and old[1] == "blob" else "100644")
+                sha = self._hash_blob(data)
+                entries[head] = (mode, "blob", sha)
+                if blobs is not None:
+                    blobs[prefix + path] = sha
+        for name, sub in nested.items():
+            old = entries.get(name)
+            if old and old[1] != "tree":
+                raise InputError(f"a file is in the way of folder {prefix}{name}/")
+            new = self._build_tree(old[2] if old else None, sub, modes, blobs, f"{prefix}{name}/")
+            if new is None:
+                entries.pop(name, None)
+            else:
+                entries[name] = ("040000", "tree", new)
+        if not entries:
+            return None
+        listing = "".join(f"{m} {t} {s}\t{n}\0" for n, (m, t, s) in sorted(entries.items()))
+        return self._git("mktree", "-z", input=listing.encode("utf-8", "surrogateescape")).strip()
+
+    def _ls_tree(self, tree: str) -> dict[str, tuple[str, str, str]]:
+        entries = {}
+        for item in self._git("ls-tree", "-z", tree).split("\0"):
+            if item:
+                meta, name = item.split("\t", 1)
+                mode, kind, sha = meta.split()
+                entries[name] = (mode, kind, sha)
+        return entries
+
+    def _hash_blob(self, data: bytes) -> str:
+        return self._git("hash-object", "-w", "--stdin", input=data).strip()
+
+    def _commit_tree(self, tree: str, parents: list[str], message: str, author: str | None = None) -> str:
+        args = ["commit-tree", tree]
+        for p in parents:
+            args += ["-p", p]
+        return self._git(*args, "-F", "-", input=message, env=_split_author(author)).strip()
+
+    # -- merging and reverting into main ------------------------------------------------------
+    def merge(self, branch: str, message: str, author: str | None = None) -> str:
+        """Merge a branch into main with --no-ff semantics, three-way, without a checkout; the
+        merged branch is then deleted.
+
+        Pending human edits in the paths the branch touches are committed first. A conflict raises
+        ConflictError naming the files; main, the index and the working tree are then untouched.
+        """
+        theirs = self.rev(f"refs/heads/{branch}")
+        if not theirs:
+            raise GitError(f"no branch {branch}")
+        with self.lock.hold():
+            self._require_main_checked_out()
+            base = self.merge_base(self.head(), theirs) or EMPTY_TREE
+            touched = self.changed_paths(base, theirs)
+            self._commit_touched_human_edits(touched)
+            ours = self.head()
+            tree = self._merge_tree(ours, theirs, "merge would conflict")
+            new = self._commit_tree(tree, [ours, theirs], message, author)
+            self._advance_main(ours, new, touched)
+            # The merge commit now holds the branch; `log` finds it there as "merged".
+            self._git("update-ref", "-d", f"refs/heads/{branch}", theirs)
+            return new
+
+    def revert_merge(self, merge_sha: str, message: str, author: str | None = None) -> str:
+        """Undo a merged change (like `git revert -m 1`); refuses where people edited those lines since."""
+        info = self.commit_info(merge_sha)
+        if len(info.parents) != 2:
+            raise GitError(f"{merge_sha[:10]} is not a merge commit")
+        with self.lock.hold():
+            self._require_main_checked_out()
+            if not self.is_ancestor(info.sha, self.head()):
+                raise GitError(f"{info.sha[:10]} is not on {MAIN}")
+            touched = self.changed_paths(info.parents[0], info.sha)
+            self._commit_touched_human_edits(touched)
+            ours = self.head()
+            # A throwaway commit holding the pre-merge tree with the merge as parent: merging it
+            # into main applies exactly "merge -> pre-merge" three-way, with the merge as base.
+            pre_tree = self._git("rev-parse", f"{info.parents[0]}^{{tree}}").strip()
+            undo = self._commit_tree(pre_tree, [info.sha], "hermes-fs: revert helper")
+            tree = self._merge_tree(ours, undo, "a person has edited these lines since the merge")
+            if tree == self._git("rev-parse", f"{ours}^{{tree}}").strip():
+                raise GitError(f"nothing to revert: {info.sha[:10]} is already undone")
+            new = self._commit_tree(tree, [ours], message, author)
+            self._advance_main(ours, new, touched)
+            return new
+
+    def _commit_touched_human_edits(self, touched: list[str]) -> None:
+        result = self.commit_human_edits(touched)
+        if result.refused:
+            raise ConflictError(
+                "uncommitted edits that cannot be committed (they hold a secret) are in the way",
+                sorted({f.path for f in result.refused}),
+            )
+
+    def _merge_tree(self, ours: str, theirs: str, conflict_message: str) -> str:
+        out = self._git(
+            "merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", ours, theirs, ok=(0, 1)
+        )
+        tree, *rest = out.split("\0")
+        if self.last_returncode == 1:
+            raise ConflictError(conflict_message, sorted({p for p in rest if p}))
+        return tree
+
+    def _advance_main(self, old: str, new: str, candidates: list[str] | None = None) -> None:
+        """Move main from old to new, writing and staging only the changed paths.
+
+        `candidates` (the paths the merged branch touched) bounds where old and new can differ,
+        so they are compared path by path instead of diffing whole trees. Refuses if any changed
+        path holds uncommitted text (a person typed while we worked).
+        """
+        if candidates is None:
+            changed = self.changed_paths(old, new)
+        else:
+            before, after = self._ls_paths(old, candidates), self._ls_paths(new, candidates)
+            changed = sorted(p for p in candidates if before.get(p) != after.get(p))
+        dirty = self.dirty_paths(changed)
+        if dirty:
+            raise ConflictError("uncommitted edits appeared while merging; nothing changed", dirty)
+        self._write_paths(new, changed)
+        try:
+            self._git("update-ref", "-m", "hermes-fs", f"refs/heads/{MAIN}", new, old)
+        except GitError:
+            self._write_paths(old, changed)  # lost a race: put the working tree back
+            raise GitError(f"{MAIN} moved while merging; nothing changed, try again") from None
+
+    def _write_paths(self, commit: str, paths: list[str]) -> None:
+        """Make the working tree and the index show `commit` at `paths` (and nowhere else)."""
+        blobs, modes, deleted = {}, {}, []
+        listed = self._ls_paths(commit, paths)
+        for rel in paths:
+            entry = listed.get(rel)
+            target = self.root / rel
+            if entry is None:
+                deleted.append(rel)
+                target.unlink(missing_ok=True)
+                prune_empty_dirs(target.parent, self.root)
+                continue
+            mode, sha = entry
+            data = self.read_file(commit, rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.hermes-tmp")
+            tmp.write_bytes(data)
+            if mode == "100755":
+                tmp.chmod(0o755)
+            os.replace(tmp, target)
+            blobs[rel], modes[rel] = sha, mode
+        self._stage(blobs, deleted, modes)
+
+    def _ls_paths(self, commit: str, paths: list[str]) -> dict[str, tuple[str, str]]:
+        """path -> (mode, blob id) at `commit` for those of `paths` that are files there; one git call."""
+        if not paths:
+            return {}
+        found = {}
+        for item in self._git("ls-tree", "-z", commit, "--", *[f":(literal){p}" for p in paths]).split("\0"):
+            if item:
+                meta, path = item.split("\t", 1)
+                mode, kind, sha = meta.split()
+                if kind == "blob":
+                    found[path] = (mode, sha)
+        return found
+
+    # -- branches ------------------------------------------------------------------------------
+    def delete_branch(self, branch: str) -> None:
+        sha = self.rev(f"refs/heads/{branch}")
+        if sha:
+            self._git("update-ref", "-d", f"refs/heads/{branch}", sha)
+
+    def reject(self, branch: str) -> str:
+        """Hide a branch under refs/hermes/rejected/ (recoverable, invisible to `git branch`)."""
+        sha = self.rev(f"refs/heads/{branch}")
+        if not sha:
+            raise GitError(f"no branch {branch}")
+        hidden = f"refs/hermes/rejected/{branch}"
+        self._git("update-ref", hidden, sha)
+        self._git("update-ref", "-d", f"refs/heads/{branch}", sha)
+        return hidden

@@ -1,0 +1,88 @@
+"""Notifications through Apprise. Target URLs come from hermes.yaml with ${ENV} expansion; the
+values live in the environment or in the untracked .hermes/secrets.env, never in a commit."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import Config
+from ..errors import InputError
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass
+class Delivery:
+    target: str
+    ok: bool
+    error: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"target": self.target, "status": "ok" if self.ok else "error", **({"error": self.error} if self.error else {})}
+
+
+def read_secrets_env(path: Path) -> dict[str, str]:
+    """KEY=VALUE lines (comments and `export` allowed) from .hermes/secrets.env."""
+    values: dict[str, str] = {}
+    if not path.is_file():
+        return values
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.removeprefix("export ").partition("=")
+        values[key.strip()] = value.strip().strip("'\"")
+    return values
+
+
+def expand(url: str, env: dict[str, str]) -> str:
+    def sub(m: re.Match) -> str:
+        if m.group(1) not in env or not env[m.group(1)]:
+            raise InputError(f"${{{m.group(1)}}} is not set (environment or .hermes/secrets.env)")
+        return env[m.group(1)]
+
+    return _VAR.sub(sub, url)
+
+
+class Notifier:
+    def __init__(self, config: Config, secrets_env: Path):
+        self.config = config
+        self.secrets_env = secrets_env
+
+    def _env(self) -> dict[str, str]:
+        return {**read_secrets_env(self.secrets_env), **os.environ}
+
+    def resolve(self, target: str) -> str:
+        targets = self.config.notify.targets
+        if target not in targets:
+            known = ", ".join(sorted(targets)) or "none defined"
+            raise InputError(f"unknown notify target {target!r} (hermes.yaml notify.targets: {known})")
+        return expand(targets[target], self._env())
+
+    def send(self, targets: list[str], title: str, body: str) -> list[Delivery]:
+        """Send to each target separately so one failure never hides another's result."""
+        import apprise
+
+        results = []
+        for name in targets:
+            try:
+                url = self.resolve(name)
+            except InputError as exc:
+                results.append(Delivery(name, False, exc.reason))
+                continue
+            ap = apprise.Apprise()
+            if not ap.add(url):
+                results.append(Delivery(name, False, "not a valid Apprise URL"))
+                continue
+            ok = bool(ap.notify(title=title, body=body))
+            results.append(Delivery(name, ok, None if ok else "delivery failed"))
+        return results
+
+    def event(self, event: str, title: str, body: str, targets: list[str] | None = None) -> list[Delivery]:
+        """Send an event (refine_pending, cron_failure, ...) if hermes.yaml subscribes to it."""
+        if event not in self.config.notify.events:
+            return []
+        return self.send(targets if targets is not None else sorted(self.config.notify.targets), title, body)

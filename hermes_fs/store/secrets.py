@@ -1,0 +1,102 @@
+"""The commit-time secret scanner. Every commit path calls `scan`; a hit refuses the commit.
+
+Findings name the file, the line and the kind, never the secret itself.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from ..errors import SecretError
+
+# Apprise schemes whose URLs carry tokens in the path (e.g. tgram://bottoken/chatid).
+APPRISE_TOKEN_SCHEMES = (
+    "tgram|discord|slack|msteams|pover|pushover|pbul|gotify|gotifys|ntfys?|matrixs?|mmosts?|rocket|rockets|"
+    "join|ifttt|zulip|signal|signals|twilio|sns|ses|mailgun|sendgrid|sparkpost|opsgenie|pagerduty|pushbullet|"
+    "line|lametric|flock|guilded|ryver|spontit|techulus|webex|wxteams|apprise|apprises|bark|barks|revolt|kumulos"
+)
+
+# Start of a token: not glued to a word, except after a JSON/escape sequence like \n (tool arguments).
+_B = r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))"
+
+PATTERNS: list[tuple[str, re.Pattern]] = [
+    ("private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----")),
+    ("Anthropic API key", re.compile(_B + r"sk-ant-[A-Za-z0-9_-]{20,}")),
+    ("OpenRouter API key", re.compile(_B + r"sk-or-v1-[A-Za-z0-9]{20,}")),
+    ("OpenAI API key", re.compile(_B + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}")),
+    ("AWS access key", re.compile(_B + r"(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("GitHub token", re.compile(_B + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})")),
+    ("Google API key", re.compile(_B + r"AIza[0-9A-Za-z_-]{35}")),
+    ("Slack token", re.compile(_B + r"xox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("Groq API key", re.compile(_B + r"gsk_[A-Za-z0-9]{20,}")),
+    ("Hugging Face token", re.compile(_B + r"hf_[A-Za-z0-9]{30,}")),
+    ("Stripe key", re.compile(_B + r"[rs]k_(?:live|test)_[A-Za-z0-9]{20,}")),
+    ("xAI API key", re.compile(_B + r"xai-[A-Za-z0-9]{30,}")),
+    ("URL with credentials", re.compile(r"\b[a-z][a-z0-9+.-]{1,15}://[^\s/:@${}]+:[^\s/@${}]{3,}@", re.I)),
+    (
+        "Apprise URL with a token",
+        re.compile(rf"\b(?:{APPRISE_TOKEN_SCHEMES})://(?![^\s]*\$\{{)[^\s]*[A-Za-z0-9_-]{{16,}}", re.I),
+    ),
+    (
+        ".env secret assignment",
+        re.compile(
+            r"\b[A-Z][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*\s*=\s*"
+            r"(?![\"']?\$\{)[\"']?[^\s\"'#$]{8,}",
+        ),
+    ),
+]
+
+ENV_FILE_NAMES = {".env", ".envrc", "secrets.env"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    path: str
+    line: int
+    kind: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.kind}"
+
+
+def scan_text(path: str, text: str) -> list[Finding]:
+    findings = []
+    for kind, pattern in PATTERNS:
+        for m in pattern.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            if not any(f.line == line for f in findings):  # one finding per line is enough
+                findings.append(Finding(path, line, kind))
+    return sorted(findings, key=lambda f: f.line)
+
+
+def scan(path: str, data: bytes | None) -> list[Finding]:
+    """Findings for one file about to be committed (None = deletion, never a secret)."""
+    if data is None:
+        return []
+    name = PurePosixPath(path).name
+    if name in ENV_FILE_NAMES or name.startswith(".env."):
+        return [Finding(path, 1, ".env file (keep it untracked)")]
+    return scan_text(path, data.decode("utf-8", errors="replace"))
+
+
+def redact(text: str) -> tuple[str, int]:
+    """Replace every secret in text with [REDACTED <kind>]; returns the text and how many."""
+    count = 0
+    for kind, pattern in PATTERNS:
+        text, n = pattern.subn(f"[REDACTED {kind}]", text)
+        count += n
+    return text, count
+
+
+def check(files: dict[str, bytes | None]) -> None:
+    """Raise SecretError naming every file, line and kind found; the values are never shown."""
+    findings = [f for path, data in files.items() for f in scan(path, data)]
+    if findings:
+        listed = "; ".join(str(f) for f in findings[:10])
+        more = f" (and {len(findings) - 10} more)" if len(findings) > 10 else ""
+        raise SecretError(
+            f"refusing to commit a secret: {listed}{more}. Move it to the environment or .hermes/secrets.env "
+            "and refer to it as ${NAME}."
+        )

@@ -1,0 +1,104 @@
+"""A vault: finding it, creating it from the template, and its well-known paths."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from .config import CONFIG_NAME, Config, load_config
+from ..errors import HermesError, InputError
+from .files import DiskFiles
+
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "vault_template"
+DEFAULT_IDENTITY = ("hermes-fs user", "hermes-user@localhost")
+
+
+@dataclass
+class Vault:
+    root: Path
+    _config: Config | None = field(default=None, repr=False)
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            self._config = load_config(self.root / CONFIG_NAME)
+        return self._config
+
+    @cached_property
+    def files(self) -> DiskFiles:
+        return DiskFiles(self.root)
+
+    @property
+    def state_dir(self) -> Path:
+        """.hermes/: untracked caches, locks, daemon state; safe to delete."""
+        d = self.root / ".hermes"
+        d.mkdir(exist_ok=True)
+        return d
+
+    @cached_property
+    def git(self):
+        from .git import GitStore  # GitPython loads only when git is needed
+
+        return GitStore(self.root, lock_dir=self.state_dir / "locks")
+
+
+def find_vault(explicit: str | os.PathLike | None = None, cwd: Path | None = None) -> Vault:
+    """--vault PATH, else $HERMES_VAULT, else the nearest ancestor holding hermes.yaml."""
+    given = explicit or os.environ.get("HERMES_VAULT")
+    if given:
+        root = Path(given).expanduser().resolve()
+        if not (root / CONFIG_NAME).is_file():
+            raise InputError(f"not a hermes-fs vault (no {CONFIG_NAME}); run `hermes-fs init {given}`", str(root))
+        return Vault(root)
+    here = (cwd or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / CONFIG_NAME).is_file():
+            return Vault(d)
+    raise InputError(
+        f"no vault found: pass --vault PATH, set HERMES_VAULT, or run inside a folder with {CONFIG_NAME} "
+        "(create one with `hermes-fs init PATH`)"
+    )
+
+
+@dataclass
+class InitResult:
+    vault: Vault
+    set_local_identity: bool
+
+
+def init_vault(path: Path, template: Path = TEMPLATE_DIR) -> InitResult:
+    """Copy the template, `git init -b main`, first commit. Refuses existing vaults and non-empty folders."""
+    path = Path(path).expanduser().resolve()
+    if (path / CONFIG_NAME).exists():
+        raise InputError("already a hermes-fs vault; nothing to do", str(path))
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise InputError("folder is not empty and is not a vault; choose an empty or new folder", str(path))
+    if not template.is_dir():
+        raise HermesError(f"vault template not found at {template} (is hermes-fs installed from source?)")
+    shutil.copytree(template, path, dirs_exist_ok=True)
+    git = ["git", "-C", str(path)]
+    subprocess.run(git + ["init", "-q", "-b", "main"], check=True)
+    # Staging a few paths on a huge vault stays cheap: a split index rewrites a small delta, not the
+    # whole index, and manyFiles (index v4, untracked cache) shrinks what git reads on each call.
+    for key, value in (("core.splitIndex", "true"), ("feature.manyFiles", "true")):
+        subprocess.run(git + ["config", key, value], check=True)
+    set_identity = not _has_identity(path)
+    if set_identity:
+        subprocess.run(git + ["config", "user.name", DEFAULT_IDENTITY[0]], check=True)
+        subprocess.run(git + ["config", "user.email", DEFAULT_IDENTITY[1]], check=True)
+    vault = Vault(path)
+    vault.config  # the template must validate; fail loudly if it does not
+    vault.git.commit_all("init: new hermes-fs vault", trailers={"Hermes-Change": "init"})
+    return InitResult(vault, set_identity)
+
+
+def _has_identity(path: Path) -> bool:
+    def get(key: str) -> str:
+        r = subprocess.run(["git", "-C", str(path), "config", "--get", key], capture_output=True, text=True)
+        return r.stdout.strip()
+
+    return bool(get("user.name") and get("user.email"))
