@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -37,7 +37,7 @@ def main() -> dict:
     log = root / ".hermes" / "daemon.log"
     while not (log.exists() and "daemon started" in log.read_text()):
         time.sleep(0.05)
-    start = datetime.now(timezone.utc) + timedelta(seconds=10)
+    start = datetime.now(UTC) + timedelta(seconds=10)
     dues = {}
     for i in range(JOBS):
         due = (start + timedelta(seconds=i * SPREAD_S / JOBS)).replace(microsecond=0)
@@ -48,7 +48,7 @@ def main() -> dict:
     starts: dict[str, float] = {}
     while len(starts) < JOBS and time.time() < deadline:
         for m in pattern.finditer(log.read_text()):
-            t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+            t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
             starts[m.group(3)] = t + int(m.group(2)) / 1000
         time.sleep(0.5)
     proc.terminate()

@@ -12,12 +12,11 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from harness import (ModelServer, configure, fsck_clean, git, responder, start_daemon, stop_daemon,  # noqa: E402
-                     wait_settled)
 from common import write_results  # noqa: E402
+from harness import ModelServer, configure, fsck_clean, git, responder, start_daemon, stop_daemon, wait_settled  # noqa: E402
 
 from hermes_fs.store.vault import init_vault  # noqa: E402
 
@@ -46,7 +45,7 @@ def main(trials: int = 50) -> dict:
             (root / "inbox" / name).write_text(body)
             requests.append(name)
         if kind == "cron":
-            due = (datetime.now(timezone.utc) + timedelta(seconds=rng.uniform(0.2, 1.0))).replace(microsecond=0) + timedelta(seconds=1)
+            due = (datetime.now(UTC) + timedelta(seconds=rng.uniform(0.2, 1.0))).replace(microsecond=0) + timedelta(seconds=1)
             (root / "cron" / f"job{t}.md").write_text(f"---\nschedule: \"at {due.isoformat()}\"\n---\nSay ok.\n")
         time.sleep(rng.uniform(0.05, 2.0))
         stop_daemon(proc, sig=9)  # kill -9 at a random moment

@@ -21,10 +21,10 @@ sys.path.insert(0, str(HERE))
 from common import median, write_results  # noqa: E402
 from gen_vault import generate  # noqa: E402
 
-from hermes_fs.mind import memory, skills  # noqa: E402
-from hermes_fs.store.overlay import OverlayFiles  # noqa: E402
 from hermes_fs.learning.refine import check  # noqa: E402
+from hermes_fs.mind import memory, skills  # noqa: E402
 from hermes_fs.mind.sessions import Transcript  # noqa: E402
+from hermes_fs.store.overlay import OverlayFiles  # noqa: E402
 from hermes_fs.store.vault import Vault  # noqa: E402
 
 REPEAT = 5

@@ -14,10 +14,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import (ModelServer, configure, daemon_state, fsck_clean, git, responder, start_daemon,  # noqa: E402
-                     stop_daemon, wait_settled)
 from common import write_results  # noqa: E402
 from gen_vault import generate  # noqa: E402
+from harness import (  # noqa: E402
+    ModelServer,
+    configure,
+    daemon_state,
+    fsck_clean,
+    git,
+    responder,
+    start_daemon,
+    stop_daemon,
+    wait_settled,
+)
 
 from hermes_fs.store.lock import VaultLock  # noqa: E402
 

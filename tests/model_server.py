@@ -57,7 +57,7 @@ class ModelServer:
         self.api_base = f"http://127.0.0.1:{self.port}/v1"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def add(self, *items) -> "ModelServer":
+    def add(self, *items) -> ModelServer:
         with self._lock:
             self.script.extend(items)
         return self

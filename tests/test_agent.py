@@ -1,12 +1,12 @@
 """The agent runtime against the scripted model server: litellm over real HTTP, real git."""
 
 import pytest
+from conftest import git
 
 from hermes_fs.agent.conversation import Conversation, ConversationOptions
 from hermes_fs.agent.model import ModelError
-from hermes_fs.mind.sessions import Transcript
 from hermes_fs.agent.tools import SCHEMAS
-from conftest import git
+from hermes_fs.mind.sessions import Transcript
 
 
 def opts(**kw):

@@ -8,12 +8,13 @@ import hashlib
 import json
 
 import pytest
+from conftest import git
 
-from hermes_fs.mind import jobs as cron, memory, skills
+from hermes_fs.errors import InputError
+from hermes_fs.mind import jobs as cron
+from hermes_fs.mind import memory, skills
 from hermes_fs.service import inbox
 from hermes_fs.store.config import parse_config
-from hermes_fs.errors import InputError
-from conftest import git
 
 
 def snapshot(vault) -> str:
@@ -215,9 +216,9 @@ def test_bad_model_tool_calls(vault, tool, args, expected):
 
 
 def test_oversized_tool_output_is_truncated(vault, tmp_path):
-    from hermes_fs.store.config import SandboxConfig
     from hermes_fs.agent.sandbox import LocalSandbox
     from hermes_fs.agent.tools import ToolBox
+    from hermes_fs.store.config import SandboxConfig
 
     box = ToolBox(files=vault.files, config=vault.config, sandbox=LocalSandbox(tmp_path, SandboxConfig(backend="local")))
     result = box.call("shell", json.dumps({"command": "yes hello | head -c 500000"}))

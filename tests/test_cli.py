@@ -3,7 +3,6 @@ import subprocess
 import sys
 
 
-
 def test_help_and_status_do_not_import_litellm_or_docker(vault):
     code = (
         "import sys; from hermes_fs.cli.main import main\n"

@@ -1,7 +1,8 @@
 """`hermes-fs run` and `hermes-fs chat` as real processes against the scripted model server."""
 
-from hermes_fs.mind.sessions import Transcript
 from conftest import git
+
+from hermes_fs.mind.sessions import Transcript
 
 
 def test_run_prints_answer_and_commits_session(agent_vault, model_server, run_cli, tmp_path):

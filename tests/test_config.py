@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_fs.store.config import Config, load_config, parse_config
 from hermes_fs.errors import ConfigError
+from hermes_fs.store.config import Config, load_config, parse_config
 from hermes_fs.store.vault import TEMPLATE_DIR
 
 

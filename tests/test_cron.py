@@ -1,16 +1,16 @@
 """Cron: the scheduler's logic with an injected clock, and real runs delivering through Apprise."""
 
 import threading
-import time
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from conftest import git
 
 from hermes_fs.mind import jobs as cron
 from hermes_fs.mind.schedule import parse_schedule
-from hermes_fs.service.scheduler import Ledger, Scheduler, catch_up_runs, next_due, previous_due
-from conftest import git
+from hermes_fs.service import cron_runner
+from hermes_fs.service.scheduler import Ledger, Scheduler, catch_up_runs, next_runs
 
 UTC = ZoneInfo("UTC")
 PARIS = ZoneInfo("Europe/Paris")
@@ -33,15 +33,19 @@ class FakeClock:
 
 def scheduler(tmp_path, clock):
     fired = []
-    s = Scheduler(Ledger(tmp_path / "ledger.json"), lambda j, d: fired.append((j.name, d)), clock)
+    s = Scheduler(Ledger(tmp_path / "ledger.json"), lambda j, d: fired.append((j.name, d)), clock, start=inline)
     return s, fired
+
+
+def inline(job, work):
+    """Runs start in the calling thread: tests see them at once, no sleeping."""
+    work()
 
 
 def run_ticks(s, clock, until, step=timedelta(minutes=1)):
     while clock.t < until:
         clock.t += step
         s.tick(clock.t)
-    time.sleep(0.2)  # runs happen in threads
 
 
 def test_fires_once_per_due_time(tmp_path):
@@ -70,10 +74,10 @@ def test_dst_spring_forward_and_fall_back(tmp_path):
 
 def test_month_ends(tmp_path):
     j = job("eom", "0 9 31 * *")
-    due = next_due(j, datetime(2026, 11, 15, tzinfo=UTC), None)
+    due = j.next_run(datetime(2026, 11, 15, tzinfo=UTC), None)
     assert due == datetime(2026, 12, 31, 9, 0, tzinfo=UTC)  # November has no 31st
     j = job("feb", "0 0 29 2 *")
-    assert next_due(j, datetime(2026, 3, 1, tzinfo=UTC), None).year == 2028
+    assert j.next_run(datetime(2026, 3, 1, tzinfo=UTC), None).year == 2028
 
 
 def test_catch_up_after_downtime_once_and_without_catch_up_waits(tmp_path):
@@ -85,7 +89,7 @@ def test_catch_up_after_downtime_once_and_without_catch_up_waits(tmp_path):
     runs = catch_up_runs([a, b], ledger, now)
     assert [(d.job.name, d.due.isoformat()) for d in runs] == [("a", "2026-11-30T07:00:00+00:00")]
     assert ledger.last("b") == datetime(2026, 11, 30, 7, 0, tzinfo=UTC)  # skipped, waits for tomorrow
-    assert previous_due(b, now, ledger.last("b")) is None
+    assert b.schedule.previous_due(now, ledger.last("b")) is None
 
 
 def test_no_double_run_after_restart(tmp_path):
@@ -95,14 +99,12 @@ def test_no_double_run_after_restart(tmp_path):
     s.tick(clock.t)
     clock.t = datetime(2026, 11, 30, 7, 0, 1, tzinfo=UTC)
     s.tick(clock.t)
-    time.sleep(0.1)
     assert len(fired) == 1
     # a restart (a new scheduler on the same ledger), even mid-run: the same due time never fires again
     s2, fired2 = scheduler(tmp_path, clock)
     s2.jobs = dict(s.jobs)
     assert catch_up_runs(list(s2.jobs.values()), s2.ledger, clock.t) == []
     s2.tick(clock.t)
-    time.sleep(0.1)
     assert fired2 == []
 
 
@@ -126,6 +128,66 @@ def test_scheduler_thread_sleeps_until_due_and_wakes_on_update(tmp_path):
     s.stop()
 
 
+def test_a_schedule_that_never_fires_does_not_stop_the_others(tmp_path):
+    """`0 0 30 2 *` is valid cron but February has no 30th: no next run, and the other jobs go on."""
+    clock = FakeClock(datetime(2026, 11, 30, 6, 0, tzinfo=UTC))
+    s, fired = scheduler(tmp_path, clock)
+    never, brief = job("never", "0 0 30 2 *"), job("brief", "0 7 * * *")
+    assert never.next_run(clock.t, None) is None
+    s.jobs = {"never": never, "brief": brief}
+    s.tick(clock.t)
+    run_ticks(s, clock, datetime(2026, 11, 30, 7, 30, tzinfo=UTC))
+    assert [n for n, _d in fired] == ["brief"]
+    assert [d.job.name for d in s.plan(clock.t)] == ["brief"]
+
+
+def test_a_job_still_running_is_not_started_again(tmp_path):
+    clock = FakeClock(datetime(2026, 11, 30, 6, 0, tzinfo=UTC))
+    started, errors = [], []
+    s = Scheduler(Ledger(tmp_path / "ledger.json"), lambda j, d: None, clock,
+                  start=lambda j, work: started.append(work), on_error=errors.append)  # runs never finish
+    s.jobs = {"slow": job("slow", "every 1m")}
+    s.tick(clock.t)
+    run_ticks(s, clock, datetime(2026, 11, 30, 6, 5, tzinfo=UTC))
+    assert len(started) == 1 and any("still going" in e for e in errors)
+    started[0]()  # the run ends: the next due time starts a new one
+    run_ticks(s, clock, datetime(2026, 11, 30, 6, 7, tzinfo=UTC))
+    assert len(started) == 2
+
+
+def test_a_job_that_raises_in_the_scheduler_does_not_stop_the_others(tmp_path):
+    clock = FakeClock(datetime(2026, 11, 30, 6, 0, tzinfo=UTC))
+    errors = []
+    s, fired = scheduler(tmp_path, clock)
+    s.on_error = errors.append
+    broken = job("broken", "every 1m")
+    object.__setattr__(broken.schedule, "interval", "not a timedelta")  # a bug, as a bad file might cause
+    s.jobs = {"broken": broken, "brief": job("brief", "0 7 * * *")}
+    s.tick(clock.t)
+    run_ticks(s, clock, datetime(2026, 11, 30, 7, 1, tzinfo=UTC))
+    assert [n for n, _d in fired] == ["brief"] and errors
+
+
+def test_status_cron_list_and_scheduler_agree_on_the_next_run(vault, run_cli):
+    """An `every 30m` job last run at 11:50: at 12:00 every view says 12:20."""
+    (vault.root / "cron" / "half.md").write_text("---\nschedule: every 30m\n---\nTick.\n")
+    jobs, errors = cron.load_jobs(vault.files, vault.config)
+    assert not errors
+    ledger = Ledger(vault.state_dir / "cron-ledger.json")
+    now = datetime.now(UTC).replace(microsecond=0)
+    ledger.mark("half", now - timedelta(minutes=10))
+    expected = now + timedelta(minutes=20)
+    assert next_runs(vault, jobs, now)["half"] == expected
+    s = Scheduler(ledger, lambda j, d: None)
+    s.jobs = {j.name: j for j in jobs}
+    assert [d.due for d in s.plan(now) if d.job.name == "half"] == [expected]
+    import json
+
+    listed = {r["job"]: r for r in json.loads(run_cli("cron", "list", "--json", "--vault", str(vault.root)).stdout)}
+    status = {r["job"]: r for r in json.loads(run_cli("status", "--json", "--vault", str(vault.root)).stdout)["cron"]}
+    assert listed["half"]["next_run"] == status["half"]["next_run"] == expected.isoformat()
+
+
 @pytest.fixture
 def cron_vault(agent_vault, receiver):
     cfg = (agent_vault.root / "hermes.yaml").read_text()
@@ -147,7 +209,7 @@ def write_job(vault, name, schedule, notify="[desk]", extra=""):
 def test_run_job_stores_commits_and_delivers(cron_vault, model_server, receiver):
     model_server.add({"content": "Three things to do today."})
     j = write_job(cron_vault, "brief", "every day at 07:00")
-    meta = cron.run_job(cron_vault, j, datetime(2026, 11, 30, 7, tzinfo=UTC))
+    meta = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 7, tzinfo=UTC))
     assert meta["status"] == "ok" and meta["delivered"] == [{"target": "desk", "status": "ok"}]
     [got] = receiver.received
     assert got["body"]["message"] == "Three things to do today." and "brief" in got["body"]["title"]
@@ -160,7 +222,7 @@ def test_run_job_stores_commits_and_delivers(cron_vault, model_server, receiver)
 def test_silent_result_is_stored_not_sent(cron_vault, model_server, receiver):
     model_server.add({"content": "Nothing today. [SILENT]"})
     j = write_job(cron_vault, "quiet", "every 2h")
-    meta = cron.run_job(cron_vault, j, datetime(2026, 11, 30, 8, tzinfo=UTC))
+    meta = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 8, tzinfo=UTC))
     assert meta["silent"] is True and receiver.received == []
     assert "[SILENT]" in (cron_vault.root / "outputs/cron/quiet/20261130-080000.md").read_text()
 
@@ -168,7 +230,7 @@ def test_silent_result_is_stored_not_sent(cron_vault, model_server, receiver):
 def test_failing_model_is_stored_and_sent_as_failure(cron_vault, model_server, receiver):
     model_server.add({"status": 400, "body": {"error": {"message": "model exploded", "type": "invalid_request_error"}}})
     j = write_job(cron_vault, "broken", "every 2h")
-    meta = cron.run_job(cron_vault, j, datetime(2026, 11, 30, 9, tzinfo=UTC))
+    meta = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 9, tzinfo=UTC))
     assert meta["status"] == "error" and "model exploded" in meta["error"]
     assert "failed" in receiver.received[0]["body"]["title"] and "model exploded" in receiver.received[0]["body"]["message"]
     assert cron_vault.git.commit_info("HEAD").summary == "cron: broken (error)"
@@ -177,7 +239,7 @@ def test_failing_model_is_stored_and_sent_as_failure(cron_vault, model_server, r
 def test_unreachable_target_is_recorded(cron_vault, model_server, receiver):
     model_server.add({"content": "hello"})
     j = write_job(cron_vault, "both", "every 2h", notify="[desk, dead]")
-    meta = cron.run_job(cron_vault, j, datetime(2026, 11, 30, 10, tzinfo=UTC), retry_base_s=0.01)
+    meta = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 10, tzinfo=UTC), retry_base_s=0.01)
     assert {d["target"]: d["status"] for d in meta["delivered"]} == {"desk": "ok", "dead": "error"}
     assert "target: dead" in (cron_vault.root / "outputs/cron/both/20261130-100000.md").read_text()
 

@@ -3,10 +3,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from hermes_fs.mind import jobs as cron
-from hermes_fs.store.config import parse_config
 from hermes_fs.errors import InputError
+from hermes_fs.mind import jobs as cron
 from hermes_fs.mind.schedule import parse_schedule
+from hermes_fs.store.config import parse_config
 
 UTC = ZoneInfo("UTC")
 PARIS = ZoneInfo("Europe/Paris")
@@ -14,22 +14,22 @@ PARIS = ZoneInfo("Europe/Paris")
 
 def test_schedule_forms():
     now = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
-    assert parse_schedule("0 7 * * 1-5", UTC).next_after(now) == datetime(2026, 11, 30, 7, 0, tzinfo=UTC)
+    assert parse_schedule("0 7 * * 1-5", UTC).next_due(now, None) == datetime(2026, 11, 30, 7, 0, tzinfo=UTC)
     assert parse_schedule("every day at 07:00", UTC).cron == "0 7 * * *"
     assert parse_schedule("every monday at 09:00", UTC).cron == "0 9 * * 1"
     s = parse_schedule("every 30m", UTC)
     assert s.interval == timedelta(minutes=30)
-    assert s.next_after(now, last_run=now - timedelta(minutes=10)) == now + timedelta(minutes=20)
+    assert s.next_due(now, now - timedelta(minutes=10)) == now + timedelta(minutes=20)
     assert parse_schedule("every 2h", UTC).describe() == "every 2 hours"
     once = parse_schedule("at 2026-12-01T09:00", PARIS)
-    assert once.next_after(now) == datetime(2026, 12, 1, 9, 0, tzinfo=PARIS)
-    assert once.next_after(datetime(2026, 12, 2, tzinfo=UTC)) is None
+    assert once.next_due(now, None) == datetime(2026, 12, 1, 9, 0, tzinfo=PARIS)
+    assert once.next_due(datetime(2026, 12, 2, tzinfo=UTC), None) is None
 
 
 def test_dst_spring_forward_is_handled_by_croniter():
     s = parse_schedule("30 2 * * *", PARIS)  # 02:30 does not exist on 2026-03-29 in Paris
-    first = s.next_after(datetime(2026, 3, 28, 12, 0, tzinfo=PARIS))
-    second = s.next_after(first)
+    first = s.next_due(datetime(2026, 3, 28, 12, 0, tzinfo=PARIS), None)
+    second = s.next_due(first, None)
     assert first.date().isoformat() == "2026-03-29" and second.date().isoformat() == "2026-03-30"
 
 
@@ -61,4 +61,4 @@ def test_disabled_job_has_no_next_run(vault):
     jobs, errors = cron.load_jobs(vault.files, vault.config)
     assert not errors
     (brief,) = jobs
-    assert brief.enabled is False and brief.next_run(datetime.now(UTC)) is None
+    assert brief.enabled is False and brief.next_run(datetime.now(UTC), None) is None

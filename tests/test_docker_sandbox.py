@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from hermes_fs.store.config import SandboxConfig
 from hermes_fs.agent.sandbox import SandboxError
+from hermes_fs.store.config import SandboxConfig
 
 IMAGE = "hermes-fs-test:busybox"
 

@@ -4,10 +4,10 @@ import subprocess
 import time
 
 import pytest
+from conftest import git
 
 from hermes_fs.errors import ConflictError, GitError, InputError, SecretError
 from hermes_fs.store.git import GitStore, format_message, parse_trailers
-from conftest import git
 
 USER = "memory/USER.md"
 

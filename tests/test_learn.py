@@ -1,10 +1,10 @@
 """Learn: documents into skills on a learn/ branch, with the scripted model over HTTP."""
 
 import pytest
+from conftest import git
 
 from hermes_fs.learning.learn import LEARN_PROMPT, LearnOptions, learn
 from hermes_fs.learning.sources import Source, chapters, clean, read_file
-from conftest import git
 
 GUIDE = """# Deploying to fly.io
 

@@ -1,8 +1,8 @@
 import pytest
 
+from hermes_fs.errors import InputError
 from hermes_fs.mind import memory
 from hermes_fs.store.config import Config
-from hermes_fs.errors import InputError
 from hermes_fs.store.files import DiskFiles
 
 CFG = Config()

@@ -1,7 +1,7 @@
 import pytest
 
-from hermes_fs.store.config import parse_config
 from hermes_fs.errors import InputError
+from hermes_fs.store.config import parse_config
 from hermes_fs.store.notify import Notifier, expand
 
 

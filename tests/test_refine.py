@@ -5,13 +5,14 @@ import threading
 import time
 
 import pytest
-
-from hermes_fs.learning import changes as review
-from hermes_fs.agent.conversation import Conversation, ConversationOptions
-from hermes_fs.errors import ConflictError
-from hermes_fs.learning.refine import RefineOptions, refine, similar_skill
-from hermes_fs.agent.tools import REVIEW_TOOLS
 from conftest import git
+
+from hermes_fs.agent.conversation import Conversation, ConversationOptions
+from hermes_fs.agent.tools import REVIEW_TOOLS
+from hermes_fs.errors import ConflictError
+from hermes_fs.learning import changes as review
+from hermes_fs.learning.checks import similar_skill
+from hermes_fs.learning.refine import RefineOptions, refine
 
 USER = "memory/USER.md"
 SKILL = """---
@@ -320,8 +321,8 @@ def test_cli_refine_in_background(agent_vault, model_server, session, run_cli):
 
 def test_checks_catch_what_tools_would_have_refused(vault):
     """Defense in depth: the final check re-validates every changed file of the overlay."""
+    from hermes_fs.learning.checks import check
     from hermes_fs.store.overlay import OverlayFiles
-    from hermes_fs.learning.refine import check
 
     ov = OverlayFiles(vault.git, vault.git.head())
     ov.changes["skills/bad-skill/SKILL.md"] = b"---\nname: other\ndescription: d\n---\nx\n"
@@ -335,12 +336,12 @@ def test_checks_catch_what_tools_would_have_refused(vault):
     assert "skills/orphan/references/a.md: skill orphan has no SKILL.md" in problems
     assert "memory/USER.md: over budget" in problems
     assert "memory/MEMORY.md:" in problems and "invalid YAML" in problems
-    assert "cron/new-job.md: a review may only change memory/ and skills/" in problems
+    assert "cron/new-job.md: a learned change may only touch memory/ and skills/" in problems
     assert "binary file" in problems
 
 
 def test_branch_names_are_never_reused_even_after_a_merge(vault):
-    from hermes_fs.learning.refine import unique_branch
+    from hermes_fs.learning.pipeline import unique_branch
 
     s = vault.git.head()
     first = unique_branch(vault, "refine", "same focus")

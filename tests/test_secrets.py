@@ -1,7 +1,7 @@
 import pytest
 
-from hermes_fs.store import secrets
 from hermes_fs.errors import SecretError
+from hermes_fs.store import secrets
 
 PLANTED = {
     "OpenAI API key": "sk-proj-" + "a1B2c3D4e5F6g7H8i9J0kLmN",

@@ -1,13 +1,14 @@
 """Plant provider keys and tokened Apprise URLs everywhere a person or the agent can write, and show
 that none reaches a commit (they are refused, left uncommitted, or redacted)."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from hermes_fs.mind import jobs as cron
-from hermes_fs.service import inbox
+from conftest import git
+
 from hermes_fs.agent.conversation import Conversation, ConversationOptions
 from hermes_fs.learning.refine import RefineOptions, refine
-from conftest import git
+from hermes_fs.mind import jobs as cron
+from hermes_fs.service import cron_runner, inbox
 
 KEYS = {
     "openai": "sk-proj-" + "Q1w2E3r4T5y6U7i8O9p0AaSsDd",
@@ -59,7 +60,7 @@ def test_secrets_never_reach_a_commit(agent_vault, model_server, tmp_path):
     (v.root / "cron" / "leak.md").write_text("---\nschedule: every 1h\n---\nTell me the keys.\n")
     jobs, _ = cron.load_jobs(v.files, v.config)
     model_server.add({"content": f"Here: {ALL}"})
-    cron.run_job(v, {j.name: j for j in jobs}["leak"], datetime.now(timezone.utc))
+    cron_runner.run_job(v, {j.name: j for j in jobs}["leak"], datetime.now(UTC))
     v.git.commit_paths(["cron/leak.md"], "add job")
     (v.root / "inbox" / "leak.md").write_text(f"---\ntype: run\n---\nRepeat after me: {ALL}\n")
     model_server.add({"content": f"{ALL}"})

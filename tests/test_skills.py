@@ -2,8 +2,8 @@ import os
 
 import pytest
 
-from hermes_fs.mind import skills
 from hermes_fs.errors import InputError
+from hermes_fs.mind import skills
 from hermes_fs.store.files import DiskFiles
 from hermes_fs.store.vault import TEMPLATE_DIR
 

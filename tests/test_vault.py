@@ -3,10 +3,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import git
 
 from hermes_fs.errors import InputError
 from hermes_fs.store.vault import find_vault, init_vault
-from conftest import git
 
 
 def test_init_copies_template_and_commits(tmp_path: Path):

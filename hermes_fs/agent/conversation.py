@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .loop import Agent, AgentConfig, TurnResult
 from ..mind.search import SearchIndex
+from ..mind.sessions import Transcript
+from ..store.vault import Vault
+from .loop import Agent, AgentConfig, TurnResult
 from .model import LiteLLMModel, Model, ModelError, ModelSettings
 from .prompt import current_project, system_prompt
 from .sandbox import make_sandbox
-from ..mind.sessions import Transcript
 from .tools import SessionCommitter, ToolBox
-from ..store.vault import Vault
 
 MODEL_ROLES = ("user", "assistant", "tool")
 
@@ -116,7 +116,7 @@ class Conversation:
         title = self.transcript.meta.get("title") or self.id
         return self.vault.git.commit_paths([self.transcript.rel], f"session: {title}", {"Hermes-Session": self.id})
 
-    def __enter__(self) -> "Conversation":
+    def __enter__(self) -> Conversation:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -6,8 +6,9 @@ where messages are kept (an `on_message` callback records each one as it happens
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 from .model import Model, Usage
 

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..store.config import Config
 from ..errors import HermesError
+from ..store.config import Config
 
 
 class ModelError(HermesError):
@@ -34,7 +34,7 @@ class Usage:
     completion_tokens: int = 0
     cost_usd: float | None = None
 
-    def add(self, other: "Usage") -> None:
+    def add(self, other: Usage) -> None:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
         if other.cost_usd is not None:
@@ -77,7 +77,7 @@ class ModelSettings:
     retry_base_s: float = 1.0
 
     @classmethod
-    def from_config(cls, config: Config, task: str | None = None, override: str | None = None) -> "ModelSettings":
+    def from_config(cls, config: Config, task: str | None = None, override: str | None = None) -> ModelSettings:
         base = float(os.environ.get("HERMES_RETRY_BASE_S", "1.0"))
         return cls(
             model=override or (config.model_for(task) if task else config.model),

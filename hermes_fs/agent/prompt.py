@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..mind import memory, skills
 from ..errors import InputError
+from ..mind import memory, skills
 from ..mind.search import SearchIndex
 from ..store.vault import Vault
 

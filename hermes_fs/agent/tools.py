@@ -9,14 +9,15 @@ a refine overlay) and, in a live session, a Committer that commits them on main.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
+from ..errors import HermesError, InputError
 from ..mind import memory, skills
 from ..store.config import Config
 from ..store.docs import decode
-from ..errors import HermesError, InputError
 from ..store.files import FileStore, clean_relpath
 from .model import parse_arguments
 
@@ -81,6 +82,7 @@ class ToolBox:
     skill_guard: Callable[[str, str], None] | None = None  # (name, content): raise to refuse a new skill
     skill_actions: tuple[str, ...] | None = None  # restrict skill_manage (e.g. learn --update: patch only)
     skill_names: tuple[str, ...] | None = None  # restrict which skills skill_manage may touch
+    created_by: str | None = None  # metadata.created-by of new skills (default: session, or refine on an overlay)
     changed: list[str] = field(default_factory=list)  # every vault path written, in order
 
     def schemas(self) -> list[dict]:
@@ -154,7 +156,7 @@ class ToolBox:
         if action == "create":
             if self.skill_guard:
                 self.skill_guard(name, content)
-            meta = {"created-by": "refine" if not self.committer else "session", "version": "1"}
+            meta = {"created-by": self.created_by or ("session" if self.committer else "refine"), "version": "1"}
             self._write([skills.skill_path(name)], f"skill: create {name}",
                         lambda: skills.create(self.files, name, content, metadata=meta))
             return f"ok: created skill {name}"

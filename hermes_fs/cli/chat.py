@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
-from ..mind import memory, skills
 from ..agent.conversation import Conversation, ConversationOptions
 from ..errors import HermesError
+from ..mind import memory, skills
 from ..store.vault import Vault
 
 HELP = """/refine [focus]    review this conversation in the background (result: a refine/ branch)

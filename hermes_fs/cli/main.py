@@ -7,11 +7,15 @@ Imports of anything heavy happen inside the commands, so `--help` and `status` s
 from __future__ import annotations
 
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
+from pathlib import Path
 
 import click
 
 from ..errors import HermesError, InputError
+from ..store.config import Policy
+
+POLICIES = [p.value for p in Policy]
 
 
 class HermesGroup(click.Group):
@@ -28,7 +32,24 @@ class HermesGroup(click.Group):
 def _vault(ctx: click.Context):
     from ..store.vault import find_vault
 
-    return find_vault(ctx.obj.get("vault"))
+    vault = find_vault(ctx.find_root().obj.get("vault"))
+    _log_errors_to(vault.state_dir / "logs" / "errors.log")
+    return vault
+
+
+def _log_errors_to(path) -> None:
+    """Unexpected errors (bugs) keep their traceback in .hermes/logs/errors.log; `-v` also prints them."""
+    import logging
+
+    log = logging.getLogger("hermes_fs")
+    if any(getattr(h, "hermes_errors", False) for h in log.handlers):
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setLevel(logging.ERROR)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    handler.hermes_errors = True  # type: ignore[attr-defined]
+    log.addHandler(handler)
 
 
 def _emit_json(data) -> None:
@@ -39,12 +60,20 @@ def _emit_json(data) -> None:
 
 @click.group(cls=HermesGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--vault", type=click.Path(file_okay=False), envvar=None, help="Vault folder (default: $HERMES_VAULT, or the nearest ancestor with hermes.yaml).")
+@click.option("-v", "--verbose", is_flag=True, help="Log what happens (and tracebacks of unexpected errors) to stderr.")
 @click.version_option(package_name="hermes-fs")
 @click.pass_context
-def main(ctx: click.Context, vault: str | None):
+def main(ctx: click.Context, vault: str | None, verbose: bool):
     """hermes-fs: a self-improving agent whose mind is a git repository of Markdown files."""
     ctx.ensure_object(dict)
     ctx.obj["vault"] = vault
+    if verbose:
+        import logging
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger("hermes_fs").addHandler(handler)
+        logging.getLogger("hermes_fs").setLevel(logging.DEBUG)
 
 
 def vault_option(f):
@@ -176,10 +205,9 @@ def notify():
 @click.pass_context
 def notify_test(ctx: click.Context, target: str | None):
     """Send a test notification to TARGET (default: every configured target)."""
-    from ..store.notify import Notifier
 
     v = _vault(ctx)
-    notifier = Notifier(v.config, v.root / ".hermes" / "secrets.env")
+    notifier = v.notifier
     targets = [target] if target else sorted(v.config.notify.targets)
     if not targets:
         raise HermesError("no notify targets in hermes.yaml (notify.targets)")
@@ -198,16 +226,17 @@ def notify_test(ctx: click.Context, target: str | None):
 @click.argument("focus", nargs=-1)
 @click.option("--session", "session", metavar="ID", help="Session to review (default: the latest).")
 @click.option("--wait", is_flag=True, help="Run in the foreground and print the result.")
-@click.option("--policy", type=click.Choice(["review", "auto", "additions"]), help="Override refine.policy.")
+@click.option("--policy", type=click.Choice(POLICIES), help="Override refine.policy.")
 @click.pass_context
 def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait: bool, policy: str | None):
     """Review a conversation and propose memory/skill changes on a refine/ branch."""
-    from ..learning.refine import RefineOptions, refine as run_refine, start_background
+    from ..learning.refine import RefineOptions
+    from ..learning.refine import refine as run_refine
 
     v = _vault(ctx)
     options = RefineOptions(session=session, focus=" ".join(focus) or None, policy=policy)
     if not wait:
-        pid, log_path = start_background(v, options)
+        pid, log_path = _refine_in_background(v, options)
         click.echo(f"refine running in the background (pid {pid}); log: {log_path}; see `hermes-fs review`")
         return
     with _spinner("reviewing the conversation"):
@@ -217,18 +246,34 @@ def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait
         ctx.exit(1)
 
 
+def _refine_in_background(v, options) -> tuple[int, Path]:
+    """`hermes-fs refine --wait ...` as a detached process; its pid and log file."""
+    from ..service.background import spawn
+
+    log = v.state_dir / "logs" / f"refine-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}.log"
+    args = ["refine", "--wait"]
+    if options.session:
+        args += ["--session", options.session]
+    if options.policy:
+        args += ["--policy", options.policy]
+    if options.focus:
+        args += ["--", options.focus]
+    return spawn(v.root, args, log), log
+
+
 @main.command()
 @vault_option
 @click.argument("sources", nargs=-1, required=True, type=click.Path())
 @click.option("--focus", help="What to capture from the documents.")
 @click.option("--update", "update", metavar="SKILL", help="Only patch this existing skill.")
-@click.option("--policy", type=click.Choice(["review", "auto", "additions"]), help="Override refine.policy.")
+@click.option("--policy", type=click.Choice(POLICIES), help="Override refine.policy.")
 @click.pass_context
 def learn(ctx: click.Context, sources: tuple[str, ...], focus: str | None, update: str | None, policy: str | None):
     """Turn documents (Markdown, text, HTML, PDF, folders) into skills on a learn/ branch."""
     from pathlib import Path
 
-    from ..learning.learn import LearnOptions, learn as run_learn
+    from ..learning.learn import LearnOptions
+    from ..learning.learn import learn as run_learn
 
     options = LearnOptions([Path(p).expanduser().resolve() for p in sources], focus=focus, update=update, policy=policy)
     with _spinner("reading and drafting skills"):
@@ -344,16 +389,12 @@ def daemon(ctx: click.Context, detach: bool, debounce: float, workers: int):
 
     v = _vault(ctx)
     if detach:
-        import subprocess
+        from ..service.background import spawn
 
         if is_running(v):
             raise HermesError("a daemon is already running for this vault (see `hermes-fs daemon status`)")
-        log_path = v.state_dir / "daemon.out"
-        with open(log_path, "a") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "hermes_fs", "--vault", str(v.root), "daemon",
-                                     "--debounce", str(debounce), "--workers", str(workers)],
-                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        click.echo(f"daemon started (pid {proc.pid}); `hermes-fs daemon status`, `hermes-fs daemon stop`")
+        pid = spawn(v.root, ["daemon", "--debounce", str(debounce), "--workers", str(workers)], v.state_dir / "daemon.out")
+        click.echo(f"daemon started (pid {pid}); `hermes-fs daemon status`, `hermes-fs daemon stop`")
         return
     import logging
 
@@ -429,19 +470,18 @@ def cron_group():
 @click.pass_context
 def cron_list(ctx: click.Context, as_json: bool):
     """Each job: schedule in words, next run, last status."""
-    from datetime import timezone
 
     from ..mind import jobs as cron
-    from ..service.scheduler import Ledger, next_due
+    from ..service.cron_runner import last_runs
+    from ..service.scheduler import next_runs
 
     v = _vault(ctx)
     jobs, errors = cron.load_jobs(v.files, v.config)
-    ledger = Ledger(v.state_dir / "cron-ledger.json")
-    last = cron.last_runs(v)
-    now = datetime.now(timezone.utc)
+    last = last_runs(v)
+    upcoming = next_runs(v, jobs, datetime.now(UTC))
     rows = []
     for j in jobs:
-        nxt = next_due(j, now, ledger.last(j.name))
+        nxt = upcoming[j.name]
         rows.append({"job": j.name, "schedule": j.schedule.describe(), "enabled": j.enabled,
                      "next_run": nxt.isoformat() if nxt else None, "last_status": last.get(j.name, {}).get("status")})
     if as_json:
@@ -458,17 +498,17 @@ def cron_list(ctx: click.Context, as_json: bool):
 @click.pass_context
 def cron_run(ctx: click.Context, job: str):
     """Run a job now (its output is stored, committed and delivered as on schedule)."""
-    from datetime import timezone
 
     from ..mind import jobs as cron
+    from ..service.cron_runner import output_rel, run_job
 
     v = _vault(ctx)
     jobs, _errors = cron.load_jobs(v.files, v.config)
     found = {j.name: j for j in jobs}.get(job)
     if not found:
         raise InputError(f"no valid job {job!r} in cron/ (see `hermes-fs cron list`)")
-    meta = cron.run_job(v, found, datetime.now(timezone.utc))
-    click.echo(f"{job}: {meta['status']} -> {cron.output_rel(found, datetime.fromisoformat(meta['due']))}")
+    meta = run_job(v, found, datetime.now(UTC))
+    click.echo(f"{job}: {meta['status']} -> {output_rel(found, datetime.fromisoformat(meta['due']))}")
     if meta["status"] != "ok":
         ctx.exit(1)
 

@@ -7,11 +7,14 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from ..mind import jobs as cron, memory, skills
 from ..errors import InputError
 from ..learning.changes import LEARNED_PREFIXES
+from ..mind import jobs as cron
+from ..mind import memory, skills
+from ..service.scheduler import next_runs
+from ..store.files import atomic_write
 from ..store.vault import Vault
 
 
@@ -31,15 +34,16 @@ class Status:
 
 
 def collect(vault: Vault, now: datetime | None = None) -> Status:
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     cfg = vault.config
     st = Status(vault=str(vault.root), model=cfg.model)
     rows, errors = memory_rows(vault)
     st.memory, st.errors = rows, st.errors + errors
     st.skills = {"count": len(skills.names(vault.files))}  # `skills validate` does the full check
     jobs, job_errors = cron.load_jobs(vault.files, cfg)
+    upcoming = next_runs(vault, jobs, now)
     for job in jobs:
-        nxt = job.next_run(now)
+        nxt = upcoming[job.name]
         st.cron.append({"job": job.name, "schedule": job.schedule.describe(), "enabled": job.enabled,
                         "next_run": nxt.isoformat() if nxt else None})
     st.errors += [str(e) for e in job_errors]
@@ -88,10 +92,7 @@ def memory_rows(vault: Vault) -> tuple[list[dict], list[str]]:
         rows.append({"file": row["file"], "chars": row["chars"], "budget": budget,
                      "over_budget": row["chars"] > budget, "entries": row["entries"]})
     if fresh != cache:
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(fresh))
-        os.replace(tmp, cache_path)
+        atomic_write(cache_path, json.dumps(fresh))
     return rows, errors
 
 

@@ -5,7 +5,7 @@ outline), then one `references/` file per chapter, one model call per chapter, s
 more than `chunk_chars` of source. Material on a topic an existing skill covers patches that skill
 (a near-duplicate new skill is refused, naming the existing one); `--update SKILL` only patches.
 The source text is data between <source> markers, never instructions; the model gets skill tools
-only, confined to an overlay of main.
+only, confined to an overlay of main. This module supplies the drafter; `pipeline` does the rest.
 """
 
 from __future__ import annotations
@@ -13,18 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..mind import skills
 from ..agent.loop import Agent, AgentConfig
-from ..errors import HermesError
-from ..store.git import format_message
 from ..agent.model import LiteLLMModel, Model, ModelSettings
-from ..store.overlay import OverlayFiles
 from ..agent.prompt import select_skills
-from .refine import (RefineResult, apply_policy, check, duplicate_guard, failure, notify_result, skills_at, slugify,
-                     unique_branch)
-from .sources import Source, chapters, read_sources
 from ..agent.tools import ToolBox
+from ..mind import skills
+from ..store.overlay import OverlayFiles
 from ..store.vault import Vault
+from . import pipeline
+from .checks import duplicate_guard, skills_at
+from .pipeline import Description, LearningError, ModelTask, Outcome, slugify
+from .sources import Source, chapters, read_sources
 
 LEARN_PROMPT = """You turn documents into skills for hermes-fs, in the Agent Skills format: a folder \
 skills/<name>/ with SKILL.md (frontmatter `name` = the folder name, lowercase letters, digits and single \
@@ -45,109 +44,105 @@ skill_manage. When done, answer with one line: Summary: <what you wrote>."""
 class LearnOptions:
     sources: list[Path]
     focus: str | None = None
+    notes: str | None = None  # the person's notes (an inbox request's body), shown with the focus
     update: str | None = None  # only patch this skill
     policy: str | None = None
     chunk_chars: int = 12_000  # most source characters in one model call
     max_steps: int = 20
 
 
-def learn(vault: Vault, options: LearnOptions, model: Model | None = None) -> RefineResult:
-    """Read, draft, check, commit on learn/..., apply the policy. Never raises for a failed learn."""
-    cfg = vault.config
-    branch = None
-    try:
-        sources = read_sources(options.sources)
-        if options.update and options.update not in skills.names(vault.files):
-            raise HermesError(f"--update: no skill named {options.update!r}")
-        model = model or LiteLLMModel(ModelSettings.from_config(cfg, "learn"))
-        s = vault.git.head()
-        overlay = OverlayFiles(vault.git, s)
+class Drafter:
+    """The learn proposer: drafts or patches skills from documents, one chapter per model call."""
+
+    kind = "learn"
+
+    def __init__(self, vault: Vault, options: LearnOptions, model: Model | None):
+        self.vault = vault
+        self.options = options
+        self.model = model
+        self.sources: list[Source] = []
+        self.task: ModelTask
+
+    def base(self, vault: Vault) -> str:
+        self.sources = read_sources(self.options.sources)
+        if self.options.update and self.options.update not in skills.names(vault.files):
+            raise LearningError(f"--update: no skill named {self.options.update!r}")
+        return vault.git.head()
+
+    def propose(self, overlay: OverlayFiles) -> None:
+        cfg = self.vault.config
+        self.model = self.model or LiteLLMModel(ModelSettings.from_config(cfg, "learn"))
         existing = skills_at(overlay)
         tools = ToolBox(files=overlay, config=cfg, enabled=["skill_view", "skill_manage"],
-                        skill_guard=duplicate_guard(existing))
-        if options.update:
+                        skill_guard=duplicate_guard(existing), created_by="learn")
+        if self.options.update:
             tools.skill_actions = ("patch", "write_file")
-            tools.skill_names = (options.update,)
-        agent = Agent(model, tools, AgentConfig(options.max_steps))
-        answers = []
-        for source in sources:
-            answers += draft(agent, source, options, existing)
-        fix_problems(agent, overlay, cfg)
-        changes = overlay.effective_changes()
-        if not changes:
-            return RefineResult("nothing", kind="learn", reason="the model wrote no skill changes")
-        titles = ", ".join(src.title for src in sources)
+            tools.skill_names = (self.options.update,)
+        self.task = ModelTask(Agent(self.model, tools, AgentConfig(self.options.max_steps)), LEARN_PROMPT)
+        for source in self.sources:
+            self._draft(overlay, source, existing)
+
+    def describe(self, changes: dict[str, bytes | None]) -> Description:
+        titles = ", ".join(src.title for src in self.sources)
         touched = sorted({p.split("/")[1] for p in changes})
         summary = f"learn {', '.join(touched)} from {titles}"[:120]
         lines = [f"- {p}: {'removed' if d is None else 'written'} (from {titles})" for p, d in sorted(changes.items())]
-        trailers = {"Learn-Source": ", ".join(src.path for src in sources), "Learn-Model": model.name}
-        branch = unique_branch(vault, "learn", options.focus or titles)
-        vault.git.commit_overlay(s, branch, changes, format_message(summary, lines, trailers), author=cfg.git.author)
-        result = apply_policy(vault, branch, summary, options.policy or cfg.refine.policy)
-    except Exception as exc:  # any failure: no partial branch, a clear report
-        result = failure(vault, branch, exc, "learn")
-    notify_result(vault, result)
-    return result
+        trailers = {"Learn-Source": ", ".join(src.path for src in self.sources),
+                    "Learn-Model": self.model.name if self.model else ""}
+        return Description(summary, lines, trailers, self.options.focus or titles)
+
+    def context(self) -> dict:
+        return {}
+
+    def _preamble(self, existing: dict[str, str], budget: int = 3000) -> str:
+        index = select_skills(existing, [], budget).text or "(none yet)"
+        o = self.options
+        parts = [f"Focus: {o.focus}" if o.focus else "Focus: none given; capture the document's procedures."]
+        if o.notes and o.notes != o.focus:
+            parts.append(f"Notes from the person:\n{o.notes}")
+        if o.update:
+            parts.append(f"Update mode: only patch the existing skill {o.update!r} (skill_manage patch or write_file).")
+        parts.append(f"Existing skills:\n{index}")
+        return "\n\n".join(parts)
+
+    def _draft(self, overlay: OverlayFiles, source: Source, existing: dict[str, str]) -> None:
+        """Each call starts a fresh conversation: context stays bounded by one chapter."""
+        pre = self._preamble(existing)
+        chs = chapters(source, self.options.chunk_chars)
+        if len(chs) == 1:
+            self.task.ask(f"{pre}\n\nWrite one lean skill from this document (or patch the skill that covers it).\n\n"
+                          f"<source path=\"{source.path}\" title=\"{source.title}\">\n{chs[0].text}\n</source>",
+                          fresh=True)
+            return
+        slugs = [slugify(c.title, 50) for c in chs]
+        outline = "\n".join(f"{i + 1}. {c.title} -> references/{slugs[i]}.md: {c.text[:200]!r}" for i, c in enumerate(chs))
+        self.task.ask(f"{pre}\n\nThis is a long document in {len(chs)} chapters. Step 1 of {len(chs) + 1}: "
+                      "write the skill's SKILL.md as a lean index (or patch the existing skill): when to use it, "
+                      "the main procedure, and a list of the reference files below with when to read each. "
+                      "The chapters themselves come in the next steps.\n\n"
+                      f"<source-outline path=\"{source.path}\" title=\"{source.title}\">\n{outline}\n</source-outline>",
+                      fresh=True)
+        target = self.options.update or skill_written(overlay)
+        if not target:
+            raise LearningError("the model wrote no SKILL.md for the index step; its answer: "
+                                + (" ".join(self.task.answer.split())[:300] or "(empty)"))
+        for i, (c, slug) in enumerate(zip(chs, slugs, strict=True)):
+            self.task.ask(f"{pre}\n\nStep {i + 2} of {len(chs) + 1}: write references/{slug}.md of skill "
+                          f"{target!r} (skill_manage write_file) from this chapter: the facts and procedures a "
+                          "reader needs, concise.\n\n"
+                          f"<source path=\"{source.path}\" chapter=\"{i + 1}/{len(chs)}\" title=\"{c.title}\">\n"
+                          f"{c.text}\n</source>", fresh=True)
 
 
-def _ask(agent: Agent, text: str) -> str:
-    """A fresh conversation per call: context stays bounded by one chapter."""
-    turn = agent.run([{"role": "system", "content": LEARN_PROMPT}, {"role": "user", "content": text}])
-    if turn.stopped:
-        raise HermesError(f"the model did not finish within {agent.config.max_steps} steps")
-    return turn.answer
-
-
-def _preamble(options: LearnOptions, existing: dict[str, str], budget: int) -> str:
-    index = select_skills(existing, [], budget).text or "(none yet)"
-    parts = [f"Focus: {options.focus}" if options.focus else "Focus: none given; capture the document's procedures."]
-    if options.update:
-        parts.append(f"Update mode: only patch the existing skill {options.update!r} (skill_manage patch or write_file).")
-    parts.append(f"Existing skills:\n{index}")
-    return "\n\n".join(parts)
-
-
-def draft(agent: Agent, source: Source, options: LearnOptions, existing: dict[str, str]) -> list[str]:
-    pre = _preamble(options, existing, 3000)
-    chs = chapters(source, options.chunk_chars)
-    if len(chs) == 1:
-        return [_ask(agent, f"{pre}\n\nWrite one lean skill from this document (or patch the skill that covers it).\n\n"
-                            f"<source path=\"{source.path}\" title=\"{source.title}\">\n{chs[0].text}\n</source>")]
-    slugs = [slugify(c.title, 50) for c in chs]
-    outline = "\n".join(f"{i + 1}. {c.title} -> references/{slugs[i]}.md: {c.text[:200]!r}" for i, c in enumerate(chs))
-    answers = [_ask(agent, f"{pre}\n\nThis is a long document in {len(chs)} chapters. Step 1 of {len(chs) + 1}: "
-                           "write the skill's SKILL.md as a lean index (or patch the existing skill): when to use it, "
-                           "the main procedure, and a list of the reference files below with when to read each. "
-                           "The chapters themselves come in the next steps.\n\n"
-                           f"<source-outline path=\"{source.path}\" title=\"{source.title}\">\n{outline}\n</source-outline>")]
-    target = options.update or _skill_written(agent)
-    if not target:
-        raise HermesError("the model wrote no SKILL.md for the index step")
-    for i, (c, slug) in enumerate(zip(chs, slugs)):
-        answers.append(_ask(agent, f"{pre}\n\nStep {i + 2} of {len(chs) + 1}: write references/{slug}.md of skill "
-                                   f"{target!r} (skill_manage write_file) from this chapter: the facts and procedures a "
-                                   "reader needs, concise.\n\n"
-                                   f"<source path=\"{source.path}\" chapter=\"{i + 1}/{len(chs)}\" title=\"{c.title}\">\n"
-                                   f"{c.text}\n</source>"))
-    return answers
-
-
-def _skill_written(agent: Agent) -> str | None:
-    files = agent.tools.files
-    for path, data in files.changes.items():
+def skill_written(overlay: OverlayFiles) -> str | None:
+    """The skill whose SKILL.md the model wrote on the overlay, if any."""
+    for path, data in overlay.changes.items():
         parts = path.split("/")
         if len(parts) == 3 and parts[0] == "skills" and parts[2] == skills.SKILL_FILE and data is not None:
             return parts[1]
     return None
 
 
-def fix_problems(agent: Agent, overlay: OverlayFiles, cfg, rounds: int = 2) -> None:
-    for _ in range(rounds):
-        problems = check(overlay, cfg)
-        if not problems:
-            return
-        _ask(agent, "The checks refused what you wrote:\n" + "\n".join(f"- {p}" for p in problems)
-             + "\nFix each problem with skill_view and skill_manage.")
-    problems = check(overlay, cfg)
-    if problems:
-        raise HermesError("checks still failing after retries: " + "; ".join(problems))
+def learn(vault: Vault, options: LearnOptions, model: Model | None = None) -> Outcome:
+    """Read, draft, check, commit on learn/..., apply the policy. Never raises for a failed learn."""
+    return pipeline.run(vault, Drafter(vault, options, model), options.policy)

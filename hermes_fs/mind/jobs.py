@@ -1,16 +1,18 @@
 """Cron job files, `cron/<job>.md`: frontmatter is the schedule and settings, the body is the prompt.
 
+Running a job is the service layer's business (service/cron_runner.py); this module only reads files.
+
 A bad file is reported with its name and reason and never stops the other jobs from loading.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
+from ..errors import InputError
 from ..store.config import Config
 from ..store.docs import decode, parse_doc
-from ..errors import InputError
 from ..store.files import FileStore
 from .schedule import Schedule, parse_schedule, zone
 
@@ -33,8 +35,9 @@ class CronJob:
     def path(self) -> str:
         return f"{CRON_DIR}/{self.name}.md"
 
-    def next_run(self, now: datetime, last_run: datetime | None = None) -> datetime | None:
-        return self.schedule.next_after(now, last_run) if self.enabled else None
+    def next_run(self, now: datetime, last: datetime | None) -> datetime | None:
+        """When it runs next, given the last due time that ran (the scheduler's ledger)."""
+        return self.schedule.next_due(now, last) if self.enabled else None
 
 
 def parse_job(name: str, text: str, config: Config) -> CronJob:
@@ -100,99 +103,3 @@ def load_jobs(files: FileStore, config: Config) -> tuple[list[CronJob], list[Inp
         except InputError as exc:
             errors.append(exc)
     return jobs, errors
-
-
-# -- running a job ------------------------------------------------------------------------------
-OUTPUTS_DIR = "outputs/cron"
-SILENT = "[SILENT]"
-DELIVERY_TRIES = 3
-
-
-def output_rel(job: CronJob, due: datetime) -> str:
-    return f"{OUTPUTS_DIR}/{job.name}/{due.astimezone(timezone.utc):%Y%m%d-%H%M%S}.md"
-
-
-def run_job(vault, job: CronJob, due: datetime, retry_base_s: float = 1.0) -> dict:
-    """One run: an agent run with the job's prompt and skills; deliver; store and commit the output.
-
-    Returns the output's frontmatter. A failure is stored (status: error) and sent as cron_failure;
-    a delivery failure is retried a few times, then recorded in the output file.
-    """
-    import time as _time
-
-    from ..agent.conversation import Conversation, ConversationOptions
-    from ..store.docs import dump_doc
-    from ..store.notify import Notifier
-
-    started = datetime.now(timezone.utc)
-    meta = {"status": "ok", "job": job.name, "due": due.isoformat(), "started": started.isoformat(timespec="seconds")}
-    body = ""
-    try:
-        options = ConversationOptions(source="cron", task="cron", model=job.model, skills=job.skills)
-        with Conversation(vault, options) as conv:
-            result = conv.ask(job.prompt)
-        meta.update(model=conv.model.name, tokens=result.usage.total_tokens, session=conv.id)
-        body = result.answer
-    except Exception as exc:  # a failed run is stored and reported, never lost
-        meta["status"] = "error"
-        meta["error"] = str(exc)
-        body = f"The job failed: {exc}"
-    notifier = Notifier(vault.config, vault.state_dir / "secrets.env")
-    event = "cron_failure" if meta["status"] == "error" else "cron_output"
-    deliveries = []
-    if meta["status"] == "ok" and SILENT in body:
-        meta["silent"] = True
-    elif job.notify and event in vault.config.notify.events:
-        for target in job.notify:
-            for attempt in range(DELIVERY_TRIES):
-                [d] = notifier.send([target], f"hermes-fs: {job.name}" + (" failed" if event == "cron_failure" else ""), body)
-                if d.ok or attempt == DELIVERY_TRIES - 1:
-                    break
-                _time.sleep(retry_base_s * 2 ** attempt)
-            deliveries.append(d.as_dict())
-    meta["delivered"] = deliveries
-    meta["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    rel = output_rel(job, due)
-    target = vault.root / rel
-    target.parent.mkdir(parents=True, exist_ok=True)
-    from ..store.secrets import redact
-
-    target.write_text(redact(dump_doc(meta, f"\n{body.strip()}\n"))[0], encoding="utf-8")  # outputs are committed
-    paths = [rel]
-    if job.schedule.at is not None:
-        paths.append(disable_job(vault, job))
-    vault.git.commit_paths(paths, f"cron: {job.name} ({meta['status']})", {"Hermes-Job": job.name})
-    return meta
-
-
-def disable_job(vault, job: CronJob) -> str:
-    """A one-shot job turns itself off after it ran: `enabled: false` in its frontmatter."""
-    import re
-
-    p = vault.root / job.path
-    text = p.read_text(encoding="utf-8")
-    doc = parse_doc(text, job.path, required=True)
-    head, body = text[: doc.body_start], text[doc.body_start :]
-    if re.search(r"^enabled:.*$", head, re.M):
-        head = re.sub(r"^enabled:.*$", "enabled: false", head, count=1, flags=re.M)
-    else:
-        close = head.rfind("---")  # the closing fence of the frontmatter
-        head = head[:close] + "enabled: false\n" + head[close:]
-    p.write_text(head + body, encoding="utf-8")
-    return job.path
-
-
-def last_runs(vault) -> dict[str, dict]:
-    """job -> the frontmatter of its newest committed or written output (for `cron list`)."""
-    out = {}
-    base = vault.root / OUTPUTS_DIR
-    if not base.is_dir():
-        return out
-    for d in base.iterdir():
-        files = sorted(d.glob("*.md"))
-        if files:
-            try:
-                out[d.name] = parse_doc(files[-1].read_text(encoding="utf-8"), str(files[-1])).meta
-            except InputError:
-                continue
-    return out

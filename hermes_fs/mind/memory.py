@@ -10,9 +10,9 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from ..errors import InputError
 from ..store.config import Config
 from ..store.docs import Doc, decode, parse_doc
-from ..errors import InputError
 from ..store.files import FileStore, clean_relpath
 
 MEMORY_DIR = "memory"

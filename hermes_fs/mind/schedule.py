@@ -25,18 +25,49 @@ class Schedule:
     interval: timedelta | None = None  # every N units, anchored to the last run
     at: datetime | None = None  # one-shot
 
-    def next_after(self, after: datetime, last_run: datetime | None = None) -> datetime | None:
-        """The first due time strictly after `after` (None: a one-shot already past)."""
-        if self.at is not None:
-            return self.at if self.at > after else None
-        if self.interval is not None:
-            if last_run is None:
-                return after
-            due = last_run + self.interval
-            return due if due > after else after
-        from croniter import croniter
+    def next_due(self, now: datetime, last: datetime | None) -> datetime | None:
+        """The next due time strictly after `now`, given the last due time that ran (or None).
 
-        return croniter(self.cron, after.astimezone(self.tz)).get_next(datetime)
+        The one computation behind the scheduler, `status` and `cron list`, so they always agree.
+        Intervals are anchored to the last run; a job never seen starts counting from now.
+        """
+        if self.at is not None:
+            return self.at if self.at > now and (last is None or last < self.at) else None
+        if self.interval is not None:
+            due = (last or now) + self.interval
+            while due <= now:
+                due += self.interval
+            return due
+        return self._cron_next(now)
+
+    def previous_due(self, now: datetime, last: datetime | None) -> datetime | None:
+        """The latest due time <= now that has not run yet (None if none)."""
+        if self.at is not None:
+            return self.at if self.at <= now and (last is None or last < self.at) else None
+        if self.interval is not None:
+            if last is None:
+                return None  # first start: the interval counts from now
+            due = last + self.interval
+            return due if due <= now else None
+        from croniter import CroniterBadDateError, croniter
+
+        try:
+            prev = croniter(self.cron, now.astimezone(self.tz)).get_prev(datetime)
+        except CroniterBadDateError:
+            return None
+        if last is None or prev <= last:
+            return None if last is not None else prev
+        if _wall(prev, self.tz) == _wall(last, self.tz):
+            return None  # the repeated hour when clocks fall back: 02:30 happens twice, the job runs once
+        return prev
+
+    def _cron_next(self, after: datetime) -> datetime | None:
+        from croniter import CroniterBadDateError, croniter
+
+        try:
+            return croniter(self.cron, after.astimezone(self.tz)).get_next(datetime)
+        except CroniterBadDateError:  # a valid expression that never fires (e.g. 30 February)
+            return None
 
     def describe(self) -> str:
         if self.at is not None:
@@ -44,6 +75,10 @@ class Schedule:
         if self.interval is not None:
             return f"every {_human(self.interval)}"
         return f"cron '{self.cron}' ({self.tz.key})"
+
+
+def _wall(t: datetime, tz) -> datetime:
+    return t.astimezone(tz).replace(tzinfo=None, fold=0)
 
 
 def _human(delta: timedelta) -> str:

@@ -12,8 +12,8 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..store.docs import decode, parse_doc
 from ..errors import InputError
+from ..store.docs import decode, parse_doc
 from .skills import SKILL_FILE, SKILLS_DIR
 
 _WORD = re.compile(r"[A-Za-z0-9]{2,}")

@@ -12,11 +12,12 @@ import os
 import re
 import secrets as _random
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from ..store.docs import decode, dump_doc, parse_doc
 from ..errors import InputError
+from ..store.docs import decode, dump_doc, parse_doc
+from ..store.files import atomic_write
 
 SESSIONS_DIR = "sessions"
 _MARKER_LINE = re.compile(
@@ -27,7 +28,7 @@ _HEADINGS = {"user": "## User", "assistant": "## Assistant", "note": "## Note"}
 
 
 def new_id(now: datetime | None = None) -> str:
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return f"{now:%Y%m%d-%H%M%S}-{_random.token_hex(2)}"
 
 
@@ -121,8 +122,8 @@ class Transcript:
         return self.root / self.rel
 
     @classmethod
-    def start(cls, root: Path, model: str, source: str, title: str = "") -> "Transcript":
-        now = datetime.now(timezone.utc)
+    def start(cls, root: Path, model: str, source: str, title: str = "") -> Transcript:
+        now = datetime.now(UTC)
         sid = new_id(now)
         meta = {"id": sid, "started": now.isoformat(timespec="seconds"), "model": model, "source": source,
                 "title": title or "untitled"}
@@ -132,7 +133,7 @@ class Transcript:
         return t
 
     @classmethod
-    def load(cls, root: Path, session_id: str) -> "Transcript":
+    def load(cls, root: Path, session_id: str) -> Transcript:
         rel = session_path(session_id)
         p = Path(root) / rel
         if not p.is_file():
@@ -162,9 +163,7 @@ class Transcript:
 
         self.meta["title"] = redact(" ".join(title.split())[:80])[0] or "untitled"
         doc = parse_doc(self.path.read_text(encoding="utf-8"), self.rel, required=True)
-        tmp = self.path.with_name(f".{self.path.name}.hermes-tmp")
-        tmp.write_text(dump_doc(self.meta, doc.body), encoding="utf-8")
-        os.replace(tmp, self.path)
+        atomic_write(self.path, dump_doc(self.meta, doc.body))
 
     @property
     def user_turns(self) -> int:

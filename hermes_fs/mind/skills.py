@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from ..store.docs import decode, dump_doc, parse_doc
 from ..errors import InputError
+from ..store.docs import decode, dump_doc, parse_doc
 from ..store.files import FileStore, clean_relpath
 
 SKILLS_DIR = "skills"

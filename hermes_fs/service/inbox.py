@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from ..store.docs import decode, dump_doc, parse_doc
 from ..errors import InputError
+from ..store.docs import decode, dump_doc, parse_doc
+from ..store.files import atomic_write
 from ..store.vault import Vault
 
 INBOX_DIR = "inbox"
@@ -66,7 +67,7 @@ def claim(vault: Vault, rel: str) -> Claim | None:
     """Atomically move a request out of the inbox (None if it is gone or someone took it)."""
     src = vault.root / rel
     name = src.name
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
     dest = claims_dir(vault) / f"{stamp}--{name}"
     try:
         os.rename(src, dest)
@@ -109,8 +110,8 @@ def parse_request(text: str, rel: str) -> Request:
 def write_result(vault: Vault, c: Claim, original: str, status: str, started: float, body: str,
                  extra: dict | None = None) -> None:
     meta = {"status": status, "request": c.inbox_rel,
-            "started": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
-            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "started": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
+            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
             "duration_s": round(time.time() - started, 3), **(extra or {})}
     from ..store.secrets import redact
 
@@ -120,11 +121,7 @@ def write_result(vault: Vault, c: Claim, original: str, status: str, started: fl
     text, hidden = redact(text)  # a result is committed: secrets in it are replaced, never stored
     if hidden:
         text = text.replace("\n## Original request\n", f"\n## Original request ({hidden} secret(s) redacted)\n", 1)
-    target = vault.root / c.result_rel
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.hermes-tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, target)
+    atomic_write(vault.root / c.result_rel, text)
 
 
 def execute(vault: Vault, req: Request) -> tuple[str, str, dict]:
@@ -146,7 +143,7 @@ def execute(vault: Vault, req: Request) -> tuple[str, str, dict]:
 
         source = Path(req.source).expanduser()
         source = source if source.is_absolute() else vault.root / source
-        r = learn(vault, LearnOptions([source], focus=req.focus))
+        r = learn(vault, LearnOptions([source], focus=req.focus, notes=req.text or None))
         return ("ok" if r.ok else "error"), r.line(), {"branch": r.branch, "learn": r.status}
     raise InputError(f"unknown request type {req.type!r}")
 

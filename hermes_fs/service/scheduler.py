@@ -9,13 +9,14 @@ daemon was down runs once on start; without it, the job waits for its next time.
 from __future__ import annotations
 
 import json
-import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Callable, Protocol
+from datetime import UTC, datetime
+from typing import Protocol
 
 from ..mind.jobs import CronJob
+from ..store.files import atomic_write
 
 
 class Clock(Protocol):
@@ -25,7 +26,7 @@ class Clock(Protocol):
 
 class RealClock:
     def now(self) -> datetime:
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
 
     def wait(self, event: threading.Event, seconds: float) -> bool:
         return event.wait(max(0.0, seconds))
@@ -53,51 +54,21 @@ class Ledger:
             if last is not None and due <= last:
                 return False
             self.data[job] = due.isoformat()
-            tmp = self.path.with_suffix(".tmp")
-            with open(tmp, "w") as f:
-                f.write(json.dumps(self.data, indent=2))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            atomic_write(self.path, json.dumps(self.data, indent=2), fsync=True)
             return True
 
 
-def previous_due(job: CronJob, now: datetime, last: datetime | None) -> datetime | None:
-    """The latest due time <= now that has not run yet (None if none)."""
-    s = job.schedule
-    if s.at is not None:
-        return s.at if s.at <= now and (last is None or last < s.at) else None
-    if s.interval is not None:
-        if last is None:
-            return None  # first start: the interval counts from now
-        due = last + s.interval
-        return due if due <= now else None
-    from croniter import croniter
-
-    prev = croniter(s.cron, now.astimezone(s.tz)).get_prev(datetime)
-    if last is None or prev <= last:
-        return None if last is not None else prev
-    if _wall(prev, s.tz) == _wall(last, s.tz):
-        return None  # the repeated hour when clocks fall back: 02:30 happens twice, the job runs once
-    return prev
+LEDGER_NAME = "cron-ledger.json"
 
 
-def _wall(t: datetime, tz) -> datetime:
-    return t.astimezone(tz).replace(tzinfo=None, fold=0)
+def ledger_for(vault) -> Ledger:
+    return Ledger(vault.state_dir / LEDGER_NAME)
 
 
-def next_due(job: CronJob, now: datetime, last: datetime | None) -> datetime | None:
-    """The next due time strictly after `now` for an enabled job."""
-    if not job.enabled:
-        return None
-    s = job.schedule
-    if s.interval is not None:
-        base = last or now
-        due = base + s.interval
-        while due <= now:
-            due += s.interval
-        return due
-    return s.next_after(now)
+def next_runs(vault, jobs: list[CronJob], now: datetime) -> dict[str, datetime | None]:
+    """job -> its next run, from the ledger: what `status`, `cron list` and the scheduler all use."""
+    ledger = ledger_for(vault)
+    return {j.name: j.next_run(now, ledger.last(j.name)) for j in jobs}
 
 
 @dataclass
@@ -114,7 +85,7 @@ def catch_up_runs(jobs: list[CronJob], ledger: Ledger, now: datetime) -> list[Du
         last = ledger.last(job.name)
         if not job.enabled or (last is None and job.schedule.at is None):
             continue  # a job never seen before starts counting now (see Scheduler.tick)
-        missed = previous_due(job, now, last)
+        missed = job.schedule.previous_due(now, last)
         if missed is None:
             continue
         if job.catch_up:
@@ -124,11 +95,21 @@ def catch_up_runs(jobs: list[CronJob], ledger: Ledger, now: datetime) -> list[Du
     return out
 
 
+def start_thread(job: CronJob, work: Callable[[], None]) -> None:
+    threading.Thread(target=work, name=f"cron-{job.name}", daemon=True).start()
+
+
 class Scheduler:
-    def __init__(self, ledger: Ledger, run: Callable[[CronJob, datetime], None], clock: Clock | None = None):
+    def __init__(self, ledger: Ledger, run: Callable[[CronJob, datetime], None], clock: Clock | None = None,
+                 start: Callable[[CronJob, Callable[[], None]], None] = start_thread,
+                 on_error: Callable[[str], None] = lambda message: None):
         self.ledger = ledger
-        self.run = run  # called in the scheduler thread's executor; must not raise
+        self.run = run  # one job run; must not raise
         self.clock = clock or RealClock()
+        self.start_run = start  # how a run is started (a thread; tests pass one that records or runs inline)
+        self.on_error = on_error
+        self.running: set[str] = set()  # jobs with a run in progress: never started twice at once
+        self.running_lock = threading.Lock()
         self.jobs: dict[str, CronJob] = {}
         self.wake = threading.Event()
         self.stopped = threading.Event()
@@ -158,7 +139,10 @@ class Scheduler:
         """Next due time per enabled job, soonest first."""
         out = []
         for job in self.jobs.values():
-            due = next_due(job, now, self.ledger.last(job.name))
+            try:
+                due = job.next_run(now, self.ledger.last(job.name))
+            except Exception:
+                continue  # reported by tick
             if due is not None:
                 out.append(Due(job, due))
         return sorted(out, key=lambda d: d.due)
@@ -167,28 +151,51 @@ class Scheduler:
         """Fire every job whose due time has come (at most once each); returns what fired."""
         fired = []
         for job in list(self.jobs.values()):
-            if not job.enabled:
-                continue
-            last = self.ledger.last(job.name)
-            if last is None and job.schedule.at is None:
-                self.ledger.mark(job.name, now)  # first seen: only times after now are due
-                continue
-            due = previous_due(job, now, last)
-            if due is not None and self._fire(job, due):
-                fired.append(Due(job, due))
+            try:
+                if self._tick_job(job, now):
+                    fired.append(Due(job, self.ledger.last(job.name) or now))
+            except Exception as exc:  # one bad job never stops the others (nor the scheduler)
+                self.on_error(f"cron {job.name}: {type(exc).__name__}: {exc}")
         return fired
 
-    def _fire(self, job: CronJob, due: datetime) -> bool:
-        if not self.ledger.mark(job.name, due):
+    def _tick_job(self, job: CronJob, now: datetime) -> bool:
+        if not job.enabled:
             return False
-        threading.Thread(target=self.run, args=(job, due), name=f"cron-{job.name}", daemon=True).start()
+        last = self.ledger.last(job.name)
+        if last is None and job.schedule.at is None:
+            self.ledger.mark(job.name, now)  # first seen: only times after now are due
+            return False
+        due = job.schedule.previous_due(now, last)
+        return due is not None and self._fire(job, due)
+
+    def _fire(self, job: CronJob, due: datetime) -> bool:
+        with self.running_lock:
+            if job.name in self.running:
+                self.on_error(f"cron {job.name}: the run due {due.isoformat()} is skipped, the previous run is still going")
+                self.ledger.mark(job.name, due)  # that time is passed, not owed
+                return False
+            if not self.ledger.mark(job.name, due):
+                return False
+            self.running.add(job.name)
+
+        def work() -> None:
+            try:
+                self.run(job, due)
+            finally:
+                with self.running_lock:
+                    self.running.discard(job.name)
+
+        self.start_run(job, work)
         return True
 
     def _loop(self) -> None:
         while not self.stopped.is_set():
-            now = self.clock.now()
-            self.tick(now)
-            upcoming = self.plan(self.clock.now())
-            delay = (upcoming[0].due - self.clock.now()).total_seconds() if upcoming else 3600.0
+            try:
+                self.tick(self.clock.now())
+                upcoming = self.plan(self.clock.now())
+                delay = (upcoming[0].due - self.clock.now()).total_seconds() if upcoming else 3600.0
+            except Exception as exc:  # the scheduler thread never dies: report, wait, try again
+                self.on_error(f"scheduler: {type(exc).__name__}: {exc}")
+                delay = 60.0
             self.wake.clear()
             self.clock.wait(self.wake, min(delay, 3600.0))

@@ -9,8 +9,9 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 
@@ -21,14 +22,22 @@ CONFIG_NAME = "hermes.yaml"
 
 @dataclass
 class ModelsConfig:
-    refine: Optional[str] = None
-    cron: Optional[str] = None
-    learn: Optional[str] = None
+    refine: str | None = None
+    cron: str | None = None
+    learn: str | None = None
+
+
+class Policy(StrEnum):
+    """What happens to a learned change once it is committed on its branch."""
+
+    REVIEW = "review"  # wait for `hermes-fs review merge`
+    AUTO = "auto"  # merge now
+    ADDITIONS = "additions"  # merge only pure additions; hold edits and removals
 
 
 @dataclass
 class RefineConfig:
-    policy: str = "review"
+    policy: str = Policy.REVIEW
     every_turns: int = 10
 
 
@@ -76,8 +85,8 @@ class GitConfig:
 @dataclass
 class Config:
     model: str = "openai/gpt-4o-mini"
-    api_base: Optional[str] = None
-    api_key_env: Optional[str] = None
+    api_base: str | None = None
+    api_key_env: str | None = None
     models: ModelsConfig = field(default_factory=ModelsConfig)
     refine: RefineConfig = field(default_factory=RefineConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
@@ -93,7 +102,7 @@ class Config:
 
 
 CHOICES = {
-    "refine.policy": {"review", "auto", "additions"},
+    "refine.policy": {p.value for p in Policy},
     "sandbox.backend": {"docker", "local", "none"},
     "notify.events": {"refine_pending", "refine_failed", "cron_output", "cron_failure"},
 }

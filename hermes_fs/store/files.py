@@ -32,6 +32,24 @@ def clean_relpath(rel: str) -> str:
     return "/".join(parts)
 
 
+def atomic_write(target: Path, data: bytes | str, mode: int | None = None, fsync: bool = False) -> None:
+    """Write a file so that a reader (or a crash) sees the old bytes or the new ones, never half.
+
+    The temp name matches the daemon's ignore list (`.*.hermes-tmp`), so it is never taken for an edit.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.hermes-tmp")
+    with open(tmp, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+    if mode is not None:
+        tmp.chmod(mode)
+    os.replace(tmp, target)
+
+
 def prune_empty_dirs(start: Path, root: Path) -> None:
     """Remove `start` and its parents while empty, stopping at `root` (git keeps no empty folders)."""
     while start != root and start.is_dir() and not any(start.iterdir()):
@@ -71,11 +89,7 @@ class DiskFiles:
         return p.read_bytes() if p.is_file() else None
 
     def write(self, rel: str, data: bytes) -> None:
-        p = self.path(rel)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.hermes-tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, p)  # atomic: a reader never sees half a file
+        atomic_write(self.path(rel), data)
 
     def delete(self, rel: str) -> None:
         p = self.path(rel)

@@ -24,7 +24,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..errors import ConflictError, GitError, InputError
-from .files import clean_relpath, prune_empty_dirs
+from .files import atomic_write, clean_relpath, prune_empty_dirs
 from .lock import VaultLock
 
 MAIN = "main"
@@ -103,10 +103,16 @@ class GitStore:
         self.lock = VaultLock((lock_dir or self.root / ".hermes" / "locks") / "main.lock")
 
     # -- running git -------------------------------------------------------------------------
-    def _git(self, *args: str, input: bytes | str | None = None, env: dict | None = None, ok=(0,)) -> str:
+    def _run(self, *args: str, input: bytes | str | None = None, env: dict | None = None,
+             ok=(0,)) -> tuple[int, str]:
+        """Run git; returns (exit code, stdout). Raises GitError for a code not in `ok`.
+
+        Returning the code (never storing it on self) keeps one GitStore safe to share between the
+        daemon's worker, cron and timer threads.
+        """
         data = input.encode() if isinstance(input, str) else input
         full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env or {})}
-        for attempt in range(40):
+        for _attempt in range(40):
             # --no-optional-locks: our reads (status) never take index.lock from a person's git.
             proc = subprocess.run(
                 ["git", "--no-optional-locks", "-c", "core.quotepath=off", *args],
@@ -121,8 +127,40 @@ class GitStore:
         if proc.returncode not in ok:
             err = proc.stderr.decode(errors="replace").strip() or proc.stdout.decode(errors="replace").strip()
             raise GitError(f"git {args[0]} failed: {err}")
-        self.last_returncode = proc.returncode
-        return proc.stdout.decode("utf-8", errors="surrogateescape")
+        return proc.returncode, proc.stdout.decode("utf-8", errors="surrogateescape")
+
+    def _git(self, *args: str, input: bytes | str | None = None, env: dict | None = None, ok=(0,)) -> str:
+        return self._run(*args, input=input, env=env, ok=ok)[1]
+
+    # -- creating and repairing --------------------------------------------------------------
+    @classmethod
+    def init(cls, root: Path, lock_dir: Path | None = None) -> GitStore:
+        """`git init -b main` with settings that keep staging cheap on huge vaults."""
+        root = Path(root)
+        subprocess.run(["git", "-C", str(root), "init", "-q", "-b", MAIN], check=True, capture_output=True)
+        store = cls(root, lock_dir)
+        # A split index rewrites a small delta, not the whole index; manyFiles (index v4, untracked
+        # cache) shrinks what git reads on each call.
+        for key, value in (("core.splitIndex", "true"), ("feature.manyFiles", "true")):
+            store._git("config", key, value)
+        return store
+
+    def config_get(self, key: str) -> str:
+        return self._git("config", "--get", key, ok=(0, 1)).strip()
+
+    def config_set(self, key: str, value: str) -> None:
+        self._git("config", key, value)
+
+    def clear_stale_index_lock(self, older_than_s: float = 5.0) -> bool:
+        """Remove .git/index.lock left by a killed git (not one a live git holds right now)."""
+        index_lock = self.root / ".git" / "index.lock"
+        try:
+            stale = time.time() - index_lock.stat().st_mtime > older_than_s
+        except FileNotFoundError:
+            return False
+        if stale:
+            index_lock.unlink(missing_ok=True)
+        return stale
 
     # -- reading -----------------------------------------------------------------------------
     def rev(self, ref: str) -> str | None:
@@ -177,8 +215,8 @@ class GitStore:
         return self._git("merge-base", a, b, ok=(0, 1)).strip() or None
 
     def is_ancestor(self, a: str, b: str) -> bool:
-        self._git("merge-base", "--is-ancestor", a, b, ok=(0, 1))
-        return self.last_returncode == 0
+        code, _ = self._run("merge-base", "--is-ancestor", a, b, ok=(0, 1))
+        return code == 0
 
     _LOG_FORMAT = "--format=%H%x00%P%x00%an <%ae>%x00%ct%x00%B%x1e"
 
@@ -468,11 +506,11 @@ class GitStore:
             )
 
     def _merge_tree(self, ours: str, theirs: str, conflict_message: str) -> str:
-        out = self._git(
+        code, out = self._run(
             "merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", ours, theirs, ok=(0, 1)
         )
         tree, *rest = out.split("\0")
-        if self.last_returncode == 1:
+        if code == 1:
             raise ConflictError(conflict_message, sorted({p for p in rest if p}))
         return tree
 
@@ -512,12 +550,7 @@ class GitStore:
                 continue
             mode, sha = entry
             data = self.read_file(commit, rel)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.hermes-tmp")
-            tmp.write_bytes(data)
-            if mode == "100755":
-                tmp.chmod(0o755)
-            os.replace(tmp, target)
+            atomic_write(target, data, mode=0o755 if mode == "100755" else None)
             blobs[rel], modes[rel] = sha, mode
         self._stage(blobs, deleted, modes)
 

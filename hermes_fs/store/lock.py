@@ -66,6 +66,23 @@ class VaultLock:
             os.close(self._fd)
             self._fd = None
 
+    def is_held(self) -> bool:
+        """True when some process holds the lock (a dead holder's lock is free)."""
+        if self._fd is not None:
+            return True
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
     def holder(self) -> int | None:
         try:
             text = self.path.read_text().strip()

@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import Config
 from ..errors import InputError
+from .config import Config
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -26,16 +26,11 @@ class Delivery:
 
 def read_secrets_env(path: Path) -> dict[str, str]:
     """KEY=VALUE lines (comments and `export` allowed) from .hermes/secrets.env."""
-    values: dict[str, str] = {}
     if not path.is_file():
-        return values
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, value = line.removeprefix("export ").partition("=")
-        values[key.strip()] = value.strip().strip("'\"")
-    return values
+        return {}
+    from dotenv import dotenv_values
+
+    return {k: v for k, v in dotenv_values(path, interpolate=False).items() if v is not None}
 
 
 def expand(url: str, env: dict[str, str]) -> str:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from .config import CONFIG_NAME, Config, load_config
 from ..errors import HermesError, InputError
+from .config import CONFIG_NAME, Config, load_config
 from .files import DiskFiles
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "vault_template"
@@ -27,6 +26,23 @@ class Vault:
         if self._config is None:
             self._config = load_config(self.root / CONFIG_NAME)
         return self._config
+
+    def reload_config(self) -> Config:
+        """Re-read hermes.yaml; on an error (raised) the last good settings stay in force."""
+        self._config = load_config(self.root / CONFIG_NAME)
+        return self._config
+
+    @property
+    def secrets_env(self) -> Path:
+        """.hermes/secrets.env: untracked KEY=VALUE lines for notification URLs and model keys."""
+        return self.root / ".hermes" / "secrets.env"
+
+    @property
+    def notifier(self):
+        """Apprise delivery with the current settings (built per use: settings reload)."""
+        from .notify import Notifier
+
+        return Notifier(self.config, self.secrets_env)
 
     @cached_property
     def files(self) -> DiskFiles:
@@ -80,25 +96,15 @@ def init_vault(path: Path, template: Path = TEMPLATE_DIR) -> InitResult:
     if not template.is_dir():
         raise HermesError(f"vault template not found at {template} (is hermes-fs installed from source?)")
     shutil.copytree(template, path, dirs_exist_ok=True)
-    git = ["git", "-C", str(path)]
-    subprocess.run(git + ["init", "-q", "-b", "main"], check=True)
-    # Staging a few paths on a huge vault stays cheap: a split index rewrites a small delta, not the
-    # whole index, and manyFiles (index v4, untracked cache) shrinks what git reads on each call.
-    for key, value in (("core.splitIndex", "true"), ("feature.manyFiles", "true")):
-        subprocess.run(git + ["config", key, value], check=True)
-    set_identity = not _has_identity(path)
+    from .git import GitStore
+
+    store = GitStore.init(path, lock_dir=path / ".hermes" / "locks")
+    set_identity = not (store.config_get("user.name") and store.config_get("user.email"))
     if set_identity:
-        subprocess.run(git + ["config", "user.name", DEFAULT_IDENTITY[0]], check=True)
-        subprocess.run(git + ["config", "user.email", DEFAULT_IDENTITY[1]], check=True)
+        store.config_set("user.name", DEFAULT_IDENTITY[0])
+        store.config_set("user.email", DEFAULT_IDENTITY[1])
     vault = Vault(path)
-    vault.config  # the template must validate; fail loudly if it does not
+    vault.reload_config()  # the template must validate; fail loudly if it does not
     vault.git.commit_all("init: new hermes-fs vault", trailers={"Hermes-Change": "init"})
     return InitResult(vault, set_identity)
 
-
-def _has_identity(path: Path) -> bool:
-    def get(key: str) -> str:
-        r = subprocess.run(["git", "-C", str(path), "config", "--get", key], capture_output=True, text=True)
-        return r.stdout.strip()
-
-    return bool(get("user.name") and get("user.email"))

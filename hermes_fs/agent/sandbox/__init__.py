@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ...store.config import SandboxConfig
 from ...errors import HermesError
+from ...store.config import SandboxConfig
 
 OUTPUT_LIMIT = 16_000  # characters of stdout and of stderr handed back to the model
 

@@ -1,0 +1,221 @@
+"""One pipeline for every learned change: refine, learn, and whatever proposes changes next.
+
+    propose (a model edits an overlay of the base commit)
+    -> check, and send what the checks refuse back to the same model conversation (a few rounds)
+    -> commit on `<kind>/<stamp>-<slug>` by plumbing (parent = the base commit)
+    -> apply the policy (review | auto | additions)
+    -> notify
+
+A Proposer supplies the first step and the words of the commit; everything else is here, so every
+kind of learned change is checked, committed, merged and reported the same way. A failure at any
+step leaves main untouched (beyond a refine's snapshot), removes any partial branch and comes back
+as a `failed` Outcome; unexpected errors (bugs) are logged with their traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from ..agent.loop import Agent
+from ..errors import ConflictError, HermesError
+from ..store.config import Policy
+from ..store.git import format_message
+from ..store.overlay import OverlayFiles
+from ..store.vault import Vault
+from .checks import check
+
+log = logging.getLogger(__name__)
+
+
+class LearningError(HermesError):
+    """A learned change could not be produced (the model stopped, the checks kept failing, ...)."""
+
+
+@dataclass
+class Outcome:
+    """What became of one learned change, in one line for the person (`line()`)."""
+
+    status: str  # merged | pending | nothing | conflict | failed
+    kind: str = "refine"  # refine | learn
+    branch: str | None = None
+    files: list[str] = field(default_factory=list)
+    summary: str = ""
+    reason: str = ""
+    session: str | None = None
+    snapshot: str | None = None
+    conflicts: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed"
+
+    def line(self) -> str:
+        files = ", ".join(self.files) if self.files else "no files"
+        if self.status == "nothing":
+            return f"{self.kind}: nothing to change ({self.reason or 'the reviewer found nothing worth keeping'})"
+        if self.status == "failed":
+            return f"{self.kind} failed: {self.reason}"
+        return f"{self.kind}: {self.branch} [{files}] {self.status}: {self.reason}"
+
+
+@dataclass
+class Description:
+    """The words of the commit: a summary line, a line per change with its reason, trailers."""
+
+    summary: str
+    lines: list[str]
+    trailers: dict[str, str]
+    slug: str  # the text the branch name is made from
+
+
+class ModelTask:
+    """One model conversation with tools. Each `ask` continues it, so when the checks refuse
+    something the model sees what it wrote and why; `fresh=True` starts over (keeps context small)."""
+
+    def __init__(self, agent: Agent, system: str):
+        self.agent = agent
+        self.system = system
+        self.messages: list[dict] = [{"role": "system", "content": system}]
+        self.answer = ""
+
+    def ask(self, text: str, fresh: bool = False) -> str:
+        if fresh:
+            self.messages = [{"role": "system", "content": self.system}]
+        self.messages.append({"role": "user", "content": text})
+        turn = self.agent.run(self.messages)
+        if turn.stopped:
+            raise LearningError(f"the model did not finish within {self.agent.config.max_steps} steps")
+        self.answer = turn.answer
+        return turn.answer
+
+
+class Proposer(Protocol):
+    kind: str  # refine | learn: the branch prefix and the Outcome's kind
+    task: ModelTask  # the conversation the checks' refusals go back to
+
+    def base(self, vault: Vault) -> str:
+        """The commit the change is made on (refine: the snapshot it commits first)."""
+        ...
+
+    def propose(self, overlay: OverlayFiles) -> None:
+        """Let the model edit the overlay."""
+        ...
+
+    def describe(self, changes: dict[str, bytes | None]) -> Description: ...
+
+    def context(self) -> dict:
+        """Extra Outcome fields (refine: session, snapshot)."""
+        ...
+
+
+CHECK_ROUNDS = 2  # times the model is sent back to fix what the checks refused
+
+
+def run(vault: Vault, proposer: Proposer, policy: str | None = None) -> Outcome:
+    """All steps, for any proposer; never raises for a failed change (the Outcome says why)."""
+    branch = None
+    try:
+        base = proposer.base(vault)
+        overlay = OverlayFiles(vault.git, base)
+        proposer.propose(overlay)
+        check_and_fix(overlay, vault, proposer.task)
+        changes = overlay.effective_changes()
+        if not changes:
+            outcome = Outcome("nothing", proposer.kind, reason="the model found nothing worth keeping")
+        else:
+            d = proposer.describe(changes)
+            branch = unique_branch(vault, proposer.kind, d.slug)
+            message = format_message(d.summary, d.lines, d.trailers)
+            vault.git.commit_overlay(base, branch, changes, message, author=vault.config.git.author)
+            outcome = apply_policy(vault, branch, d.summary, policy or vault.config.refine.policy)
+    except Exception as exc:  # any failure: no partial branch, a clear report
+        outcome = failure(vault, branch, exc, proposer.kind)
+    for key, value in proposer.context().items():
+        setattr(outcome, key, value)
+    notify(vault, outcome)
+    return outcome
+
+
+def check_and_fix(overlay: OverlayFiles, vault: Vault, task: ModelTask, rounds: int = CHECK_ROUNDS) -> None:
+    """Run the checks; send what they refuse back to the model, up to `rounds` times."""
+    for attempt in range(rounds + 1):
+        problems = check(overlay, vault.config)
+        if not problems:
+            return
+        if attempt == rounds:
+            raise LearningError("checks still failing after retries: " + "; ".join(problems))
+        task.ask("The checks refused your changes:\n" + "\n".join(f"- {p}" for p in problems)
+                 + "\nFix each problem (or undo that change) with your tools, then answer again as before.")
+
+
+def failure(vault: Vault, branch: str | None, exc: Exception, kind: str) -> Outcome:
+    """The report of a failed change, after removing the branch it may have left."""
+    try:
+        if branch and vault.git.rev(f"refs/heads/{branch}"):
+            vault.git.delete_branch(branch)
+    except HermesError:
+        log.exception(f"{kind}: could not remove the partial branch {branch}")
+    if isinstance(exc, HermesError):
+        reason = str(exc)
+    else:  # a bug, not a refusal: keep the traceback where someone can read it
+        log.error(f"{kind} failed with an unexpected error", exc_info=exc)
+        reason = f"unexpected {type(exc).__name__}: {exc} (traceback in .hermes/logs/errors.log or daemon.log)"
+    return Outcome("failed", kind, reason=reason)
+
+
+def slugify(text: str, limit: int = 40) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", (text or "").lower()).strip("-")
+    return slug[:limit].rstrip("-") or "change"
+
+
+def unique_branch(vault: Vault, kind: str, text: str) -> str:
+    """`<kind>/<stamp>-<slug>`, suffixed when a pending, rejected or merged change has that name.
+    (Slugs hold only [a-z0-9-], so the name is safe inside the grep pattern.)"""
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    base = f"{kind}/{stamp}-{slugify(text)}"
+    name, n = base, 1
+    while (vault.git.rev(f"refs/heads/{name}") or vault.git.rev(f"refs/hermes/rejected/{name}")
+           or vault.git.log(grep=f"^merge {name}: ", limit=1)):  # a merged branch is gone but its name is taken
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+def apply_policy(vault: Vault, branch: str, summary: str, policy: str) -> Outcome:
+    """Leave for review, merge now, or merge only pure additions."""
+    store = vault.git
+    tip = store.rev(f"refs/heads/{branch}")
+    assert tip, branch
+    parent = store.commit_info(tip).parents[0]
+    stat = store.numstat(parent, tip)
+    files = [p for _a, _d, p in stat]
+    outcome = Outcome("pending", branch.split("/", 1)[0], branch, files, summary)
+    if policy == Policy.REVIEW:
+        outcome.reason = "policy review: waiting for `hermes-fs review merge`"
+        return outcome
+    if policy == Policy.ADDITIONS and any(deleted for _a, deleted, _p in stat):
+        outcome.reason = "policy additions: it edits or removes lines, so it waits for review"
+        return outcome
+    try:
+        store.merge(branch, f"merge {branch}: {summary}", author=vault.config.git.author)
+    except ConflictError as exc:
+        outcome.status, outcome.conflicts = "conflict", exc.files
+        outcome.reason = f"conflicts with edits in {', '.join(exc.files)}; left for review"
+        return outcome
+    outcome.status, outcome.reason = "merged", f"policy {policy}"
+    return outcome
+
+
+def notify(vault: Vault, outcome: Outcome) -> None:
+    """refine_pending / refine_failed events (learn too); a delivery problem never fails the change."""
+    event = {"pending": "refine_pending", "conflict": "refine_pending", "failed": "refine_failed"}.get(outcome.status)
+    if not event or not vault.config.notify.targets:
+        return
+    try:
+        vault.notifier.event(event, f"hermes-fs: {event.replace('_', ' ')}", outcome.line())
+    except Exception:
+        log.exception("notification of a learned change failed")
