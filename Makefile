@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 VAULT ?= $(HOME)/hermes-vault
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test bench clean
+.PHONY: install run test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,7 +20,11 @@ run: install
 	test -f $(VAULT)/hermes.yaml || $(BIN)/hermes-fs init $(VAULT)
 	$(BIN)/hermes-fs --vault $(VAULT) daemon
 
-test: install
+lint: install
+	$(BIN)/ruff check hermes_fs tests bench
+	$(BIN)/mypy
+
+test: install lint
 	bash scripts/docker-test-env.sh
 	$(BIN)/python -m pytest -q
 

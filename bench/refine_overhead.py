@@ -21,10 +21,11 @@ sys.path.insert(0, str(HERE))
 from common import median, write_results  # noqa: E402
 from gen_vault import generate  # noqa: E402
 
-from hermes_fs.learning.refine import check  # noqa: E402
+from hermes_fs.learning import pipeline  # noqa: E402
+from hermes_fs.learning.pipeline import Description  # noqa: E402
+from hermes_fs.learning.refine import snapshot  # noqa: E402
 from hermes_fs.mind import memory, skills  # noqa: E402
 from hermes_fs.mind.sessions import Transcript  # noqa: E402
-from hermes_fs.store.overlay import OverlayFiles  # noqa: E402
 from hermes_fs.store.vault import Vault  # noqa: E402
 
 REPEAT = 5
@@ -34,23 +35,41 @@ def skill_text(name: str) -> str:
     return f"---\nname: {name}\ndescription: Bench skill {name}. Use when benchmarking.\n---\n# {name}\n\n1. Step.\n"
 
 
+class ScriptedReviewer:
+    """A refine proposer without a model: the reviewer's usual edits (two memory entries, one skill),
+    so the pipeline's own cost is what gets timed."""
+
+    kind = "refine"
+    task = None
+
+    def __init__(self, session_id: str, i: int):
+        self.session_id, self.i = session_id, i
+
+    def base(self, vault: Vault) -> str:
+        self.vault = vault
+        return snapshot(vault, self.session_id)  # step 1
+
+    def propose(self, ov) -> None:  # step 2
+        memory.add(ov, self.vault.config, "USER.md", f"Bench preference {self.i}.")
+        memory.add(ov, self.vault.config, "MEMORY.md", f"Bench lesson {self.i}.")
+        skills.create(ov, f"bench-skill-{self.i}", skill_text(f"bench-skill-{self.i}"))
+
+    def describe(self, changes) -> Description:
+        return Description(f"bench change {self.i}", ["- bench"], {"Refine-Session": self.session_id}, f"bench {self.i}")
+
+    def context(self) -> dict:
+        return {}
+
+
 def hermes_route(vault: Vault, i: int) -> float:
-    """One refine minus the model: what `refine()` does around the reviewer."""
+    """One refine minus the model, through the real pipeline: snapshot, checks, plumbing commit, merge."""
     t = Transcript.start(vault.root, "bench", "cli", f"bench {i}")
     t.append({"role": "user", "content": f"remember fact {i}"})
     t0 = time.perf_counter()
-    store = vault.git
-    store.commit_paths([t.rel], f"session: snapshot {t.id}", {"Hermes-Session": t.id})  # step 1
-    s = store.head()
-    ov = OverlayFiles(store, s)  # step 2, the reviewer's edits
-    memory.add(ov, vault.config, "USER.md", f"Bench preference {i}.")
-    memory.add(ov, vault.config, "MEMORY.md", f"Bench lesson {i}.")
-    skills.create(ov, f"bench-skill-{i}", skill_text(f"bench-skill-{i}"))
-    assert not check(ov, vault.config)  # step 3
-    branch = f"refine/bench-{i}-{time.time_ns()}"
-    store.commit_overlay(s, branch, ov.effective_changes(), "bench change")  # step 4
-    store.merge(branch, f"merge {branch}: bench")  # step 5 (policy auto)
-    return time.perf_counter() - t0
+    outcome = pipeline.run(vault, ScriptedReviewer(t.id, i), policy="auto")  # steps 1-5
+    elapsed = time.perf_counter() - t0
+    assert outcome.status == "merged", outcome.line()
+    return elapsed
 
 
 def worktree_route(root: Path, i: int) -> float:

@@ -37,6 +37,7 @@ class GitError(HermesError):
 class ConflictError(GitError):
     """A merge or revert would conflict; nothing was changed."""
 
-    def __init__(self, message: str, files: list[str]):
+    def __init__(self, message: str, files: list[str], details: list[str] | None = None):
         self.files = files
+        self.details = details or []  # per file: the entry (or key, or lines) and both versions
         super().__init__(f"{message}: {', '.join(files)}")

@@ -213,7 +213,7 @@ def test_lock_serialises_processes(vault):
     ready = multiprocessing.Event()
     p = multiprocessing.Process(target=_hold_lock, args=(vault.root, 1.0, ready))
     p.start()
-    ready.wait(10)
+    assert ready.wait(10), "the holder never took the lock"
     other = GitStore(vault.root)
     with pytest.raises(Exception, match="busy"):
         with other.lock.hold(timeout=0.2):
@@ -228,7 +228,12 @@ def test_killed_lock_holder_leaves_no_stale_lock(vault):
     ready = multiprocessing.Event()
     p = multiprocessing.Process(target=_hold_lock, args=(vault.root, 60, ready))
     p.start()
-    ready.wait(10)
+    assert ready.wait(10), "the holder never took the lock"
+    other = GitStore(vault.root)
+    assert other.lock.is_held()
+    with pytest.raises(Exception, match="busy"):
+        with other.lock.hold(timeout=0.2):
+            pass
     p.kill()
     p.join()
     with GitStore(vault.root).lock.hold(timeout=5):
@@ -240,3 +245,44 @@ def test_trailer_round_trip():
                          {"Refine-Session": "2026/11/abc", "Refine-Focus": "multi\nline focus"})
     assert parse_trailers(msg) == {"Refine-Session": "2026/11/abc", "Refine-Focus": "multi line focus"}
     assert parse_trailers("just a summary\n") == {}
+
+
+def test_one_store_shared_by_threads_reads_conflicts_right(vault):
+    """The daemon shares one GitStore between its worker, cron and timer threads: a conflicted
+    merge must never be read as clean (exit codes are returned, not stored), while other threads
+    run git commands that succeed."""
+    import threading
+
+    store = vault.git
+    base = store.head()
+    skill = "skills/shared/SKILL.md"
+    for i in range(6):  # six branches that each add the file main adds too, differently
+        store.commit_overlay(base, f"refine/conflict-{i}", {skill: f"branch {i}\n".encode()}, "c")
+    (vault.root / skill).parent.mkdir(parents=True)
+    (vault.root / skill).write_text("main's own line\n")
+    store.commit_paths([skill], "main edit")
+    results, errors = [], []
+
+    def merge(i):
+        try:
+            store.merge(f"refine/conflict-{i}", "merge")
+            results.append(("merged", i))
+        except ConflictError:
+            results.append(("conflict", i))
+        except Exception as exc:  # noqa: BLE001 - any other outcome is the bug this test looks for
+            errors.append(exc)
+
+    def busy():
+        for _ in range(30):
+            store.is_ancestor(base, store.head())
+            store.dirty_paths()
+
+    threads = [threading.Thread(target=merge, args=(i,)) for i in range(6)] + [threading.Thread(target=busy) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert sorted(results) == [("conflict", i) for i in range(6)]
+    assert (vault.root / skill).read_text() == "main's own line\n"
+    assert git(vault, "status", "--porcelain") == ""

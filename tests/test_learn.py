@@ -213,3 +213,19 @@ def test_inbox_learn_request(agent_vault, model_server):
     text = (agent_vault.root / c.result_rel).read_text()
     assert "learn: learn/" in text and "type: learn" in text and "focus on deploys" in text
     assert agent_vault.git.branches("learn/")
+
+
+def test_html_code_keeps_its_indentation(tmp_path):
+    """<pre> blocks are code: their indentation is the meaning (a Python sample, a YAML file)."""
+    from hermes_fs.learning.sources import read_file
+
+    src = tmp_path / "guide.html"
+    src.write_text("<html><head><title>Deploy &amp; run</title></head><body><h1>Deploy</h1><p>Use this:</p>"
+                   "<pre>def deploy():\n    if ready:\n        push()\n</pre><ul><li>one</li><li>two</li></ul></body></html>")
+    source = read_file(src)
+    assert source.title == "Deploy & run"
+    assert "# Deploy" in source.text
+    lines = source.text.splitlines()
+    base = next(ln for ln in lines if ln.strip() == "def deploy():").index("def")
+    assert any(ln == " " * (base + 4) + "if ready:" for ln in lines)
+    assert any(ln == " " * (base + 8) + "push()" for ln in lines)

@@ -96,7 +96,7 @@ def test_merge_reject_and_revert(agent_vault, model_server, session):
     review.reject(agent_vault.git, r2.branch)
     assert agent_vault.git.rev(f"refs/hermes/rejected/{r2.branch}")
     states = {c.branch: c.state for c in review.learned_log(agent_vault.git)}
-    assert states == {r.branch: "merged", r2.branch: "rejected"}
+    assert states == {r.branch: "reverted", r2.branch: "rejected"}
 
 
 def test_revert_refuses_lines_a_person_edited_since(agent_vault, model_server, session):

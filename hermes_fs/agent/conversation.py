@@ -55,7 +55,7 @@ class Conversation:
         self.project = self.options.project or current_project(vault, self.workspace)
         self.sandbox = make_sandbox(vault.config.sandbox, self.workspace, self.transcript.id)
         self.tools = ToolBox(
-            files=vault.files, config=vault.config, committer=SessionCommitter(vault.git, self.transcript.id),
+            files=vault.files, config=vault.config, committer=SessionCommitter(vault.git, self.transcript.id, vault.config.git.author),
             vault_root=vault.root, workspace=self.workspace,
             sandbox=self.sandbox, searcher=self._search,
         )
@@ -114,7 +114,8 @@ class Conversation:
             self.transcript.path.unlink(missing_ok=True)
             return None
         title = self.transcript.meta.get("title") or self.id
-        return self.vault.git.commit_paths([self.transcript.rel], f"session: {title}", {"Hermes-Session": self.id})
+        return self.vault.git.commit_paths([self.transcript.rel], f"session: {title}", {"Hermes-Session": self.id},
+                                           author=self.vault.config.git.author)
 
     def __enter__(self) -> Conversation:
         return self

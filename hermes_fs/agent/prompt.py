@@ -60,7 +60,7 @@ def select_skills(entries: dict[str, str], ranked: list[str], budget: int) -> Sk
     return SkillsIndex(text, shown, len(names))
 
 
-def system_prompt(vault: Vault, query: str = "", project: str | None = None, extra_skills: list[str] = ()) -> str:
+def system_prompt(vault: Vault, query: str = "", project: str | None = None, extra_skills: list[str] | tuple[str, ...] = ()) -> str:
     cfg = vault.config
     parts = [IDENTITY]
     for name, title in (("USER.md", "About the user (memory/USER.md)"), ("MEMORY.md", "Your notes (memory/MEMORY.md)")):

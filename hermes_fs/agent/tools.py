@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import HermesError, InputError
 from ..mind import memory, skills
@@ -20,6 +20,10 @@ from ..store.config import Config
 from ..store.docs import decode
 from ..store.files import FileStore, clean_relpath
 from .model import parse_arguments
+
+if TYPE_CHECKING:  # only for types: the CLI's fast paths never load git or the sandbox here
+    from ..store.git import GitStore
+    from .sandbox import Sandbox
 
 READ_LIMIT = 100_000
 
@@ -59,14 +63,15 @@ class SessionCommitter:
     """Live-session writes: pending human edits in those paths are committed first (so they keep
     their author), then the agent's write is committed with a Hermes-Session trailer."""
 
-    git: object
+    git: GitStore
     session_id: str
+    author: str | None = None  # the agent (hermes.yaml git.author); the person stays the committer
 
     def before_write(self, paths: list[str]) -> None:
         self.git.commit_human_edits(paths)
 
     def after_write(self, paths: list[str], message: str) -> None:
-        self.git.commit_paths(paths, message, {"Hermes-Session": self.session_id})
+        self.git.commit_paths(paths, message, {"Hermes-Session": self.session_id}, author=self.author)
 
 
 @dataclass
@@ -77,7 +82,7 @@ class ToolBox:
     committer: Committer | None = None
     vault_root: Path | None = None
     workspace: Path | None = None
-    sandbox: object | None = None
+    sandbox: Sandbox | None = None
     searcher: Callable | None = None  # (kind, query) -> list of hits
     skill_guard: Callable[[str, str], None] | None = None  # (name, content): raise to refuse a new skill
     skill_actions: tuple[str, ...] | None = None  # restrict skill_manage (e.g. learn --update: patch only)

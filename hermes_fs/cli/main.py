@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -288,7 +289,7 @@ class _spinner:
 
     def __init__(self, text: str):
         self.text = text
-        self.status = None
+        self.status: Any = None
 
     def __enter__(self):
         if sys.stderr.isatty():
@@ -331,23 +332,30 @@ def _age(seconds: int) -> str:
 @click.argument("branch")
 @click.pass_context
 def review_show(ctx: click.Context, branch: str):
-    """The change's message and diff (coloured on a terminal)."""
-    from ..learning.changes import show
+    """What merging it would do to main now (or why it conflicts), and its message. Takes a
+    unique prefix or slug; works for merged, reverted and rejected changes too."""
+    from ..learning.changes import resolve_name, show
 
-    click.echo(show(_vault(ctx).git, branch, color=sys.stdout.isatty()), nl=False)
+    store = _vault(ctx).git
+    click.echo(show(store, resolve_name(store, branch, include_decided=True), color=sys.stdout.isatty()), nl=False)
 
 
 @review.command("merge")
 @vault_option
 @click.argument("branch")
+@click.option("--only", "only", multiple=True, metavar="PATH", help="Accept only these files (the rest stays pending).")
+@click.option("--skip", "skip", multiple=True, metavar="PATH", help="Accept all but these files (they stay pending).")
 @click.pass_context
-def review_merge(ctx: click.Context, branch: str):
-    """Accept: merge into main (your uncommitted edits are committed first, never overwritten)."""
-    from ..learning.changes import merge
+def review_merge(ctx: click.Context, branch: str, only: tuple[str, ...], skip: tuple[str, ...]):
+    """Accept: merge into main, entry by entry for memory (your uncommitted edits are committed
+    first, never overwritten). Takes a unique prefix or slug."""
+    from ..learning.changes import merge, resolve_name
 
     v = _vault(ctx)
-    sha = merge(v.git, branch, author=v.config.git.author)
-    click.echo(f"merged {branch} ({sha[:10]})")
+    branch = resolve_name(v.git, branch)
+    sha = merge(v.git, branch, only=list(only), skip=list(skip))  # authored by you: it is your decision
+    left = v.git.rev(f"refs/heads/{branch}")
+    click.echo(f"merged {branch} ({sha[:10]})" + ("; the rest stays pending under the same name" if left else ""))
 
 
 @review.command("reject")
@@ -356,9 +364,11 @@ def review_merge(ctx: click.Context, branch: str):
 @click.pass_context
 def review_reject(ctx: click.Context, branch: str):
     """Refuse: the branch is hidden under refs/hermes/rejected/ (recoverable)."""
-    from ..learning.changes import reject
+    from ..learning.changes import reject, resolve_name
 
-    ref = reject(_vault(ctx).git, branch)
+    store = _vault(ctx).git
+    branch = resolve_name(store, branch)
+    ref = reject(store, branch)
     click.echo(f"rejected {branch} (kept as {ref})")
 
 
@@ -367,11 +377,16 @@ def review_reject(ctx: click.Context, branch: str):
 @click.argument("branch")
 @click.pass_context
 def revert(ctx: click.Context, branch: str):
-    """Undo a merged learned change; refuses lines a person has edited since."""
+    """Undo a merged learned change, entry by entry; refuses only entries a person has changed since."""
+    from ..learning.changes import resolve_name
     from ..learning.changes import revert as do_revert
 
     v = _vault(ctx)
-    sha = do_revert(v.git, branch, author=v.config.git.author)
+    try:
+        branch = resolve_name(v.git, branch, include_decided=True)
+    except InputError:
+        pass  # revert names the problem itself (never merged, already reverted)
+    sha = do_revert(v.git, branch)  # authored by you: it is your decision
     click.echo(f"reverted {branch} ({sha[:10]})")
 
 

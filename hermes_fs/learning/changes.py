@@ -1,7 +1,11 @@
-"""Deciding on learned changes: list, show, merge, reject, revert, and the history (`log`).
+"""Deciding on learned changes: list, show, merge (whole or in part), reject, revert, and `log`.
 
 A learned change is one commit on `refine/...` or `learn/...`; merged ones are `merge <branch>:`
-commits on main's first-parent line; rejected ones live under refs/hermes/rejected/.
+commits on main's first-parent line (reverted ones have a `revert <branch>` commit after them);
+rejected ones live under refs/hermes/rejected/. Merges and reverts use the format-aware merge of
+`mind.merge`, so two learned entries added to the same file, or a learned entry beside a person's
+note, never conflict. The person's decisions (merge, reject, revert) are authored by the person;
+a merge made by policy is authored by the agent.
 """
 
 from __future__ import annotations
@@ -10,17 +14,19 @@ import re
 import time
 from dataclasses import dataclass
 
-from ..errors import GitError, InputError
+from ..errors import ConflictError, GitError, InputError
+from ..mind.merge import resolver
 from ..store.git import GitStore
 
 LEARNED_PREFIXES = ("refine/", "learn/")
 MERGE_GREP = r"^merge (refine|learn)/"
+REVERT_GREP = r"^revert (refine|learn)/"
 
 
 @dataclass
 class LearnedChange:
     branch: str
-    state: str  # merged | pending | rejected
+    state: str  # merged | pending | rejected | reverted
     timestamp: int
     summary: str
     sha: str
@@ -34,16 +40,39 @@ class Pending:
     summary: str
 
 
+def format_resolver(store: GitStore):
+    return resolver(store.merge_text)
+
+
 def learned_log(store: GitStore) -> list[LearnedChange]:
-    """Merged, pending and rejected learned changes, newest first."""
+    """Merged, reverted, pending and rejected learned changes, newest first."""
+    reverted = {c.summary.removeprefix("revert ") for c in store.log(grep=REVERT_GREP)}
     changes = []
     for c in store.log(grep=MERGE_GREP):
         branch, _, summary = c.summary.removeprefix("merge ").partition(": ")
-        changes.append(LearnedChange(branch, "merged", c.timestamp, summary, c.sha))
+        changes.append(LearnedChange(branch, "reverted" if branch in reverted else "merged", c.timestamp, summary, c.sha))
     for prefix in LEARNED_PREFIXES:
         changes += [LearnedChange(b.name, "pending", b.timestamp, b.summary, b.sha) for b in store.branches(prefix)]
     changes += [LearnedChange(b.name, "rejected", b.timestamp, b.summary, b.sha) for b in store.rejected()]
     return sorted(changes, key=lambda c: c.timestamp, reverse=True)
+
+
+def resolve_name(store: GitStore, name: str, include_decided: bool = False) -> str:
+    """A full branch name from a full name, a unique prefix, or a unique slug part."""
+    if name.startswith(LEARNED_PREFIXES) and store.rev(f"refs/heads/{name}"):
+        return name
+    names = [c.branch for c in learned_log(store) if include_decided or c.state == "pending"]
+    if name in names:
+        return name
+    hits = sorted({n for n in names if n.startswith(name) or name in n.split("/", 1)[-1]})
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise InputError(f"{name!r} matches several changes: {', '.join(hits[:5])}")
+    if not name.startswith(LEARNED_PREFIXES):
+        raise InputError(f"{name!r} is not a learned change (refine/... or learn/...) nor a unique part of one's name; "
+                         "see `hermes-fs review` or `hermes-fs log`")
+    raise InputError(f"no pending change {name!r}; see `hermes-fs review` or `hermes-fs log`")
 
 
 def _check_branch(store: GitStore, branch: str) -> str:
@@ -66,16 +95,86 @@ def pending(store: GitStore) -> list[Pending]:
 
 
 def show(store: GitStore, branch: str, color: bool = False) -> str:
+    """A pending change: its message, what merging it would do to main *now* (or why it would
+    conflict), and its own diff. A merged, reverted or rejected change: its message and diff."""
+    decided = {c.branch: c for c in learned_log(store) if c.state != "pending"}
+    sha = store.rev(f"refs/heads/{branch}") if branch.startswith(LEARNED_PREFIXES) else None
+    if not sha:
+        if branch not in decided:
+            _check_branch(store, branch)  # raises the usual message
+        c = decided[branch]
+        tip = c.sha if c.state == "rejected" else store.commit_info(c.sha).parents[1]
+        info = store.commit_info(tip)
+        return (f"{branch} ({c.state})\n{info.summary}\n\n{info.body}\n\n"
+                + store.diff(info.parents[0], tip, color=color))
+    info = store.commit_info(sha)
+    header = f"{branch} (pending)\n{info.summary}\n\n{info.body}\n\n"
+    main = store.head()
+    try:
+        tree = store.merged_tree(main, sha, format_resolver(store))
+    except ConflictError as exc:
+        preview = "Merging now would CONFLICT:\n" + "\n".join(exc.details or exc.files) + "\n" + next_steps(branch, exc.files)
+        return header + preview + "\n\nThe change itself:\n" + store.diff(info.parents[0], sha, color=color)
+    now = store.diff(main, tree, color=color)
+    return header + "What merging it would do to main now:\n" + (now or "(nothing: main already has it)\n")
+
+
+def next_steps(branch: str, files: list[str]) -> str:
+    skip = " ".join(f"--skip {f}" for f in files)
+    return (f"Next: `hermes-fs review merge {branch} {skip}` to accept the rest (the skipped part stays pending), "
+            f"`hermes-fs review reject {branch}`, or edit those files on main and merge again.")
+
+
+def merge(store: GitStore, branch: str, author: str | None = None, only: list[str] | None = None,
+          skip: list[str] | None = None) -> str:
+    """Accept a pending change, or the part of it `only`/`skip` selects; what is left out stays
+    pending under the same name as a smaller change. A conflict raises ConflictError naming the
+    file and the entry; then nothing changed."""
     sha = _check_branch(store, branch)
     info = store.commit_info(sha)
-    header = f"{branch}\n{info.summary}\n\n{info.body}\n\n"
-    return header + store.diff(info.parents[0], sha, color=color)
+    paths = store.changed_paths(info.parents[0], sha)
+    chosen = _select(paths, only, skip)
+    if chosen == paths:
+        return _merge_whole(store, branch, info.summary, author)
+    if not chosen:
+        raise InputError(f"--only/--skip leave nothing of {branch} to merge (it changes {', '.join(paths)})")
+    rest = [p for p in paths if p not in chosen]
+    part = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in chosen}, store.message(sha))
+    rest_commit = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in rest}, store.message(sha))
+    assert part and rest_commit, "each part changes files, so each is a commit"
+    store.move_ref(f"refs/heads/{branch}", part, sha)
+    try:
+        merged = _merge_whole(store, branch, f"{info.summary} (part: {', '.join(chosen)})", author)
+    except Exception:
+        store.move_ref(f"refs/heads/{branch}", sha, part)  # nothing changed: the whole change is pending again
+        raise
+    store.move_ref(f"refs/heads/{branch}", rest_commit, None)  # the rest stays pending
+    return merged
 
 
-def merge(store: GitStore, branch: str, author: str | None = None) -> str:
-    """Accept a pending change (three-way --no-ff merge; conflicts raise ConflictError, nothing changed)."""
-    sha = _check_branch(store, branch)
-    return store.merge(branch, f"merge {branch}: {store.commit_info(sha).summary}", author=author)
+def _merge_whole(store: GitStore, branch: str, summary: str, author: str | None) -> str:
+    try:
+        return store.merge(branch, f"merge {branch}: {summary}", author=author, resolve=format_resolver(store))
+    except ConflictError as exc:
+        raise ConflictError(_conflict_text(exc, branch), exc.files, exc.details) from None
+
+
+def _conflict_text(exc: ConflictError, branch: str) -> str:
+    text = "merge would conflict; nothing changed"
+    if exc.details:
+        text += ":\n" + "\n".join(exc.details)
+    return text + "\n" + next_steps(branch, exc.files) + "\nconflicted files"
+
+
+def _select(paths: list[str], only: list[str] | None, skip: list[str] | None) -> list[str]:
+    def hit(path: str, patterns: list[str]) -> bool:
+        return any(path == p.rstrip("/") or path.startswith(p.rstrip("/") + "/") for p in patterns)
+
+    for pattern in (only or []) + (skip or []):
+        if not any(hit(p, [pattern]) for p in paths):
+            raise InputError(f"{pattern!r} is not in this change (it changes {', '.join(paths)})")
+    chosen = [p for p in paths if hit(p, only)] if only else list(paths)
+    return [p for p in chosen if not hit(p, skip or [])]
 
 
 def reject(store: GitStore, branch: str) -> str:
@@ -91,8 +190,15 @@ def merge_commit_of(store: GitStore, branch: str) -> str:
 
 
 def revert(store: GitStore, branch: str, author: str | None = None) -> str:
-    """Undo a merged change; refuses (ConflictError naming files) where people edited those lines since."""
+    """Undo a merged change, entry by entry; refuses (ConflictError naming the entry) only where a
+    person changed the same entries since."""
     sha = merge_commit_of(store, branch)
-    if any(c.summary == f"revert {branch}" for c in store.log(limit=500)):
+    if any(c.summary == f"revert {branch}" for c in store.log(grep=REVERT_GREP)):
         raise GitError(f"{branch} was already reverted")
-    return store.revert_merge(sha, f"revert {branch}\n\nThis reverts merge {sha}.", author=author)
+    try:
+        return store.revert_merge(sha, f"revert {branch}\n\nThis reverts merge {sha}.", author=author,
+                                  resolve=format_resolver(store))
+    except ConflictError as exc:
+        details = ("\n" + "\n".join(exc.details)) if exc.details else ""
+        raise ConflictError(f"cannot revert {branch}: a person has changed the same entries since{details}\nconflicted files",
+                            exc.files, exc.details) from None

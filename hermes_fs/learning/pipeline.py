@@ -26,6 +26,7 @@ from ..store.config import Policy
 from ..store.git import format_message
 from ..store.overlay import OverlayFiles
 from ..store.vault import Vault
+from .changes import format_resolver
 from .checks import check
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,8 @@ class ModelTask:
 
 class Proposer(Protocol):
     kind: str  # refine | learn: the branch prefix and the Outcome's kind
-    task: ModelTask  # the conversation the checks' refusals go back to
+    @property
+    def task(self) -> ModelTask | None: ...  # the conversation the checks' refusals go back to (None: refusals are final)
 
     def base(self, vault: Vault) -> str:
         """The commit the change is made on (refine: the snapshot it commits first)."""
@@ -140,13 +142,13 @@ def run(vault: Vault, proposer: Proposer, policy: str | None = None) -> Outcome:
     return outcome
 
 
-def check_and_fix(overlay: OverlayFiles, vault: Vault, task: ModelTask, rounds: int = CHECK_ROUNDS) -> None:
+def check_and_fix(overlay: OverlayFiles, vault: Vault, task: ModelTask | None, rounds: int = CHECK_ROUNDS) -> None:
     """Run the checks; send what they refuse back to the model, up to `rounds` times."""
     for attempt in range(rounds + 1):
         problems = check(overlay, vault.config)
         if not problems:
             return
-        if attempt == rounds:
+        if attempt == rounds or task is None:
             raise LearningError("checks still failing after retries: " + "; ".join(problems))
         task.ask("The checks refused your changes:\n" + "\n".join(f"- {p}" for p in problems)
                  + "\nFix each problem (or undo that change) with your tools, then answer again as before.")
@@ -201,7 +203,8 @@ def apply_policy(vault: Vault, branch: str, summary: str, policy: str) -> Outcom
         outcome.reason = "policy additions: it edits or removes lines, so it waits for review"
         return outcome
     try:
-        store.merge(branch, f"merge {branch}: {summary}", author=vault.config.git.author)
+        # a merge by policy is the agent's act, so the agent authors it; entry-aware like any merge
+        store.merge(branch, f"merge {branch}: {summary}", author=vault.config.git.author, resolve=format_resolver(store))
     except ConflictError as exc:
         outcome.status, outcome.conflicts = "conflict", exc.files
         outcome.reason = f"conflicts with edits in {', '.join(exc.files)}; left for review"

@@ -90,7 +90,8 @@ def snapshot(vault: Vault, session_id: str) -> str:
     rel = session_path(session_id)
     store = vault.git
     with store.lock.hold():
-        store.commit_paths([rel], f"session: snapshot {session_id}", {"Hermes-Session": session_id})
+        store.commit_paths([rel], f"session: snapshot {session_id}", {"Hermes-Session": session_id},
+                           author=vault.config.git.author)
         s = store.head()
     if store.read_file(s, rel) is None:
         raise InputError(f"no session {session_id}", rel)
@@ -116,6 +117,7 @@ class Reviewer:
         return self.snapshot
 
     def propose(self, overlay: OverlayFiles) -> None:
+        self.overlay = overlay
         cfg = self.vault.config
         self.model = self.model or LiteLLMModel(ModelSettings.from_config(cfg, "refine"))
         existing = skills_at(overlay)
@@ -127,7 +129,7 @@ class Reviewer:
         self.task.ask(brief(self.vault, overlay, self.snapshot, self.session, self.options.focus, existing))
 
     def describe(self, changes: dict[str, bytes | None]) -> Description:
-        summary, lines = parse_report(self.task.answer, changes, self.task.agent.tools.files)
+        summary, lines = parse_report(self.task.answer, changes, self.overlay)
         trailers = {"Refine-Session": self.session or "", "Refine-Snapshot": self.snapshot or "",
                     "Refine-Focus": self.options.focus or "", "Refine-Model": self.model.name if self.model else ""}
         return Description(summary, lines, trailers, self.options.focus or summary)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from html.parser import HTMLParser
+from html import unescape
 from pathlib import Path
 
 from ..errors import InputError
+from ..store.docs import decode
 
 TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ""}
 HTML_SUFFIXES = {".html", ".htm"}
@@ -32,62 +33,30 @@ def clean(text: str) -> str:
     return _INVISIBLE.sub("", text).replace("\r\n", "\n").strip()
 
 
-class _HTMLText(HTMLParser):
-    SKIP = {"script", "style", "noscript", "template", "head"}
-    BLOCK = {"p", "div", "br", "li", "tr", "section", "article", "pre", "blockquote"}
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.skipping = 0
-        self.title = ""
-        self._in_title = False
-
-    def handle_starttag(self, tag, attrs):
-        if tag in self.SKIP:
-            self.skipping += 1
-        if tag == "title":
-            self._in_title = True
-        m = re.fullmatch(r"h([1-6])", tag)
-        if m and not self.skipping:
-            self.parts.append("\n\n" + "#" * int(m.group(1)) + " ")
-        elif tag in self.BLOCK:
-            self.parts.append("\n")
-        elif tag == "li":
-            self.parts.append("- ")
-
-    def handle_endtag(self, tag):
-        if tag in self.SKIP and self.skipping:
-            self.skipping -= 1
-        if tag == "title":
-            self._in_title = False
-        if re.fullmatch(r"h[1-6]", tag) or tag in self.BLOCK:
-            self.parts.append("\n")
-
-    def handle_data(self, data):
-        if self._in_title:
-            self.title += data
-        if not self.skipping:
-            self.parts.append(data)
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.I | re.S)
 
 
 def html_to_text(html: str) -> tuple[str, str]:
-    parser = _HTMLText()
-    parser.feed(html)
-    text = re.sub(r"[ \t]+", " ", "".join(parser.parts))
-    return parser.title.strip(), re.sub(r"\n{3,}", "\n\n", text)
+    """(title, Markdown) of an HTML page: html2text keeps headings, lists and the indentation of
+    code in <pre>; scripts and styles are dropped."""
+    import html2text
+
+    converter = html2text.HTML2Text()
+    converter.body_width = 0  # never re-wrap lines: code and commands stay as written
+    converter.ignore_images = True
+    m = _TITLE.search(html)
+    title = unescape(" ".join(m.group(1).split())) if m else ""
+    return title, re.sub(r"\n{3,}", "\n\n", converter.handle(html))
 
 
 def _decode(data: bytes, path: str) -> str:
-    if b"\x00" in data[:8192]:
-        raise InputError("binary file, not a document hermes-fs can read (Markdown, text, HTML, PDF)", path)
+    """Documents from elsewhere may be Windows-1252; vault files must be UTF-8 (docs.decode)."""
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        try:
-            return data.decode("cp1252")
-        except UnicodeDecodeError:
-            raise InputError("not readable text (unknown encoding)", path) from None
+        return decode(data, path, fallback="cp1252")
+    except InputError as exc:
+        if "binary" in exc.reason:
+            raise InputError("binary file, not a document hermes-fs can read (Markdown, text, HTML, PDF)", path) from None
+        raise
 
 
 def _pdf_text(path: Path) -> str:
@@ -153,7 +122,7 @@ def chapters(source: Source, limit: int) -> list[Chapter]:
     if len(source.text) <= limit:
         return [Chapter(source.title, source.text)]
     sections: list[Chapter] = []
-    current_title, buf = source.title, []
+    current_title, buf = source.title, list[str]()
     for line in source.text.split("\n"):
         m = re.match(r"^#{1,2} +(.+)$", line)
         has_body = any(ln.strip() and not ln.lstrip().startswith("#") for ln in buf)
@@ -170,7 +139,8 @@ def chapters(source: Source, limit: int) -> list[Chapter]:
         if len(sec.text) <= limit:
             out.append(sec)
             continue
-        part, n = [], 1
+        part: list[str] = []
+        n = 1
         for para in sec.text.split("\n\n"):
             while len(para) > limit:  # one enormous paragraph: hard cut
                 out.append(Chapter(f"{sec.title} ({n})", para[:limit]))

@@ -54,7 +54,8 @@ def run_job(vault: Vault, job: CronJob, due: datetime, retry_base_s: float = 1.0
     paths = [rel]
     if job.schedule.at is not None:
         paths.append(disable_job(vault, job))
-    vault.git.commit_paths(paths, f"cron: {job.name} ({meta['status']})", {"Hermes-Job": job.name})
+    vault.git.commit_paths(paths, f"cron: {job.name} ({meta['status']})", {"Hermes-Job": job.name},
+                           author=vault.config.git.author)
     return meta
 
 

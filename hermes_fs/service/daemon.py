@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import HermesError
 from ..store.config import CONFIG_NAME
@@ -24,6 +25,9 @@ from ..store.lock import VaultLock
 from ..store.vault import Vault
 from . import inbox  # light: the job code it runs is imported per request
 from .watcher import Debouncer, Watcher, ignored
+
+if TYPE_CHECKING:
+    from .scheduler import Scheduler
 
 # Written by hermes-fs itself and committed on their own schedule, not as human edits.
 OWN_DIRS = ("sessions/", "outputs/", "inbox/")
@@ -101,7 +105,7 @@ class Daemon:
         self.executor = ThreadPoolExecutor(max_workers=self.options.workers, thread_name_prefix="job")
         self.watcher = Watcher(vault.root, self.on_path)
         self.jobs: dict = {}
-        self.scheduler = None
+        self.scheduler: Scheduler | None = None
 
     def note(self, message: str) -> None:
         self.state.note(message)
@@ -143,7 +147,8 @@ class Daemon:
             self.note("removed a stale .git/index.lock left by a crash")
         orphans = self.vault.git.changed_under("sessions")
         if orphans:  # transcripts of conversations cut short (a killed run): keep them in history
-            self.vault.git.commit_paths(orphans, "session: saved after an interruption", {"Hermes-Change": "recovered"})
+            self.vault.git.commit_paths(orphans, "session: saved after an interruption", {"Hermes-Change": "recovered"},
+                                        author=self.vault.config.git.author)
             self.note(f"committed {len(orphans)} interrupted session transcript(s)")
         edited = [p for p in self.vault.git.dirty_paths() if not p.startswith(OWN_DIRS) and not ignored(p)]
         if edited:  # edits made while no daemon was watching (or lost in a crash before the debounce)

@@ -141,7 +141,7 @@ def execute(vault: Vault, req: Request) -> tuple[str, str, dict]:
     if req.type == "learn":
         from ..learning.learn import LearnOptions, learn
 
-        source = Path(req.source).expanduser()
+        source = Path(req.source or "").expanduser()
         source = source if source.is_absolute() else vault.root / source
         r = learn(vault, LearnOptions([source], focus=req.focus, notes=req.text or None))
         return ("ok" if r.ok else "error"), r.line(), {"branch": r.branch, "learn": r.status}
@@ -171,7 +171,7 @@ def process(vault: Vault, c: Claim, log=lambda msg: None) -> str:
                 write_result(vault, c, original, "error", started, f"The request failed: {reason}")
     meta = parse_doc((vault.root / c.result_rel).read_text(encoding="utf-8"), c.result_rel).meta
     store.commit_paths([c.result_rel, c.inbox_rel], f"request: {c.name} ({meta.get('status')})",
-                       {"Hermes-Job": f"inbox/{c.name}"})
+                       {"Hermes-Job": f"inbox/{c.name}"}, author=vault.config.git.author)
     c.path.unlink(missing_ok=True)
     return str(meta.get("status"))
 

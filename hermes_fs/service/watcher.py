@@ -11,6 +11,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 IGNORED_DIRS = {".git", ".hermes", ".obsidian", ".trash", ".idea", ".vscode"}
 # Editor swap, backup and temp files: vim, emacs, VS Code, JetBrains, Obsidian, LibreOffice, ours.
@@ -31,7 +32,7 @@ class Watcher:
     def __init__(self, root: Path, on_change: Callable[[str], None]):
         self.root = Path(root).resolve()
         self.on_change = on_change
-        self.observer = None
+        self.observer: Any = None  # watchdog's Observer, imported on start
 
     def start(self) -> None:
         from watchdog.events import FileSystemEventHandler

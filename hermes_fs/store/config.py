@@ -79,7 +79,7 @@ class CronConfig:
 
 @dataclass
 class GitConfig:
-    author: str = "hermes-fs <hermes@localhost>"
+    author: str = "hermes-fs <agent@hermes-fs.invalid>"  # the agent's own writes; you stay the committer
 
 
 @dataclass
@@ -122,7 +122,8 @@ def parse_config(text: str, filename: str = CONFIG_NAME) -> Config:
         node = yaml.compose(text, Loader=loader)
         data = yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
-        line = exc.problem_mark.line + 1 if getattr(exc, "problem_mark", None) else None
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else None
         raise ConfigError(f"invalid YAML: {getattr(exc, 'problem', exc)}", filename, line) from None
     if data is None:
         return Config()
@@ -172,7 +173,7 @@ def _coerce(hint: Any, value: Any, dotted: str, filename: str, lines: dict[str, 
             f"'{dotted}' must be {expected}, got {type(value).__name__} {value!r}", filename, lines.get(dotted)
         )
 
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, value if value is not None else {}, dotted + ".", filename, lines)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):

@@ -29,13 +29,19 @@ class Doc:
         return self.text[self.body_start :]
 
 
-def decode(data: bytes, path: str) -> str:
-    """Bytes of a vault file as text; binary or non-UTF-8 content is a clear error."""
+def decode(data: bytes, path: str, fallback: str | None = None) -> str:
+    """Bytes of a file as text; binary or non-UTF-8 content is a clear error (unless `fallback`
+    names a second encoding to try, for documents from elsewhere)."""
     if b"\x00" in data[:8192]:
         raise InputError("binary file, expected UTF-8 Markdown", path)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
+        if fallback:
+            try:
+                return data.decode(fallback)
+            except UnicodeDecodeError:
+                raise InputError("not readable text (unknown encoding)", path) from None
         line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"not UTF-8 text (byte {exc.start})", path, line) from None
 

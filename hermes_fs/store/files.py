@@ -110,7 +110,7 @@ class DiskFiles:
         base = self.path(prefix)
         if not base.is_dir():
             return []
-        out = []
+        out: list[str] = []
         skip = len(self._root) + 1
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames[:] = [d for d in dirnames if d not in FORBIDDEN_TOP]

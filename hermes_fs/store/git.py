@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -31,6 +32,8 @@ MAIN = "main"
 ZERO = "0" * 40
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 HUMAN_EDIT = {"Hermes-Change": "human-edit"}
+# (path, base, ours, theirs) -> merged bytes; None when it cannot; ConflictError naming what conflicts.
+Resolver = Callable[[str, "bytes | None", "bytes | None", "bytes | None"], "bytes | None"]
 _TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.*)$")
 
 
@@ -60,7 +63,7 @@ class HumanEditResult:
     refused: list  # secrets.Finding: files left uncommitted because they hold a secret
 
 
-def format_message(summary: str, body: list[str] | str = (), trailers: dict[str, str] | None = None) -> str:
+def format_message(summary: str, body: list[str] | str = "", trailers: dict[str, str] | None = None) -> str:
     """One summary line, an optional body, then `Key: value` trailers (git's trailer format)."""
     parts = [summary.strip().splitlines()[0] if summary.strip() else "(no summary)"]
     body_text = body if isinstance(body, str) else "\n".join(body)
@@ -381,6 +384,16 @@ class GitStore:
         `overlay` maps vault paths to new bytes, or None for a deletion. Only blobs and the trees
         along the changed paths are written; the working tree and the real index are untouched.
         """
+        sha = self.derive(parent, overlay, message, author)
+        if sha is None:
+            return None
+        self.move_ref(f"refs/heads/{branch}", sha, None)  # None: fail if it exists
+        return sha
+
+    def derive(self, parent: str, overlay: dict[str, bytes | None], message: str,
+               author: str | None = None) -> str | None:
+        """A commit of `parent` with `overlay` applied, on no branch (plumbing only); None if unchanged.
+        Refuses a secret (SecretError) before anything is written."""
         changes = {clean_relpath(p): d for p, d in overlay.items()}
         for path, data in changes.items():
             if data is not None and not isinstance(data, bytes):
@@ -390,9 +403,15 @@ class GitStore:
         tree = self._build_tree(base_tree, changes) or EMPTY_TREE
         if tree == base_tree:
             return None
-        sha = self._commit_tree(tree, [parent], message, author)
-        self._git("update-ref", f"refs/heads/{branch}", sha, ZERO)  # ZERO: fail if it exists
-        return sha
+        return self._commit_tree(tree, [parent], message, author)
+
+    def move_ref(self, ref: str, new: str, old: str | None) -> None:
+        """Point `ref` at `new` only if it is still at `old` (None: only if it does not exist yet)."""
+        self._git("update-ref", ref, new, old or ZERO)
+
+    def message(self, ref: str) -> str:
+        """A commit's whole message, trailers included."""
+        return self._git("show", "-s", "--format=%B", ref)
 
     def _build_tree(self, tree: str | None, changes: dict[str, bytes | None], modes: dict[str, str] | None = None,
                     blobs: dict[str, str] | None = None, prefix: str = "") -> str | None:
@@ -451,7 +470,7 @@ class GitStore:
         return self._git(*args, "-F", "-", input=message, env=_split_author(author)).strip()
 
     # -- merging and reverting into main ------------------------------------------------------
-    def merge(self, branch: str, message: str, author: str | None = None) -> str:
+    def merge(self, branch: str, message: str, author: str | None = None, resolve: Resolver | None = None) -> str:
         """Merge a branch into main with --no-ff semantics, three-way, without a checkout; the
         merged branch is then deleted.
 
@@ -467,14 +486,15 @@ class GitStore:
             touched = self.changed_paths(base, theirs)
             self._commit_touched_human_edits(touched)
             ours = self.head()
-            tree = self._merge_tree(ours, theirs, "merge would conflict")
+            tree = self.merged_tree(ours, theirs, resolve)
             new = self._commit_tree(tree, [ours, theirs], message, author)
             self._advance_main(ours, new, touched)
             # The merge commit now holds the branch; `log` finds it there as "merged".
             self._git("update-ref", "-d", f"refs/heads/{branch}", theirs)
             return new
 
-    def revert_merge(self, merge_sha: str, message: str, author: str | None = None) -> str:
+    def revert_merge(self, merge_sha: str, message: str, author: str | None = None,
+                     resolve: Resolver | None = None) -> str:
         """Undo a merged change (like `git revert -m 1`); refuses where people edited those lines since."""
         info = self.commit_info(merge_sha)
         if len(info.parents) != 2:
@@ -490,7 +510,7 @@ class GitStore:
             # into main applies exactly "merge -> pre-merge" three-way, with the merge as base.
             pre_tree = self._git("rev-parse", f"{info.parents[0]}^{{tree}}").strip()
             undo = self._commit_tree(pre_tree, [info.sha], "hermes-fs: revert helper")
-            tree = self._merge_tree(ours, undo, "a person has edited these lines since the merge")
+            tree = self.merged_tree(ours, undo, resolve, "a person has edited these lines since the merge")
             if tree == self._git("rev-parse", f"{ours}^{{tree}}").strip():
                 raise GitError(f"nothing to revert: {info.sha[:10]} is already undone")
             new = self._commit_tree(tree, [ours], message, author)
@@ -505,14 +525,54 @@ class GitStore:
                 sorted({f.path for f in result.refused}),
             )
 
-    def _merge_tree(self, ours: str, theirs: str, conflict_message: str) -> str:
+    def merged_tree(self, ours: str, theirs: str, resolve: Resolver | None = None,
+                    conflict_message: str = "merge would conflict") -> str:
+        """The tree a three-way merge of two commits gives, without touching anything (O(change)).
+
+        git's line merge first; the files it leaves conflicted go to `resolve` (a format-aware merge
+        from the three blobs). What is still conflicted raises ConflictError with the details.
+        """
         code, out = self._run(
             "merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", ours, theirs, ok=(0, 1)
         )
         tree, *rest = out.split("\0")
-        if code == 1:
-            raise ConflictError(conflict_message, sorted({p for p in rest if p}))
-        return tree
+        if code != 1:
+            return tree
+        conflicted = sorted({p for p in rest if p})
+        if resolve is None:
+            raise ConflictError(conflict_message, conflicted)
+        base = self.merge_base(ours, theirs)
+        resolved: dict[str, bytes | None] = {}
+        unresolved, details = [], []
+        for path in conflicted:
+            try:
+                data = resolve(path, self.read_file(base, path) if base else None, self.read_file(ours, path),
+                               self.read_file(theirs, path))
+            except ConflictError as exc:
+                data = None
+                details += exc.details
+            if data is None:
+                unresolved.append(path)
+            else:
+                resolved[path] = data
+        if unresolved:
+            raise ConflictError(conflict_message, unresolved, details)
+        return self._build_tree(tree, resolved) or EMPTY_TREE
+
+
+    def merge_text(self, base: str, ours: str, theirs: str) -> tuple[bool, str]:
+        """git's line merge of three texts (`git merge-file`): (clean, merged text with markers if not)."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="hermes-merge-") as d:
+            paths = []
+            for name, text in (("ours", ours), ("base", base), ("theirs", theirs)):
+                p = Path(d) / name
+                p.write_text(text, encoding="utf-8")
+                paths.append(str(p))
+            code, out = self._run("merge-file", "-p", "-L", "main", "-L", "base", "-L", "branch", *paths,
+                                  ok=tuple(range(0, 128)))
+        return code == 0, out
 
     def _advance_main(self, old: str, new: str, candidates: list[str] | None = None) -> None:
         """Move main from old to new, writing and staging only the changed paths.
@@ -550,6 +610,7 @@ class GitStore:
                 continue
             mode, sha = entry
             data = self.read_file(commit, rel)
+            assert data is not None, f"{commit}:{rel} listed but unreadable"
             atomic_write(target, data, mode=0o755 if mode == "100755" else None)
             blobs[rel], modes[rel] = sha, mode
         self._stage(blobs, deleted, modes)

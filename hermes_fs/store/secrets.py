@@ -62,7 +62,7 @@ class Finding:
 
 
 def scan_text(path: str, text: str) -> list[Finding]:
-    findings = []
+    findings: list[Finding] = []
     for kind, pattern in PATTERNS:
         for m in pattern.finditer(text):
             line = text.count("\n", 0, m.start()) + 1

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 from ...store.config import SandboxConfig
-from ..sandbox import OUTPUT_LIMIT, SandboxError, ShellResult
+from .base import OUTPUT_LIMIT, SandboxError, ShellResult
 
 LABEL = "hermes-fs.sandbox"
 CAPTURE_LIMIT = 4 * OUTPUT_LIMIT  # bytes kept per stream; the rest is counted and dropped
@@ -22,7 +23,7 @@ PIDS_LIMIT = 256
 KEEPALIVE = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
 
 
-def _client(timeout: int = 10):
+def _client(timeout: int = 10) -> Any:
     import docker
     from docker.errors import DockerException
 
@@ -74,7 +75,7 @@ class DockerSandbox:
         self.config = config
         self.workspace = Path(workspace)
         self.session_id = session_id
-        self.client = None
+        self.client: Any = None
         self.container = None
         self._lock = threading.Lock()
 

@@ -1,0 +1,58 @@
+"""The backends that need no engine: `none` (no shell at all) and `local` (this machine, only
+when chosen explicitly)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from ...store.config import SandboxConfig
+from .base import SandboxError, ShellResult
+
+
+class NoSandbox:
+    def run(self, command: str, timeout_s: float | None = None) -> ShellResult:
+        raise SandboxError("the shell tool is disabled (sandbox.backend: none in hermes.yaml)")
+
+    def close(self) -> None:
+        pass
+
+
+class LocalSandbox:
+    """Runs on the host, in the workspace folder. Chosen explicitly with sandbox.backend: local."""
+
+    def __init__(self, workspace: Path, config: SandboxConfig):
+        self.workspace = Path(workspace)
+        self.config = config
+
+    def run(self, command: str, timeout_s: float | None = None) -> ShellResult:
+        timeout = min(timeout_s or self.config.timeout_s, self.config.timeout_s)
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command], cwd=self.workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=timeout)
+            return ShellResult(proc.returncode, _text(out), _text(err), cwd=str(self.workspace))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            try:
+                out, err = proc.communicate(timeout=2)
+            except subprocess.TimeoutExpired:  # a child in a session of its own still holds the pipes
+                proc.kill()
+                for pipe in (proc.stdout, proc.stderr):
+                    if pipe:
+                        pipe.close()
+                proc.wait()
+                out, err = b"", b""
+            return ShellResult(None, _text(out), _text(err), timed_out=True, cwd=str(self.workspace))
+
+    def close(self) -> None:
+        pass
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")

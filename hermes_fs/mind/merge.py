@@ -1,0 +1,295 @@
+"""Three-way merges that know the vault's formats (DESIGN section 13).
+
+Git merges lines; memory is a list of entries. Two changes that each add an entry to USER.md are
+not in conflict, nor is a learned entry beside a person's note. Here a memory file merges by entry,
+per `## Section`: entries added on either side are kept (main's first, then the branch's, in the
+section where each was added; identical additions once); an entry removed or replaced on one side
+and untouched on the other takes that change; the same entry changed differently on both sides, or
+removed on one and changed on the other, is a conflict naming the entry and both versions.
+Frontmatter merges by key. Text outside entries (headings, comments) merges by line: a side may add
+new sections; other changes to it on both sides are a conflict.
+
+Skill files merge by line (git's own merge of the bodies, handed in as `line_merge`), with their
+frontmatter merged by key (so two changes bumping `metadata.version` differently still conflict,
+but one adding `license` and one patching the body do not).
+
+Only files that `git merge-tree` reported as conflicted come here, so a merge stays O(change).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import yaml
+
+from ..store.docs import dump_doc, parse_doc
+
+_BULLET = re.compile(r"^[-*] ")
+_HEADING = re.compile(r"^#{1,6} (.*?)\s*$")
+
+LineMerge = Callable[[str, str, str], "tuple[bool, str]"]  # (base, ours, theirs) -> (clean, text)
+
+
+@dataclass
+class EntryConflict:
+    """One thing a person must decide: the entry (or key, or text) and both versions."""
+
+    path: str
+    what: str  # e.g. 'entry "- Prefers tabs"' or "frontmatter key 'title'"
+    main: str  # main's version ("(removed)" when gone)
+    branch: str
+
+    def describe(self) -> str:
+        return f"{self.path}: {self.what} changed on both sides\n    main:   {self.main}\n    branch: {self.branch}"
+
+
+@dataclass
+class FileMerge:
+    path: str
+    text: str | None = None  # the merged file, when there is no conflict
+    conflicts: list[EntryConflict] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.conflicts and self.text is not None
+
+
+# -- parsing a memory body into units -----------------------------------------------------------
+@dataclass
+class Unit:
+    kind: str  # entry | text
+    raw: str  # the exact text, with its line endings
+    section: str | None
+
+    @property
+    def key(self) -> str:
+        """What identifies an entry: its words, whatever the bullet or trailing whitespace."""
+        return " ".join(self.raw.strip()[2:].split()) if self.kind == "entry" else self.raw
+
+
+def units(body: str) -> list[Unit]:
+    out: list[Unit] = []
+    section = None
+    for line in body.splitlines(keepends=True):
+        bare = line.rstrip("\r\n")
+        if out and out[-1].kind == "entry" and bare[:1] in (" ", "\t") and bare.strip():
+            out[-1].raw += line  # a continuation line belongs to its entry
+        elif _BULLET.match(bare):
+            out.append(Unit("entry", line, section))
+        else:
+            if m := _HEADING.match(bare):
+                section = m.group(1)
+            out.append(Unit("text", line, section))
+    return out
+
+
+def _skeleton(us: list[Unit]) -> list[str]:
+    return [u.raw.strip() for u in us if u.kind == "text" and u.raw.strip()]
+
+
+# -- what one side did to the base's entries ---------------------------------------------------
+@dataclass
+class SideChanges:
+    fate: dict[int, str | None]  # base entry index -> new raw text (None: removed); absent: kept
+    where: dict[int, int]  # base entry index -> index of the same entry in this side's units
+    added: list[Unit]  # entries this side added, in order
+
+
+def side_changes(base: list[Unit], side: list[Unit]) -> SideChanges:
+    b_idx = [i for i, u in enumerate(base) if u.kind == "entry"]
+    s_idx = [i for i, u in enumerate(side) if u.kind == "entry"]
+    b_keys = [f"{base[i].section}\0{base[i].key}" for i in b_idx]
+    s_keys = [f"{side[i].section}\0{side[i].key}" for i in s_idx]
+    fate: dict[int, str | None] = {}
+    where: dict[int, int] = {}
+    added: list[Unit] = []
+    matcher = difflib.SequenceMatcher(a=b_keys, b=s_keys, autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            for k in range(i2 - i1):
+                where[i1 + k] = s_idx[j1 + k]
+            continue
+        paired = 0
+        if op == "replace":  # entry i became entry j, pairwise, within one section
+            for k in range(min(i2 - i1, j2 - j1)):
+                b_unit, s_unit = base[b_idx[i1 + k]], side[s_idx[j1 + k]]
+                if b_unit.section != s_unit.section:
+                    break
+                fate[i1 + k] = s_unit.raw
+                where[i1 + k] = s_idx[j1 + k]
+                paired += 1
+        for k in range(i1 + paired, i2):
+            fate[k] = None
+        added += [side[s_idx[j]] for j in range(j1 + paired, j2)]
+    return SideChanges(fate, where, added)
+
+
+# -- frontmatter by key ------------------------------------------------------------------------
+_GONE = object()  # a key absent from one version
+
+
+def merge_meta(path: str, base: dict, ours: dict, theirs: dict, prefix: str = "") -> tuple[dict, list[EntryConflict]]:
+    """Three-way merge of two mappings by key (nested mappings by their keys)."""
+    merged: dict = {}
+    conflicts: list[EntryConflict] = []
+    for key in list(ours) + [k for k in theirs if k not in ours]:
+        b, o, t = base.get(key, _GONE), ours.get(key, _GONE), theirs.get(key, _GONE)
+        if isinstance(b, dict) and isinstance(o, dict) and isinstance(t, dict):
+            merged[key], more = merge_meta(path, b, o, t, f"{prefix}{key}.")
+            conflicts += more
+            continue
+        if o == t or t == b:
+            value = o
+        elif o == b:
+            value = t
+        else:
+            conflicts.append(EntryConflict(path, f"frontmatter key '{prefix}{key}'", _show(o), _show(t)))
+            value = o
+        if value is not _GONE:
+            merged[key] = value
+    return merged, conflicts
+
+
+def _show(value) -> str:
+    return "(removed)" if value is _GONE else yaml.safe_dump(value, default_flow_style=True).strip()
+
+
+def _split(text: str, path: str) -> tuple[dict, str, str]:
+    """(frontmatter, its raw text, body)."""
+    doc = parse_doc(text, path)
+    return dict(doc.meta), text[: doc.body_start], doc.body
+
+
+def _with_meta(path: str, base: str, ours: str, theirs: str) -> tuple[str, str, str, str, list[EntryConflict]]:
+    """Merge the frontmatter; returns (merged head, base body, ours body, theirs body, conflicts)."""
+    (bm, _bh, bb), (om, oh, ob), (tm, th, tb) = _split(base, path), _split(ours, path), _split(theirs, path)
+    meta, conflicts = merge_meta(path, bm, om, tm)
+    if meta == om:
+        head = oh  # main's frontmatter bytes, untouched
+    elif meta == tm:
+        head = th
+    else:
+        head = dump_doc(meta, "").rstrip("\n")  # the body starts with the newline after the fence
+    return head, bb, ob, tb, conflicts
+
+
+# -- memory files ------------------------------------------------------------------------------
+def merge_memory(path: str, base: str, ours: str, theirs: str) -> FileMerge:
+    head, base_body, ours_body, theirs_body, conflicts = _with_meta(path, base, ours, theirs)
+    b, o, t = units(base_body), units(ours_body), units(theirs_body)
+    if _skeleton(t)[: len(_skeleton(b))] != _skeleton(b) or (
+        _skeleton(o) != _skeleton(b) and _skeleton(t) != _skeleton(b)
+        and not all(line.startswith("#") for line in _skeleton(t)[len(_skeleton(b)):])):
+        conflicts.append(EntryConflict(path, "text outside the entries (headings, comments)", "(edited)", "(edited)"))
+        return FileMerge(path, None, conflicts)
+    mine, yours = side_changes(b, o), side_changes(b, t)
+    result = [Unit(u.kind, u.raw, u.section) for u in o]
+    dropped: set[int] = set()
+    for i, new in yours.fate.items():
+        base_unit = b[[k for k, u in enumerate(b) if u.kind == "entry"][i]]
+        if i not in mine.fate:  # main kept it: the branch's change applies
+            at = mine.where[i]
+            if new is None:
+                dropped.add(at)
+            else:
+                result[at].raw = _ends_line(new)
+        elif mine.fate[i] != new and not _same(mine.fate[i], new):
+            conflicts.append(EntryConflict(path, f'entry "{_brief(base_unit.raw)}"', _brief(mine.fate[i]), _brief(new)))
+    result = [u for k, u in enumerate(result) if k not in dropped]
+    present = {(u.section, u.key) for u in result if u.kind == "entry"}
+    for unit in yours.added:
+        if (unit.section, unit.key) in present:
+            continue  # added identically on both sides (or already there): once
+        _insert(result, unit)
+        present.add((unit.section, unit.key))
+    if conflicts:
+        return FileMerge(path, None, conflicts)
+    return FileMerge(path, head + "".join(u.raw for u in result))
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and " ".join(a.split()) == " ".join(b.split())
+
+
+def _brief(raw: str | None) -> str:
+    if raw is None:
+        return "(removed)"
+    text = " ".join(raw.split())
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _ends_line(raw: str) -> str:
+    return raw if raw.endswith("\n") else raw + "\n"
+
+
+def _insert(result: list[Unit], unit: Unit) -> None:
+    """After the last entry of the unit's section in `result`; a new section goes at the end."""
+    new = Unit("entry", _ends_line(unit.raw), unit.section)
+    last_entry = max((k for k, u in enumerate(result) if u.kind == "entry" and u.section == unit.section), default=None)
+    if last_entry is not None:
+        result.insert(last_entry + 1, new)
+        return
+    heading = next((k for k, u in enumerate(result) if u.kind == "text" and u.section == unit.section
+                    and (unit.section is None or _HEADING.match(u.raw.strip()))), None)
+    if heading is not None:
+        result.insert(heading + 1, new)
+        return
+    if result and not result[-1].raw.endswith("\n"):
+        result[-1].raw += "\n"
+    if unit.section is not None:
+        result.append(Unit("text", f"\n## {unit.section}\n\n", unit.section))
+    result.append(new)
+
+
+# -- skill files -------------------------------------------------------------------------------
+def merge_skill(path: str, base: str, ours: str, theirs: str, line_merge: LineMerge) -> FileMerge:
+    if not path.endswith("/SKILL.md"):
+        clean, text = line_merge(base, ours, theirs)
+        return FileMerge(path, text) if clean else FileMerge(path, None, [_line_conflict(path)])
+    head, bb, ob, tb, conflicts = _with_meta(path, base, ours, theirs)
+    clean, body = line_merge(bb, ob, tb)
+    if not clean:
+        conflicts.append(_line_conflict(path))
+    return FileMerge(path, None, conflicts) if conflicts else FileMerge(path, head + body)
+
+
+def _line_conflict(path: str) -> EntryConflict:
+    return EntryConflict(path, "the same lines", "(edited)", "(edited)")
+
+
+def merge_file(path: str, base: str, ours: str, theirs: str, line_merge: LineMerge) -> FileMerge | None:
+    """The format-aware merge for a vault path, or None when git's line merge is all there is."""
+    if path.startswith("memory/") and path.endswith(".md"):
+        return merge_memory(path, base, ours, theirs)
+    if path.startswith("skills/"):
+        return merge_skill(path, base, ours, theirs, line_merge)
+    return None
+
+
+def resolver(line_merge: LineMerge) -> Callable[[str, bytes | None, bytes | None, bytes | None], bytes | None]:
+    """A GitStore resolver: the format-aware merge of one conflicted file from its three blobs.
+
+    Returns the merged bytes, None where no format-aware merge applies (a deletion on one side, a
+    binary file, a path outside memory/ and skills/), or raises ConflictError naming what conflicts.
+    """
+    from ..errors import ConflictError, InputError
+
+    def resolve(path: str, base: bytes | None, ours: bytes | None, theirs: bytes | None) -> bytes | None:
+        if ours is None or theirs is None:
+            return None  # removed on one side, changed on the other: a person decides
+        try:
+            texts = [(b or b"").decode("utf-8") for b in (base, ours, theirs)]
+            merged = merge_file(path, texts[0], texts[1], texts[2], line_merge)
+        except (UnicodeDecodeError, InputError):
+            return None  # not text, or frontmatter that does not parse: git's conflict stands
+        if merged is None:
+            return None
+        if not merged.clean:
+            raise ConflictError("conflict", [path], [c.describe() for c in merged.conflicts])
+        assert merged.text is not None
+        return merged.text.encode("utf-8")
+
+    return resolve

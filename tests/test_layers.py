@@ -1,0 +1,96 @@
+"""The package's layering, checked over the real import graph (function-level imports included):
+each layer imports only itself and the layers below it, and no module imports itself in a circle."""
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "hermes_fs"
+LAYERS = ["errors", "store", "mind", "agent", "learning", "service", "cli", "__main__"]  # bottom first
+
+
+def module_name(path: Path, pkg: Path = PKG) -> str:
+    parts = list(path.relative_to(pkg.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules(pkg: Path = PKG) -> dict[str, Path]:
+    return {module_name(p, pkg): p for p in pkg.rglob("*.py")}
+
+
+def resolve(current: str, is_package: bool, node: ast.ImportFrom, known: dict) -> list[str]:
+    """Absolute names of the modules a `from ... import ...` reaches inside hermes_fs."""
+    if node.level:
+        base = current.split(".") if is_package else current.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        prefix = ".".join(base + ([node.module] if node.module else []))
+    else:
+        prefix = node.module or ""
+    return [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in known else prefix for a in node.names]
+
+
+def graph(pkg: Path = PKG) -> dict[str, set[str]]:
+    known = modules(pkg)
+    edges: dict[str, set[str]] = {m: set() for m in known}
+    for name, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                targets = resolve(name, path.name == "__init__.py", node, known)
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            edges[name] |= {t for t in targets if t in known and t != name and t != "hermes_fs"}
+    return edges
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 else -1
+
+
+def test_every_module_belongs_to_a_layer():
+    assert all(layer(m) >= 0 for m in modules() if m != "hermes_fs"), sorted(m for m in modules() if layer(m) < 0)
+
+
+def test_no_upward_imports():
+    upward = [(a, b) for a, targets in graph().items() for b in targets if layer(b) > layer(a) and a != "hermes_fs"]
+    assert upward == []
+
+
+def test_no_import_cycles():
+    assert find_cycles(graph()) == []
+
+
+def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    cycles: list[list[str]] = []
+    state: dict[str, str] = {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m, [m])
+    return cycles
+
+
+def test_the_checker_finds_a_planted_upward_import_and_cycle(tmp_path):
+    """The graph is real: plant an import from store/ up into service/, and a circle; both are found."""
+    import shutil
+
+    copy = tmp_path / "hermes_fs"
+    shutil.copytree(PKG, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    files = copy / "store" / "files.py"
+    files.write_text(files.read_text() + "\n\ndef _planted():\n    from ..service import daemon  # noqa\n")
+    edges = graph(copy)
+    assert "hermes_fs.service.daemon" in edges["hermes_fs.store.files"]
+    assert layer("hermes_fs.service.daemon") > layer("hermes_fs.store.files")
+    assert "hermes_fs.store.git" in edges["hermes_fs.learning.pipeline"]
+    assert "hermes_fs.agent.sandbox.docker" in edges["hermes_fs.agent.sandbox"]  # lazy imports count
+    assert any("hermes_fs.store.files" in c and "hermes_fs.service.daemon" in c for c in find_cycles(edges))
