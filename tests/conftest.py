@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -104,3 +106,54 @@ def agent_vault(vault, model_server):
     vault.git.commit_paths(["hermes.yaml"], "test: point at the model server")
     vault._config = None
     return vault
+
+
+# -- a real daemon process ----------------------------------------------------------------------
+def wait_for(pred, timeout=30.0, interval=0.05):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    return pred()
+
+
+class DaemonProc:
+    def __init__(self, root: Path, debounce=0.5):
+        self.root = root
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hermes_fs", "--vault", str(root), "daemon", "--debounce", str(debounce)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert wait_for(lambda: "daemon started" in self.state().get("last_events", [""])[-1:][0]
+                        if self.state().get("last_events") else False, 30), self.output()
+
+    def state(self) -> dict:
+        try:
+            return json.loads((self.root / ".hermes" / "daemon.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def output(self) -> str:
+        return (self.root / ".hermes" / "daemon.log").read_text() if (self.root / ".hermes" / "daemon.log").exists() else ""
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(60)
+
+
+@pytest.fixture
+def daemon(vault):
+    procs = []
+
+    def start(debounce=0.5):
+        d = DaemonProc(vault.root, debounce)
+        procs.append(d)
+        return d
+
+    yield start
+    for d in procs:
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()

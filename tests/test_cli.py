@@ -76,6 +76,7 @@ def test_memory_and_skills_commands(vault, run_cli):
 
 def test_notify_test_command(vault, receiver, run_cli):
     (vault.root / "hermes.yaml").write_text("notify:\n  targets: {desk: '${DESK_URL}'}\n")
+    (vault.root / ".hermes" / "secrets.env").write_text("DESK_URL=\n")  # listed; the environment gives the value
     r = run_cli("--vault", str(vault.root), "notify", "test", env={"DESK_URL": receiver.url("desk")})
     assert r.returncode == 0 and "desk: ok" in r.stdout
     assert receiver.received[0]["body"]["title"] == "hermes-fs test"

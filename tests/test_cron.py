@@ -245,7 +245,7 @@ def test_unreachable_target_is_recorded(cron_vault, model_server, receiver):
 
 
 def test_one_shot_in_the_real_daemon_delivers_and_disables_itself(cron_vault, model_server, receiver):
-    from test_daemon import DaemonProc, wait_for
+    from conftest import DaemonProc, wait_for
 
     model_server.add({"content": "Reminder: stand up and stretch."})
     due = (datetime.now(UTC) + timedelta(seconds=4)).replace(microsecond=0)

@@ -1,67 +1,13 @@
 """The daemon as a real process on a temp vault: real watchdog, real git, real signals."""
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-import pytest
-from conftest import git
+from conftest import DaemonProc, git, wait_for  # noqa: F401 - DaemonProc for other tests
 
 USER = "memory/USER.md"
-
-
-def wait_for(pred, timeout=30.0, interval=0.05):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    return pred()
-
-
-class DaemonProc:
-    def __init__(self, root: Path, debounce=0.5):
-        self.root = root
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hermes_fs", "--vault", str(root), "daemon", "--debounce", str(debounce)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert wait_for(lambda: "daemon started" in self.state().get("last_events", [""])[-1:][0]
-                        if self.state().get("last_events") else False, 30), self.output()
-
-    def state(self) -> dict:
-        try:
-            return json.loads((self.root / ".hermes" / "daemon.json").read_text())
-        except (OSError, ValueError):
-            return {}
-
-    def output(self) -> str:
-        return (self.root / ".hermes" / "daemon.log").read_text() if (self.root / ".hermes" / "daemon.log").exists() else ""
-
-    def stop(self, sig=signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(60)
-
-
-@pytest.fixture
-def daemon(vault):
-    procs = []
-
-    def start(debounce=0.5):
-        d = DaemonProc(vault.root, debounce)
-        procs.append(d)
-        return d
-
-    yield start
-    for d in procs:
-        if d.proc.poll() is None:
-            d.proc.kill()
-            d.proc.wait()
 
 
 def commits(vault) -> list[str]:
@@ -125,7 +71,7 @@ def test_secret_edit_stays_uncommitted_and_is_reported(vault, daemon):
     n = len(commits(vault))
     (vault.root / "memory" / "MEMORY.md").write_text("- key sk-ant-api03-abcdefghijklmnopqrstuvwxyz\n")
     assert wait_for(lambda: d.state().get("last_errors"))
-    assert "holds a secret" in d.state()["last_errors"][0] and "sk-ant" not in d.state()["last_errors"][0]
+    assert "not committed: memory/MEMORY.md" in d.state()["last_errors"][0] and "API key" in d.state()["last_errors"][0] and "sk-ant" not in d.state()["last_errors"][0]
     assert len(commits(vault)) == n
     assert "sk-ant" in (vault.root / "memory/MEMORY.md").read_text()
 

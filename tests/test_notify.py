@@ -11,6 +11,8 @@ def make(vault, targets: str):
 
 
 def test_delivers_to_local_receiver_with_env_expansion(vault, receiver, monkeypatch):
+    """A name listed in secrets.env may take its value from the environment (which wins)."""
+    (vault.root / ".hermes" / "secrets.env").write_text("HOOK_PORT=\n")
     monkeypatch.setenv("HOOK_PORT", str(receiver.port))
     n = make(vault, "{phone: 'json://127.0.0.1:${HOOK_PORT}/phone'}")
     [d] = n.send(["phone"], "Title here", "Body text")
@@ -49,7 +51,17 @@ def test_events_follow_subscription(vault, receiver):
     assert len(receiver.received) == 1
 
 
+def test_only_names_listed_in_secrets_env_expand(vault, receiver, monkeypatch):
+    """A target written into hermes.yaml (by anyone) cannot send out other environment variables."""
+    monkeypatch.setenv("FAKE_KEY", "sk-should-never-leave")
+    (vault.root / ".hermes" / "secrets.env").write_text(f"PORT={receiver.port}\n")
+    n = make(vault, "{leak: 'json://127.0.0.1:${PORT}/${FAKE_KEY}'}")
+    [d] = n.send(["leak"], "t", "b")
+    assert not d.ok and "FAKE_KEY" in d.error and "not listed" in d.error
+    assert receiver.received == []
+
+
 def test_expand_errors():
-    with pytest.raises(InputError, match=r"\$\{X\} is not set"):
+    with pytest.raises(InputError, match=r"\$\{X\} is not listed"):
         expand("json://${X}/", {})
     assert expand("json://${X}/", {"X": "h"}) == "json://h/"

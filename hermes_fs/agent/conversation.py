@@ -12,6 +12,7 @@ from pathlib import Path
 from ..mind.search import SearchIndex
 from ..mind.sessions import Transcript
 from ..store.vault import Vault
+from .boundary import choose_workspace
 from .loop import Agent, AgentConfig, TurnResult
 from .model import LiteLLMModel, Model, ModelError, ModelSettings
 from .prompt import current_project, system_prompt
@@ -33,12 +34,10 @@ class ConversationOptions:
     resume: str | None = None  # a session id to continue
 
 
-def default_workspace(vault: Vault) -> Path:
-    """The current folder when it is outside the vault; otherwise a scratch folder in .hermes/."""
-    cwd = Path.cwd().resolve()
-    if cwd != vault.root and vault.root not in cwd.parents:
-        return cwd
-    return vault.state_dir / "workspace"
+def default_workspace(vault: Vault, source: str = "cli") -> Path:
+    """The current folder for a person at a terminal when it is outside the vault (never `/` or a
+    home folder); a daemon's jobs and MCP clients work in .hermes/workspace."""
+    return choose_workspace(Path.cwd(), vault.root, vault.state_dir / "workspace", source)
 
 
 class Conversation:
@@ -51,7 +50,7 @@ class Conversation:
             self.transcript = Transcript.load(vault.root, self.options.resume)
         else:
             self.transcript = Transcript.start(vault.root, self.model.name, self.options.source)
-        self.workspace = self.options.workspace or default_workspace(vault)
+        self.workspace = self.options.workspace or default_workspace(vault, self.options.source)
         self.project = self.options.project or current_project(vault, self.workspace)
         self.sandbox = make_sandbox(vault.config.sandbox, self.workspace, self.transcript.id)
         self.tools = ToolBox(

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..mind import memory, skills
 from ..mind.search import SearchIndex
+from ..store import secrets
 from ..store.vault import Vault
 
 IDENTITY = """You are hermes-fs, a persistent assistant. Your memory and skills are Markdown files in a git \
@@ -84,7 +85,12 @@ def _memory_body(vault: Vault, name: str) -> str:
         m = memory.load(vault.files, name, vault.config)
     except InputError:
         return ""
-    return m.doc.body.strip()
+    body = m.doc.body.strip()
+    if secrets.scan_text(m.path, body):  # a person's uncommitted paste: never sent to a model
+        return f"(memory/{name} holds a secret and is left out until it is removed from the file)"
+    if len(body) > m.budget:  # the budget bounds the prompt, whatever the file says
+        return body[: m.budget] + f"\n[... {len(body) - m.budget} more characters over budget; refine will consolidate]"
+    return body
 
 
 def current_project(vault: Vault, workspace) -> str | None:

@@ -19,6 +19,7 @@ from ..mind import memory, skills
 from ..store.config import Config
 from ..store.docs import decode
 from ..store.files import FileStore, clean_relpath
+from .boundary import check_vault_write, check_workspace_write
 from .model import parse_arguments
 
 if TYPE_CHECKING:  # only for types: the CLI's fast paths never load git or the sandbox here
@@ -68,7 +69,11 @@ class SessionCommitter:
     author: str | None = None  # the agent (hermes.yaml git.author); the person stays the committer
 
     def before_write(self, paths: list[str]) -> None:
-        self.git.commit_human_edits(paths)
+        result = self.git.commit_human_edits(paths)
+        if result.refused:  # a person's text that cannot be committed (it holds a secret): never overwrite it
+            held = ", ".join(sorted({f.path for f in result.refused}))
+            raise InputError(f"a person's uncommitted edit is in {held} (it holds a secret, so it cannot be "
+                             "committed); not overwriting it: ask the person to fix that file first")
 
     def after_write(self, paths: list[str], message: str) -> None:
         self.git.commit_paths(paths, message, {"Hermes-Session": self.session_id}, author=self.author)
@@ -109,7 +114,9 @@ class ToolBox:
 
     # -- writing with commits ------------------------------------------------------------------
     def _write(self, paths: list[str], message: str, action: Callable[[], object]):
-        if self.committer:
+        if self.committer:  # the live vault: the trust boundary applies (an overlay is checked at commit)
+            for p in paths:
+                check_vault_write(self.vault_root, p)
             self.committer.before_write(paths)
         result = action()
         for p in paths:
@@ -200,6 +207,8 @@ class ToolBox:
         if where == "vault":
             self._write([target], f"write: {target}", lambda: self.files.write(target, content.encode("utf-8")))
         else:
+            assert self.workspace is not None
+            check_workspace_write(target, self.workspace)
             Path(target).parent.mkdir(parents=True, exist_ok=True)
             Path(target).write_text(content, encoding="utf-8")
         return f"ok: wrote {len(content)} characters to {path}"

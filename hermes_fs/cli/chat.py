@@ -15,6 +15,7 @@ from ..agent.conversation import Conversation, ConversationOptions
 from ..errors import HermesError
 from ..mind import memory, skills
 from ..store.vault import Vault
+from .term import safe
 
 HELP = """/refine [focus]    review this conversation in the background (result: a refine/ branch)
 /learn SOURCE      turn a document into skills in the background (result: a learn/ branch)
@@ -30,7 +31,7 @@ class Repl:
     def __init__(self, vault: Vault, options: ConversationOptions, out: Callable[[str], None] = print):
         self.vault = vault
         self.options = options
-        self.out = out
+        self.out = lambda text: out(safe(text))  # model text never drives the terminal
         self.conversation = Conversation(vault, options)
         self.background: list[threading.Thread] = []
         self.commands = {"/memory": self.cmd_memory, "/skills": self.cmd_skills, "/new": self.cmd_new,

@@ -15,6 +15,7 @@ import click
 
 from ..errors import HermesError, InputError
 from ..store.config import Policy
+from .term import colorize_diff, echo, safe
 
 POLICIES = [p.value for p in Policy]
 
@@ -26,7 +27,7 @@ class HermesGroup(click.Group):
         try:
             return super().invoke(ctx)
         except HermesError as exc:
-            click.echo(f"error: {exc}", err=True)
+            echo(f"error: {exc}", err=True)
             ctx.exit(getattr(exc, "exit_code", 1))
 
 
@@ -56,7 +57,7 @@ def _log_errors_to(path) -> None:
 def _emit_json(data) -> None:
     import json
 
-    click.echo(json.dumps(data, indent=2, default=str))
+    echo(json.dumps(data, indent=2, default=str))
 
 
 @click.group(cls=HermesGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -98,9 +99,9 @@ def init(path: str):
     from ..store.vault import init_vault
 
     result = init_vault(Path(path))
-    click.echo(f"created vault {result.vault.root}")
+    echo(f"created vault {result.vault.root}")
     if result.set_local_identity:
-        click.echo("note: no git identity was configured; set a vault-local one (hermes-fs user). "
+        echo("note: no git identity was configured; set a vault-local one (hermes-fs user). "
                    "Change it with `git -C VAULT config user.name/user.email`.")
 
 
@@ -113,7 +114,7 @@ def status(ctx: click.Context, as_json: bool):
     from .status import collect, render
 
     st = collect(_vault(ctx))
-    click.echo(st.to_json() if as_json else render(st))
+    echo(st.to_json() if as_json else render(st))
 
 
 @main.group()
@@ -132,12 +133,12 @@ def memory_show(ctx: click.Context, file: str | None):
     v = _vault(ctx)
     if file:
         m = mem.load(v.files, file, v.config)
-        click.echo(m.doc.text, nl=False)
+        echo(m.doc.text, nl=False)
         return
     for name in mem.list_memory(v.files):
         m = mem.load(v.files, name, v.config)
         flag = "  over budget" if m.over_budget else ""
-        click.echo(f"{m.path:<36} {len(m.entries):>3} entries  {m.size:>6}/{m.budget} chars{flag}")
+        echo(f"{m.path:<36} {len(m.entries):>3} entries  {m.size:>6}/{m.budget} chars{flag}")
 
 
 @main.group()
@@ -157,9 +158,9 @@ def skills_list(ctx: click.Context, as_json: bool):
         _emit_json([{"name": s.name, "description": s.description, "files": s.files} for s in loaded])
     else:
         for s in loaded:
-            click.echo(f"{s.name:<32} {s.description[:90]}")
+            echo(f"{s.name:<32} {s.description[:90]}")
     for e in errors:
-        click.echo(f"error: {e}", err=True)
+        echo(f"error: {e}", err=True)
     if errors:
         ctx.exit(1)
 
@@ -173,7 +174,7 @@ def skills_show(ctx: click.Context, name: str, file: str | None):
     """Print SKILL.md, or one of its support files."""
     from ..mind import skills as sk
 
-    click.echo(sk.view(_vault(ctx).files, name, file), nl=False)
+    echo(sk.view(_vault(ctx).files, name, file), nl=False)
 
 
 @skills.command("validate")
@@ -189,9 +190,9 @@ def skills_validate(ctx: click.Context, names: tuple[str, ...]):
     for name in names or sk.names(files):
         errors = sk.validate(files, name)
         bad += bool(errors)
-        click.echo(f"{'ok ' if not errors else 'BAD'} {name}" + "".join(f"\n    {e}" for e in errors))
+        echo(f"{'ok ' if not errors else 'BAD'} {name}" + "".join(f"\n    {e}" for e in errors))
     if bad:
-        click.echo(f"{bad} invalid skill(s)", err=True)
+        echo(f"{bad} invalid skill(s)", err=True)
         ctx.exit(2)
 
 
@@ -217,7 +218,7 @@ def notify_test(ctx: click.Context, target: str | None):
     failed = 0
     for d in notifier.send(targets, "hermes-fs test", f"Test notification from {v.root.name}"):
         failed += not d.ok
-        click.echo(f"{d.target}: {'ok' if d.ok else 'error: ' + (d.error or '')}")
+        echo(f"{d.target}: {'ok' if d.ok else 'error: ' + (d.error or '')}")
     if failed:
         ctx.exit(1)
 
@@ -238,11 +239,11 @@ def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait
     options = RefineOptions(session=session, focus=" ".join(focus) or None, policy=policy)
     if not wait:
         pid, log_path = _refine_in_background(v, options)
-        click.echo(f"refine running in the background (pid {pid}); log: {log_path}; see `hermes-fs review`")
+        echo(f"refine running in the background (pid {pid}); log: {log_path}; see `hermes-fs review`")
         return
     with _spinner("reviewing the conversation"):
         result = run_refine(v, options)
-    click.echo(result.line())
+    echo(result.line())
     if not result.ok:
         ctx.exit(1)
 
@@ -279,7 +280,7 @@ def learn(ctx: click.Context, sources: tuple[str, ...], focus: str | None, updat
     options = LearnOptions([Path(p).expanduser().resolve() for p in sources], focus=focus, update=update, policy=policy)
     with _spinner("reading and drafting skills"):
         result = run_learn(_vault(ctx), options)
-    click.echo(result.line())
+    echo(result.line())
     if not result.ok:
         ctx.exit(1)
 
@@ -315,9 +316,9 @@ def review(ctx: click.Context):
 
     rows = pending(_vault(ctx).git)
     if not rows:
-        click.echo("no pending changes")
+        echo("no pending changes")
     for p in rows:
-        click.echo(f"{p.branch}  {_age(p.age_s)}  [{', '.join(p.files)}]  {p.summary}")
+        echo(f"{p.branch}  {_age(p.age_s)}  [{', '.join(p.files)}]  {p.summary}")
 
 
 def _age(seconds: int) -> str:
@@ -337,7 +338,8 @@ def review_show(ctx: click.Context, branch: str):
     from ..learning.changes import resolve_name, show
 
     store = _vault(ctx).git
-    click.echo(show(store, resolve_name(store, branch, include_decided=True), color=sys.stdout.isatty()), nl=False)
+    text = safe(show(store, resolve_name(store, branch, include_decided=True)))
+    click.echo(colorize_diff(text) if sys.stdout.isatty() else text, nl=False)
 
 
 @review.command("merge")
@@ -355,7 +357,7 @@ def review_merge(ctx: click.Context, branch: str, only: tuple[str, ...], skip: t
     branch = resolve_name(v.git, branch)
     sha = merge(v.git, branch, only=list(only), skip=list(skip))  # authored by you: it is your decision
     left = v.git.rev(f"refs/heads/{branch}")
-    click.echo(f"merged {branch} ({sha[:10]})" + ("; the rest stays pending under the same name" if left else ""))
+    echo(f"merged {branch} ({sha[:10]})" + ("; the rest stays pending under the same name" if left else ""))
 
 
 @review.command("reject")
@@ -369,7 +371,7 @@ def review_reject(ctx: click.Context, branch: str):
     store = _vault(ctx).git
     branch = resolve_name(store, branch)
     ref = reject(store, branch)
-    click.echo(f"rejected {branch} (kept as {ref})")
+    echo(f"rejected {branch} (kept as {ref})")
 
 
 @main.command()
@@ -387,7 +389,7 @@ def revert(ctx: click.Context, branch: str):
     except InputError:
         pass  # revert names the problem itself (never merged, already reverted)
     sha = do_revert(v.git, branch)  # authored by you: it is your decision
-    click.echo(f"reverted {branch} ({sha[:10]})")
+    echo(f"reverted {branch} ({sha[:10]})")
 
 
 @main.group(invoke_without_command=True)
@@ -409,12 +411,12 @@ def daemon(ctx: click.Context, detach: bool, debounce: float, workers: int):
         if is_running(v):
             raise HermesError("a daemon is already running for this vault (see `hermes-fs daemon status`)")
         pid = spawn(v.root, ["daemon", "--debounce", str(debounce), "--workers", str(workers)], v.state_dir / "daemon.out")
-        click.echo(f"daemon started (pid {pid}); `hermes-fs daemon status`, `hermes-fs daemon stop`")
+        echo(f"daemon started (pid {pid}); `hermes-fs daemon status`, `hermes-fs daemon stop`")
         return
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    click.echo(f"hermes-fs daemon watching {v.root} (Ctrl-C to stop)")
+    echo(f"hermes-fs daemon watching {v.root} (Ctrl-C to stop)")
     Daemon(v, DaemonOptions(debounce_s=debounce, workers=workers)).run()
 
 
@@ -425,9 +427,9 @@ def daemon_stop(ctx: click.Context):
     from ..service.daemon import stop
 
     if stop(_vault(ctx)):
-        click.echo("daemon stopped")
+        echo("daemon stopped")
     else:
-        click.echo("no daemon running")
+        echo("no daemon running")
 
 
 @daemon.command("status")
@@ -442,13 +444,13 @@ def daemon_status(ctx: click.Context, as_json: bool):
         _emit_json(st)
         return
     if not st["running"]:
-        click.echo("daemon: not running")
+        echo("daemon: not running")
     else:
-        click.echo(f"daemon: running, pid {st.get('pid')}, up {st.get('uptime_s')}s, queue: {', '.join(st.get('queue') or []) or 'empty'}")
+        echo(f"daemon: running, pid {st.get('pid')}, up {st.get('uptime_s')}s, queue: {', '.join(st.get('queue') or []) or 'empty'}")
     for e in st.get("last_events") or []:
-        click.echo(f"  event  {e}")
+        echo(f"  event  {e}")
     for e in st.get("last_errors") or []:
-        click.echo(f"  error  {e}")
+        echo(f"  error  {e}")
 
 
 @daemon.command("install")
@@ -464,14 +466,14 @@ def daemon_install(ctx: click.Context):
     v = _vault(ctx)
     exe = str(Path(sys.executable).with_name("hermes-fs"))
     if platform.system() == "Darwin":
-        click.echo(plist_text(v, exe))
-        click.echo("save it as ~/Library/LaunchAgents/io.hermes-fs.plist and run `launchctl load` on it", err=True)
+        echo(plist_text(v, exe))
+        echo("save it as ~/Library/LaunchAgents/io.hermes-fs.plist and run `launchctl load` on it", err=True)
         return
     unit_dir = Path.home() / ".config" / "systemd" / "user"
     unit_dir.mkdir(parents=True, exist_ok=True)
     unit = unit_dir / f"hermes-fs-{v.root.name}.service"
     unit.write_text(unit_text(v, exe))
-    click.echo(f"wrote {unit}; enable it with: systemctl --user enable --now {unit.name}")
+    echo(f"wrote {unit}; enable it with: systemctl --user enable --now {unit.name}")
 
 
 @main.group("cron")
@@ -502,9 +504,9 @@ def cron_list(ctx: click.Context, as_json: bool):
     if as_json:
         _emit_json(rows)
     for r in rows if not as_json else []:
-        click.echo(f"{r['job']:<24} {r['schedule']:<36} next: {r['next_run'] or 'disabled'}  last: {r['last_status'] or '-'}")
+        echo(f"{r['job']:<24} {r['schedule']:<36} next: {r['next_run'] or 'disabled'}  last: {r['last_status'] or '-'}")
     for e in errors:
-        click.echo(f"error: {e}", err=True)
+        echo(f"error: {e}", err=True)
 
 
 @cron_group.command("run")
@@ -523,7 +525,7 @@ def cron_run(ctx: click.Context, job: str):
     if not found:
         raise InputError(f"no valid job {job!r} in cron/ (see `hermes-fs cron list`)")
     meta = run_job(v, found, datetime.now(UTC))
-    click.echo(f"{job}: {meta['status']} -> {output_rel(found, datetime.fromisoformat(meta['due']))}")
+    echo(f"{job}: {meta['status']} -> {output_rel(found, datetime.fromisoformat(meta['due']))}")
     if meta["status"] != "ok":
         ctx.exit(1)
 
@@ -543,10 +545,10 @@ def log(ctx: click.Context, as_json: bool):
         _emit_json([asdict(c) for c in changes])
         return
     if not changes:
-        click.echo("no learned changes yet")
+        echo("no learned changes yet")
     for c in changes:
         when = datetime.fromtimestamp(c.timestamp).strftime("%Y-%m-%d %H:%M")
-        click.echo(f"{when}  {c.state:<8}  {c.branch}  {c.summary}")
+        echo(f"{when}  {c.state:<8}  {c.branch}  {c.summary}")
 
 
 @main.command()
@@ -557,14 +559,14 @@ def doctor(ctx: click.Context):
     v = _vault(ctx)
     cfg = v.config.sandbox
     if cfg.backend != "docker":
-        click.echo(f"sandbox: backend {cfg.backend}" + (" (commands run on this machine)" if cfg.backend == "local" else " (shell disabled)"))
+        echo(f"sandbox: backend {cfg.backend}" + (" (commands run on this machine)" if cfg.backend == "local" else " (shell disabled)"))
         return
     from ..agent.sandbox.docker import doctor as check
 
     failed = False
     for name, ok, detail in check(cfg):
         failed |= not ok
-        click.echo(f"{'ok ' if ok else 'BAD'} {name}: {detail}")
+        echo(f"{'ok ' if ok else 'BAD'} {name}: {detail}")
     if failed:
         ctx.exit(1)
 
@@ -586,7 +588,7 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
                                   workspace=Path(workspace).resolve() if workspace else None)
     with Conversation(_vault(ctx), options) as conversation:
         result = conversation.ask(" ".join(prompt))
-    click.echo(result.answer)
+    echo(result.answer)
 
 
 @main.command()

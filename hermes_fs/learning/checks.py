@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ..errors import InputError
 from ..mind import memory, skills
+from ..mind.skills import MAX_FILE_BYTES
 from ..store import secrets
 from ..store.config import Config
 from ..store.docs import decode, parse_doc
@@ -29,6 +30,9 @@ def check(overlay: OverlayFiles, cfg: Config) -> list[str]:
             problems.append(f"{path}: a learned change may only touch memory/ and skills/")
             continue
         if data is None:
+            continue
+        if len(data) > MAX_FILE_BYTES:
+            problems.append(f"{path}: {len(data)} bytes, over the {MAX_FILE_BYTES} a learned file may hold; split it")
             continue
         try:
             text = decode(data, path)

@@ -25,6 +25,7 @@ from ..errors import ConflictError, HermesError
 from ..store.config import Policy
 from ..store.git import format_message
 from ..store.overlay import OverlayFiles
+from ..store.secrets import redact
 from ..store.vault import Vault
 from .changes import format_resolver
 from .checks import check
@@ -178,7 +179,7 @@ def unique_branch(vault: Vault, kind: str, text: str) -> str:
     """`<kind>/<stamp>-<slug>`, suffixed when a pending, rejected or merged change has that name.
     (Slugs hold only [a-z0-9-], so the name is safe inside the grep pattern.)"""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    base = f"{kind}/{stamp}-{slugify(text)}"
+    base = f"{kind}/{stamp}-{slugify(redact(text)[0])}"  # a focus may hold a key: never in a branch name
     name, n = base, 1
     while (vault.git.rev(f"refs/heads/{name}") or vault.git.rev(f"refs/hermes/rejected/{name}")
            or vault.git.log(grep=f"^merge {name}: ", limit=1)):  # a merged branch is gone but its name is taken

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 from ..agent.loop import Agent, AgentConfig
 from ..agent.model import LiteLLMModel, Model, ModelSettings
@@ -79,7 +80,10 @@ def resolve_session(vault: Vault, session: str | None) -> str:
     if session and session != "latest":
         session_path(session)  # validates the id
         return session
-    found = latest_session(vault.root)
+    # The newest by commit time, not by name: a file name (which anything able to write sessions/
+    # chooses) can claim any date. Sessions not committed yet count only when none is committed.
+    committed = [p for p in vault.git.newest_paths("sessions/") if p.endswith(".md")]
+    found = Path(sorted(committed)[-1]).stem if committed else latest_session(vault.root)
     if not found:
         raise InputError("no sessions to review yet: chat first (hermes-fs chat or run)")
     return found

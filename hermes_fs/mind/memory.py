@@ -71,9 +71,12 @@ def memory_name(file: str) -> str:
     return rel
 
 
+MAX_BUDGET = 50_000  # characters: a file's own `budget:` can never put more than this in a prompt
+
+
 def budget_for(name: str, meta: dict, config: Config) -> int:
     if isinstance(meta.get("budget"), int) and not isinstance(meta.get("budget"), bool):
-        return meta["budget"]
+        return max(0, min(meta["budget"], MAX_BUDGET))
     key = "projects" if name.startswith("projects/") else name
     return config.memory.budgets.get(key, 4000)
 

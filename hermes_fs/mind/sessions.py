@@ -48,6 +48,15 @@ def _unescape(text: str) -> str:
                      for line in text.split("\n"))
 
 
+_TOKEN_UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
+
+
+def _token(value: str | None) -> str:
+    """A tool name or call id as it may appear in a marker line: a model chooses these, so anything
+    that could end the marker or start a new one (spaces, newlines, `-->`) is replaced."""
+    return _TOKEN_UNSAFE.sub("_", value or "")[:64] or "-"
+
+
 def _fence(text: str, lang: str = "") -> tuple[str, str]:
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     ticks = "`" * max(3, longest + 1)
@@ -64,14 +73,16 @@ def render_message(msg: dict) -> str:
         for call in msg.get("tool_calls") or []:
             fn = call["function"]
             open_, close = _fence(fn["arguments"], "json")
-            out += (f"<!-- hermes:tool-call {call['id']} {fn['name'] or '-'} -->\n**Tool call** `{fn['name']}`\n\n"
-                    f"{open_}\n{fn['arguments']}\n{close}\n\n")
+            name = _token(fn["name"])
+            out += (f"<!-- hermes:tool-call {_token(call['id'])} {name} -->\n**Tool call** `{name}`\n\n"
+                    f"{open_}\n{_escape(fn['arguments'])}\n{close}\n\n")
         return out
     if role == "tool":
         content = msg.get("content") or ""
         open_, close = _fence(content)
-        return (f"<!-- hermes:tool-result {msg['tool_call_id']} {msg.get('name') or '-'} -->\n"
-                f"**Tool result** `{msg.get('name')}`\n\n{open_}\n{content}\n{close}\n\n")
+        name = _token(msg.get("name"))
+        return (f"<!-- hermes:tool-result {_token(msg['tool_call_id'])} {name} -->\n"
+                f"**Tool result** `{name}`\n\n{open_}\n{_escape(content)}\n{close}\n\n")
     raise ValueError(f"unknown role {role!r}")
 
 
@@ -98,9 +109,9 @@ def parse_messages(body: str, path: str = "session") -> list[dict]:
             if not messages or messages[-1]["role"] != "assistant":
                 raise InputError(f"tool call without an assistant turn at offset {m.start()}", path)
             messages[-1].setdefault("tool_calls", []).append(
-                {"id": ident, "type": "function", "function": {"name": tool_name, "arguments": inner}})
+                {"id": ident, "type": "function", "function": {"name": tool_name, "arguments": _unescape(inner)}})
         else:
-            messages.append({"role": "tool", "tool_call_id": ident, "name": tool_name, "content": inner})
+            messages.append({"role": "tool", "tool_call_id": ident, "name": tool_name, "content": _unescape(inner)})
     return messages
 
 

@@ -159,11 +159,17 @@ def patch(files: FileStore, name: str, old_text: str, new_text: str, file: str |
     return read(files, name)
 
 
+MAX_FILE_BYTES = 256_000  # a skill file the agent writes: references stay readable in one view
+
+
 def write_file(files: FileStore, name: str, file: str, content: str) -> str:
     if files.read(skill_path(name)) is None:
         raise SkillError(f"no skill named {name!r}", skill_path(name))
     rel = support_path(name, file)
-    files.write(rel, content.encode("utf-8"))
+    data = content.encode("utf-8")
+    if len(data) > MAX_FILE_BYTES:
+        raise SkillError(f"{len(data)} bytes is over the {MAX_FILE_BYTES} a skill file may hold; split it", rel)
+    files.write(rel, data)
     return rel
 
 

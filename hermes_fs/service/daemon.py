@@ -24,7 +24,7 @@ from ..store.files import atomic_write
 from ..store.lock import VaultLock
 from ..store.vault import Vault
 from . import inbox  # light: the job code it runs is imported per request
-from .watcher import Debouncer, Watcher, ignored
+from .watcher import Debouncer, Settler, Watcher, ignored
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
@@ -100,8 +100,7 @@ class Daemon:
         self.log = logging.getLogger(LOGGER)
         self.state = DaemonState(vault.state_dir / "daemon.json", self.log)
         self.edits = Debouncer(self.options.debounce_s, self._commit_edits)
-        self.inbox_timers: dict[str, threading.Timer] = {}
-        self.inbox_lock = threading.Lock()
+        self.settler: Settler | None = None  # started with the watcher
         self.executor = ThreadPoolExecutor(max_workers=self.options.workers, thread_name_prefix="job")
         self.watcher = Watcher(vault.root, self.on_path)
         self.jobs: dict = {}
@@ -123,6 +122,7 @@ class Daemon:
         try:
             self._setup_logging()
             self._recover()
+            self.settler = Settler(SETTLE_S, self._size_of, self._take)
             self.watcher.start()
             signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())
             signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
@@ -184,18 +184,17 @@ class Daemon:
             self.scheduler.stop()
         self.watcher.stop()
         self.edits.cancel()
-        with self.inbox_lock:
-            for t in self.inbox_timers.values():
-                t.cancel()
+        if self.settler:
+            self.settler.stop()
         self.executor.shutdown(wait=True, cancel_futures=True)  # running jobs finish; queued ones stay claimed
         self.state.write(running=False)
         self.lock.release()
 
     # -- events ----------------------------------------------------------------------------------
-    def on_path(self, rel: str) -> None:
+    def on_path(self, rel: str, kind: str = "closed") -> None:
         """A vault file changed (called from the watcher's thread)."""
         if inbox.is_request(rel):
-            self._schedule_inbox(rel)
+            self._inbox_event(rel, kind)
         elif rel == CONFIG_NAME:
             self._reload_config()
             self._reload_jobs()
@@ -205,6 +204,14 @@ class Daemon:
             self.edits.add(rel)
 
     def _commit_edits(self, paths: list[str]) -> None:
+        """Commit a person's edits, unless a git operation of theirs is under way (then try later)."""
+        busy = self.vault.git.operation_in_progress()
+        if busy:
+            self.note(f"not committing edits while {busy}; will retry")
+            retry = threading.Timer(max(self.options.debounce_s, 2.0), self.edits.add_many, args=(paths,))
+            retry.daemon = True
+            retry.start()
+            return
         try:
             result = self.vault.git.commit_human_edits(paths)
         except HermesError as exc:
@@ -213,8 +220,8 @@ class Daemon:
         if result.sha:
             self.note(f"committed human edit: {', '.join(result.committed)}")
         for f in result.refused:
-            self.error(f"not committed, holds a secret: {f}")
-            self._notify("hermes-fs: edit not committed", f"{f.path}:{f.line} holds a {f.kind}; it stays uncommitted")
+            self.error(f"not committed: {f}")
+            self._notify("hermes-fs: edit not committed", f"{f.path}:{f.line}: {f.kind}; it stays uncommitted")
 
     def _reload_config(self) -> None:
         try:
@@ -241,24 +248,30 @@ class Daemon:
         if d.is_dir():
             for p in sorted(d.iterdir()):
                 rel = f"{inbox.INBOX_DIR}/{p.name}"
-                if p.is_file() and inbox.is_request(rel):
-                    self._schedule_inbox(rel)
+                if (p.is_file() or p.is_symlink()) and inbox.is_request(rel):
+                    self._schedule_inbox(rel)  # a symlink is taken too, and answered without following it
+
+    def _inbox_event(self, rel: str, kind: str) -> None:
+        """A request is taken once its writer closed it (or renamed it into place) and it has been
+        quiet, with a stable size, for SETTLE_S: a file written in chunks is never taken half-done.
+        Where the platform cannot say "closed", any write starts the wait."""
+        if kind in ("closed", "moved") or (kind in ("created", "modified") and not self.watcher.reports_close):
+            self._schedule_inbox(rel)
+        elif kind in ("created", "modified") and self.settler:
+            self.settler.touch(rel)
 
     def _schedule_inbox(self, rel: str) -> None:
-        """Take the file once it has been quiet for SETTLE_S (editors write, then rename)."""
-        timer = threading.Timer(SETTLE_S, self._take, args=(rel,))
-        timer.daemon = True
-        with self.inbox_lock:
-            old = self.inbox_timers.pop(rel, None)
-            if old:
-                old.cancel()
-            self.inbox_timers[rel] = timer
-        timer.start()
+        if self.settler:
+            self.settler.add(rel)
+
+    def _size_of(self, rel: str) -> int | None:
+        try:
+            return os.lstat(self.vault.root / rel).st_size
+        except OSError:
+            return None
 
     def _take(self, rel: str) -> None:
-        with self.inbox_lock:
-            self.inbox_timers.pop(rel, None)
-        if self.stop_event.is_set() or not (self.vault.root / rel).is_file():
+        if self.stop_event.is_set() or not os.path.lexists(self.vault.root / rel):
             return
         c = inbox.claim(self.vault, rel)
         if c:

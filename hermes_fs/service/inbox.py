@@ -35,7 +35,10 @@ class Claim:
 
     @property
     def result_rel(self) -> str:
-        return f"{RESULTS_DIR}/{self.stamp}-{self.name}"
+        from ..store.secrets import scan_text
+
+        name = "request-with-a-secret-in-its-name.md" if scan_text("", self.name) else self.name
+        return f"{RESULTS_DIR}/{self.stamp}-{name}"
 
     @property
     def inbox_rel(self) -> str:
@@ -141,11 +144,44 @@ def execute(vault: Vault, req: Request) -> tuple[str, str, dict]:
     if req.type == "learn":
         from ..learning.learn import LearnOptions, learn
 
-        source = Path(req.source or "").expanduser()
-        source = source if source.is_absolute() else vault.root / source
+        source = confined_source(vault, req.source or "")
         r = learn(vault, LearnOptions([source], focus=req.focus, notes=req.text or None))
         return ("ok" if r.ok else "error"), r.line(), {"branch": r.branch, "learn": r.status}
     raise InputError(f"unknown request type {req.type!r}")
+
+
+MAX_REQUEST_BYTES = 1_000_000
+
+
+def read_request(path: Path) -> tuple[bytes, str | None]:
+    """The request's bytes, never through a symlink, at most MAX_REQUEST_BYTES; and what is wrong."""
+    if path.is_symlink():
+        return f"(a symlink to {os.readlink(path)})".encode(), "The request is a symlink; symlinks are never followed."
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read(MAX_REQUEST_BYTES + 1)
+    if len(raw) > MAX_REQUEST_BYTES:
+        return raw[:4000] + b"\n[... cut: the request is over 1 MB]", "The request is larger than 1 MB; nothing was run."
+    return raw, None
+
+
+def confined_source(vault: Vault, source: str) -> Path:
+    """A learn source named by a request (which anyone or anything able to write inbox/ can drop)
+    must be inside the vault or its workspace, never .git/ or .hermes/ secrets: a person's own CLI
+    may name any path, a request may not."""
+    raw = Path(source).expanduser()
+    target = Path(os.path.realpath(raw if raw.is_absolute() else vault.root / raw))
+    workspace = Path(os.path.realpath(vault.state_dir / "workspace"))
+    root = Path(os.path.realpath(vault.root))
+    if target.is_relative_to(workspace):
+        return target
+    if target.is_relative_to(root):
+        top = target.relative_to(root).parts[:1]
+        if top and top[0] in (".git", ".hermes"):
+            raise InputError(f"a request may not read {top[0]}/", source)
+        return target
+    raise InputError("a request's source must be inside the vault or .hermes/workspace "
+                     "(to learn from elsewhere, run `hermes-fs learn PATH` yourself)", source)
 
 
 def process(vault: Vault, c: Claim, log=lambda msg: None) -> str:
@@ -155,12 +191,13 @@ def process(vault: Vault, c: Claim, log=lambda msg: None) -> str:
         log(f"request {c.name}: result already written, finishing up")
     else:
         started = time.time()
-        raw = c.path.read_bytes()
+        raw, problem = read_request(c.path)
         try:
             original = decode(raw, c.inbox_rel)
         except InputError as exc:
-            original = raw.decode("utf-8", errors="replace")
-            write_result(vault, c, original, "error", started, f"Could not read the request: {exc}")
+            original, problem = raw.decode("utf-8", errors="replace"), problem or f"Could not read the request: {exc}"
+        if problem:
+            write_result(vault, c, original, "error", started, problem)
         else:
             try:
                 req = parse_request(original, c.inbox_rel)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,15 @@ def ignored(rel: str) -> bool:
 
 
 class Watcher:
-    """Calls `on_change(rel)` for each changed, non-ignored file of the vault (from watchdog's thread)."""
+    """Calls `on_change(rel, kind)` for each changed, non-ignored file of the vault (from watchdog's
+    thread). `kind` is created, modified, closed (the writer closed it), moved (renamed into place)
+    or deleted."""
 
-    def __init__(self, root: Path, on_change: Callable[[str], None]):
+    def __init__(self, root: Path, on_change: Callable[[str, str], None]):
         self.root = Path(root).resolve()
         self.on_change = on_change
         self.observer: Any = None  # watchdog's Observer, imported on start
+        self.reports_close = False  # inotify says when a writer closed a file; other platforms do not
 
     def start(self) -> None:
         from watchdog.events import FileSystemEventHandler
@@ -44,27 +48,84 @@ class Watcher:
             def on_any_event(self, event):
                 if event.event_type in ("opened", "closed_no_write") or event.is_directory:
                     return
-                for attr in ("src_path", "dest_path"):
-                    path = getattr(event, attr, None)
-                    if path:
-                        watcher.report(os.fsdecode(path))
+                if event.event_type == "moved":
+                    watcher.report(os.fsdecode(event.src_path), "deleted")
+                    watcher.report(os.fsdecode(event.dest_path), "moved")
+                else:
+                    watcher.report(os.fsdecode(event.src_path), event.event_type)
 
         self.observer = Observer()
+        self.reports_close = "inotify" in type(self.observer).__name__.lower()
         self.observer.schedule(Handler(), str(self.root), recursive=True)
         self.observer.start()
 
-    def report(self, abs_path: str) -> None:
+    def report(self, abs_path: str, kind: str = "modified") -> None:
         try:
-            rel = Path(abs_path).resolve().relative_to(self.root).as_posix()
+            rel = Path(os.path.abspath(abs_path)).relative_to(self.root).as_posix()
         except ValueError:
             return
         if not ignored(rel):
-            self.on_change(rel)
+            self.on_change(rel, kind)
 
     def stop(self) -> None:
         if self.observer:
             self.observer.stop()
             self.observer.join(5)
+
+
+class Settler:
+    """Calls `take(key)` once a file has been quiet for `delay_s` and its size is stable, from one
+    thread for any number of files (10,000 requests dropped at once cost one thread, not 10,000)."""
+
+    def __init__(self, delay_s: float, size_of: Callable[[str], int | None], take: Callable[[str], None]):
+        self.delay_s = delay_s
+        self.size_of = size_of
+        self.take = take
+        self.due: dict[str, tuple[float, int | None]] = {}  # key -> (deadline, size when scheduled)
+        self.cond = threading.Condition()
+        self.stopped = False
+        self.thread = threading.Thread(target=self._loop, name="settler", daemon=True)
+        self.thread.start()
+
+    def add(self, key: str) -> None:
+        with self.cond:
+            self.due[key] = (time.monotonic() + self.delay_s, self.size_of(key))
+            self.cond.notify()
+
+    def touch(self, key: str) -> None:
+        """The file changed again: if it was waiting, wait again from now."""
+        with self.cond:
+            if key in self.due:
+                self.due[key] = (time.monotonic() + self.delay_s, self.size_of(key))
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify()
+        self.thread.join(5)
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                if self.stopped:
+                    return
+                now = time.monotonic()
+                ready = [k for k, (t, _s) in self.due.items() if t <= now]
+                if not ready:
+                    wait = min((t for t, _s in self.due.values()), default=now + 3600) - now
+                    self.cond.wait(max(wait, 0.01))
+                    continue
+                sizes = {k: self.due.pop(k)[1] for k in ready}
+            for key in ready:
+                if self.size_of(key) != sizes[key]:  # still growing: wait again
+                    self.add(key)
+                    continue
+                try:
+                    self.take(key)
+                except Exception:  # one bad file never stops the others
+                    import logging
+
+                    logging.getLogger("hermes_fs").exception(f"taking {key} failed")
 
 
 class Debouncer:
@@ -87,8 +148,9 @@ class Debouncer:
             self.timer.start()
 
     def add_many(self, keys: list[str]) -> None:
-        with self.lock:
-            self.pending.update(keys)
+        """Add several keys and (re)start the wait, as if each had just changed."""
+        for key in keys:
+            self.add(key)
 
     def flush(self) -> None:
         with self.lock:

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError
+from .docs import refuse_aliases
 
 CONFIG_NAME = "hermes.yaml"
 
@@ -119,6 +120,7 @@ def load_config(path: Path) -> Config:
 def parse_config(text: str, filename: str = CONFIG_NAME) -> Config:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
+        refuse_aliases(text)
         node = yaml.compose(text, Loader=loader)
         data = yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:

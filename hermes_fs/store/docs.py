@@ -18,6 +18,18 @@ _HANDLER = YAMLHandler()
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster
 
 
+def refuse_aliases(text: str) -> None:
+    """YAML aliases (`*name`) can expand a few hundred bytes into megabytes (an "alias bomb");
+    nothing hermes-fs reads needs them, so any alias is refused. Checked only when the text has
+    both an anchor and an alias character, so ordinary files cost nothing."""
+    if "&" not in text or "*" not in text:
+        return
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.AliasEvent):
+            line = event.start_mark.line + 1 if event.start_mark else None
+            raise yaml.YAMLError(f"YAML aliases (*name) are not allowed (line {line})")
+
+
 @dataclass
 class Doc:
     meta: dict[str, Any]
@@ -57,6 +69,7 @@ def parse_doc(text: str, path: str, required: bool = False) -> Doc:
     except ValueError:
         raise InputError("frontmatter is not closed with '---'", path, 1) from None
     try:
+        refuse_aliases(fm)
         meta = yaml.load(fm, Loader=_LOADER) if fm.strip() else {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

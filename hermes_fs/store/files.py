@@ -29,6 +29,8 @@ def clean_relpath(rel: str) -> str:
         raise InputError(f"path escapes the vault: {rel!r}")
     if parts[0] in FORBIDDEN_TOP:
         raise InputError(f"path is inside {parts[0]}/, which tools may not touch: {rel!r}")
+    if any(part.lower() == ".git" for part in parts):  # a nested repository runs its own hooks and config
+        raise InputError(f"a path component named .git is not allowed: {rel!r}")
     return "/".join(parts)
 
 

@@ -13,6 +13,7 @@ the working tree.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -104,6 +105,9 @@ class GitStore:
         self._read_lock = threading.Lock()
         self.root = Path(root)
         self.lock = VaultLock((lock_dir or self.root / ".hermes" / "locks") / "main.lock")
+        # Written before a merge touches the working tree, removed once main has moved: if a merge
+        # is killed in between, the next commit of human edits first puts those files back.
+        self.journal = self.lock.path.with_name("merge-journal.json")
 
     # -- running git -------------------------------------------------------------------------
     def _run(self, *args: str, input: bytes | str | None = None, env: dict | None = None,
@@ -199,6 +203,12 @@ class GitStore:
             args += ["--", prefix]
         return [p for p in self._git(*args).split("\0") if p]
 
+    def newest_paths(self, prefix: str) -> list[str]:
+        """Files added or changed under `prefix` by the newest commit on main that touched it."""
+        out = self._git("log", "-1", "--first-parent", "--format=", "--name-only", "--diff-filter=AM", MAIN,
+                        "--", prefix)
+        return [p for p in out.splitlines() if p.strip()]
+
     def changed_paths(self, a: str, b: str) -> list[str]:
         out = self._git("diff-tree", "-r", "-z", "--no-renames", "--name-only", a, b)
         return [p for p in out.split("\0") if p]
@@ -291,10 +301,30 @@ class GitStore:
         return ("100755" if os.access(p, os.X_OK) else "100644"), p.read_bytes()
 
     # -- committing on main ------------------------------------------------------------------
-    def _require_main_checked_out(self) -> None:
+    _OPERATIONS = {"MERGE_HEAD": "a git merge", "rebase-merge": "a git rebase", "rebase-apply": "a git rebase or am",
+                   "CHERRY_PICK_HEAD": "a git cherry-pick", "REVERT_HEAD": "a git revert", "BISECT_LOG": "a git bisect"}
+
+    def operation_in_progress(self, index_lock: bool = True) -> str | None:
+        """What a person's own git is in the middle of (a merge with conflicts, a rebase, another
+        branch checked out, a fresh index.lock), or None. Nothing of hermes-fs commits meanwhile."""
+        gitdir = self.root / ".git"
+        for name, what in self._OPERATIONS.items():
+            if (gitdir / name).exists():
+                return f"{what} is in progress"
         ref = self._git("symbolic-ref", "-q", "HEAD", ok=(0, 1)).strip()
         if ref != f"refs/heads/{MAIN}":
-            raise GitError(f"the vault has {ref or 'a detached HEAD'} checked out; hermes-fs works on {MAIN}")
+            return f"{ref.removeprefix('refs/heads/') or 'a detached HEAD'} is checked out instead of {MAIN}"
+        try:
+            if index_lock and time.time() - (gitdir / "index.lock").stat().st_mtime < 5:
+                return "another git command holds the index"
+        except FileNotFoundError:
+            pass
+        return None
+
+    def _require_main_checked_out(self) -> None:
+        busy = self.operation_in_progress(index_lock=False)  # a brief index.lock is waited out in _run
+        if busy:
+            raise GitError(f"{busy} in the vault; hermes-fs waits until it is finished (it works on {MAIN})")
 
     def commit_paths(
         self, paths: list[str], message: str, trailers: dict[str, str] | None = None, author: str | None = None
@@ -330,16 +360,40 @@ class GitStore:
         """
         with self.lock.hold():
             self._require_main_checked_out()
-            dirty = self.dirty_paths(paths)
-            ok, refused = [], []
-            for p in dirty:
-                findings = self._secrets.scan(p, self._disk_bytes(p))
+            self.recover_interrupted_merge()
+            dirty = self.dirty_paths(self._committable(paths)) if paths is not None else self.dirty_paths()
+            ok: list[str] = []
+            refused: list = []
+            for p in self._committable(dirty):
+                too_big = self._too_big(p)
+                findings = [too_big] if too_big else self._secrets.scan(p, self._disk_bytes(p))
                 (refused.extend(findings) if findings else ok.append(p))
             if not ok:
                 return HumanEditResult(None, [], refused)
             names = ", ".join(ok[:5]) + (f" and {len(ok) - 5} more" if len(ok) > 5 else "")
             sha = self._stage_and_commit(ok, format_message(f"edit: {names}", "", HUMAN_EDIT), None)
             return HumanEditResult(sha, ok, refused)
+
+    MAX_EDIT_BYTES = 20_000_000  # bigger files are a person's to commit (or to .gitignore)
+
+    def _committable(self, paths: list[str]) -> list[str]:
+        """Drop what .gitignore ignores: those files are a person's choice to keep out of git."""
+        paths = [p for p in paths if not self._beyond_symlink(p)]  # git cannot track those anyway
+        if not paths:
+            return []
+        code, out = self._run("check-ignore", "-z", "--stdin", input="\0".join(paths) + "\0", ok=(0, 1))
+        ignored = {p for p in out.split("\0") if p}
+        return [p for p in paths if p not in ignored]
+
+    def _too_big(self, rel: str):
+        try:
+            size = os.lstat(self.root / rel).st_size
+        except OSError:
+            return None
+        if size > self.MAX_EDIT_BYTES:
+            return self._secrets.Finding(rel, 0, f"file of {size // 1_000_000} MB, over the 20 MB that is committed "
+                                                 "automatically (commit it yourself, or add it to .gitignore)")
+        return None
 
     def _stage_and_commit(self, paths: list[str], message: str, author: str | None) -> str:
         """Commit the working-tree state of `paths` on main by plumbing, then stage exactly that.
@@ -407,6 +461,7 @@ class GitStore:
 
     def move_ref(self, ref: str, new: str, old: str | None) -> None:
         """Point `ref` at `new` only if it is still at `old` (None: only if it does not exist yet)."""
+        self._secrets.check_text("branch name", ref)
         self._git("update-ref", ref, new, old or ZERO)
 
     def message(self, ref: str) -> str:
@@ -464,6 +519,9 @@ class GitStore:
         return self._git("hash-object", "-w", "--stdin", input=data).strip()
 
     def _commit_tree(self, tree: str, parents: list[str], message: str, author: str | None = None) -> str:
+        """Every commit is made here: its message (a model's summary, a focus, a file name in it) is
+        redacted of secrets on the way in."""
+        message = self._secrets.redact(message)[0]
         args = ["commit-tree", tree]
         for p in parents:
             args += ["-p", p]
@@ -589,31 +647,83 @@ class GitStore:
         dirty = self.dirty_paths(changed)
         if dirty:
             raise ConflictError("uncommitted edits appeared while merging; nothing changed", dirty)
-        self._write_paths(new, changed)
+        atomic_write(self.journal, json.dumps({"old": old, "new": new, "paths": changed}), fsync=True)
         try:
-            self._git("update-ref", "-m", "hermes-fs", f"refs/heads/{MAIN}", new, old)
-        except GitError:
-            self._write_paths(old, changed)  # lost a race: put the working tree back
-            raise GitError(f"{MAIN} moved while merging; nothing changed, try again") from None
+            self._write_paths(new, changed, expect=old)
+            try:
+                self._git("update-ref", "-m", "hermes-fs", f"refs/heads/{MAIN}", new, old)
+            except GitError:
+                self._write_paths(old, changed)  # lost a race: put the working tree back
+                raise GitError(f"{MAIN} moved while merging; nothing changed, try again") from None
+        finally:
+            self.journal.unlink(missing_ok=True)
 
-    def _write_paths(self, commit: str, paths: list[str]) -> None:
-        """Make the working tree and the index show `commit` at `paths` (and nowhere else)."""
+    def recover_interrupted_merge(self) -> list[str]:
+        """After a merge was killed between writing files and moving main: put back the files it
+        wrote (where they still hold exactly what it wrote), so the branch's text is never
+        committed as a person's edit. Returns the paths put back."""
+        try:
+            j = json.loads(self.journal.read_text())
+        except (OSError, ValueError):
+            return []
+        restored = []
+        if self.head() == j["old"]:
+            listed = self._ls_paths(j["new"], j["paths"])
+            for rel in j["paths"]:
+                disk = self._disk_bytes(rel)
+                wrote = self.read_file(j["new"], rel) if rel in listed else None
+                if disk == wrote:
+                    restored.append(rel)
+            self._write_paths(j["old"], restored)
+        self.journal.unlink(missing_ok=True)
+        return restored
+
+    def _write_paths(self, commit: str, paths: list[str], expect: str | None = None) -> None:
+        """Make the working tree and the index show `commit` at `paths` (and nowhere else).
+
+        With `expect`, each file is compared with its bytes at `expect` right before it is replaced
+        (compare-and-swap, file by file): a keystroke that landed after the merge's check is never
+        overwritten; the files already written are put back and the merge is refused. No file is
+        written through a symlinked folder.
+        """
         blobs, modes, deleted = {}, {}, []
+        done: list[str] = []
         listed = self._ls_paths(commit, paths)
         for rel in paths:
-            entry = listed.get(rel)
             target = self.root / rel
+            self._refuse_symlinked_parent(rel)
+            if expect is not None and self._disk_bytes(rel) != self.read_file(expect, rel):
+                self._write_paths(expect, done)
+                raise ConflictError("a person changed this file while merging; nothing changed", [rel])
+            entry = listed.get(rel)
             if entry is None:
                 deleted.append(rel)
                 target.unlink(missing_ok=True)
                 prune_empty_dirs(target.parent, self.root)
-                continue
-            mode, sha = entry
-            data = self.read_file(commit, rel)
-            assert data is not None, f"{commit}:{rel} listed but unreadable"
-            atomic_write(target, data, mode=0o755 if mode == "100755" else None)
-            blobs[rel], modes[rel] = sha, mode
+            else:
+                mode, sha = entry
+                data = self.read_file(commit, rel)
+                assert data is not None, f"{commit}:{rel} listed but unreadable"
+                atomic_write(target, data, mode=0o755 if mode == "100755" else None)
+                blobs[rel], modes[rel] = sha, mode
+            done.append(rel)
         self._stage(blobs, deleted, modes)
+
+    def _beyond_symlink(self, rel: str) -> bool:
+        here = self.root
+        for part in rel.split("/")[:-1]:
+            here = here / part
+            if here.is_symlink():
+                return True
+        return False
+
+    def _refuse_symlinked_parent(self, rel: str) -> None:
+        here = self.root
+        for part in rel.split("/")[:-1]:
+            here = here / part
+            if here.is_symlink():
+                raise GitError(f"{here.relative_to(self.root)}/ is a symlink; hermes-fs does not write through it "
+                               f"(it could point outside the vault): {rel}")
 
     def _ls_paths(self, commit: str, paths: list[str]) -> dict[str, tuple[str, str]]:
         """path -> (mode, blob id) at `commit` for those of `paths` that are files there; one git call."""

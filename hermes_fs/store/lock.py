@@ -55,8 +55,11 @@ class VaultLock:
                     os.close(fd)
                     raise HermesError(f"vault is busy: {self.path} held by pid {self.holder()}") from None
                 time.sleep(0.01)
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())  # for `status`; fails on a full disk
+        except OSError:
+            pass  # the flock is what counts; an empty pid file only means `status` cannot name the holder
         self._fd = fd
 
     def release(self) -> None:

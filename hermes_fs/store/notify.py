@@ -36,7 +36,8 @@ def read_secrets_env(path: Path) -> dict[str, str]:
 def expand(url: str, env: dict[str, str]) -> str:
     def sub(m: re.Match) -> str:
         if m.group(1) not in env or not env[m.group(1)]:
-            raise InputError(f"${{{m.group(1)}}} is not set (environment or .hermes/secrets.env)")
+            raise InputError(f"${{{m.group(1)}}} is not listed in .hermes/secrets.env (add `{m.group(1)}=...` there; "
+                             "only names listed there are expanded in notify URLs)")
         return env[m.group(1)]
 
     return _VAR.sub(sub, url)
@@ -48,7 +49,10 @@ class Notifier:
         self.secrets_env = secrets_env
 
     def _env(self) -> dict[str, str]:
-        return {**read_secrets_env(self.secrets_env), **os.environ}
+        """The values ${NAME} may take: only names listed in .hermes/secrets.env (the environment
+        may give the value), so a target added to hermes.yaml cannot send out any other variable."""
+        listed = read_secrets_env(self.secrets_env)
+        return {name: os.environ.get(name) or value for name, value in listed.items()}
 
     def resolve(self, target: str) -> str:
         targets = self.config.notify.targets

@@ -22,7 +22,9 @@ APPRISE_TOKEN_SCHEMES = (
 _B = r"(?:(?<![A-Za-z0-9])|(?<=\\[nrt]))"
 
 PATTERNS: list[tuple[str, re.Pattern]] = [
-    ("private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----")),
+    # the whole block first, so redaction removes the key body too, not just its first line
+    ("private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----[\s\S]*?"
+                               r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY( BLOCK)?-----|\Z)")),
     ("Anthropic API key", re.compile(_B + r"sk-ant-[A-Za-z0-9_-]{20,}")),
     ("OpenRouter API key", re.compile(_B + r"sk-or-v1-[A-Za-z0-9]{20,}")),
     ("OpenAI API key", re.compile(_B + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}")),
@@ -34,6 +36,13 @@ PATTERNS: list[tuple[str, re.Pattern]] = [
     ("Hugging Face token", re.compile(_B + r"hf_[A-Za-z0-9]{30,}")),
     ("Stripe key", re.compile(_B + r"[rs]k_(?:live|test)_[A-Za-z0-9]{20,}")),
     ("xAI API key", re.compile(_B + r"xai-[A-Za-z0-9]{30,}")),
+    ("AWS secret key", re.compile(r"aws_?secret_?(?:access_?)?key[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9/+]{40}\b", re.I)),
+    ("JSON Web Token", re.compile(_B + r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}")),
+    ("URL with a token parameter",
+     re.compile(r"[?&](?:access_token|token|api_?key|apikey|key|secret|password|pass)=(?!\$\{)[^\s&'\"$]{12,}", re.I)),
+    ("password in settings",
+     re.compile(r"^\s*[\"']?(?:password|passwd|secret|api_?key|auth_?token)[\"']?\s*:\s*[\"']?(?!\$\{)"
+                r"[^\s\"'#]{8,}", re.I | re.M)),
     ("URL with credentials", re.compile(r"\b[a-z][a-z0-9+.-]{1,15}://[^\s/:@${}]+:[^\s/@${}]{3,}@", re.I)),
     (
         "Apprise URL with a token",
@@ -61,10 +70,21 @@ class Finding:
         return f"{self.path}:{self.line}: {self.kind}"
 
 
+# Documentation writes placeholders where a value goes: those are not secrets.
+_PLACEHOLDER = re.compile(r"your|xxxx|example|changeme|placeholder|<[^>]*>|\.\.\.|redacted|dummy|\*\*\*", re.I)
+_ASSIGNMENTS = {".env secret assignment", "password in settings", "URL with a token parameter", "AWS secret key"}
+
+
+def _is_placeholder(kind: str, match: str) -> bool:
+    return kind in _ASSIGNMENTS and bool(_PLACEHOLDER.search(match))
+
+
 def scan_text(path: str, text: str) -> list[Finding]:
     findings: list[Finding] = []
     for kind, pattern in PATTERNS:
         for m in pattern.finditer(text):
+            if _is_placeholder(kind, m.group(0)):
+                continue
             line = text.count("\n", 0, m.start()) + 1
             if not any(f.line == line for f in findings):  # one finding per line is enough
                 findings.append(Finding(path, line, kind))
@@ -78,16 +98,30 @@ def scan(path: str, data: bytes | None) -> list[Finding]:
     name = PurePosixPath(path).name
     if name in ENV_FILE_NAMES or name.startswith(".env."):
         return [Finding(path, 1, ".env file (keep it untracked)")]
-    return scan_text(path, data.decode("utf-8", errors="replace"))
+    in_name = [Finding(path, 0, f"{f.kind} in the file name") for f in scan_text(path, path)]
+    return in_name + scan_text(path, data.decode("utf-8", errors="replace"))
 
 
 def redact(text: str) -> tuple[str, int]:
     """Replace every secret in text with [REDACTED <kind>]; returns the text and how many."""
     count = 0
     for kind, pattern in PATTERNS:
-        text, n = pattern.subn(f"[REDACTED {kind}]", text)
-        count += n
+        def sub(m: re.Match, kind: str = kind) -> str:
+            nonlocal count
+            if _is_placeholder(kind, m.group(0)):
+                return m.group(0)
+            count += 1
+            return f"[REDACTED {kind}]"
+
+        text = pattern.sub(sub, text)
     return text, count
+
+
+def check_text(where: str, text: str) -> None:
+    """Refuse a string bound for git (a branch name, a trailer) that holds a secret."""
+    findings = scan_text(where, text)
+    if findings:
+        raise SecretError(f"refusing to put a secret into git ({where}: {findings[0].kind})")
 
 
 def check(files: dict[str, bytes | None]) -> None:

@@ -73,6 +73,11 @@ def _alive(pid: int) -> bool:
 class DockerSandbox:
     def __init__(self, config: SandboxConfig, workspace: Path, session_id: str):
         self.config = config
+        from ..boundary import is_unsafe_workspace
+
+        if is_unsafe_workspace(Path(workspace)):
+            raise SandboxError(f"refusing to mount {workspace} into the sandbox: it is / or holds a home folder; "
+                               "run from a project folder or let hermes-fs use .hermes/workspace")
         self.workspace = Path(workspace)
         self.session_id = session_id
         self.client: Any = None

@@ -1,0 +1,67 @@
+"""The agent's trust boundary: what a model's tool calls may write, and where its workspace is.
+
+A model's reply is untrusted input (a prompt-injected model is a normal event), so code decides:
+the agent writes only memory/ and skills/ in the vault, plus its workspace. Settings (hermes.yaml),
+jobs (cron/), requests (inbox/), git's own files (.gitignore, .gitattributes, anything named .git)
+and symlinks are a person's to change. The workspace is never `/` nor a home folder (nor a folder
+holding one), and a daemon's jobs always work in .hermes/workspace.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import InputError
+
+AGENT_VAULT_TOPS = ("memory", "skills")
+PROTECTED_NAMES = {".gitignore", ".gitattributes", ".gitmodules", ".git"}
+UNATTENDED = ("inbox", "cron", "mcp")  # sources that run with no person at the terminal
+
+
+def check_vault_write(root: Path | None, rel: str) -> None:
+    """Refuse an agent write to a vault path outside memory/ and skills/, to git's files, or through a symlink."""
+    parts = rel.split("/")
+    if parts[0] not in AGENT_VAULT_TOPS:
+        raise InputError(f"the agent may write only memory/ and skills/ in the vault (and files in its workspace); "
+                         f"{rel} is for a person to change", rel)
+    if any(p.lower() in PROTECTED_NAMES for p in parts):
+        raise InputError("git's own files are for a person to change", rel)
+    if root is not None:
+        _refuse_symlinks(Path(root), parts, rel)
+
+
+def check_workspace_write(path: str, workspace: Path) -> None:
+    ws = Path(os.path.realpath(workspace))
+    parts = Path(path).relative_to(ws).parts if Path(path).is_relative_to(ws) else Path(path).parts
+    if any(p.lower() in PROTECTED_NAMES for p in parts):
+        raise InputError("git's own files are for a person to change", path)
+    if os.path.islink(path):
+        raise InputError("the agent does not write through symlinks", path)
+
+
+def _refuse_symlinks(root: Path, parts: list[str], rel: str) -> None:
+    here = root
+    for part in parts:
+        here = here / part
+        if here.is_symlink():
+            raise InputError("the agent does not write through symlinks", rel)
+
+
+def is_unsafe_workspace(path: Path) -> bool:
+    """`/`, a home folder, or a folder that holds one: never a workspace (nor a sandbox mount)."""
+    real = Path(os.path.realpath(path))
+    homes = {Path(os.path.realpath(Path.home()))}
+    if Path("/home").is_dir():
+        homes |= {Path(os.path.realpath(h)) for h in Path("/home").iterdir() if h.is_dir()}
+    homes.add(Path("/root"))
+    return real == Path("/") or any(real == h or h.is_relative_to(real) for h in homes)
+
+
+def choose_workspace(cwd: Path, vault_root: Path, scratch: Path, source: str) -> Path:
+    """The current folder for a person at a terminal (when it is outside the vault and safe);
+    otherwise the vault's scratch folder, .hermes/workspace."""
+    cwd = Path(os.path.realpath(cwd))
+    if source in UNATTENDED or cwd == vault_root or vault_root in cwd.parents or is_unsafe_workspace(cwd):
+        return scratch
+    return cwd

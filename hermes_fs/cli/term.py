@@ -1,0 +1,39 @@
+"""Printing text that a model (or a file) may have written: control characters are shown, not obeyed.
+
+An ESC sequence in a reviewer's summary, a file or an answer could otherwise move the cursor,
+rewrite what is shown, or set the clipboard (OSC 52). Newlines and tabs pass; every other C0/C1
+control character is printed as `\\xNN`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe(text: str) -> str:
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def echo(text: object = "", **kwargs) -> None:
+    click.echo(safe(str(text)), **kwargs)
+
+
+def colorize_diff(text: str) -> str:
+    """Colour a diff we have already made safe (git's own colouring would pass raw bytes through)."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith(("+++", "---", "diff --git", "index ")):
+            out.append(click.style(line, bold=True))
+        elif line.startswith("+"):
+            out.append(click.style(line, fg="green"))
+        elif line.startswith("-"):
+            out.append(click.style(line, fg="red"))
+        elif line.startswith("@@"):
+            out.append(click.style(line, fg="cyan"))
+        else:
+            out.append(line)
+    return "".join(out)
