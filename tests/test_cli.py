@@ -98,3 +98,15 @@ def test_log_lists_learned_changes(vault, run_cli):
     r = run_cli("--vault", str(vault.root), "log", "--json")
     states = {c["branch"]: c["state"] for c in json.loads(r.stdout)}
     assert states == {"refine/20261130-a": "merged", "refine/20261130-b": "pending", "learn/20261130-c": "rejected"}
+
+
+def test_the_installed_console_script_runs(tmp_path):
+    """`hermes-fs` on PATH (the entry point in pyproject), not only `python -m hermes_fs`."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).with_name("hermes-fs")
+    assert exe.exists(), "the package is not installed with its console script"
+    r = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "review" in r.stdout
