@@ -134,16 +134,18 @@ def test_unknown_model_is_one_clear_error(agent_vault, model_server, tmp_path):
             c.ask("hi")
 
 
-def test_dead_server_clear_error_and_session_saved(agent_vault, model_server, tmp_path):
+def test_dead_server_clear_error_and_no_empty_session_commit(agent_vault, model_server, tmp_path):
     model_server.close()
+    n = git(agent_vault, "rev-list", "--count", "HEAD")
     with Conversation(agent_vault, opts(workspace=tmp_path)) as c:
         with pytest.raises(ModelError, match="cannot reach the model server"):
             c.ask("anyone there?")
-        sid = c.id
-    t = Transcript.load(agent_vault.root, sid)
-    assert t.messages[0] == {"role": "user", "content": "anyone there?"}
-    assert t.messages[1]["role"] == "note" and "cannot reach" in t.messages[1]["content"]
-    assert t.rel in git(agent_vault, "ls-files")
+        t = Transcript.load(agent_vault.root, c.id)
+        assert t.messages[0] == {"role": "user", "content": "anyone there?"}
+        assert t.messages[1]["role"] == "note" and "cannot reach" in t.messages[1]["content"]
+    # no turn got an answer: the session is not committed, and no file is left for a later commit
+    assert git(agent_vault, "rev-list", "--count", "HEAD") == n
+    assert not t.path.exists()
 
 
 def test_usage_is_recorded(agent_vault, model_server, tmp_path):

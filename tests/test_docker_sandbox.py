@@ -182,8 +182,43 @@ def test_shell_tool_through_the_agent(agent_vault, model_server, workspace):
 
 def test_doctor(agent_vault, run_cli):
     (agent_vault.root / "hermes.yaml").write_text(f"sandbox:\n  image: {IMAGE}\n")
-    r = run_cli("--vault", str(agent_vault.root), "doctor")
+    r = run_cli("--vault", str(agent_vault.root), "doctor", "--no-model")
     assert r.returncode == 0 and "ok  docker engine" in r.stdout and f"ok  sandbox image: {IMAGE}" in r.stdout
     (agent_vault.root / "hermes.yaml").write_text("sandbox:\n  image: nope:missing\n")
-    r = run_cli("--vault", str(agent_vault.root), "doctor")
+    r = run_cli("--vault", str(agent_vault.root), "doctor", "--no-model")
     assert r.returncode == 1 and "docker pull nope:missing" in r.stdout
+
+
+@pytest.mark.skipif(__import__("os").getuid() != 0, reason="about running hermes-fs as root")
+def test_as_root_the_scratch_workspace_is_writable_by_the_sandbox_user(tmp_path):
+    """Root's scratch workspace (.hermes/workspace) is handed to nobody, so `echo > file` works;
+    the container user is still not root."""
+    from hermes_fs.agent.sandbox.docker import DockerSandbox
+
+    ws = tmp_path / ".hermes" / "workspace"
+    ws.mkdir(parents=True)
+    sb = DockerSandbox(SandboxConfig(image=IMAGE, memory="64m", cpus=0.5, timeout_s=20), ws, "test-root-scratch")
+    try:
+        r = sb.run("echo out > result.txt && id -u")
+        assert r.exit_code == 0 and r.stdout.strip() != "0", r.render()
+        assert (ws / "result.txt").read_text() == "out\n"
+    finally:
+        sb.close()
+
+
+@pytest.mark.skipif(__import__("os").getuid() != 0, reason="about running hermes-fs as root")
+def test_as_root_a_persons_project_folder_is_used_as_its_owner(tmp_path):
+    import os
+
+    from hermes_fs.agent.sandbox.docker import DockerSandbox
+
+    ws = tmp_path / "project"
+    ws.mkdir()
+    os.chown(ws, 1234, 1234)
+    sb = DockerSandbox(SandboxConfig(image=IMAGE, memory="64m", cpus=0.5, timeout_s=20), ws, "test-root-owner")
+    try:
+        r = sb.run("echo out > result.txt && id -u")
+        assert r.exit_code == 0 and r.stdout.strip() == "1234", r.render()
+        assert (ws / "result.txt").stat().st_uid == 1234
+    finally:
+        sb.close()

@@ -349,3 +349,11 @@ def test_branch_names_are_never_reused_even_after_a_merge(vault):
     vault.git.merge(first, f"merge {first}: a")  # the merged branch ref is deleted...
     second = unique_branch(vault, "refine", "same focus")
     assert second != first  # ...but its name stays taken, so `log` and `revert` stay unambiguous
+
+
+def test_filler_words_do_not_make_skills_look_alike():
+    from hermes_fs.learning.checks import similar_skill
+
+    existing = {"deploy-fly": "Use when you need the steps to deploy an app to fly.io with rolling updates."}
+    assert similar_skill("bake-bread", "Use when you need the steps to bake sourdough bread at home.", existing) is None
+    assert similar_skill("fly-deploys", "Deploy an app to fly.io with rolling updates.", existing) == "deploy-fly"

@@ -6,6 +6,8 @@ system prompt afresh each turn (memory may have changed), and gives the agent it
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +34,8 @@ class ConversationOptions:
     skills: list[str] = field(default_factory=list)  # loaded in full (cron jobs)
     max_steps: int = 25
     resume: str | None = None  # a session id to continue
+    on_tool: Callable[[str], None] | None = None  # told of each tool call as it is made (the chat screen)
+    commit_on_end: bool = True  # False: the caller commits the transcript with its own files (a cron run)
 
 
 def default_workspace(vault: Vault, source: str = "cli") -> Path:
@@ -40,12 +44,22 @@ def default_workspace(vault: Vault, source: str = "cli") -> Path:
     return choose_workspace(Path.cwd(), vault.root, vault.state_dir / "workspace", source)
 
 
+def describe_call(name: str, arguments: str) -> str:
+    """`memory(action=add, file=USER.md)`: a tool call in one short line for people."""
+    try:
+        args = json.loads(arguments or "{}")
+        shown = ", ".join(f"{k}={str(v)[:40]}" for k, v in args.items() if k not in ("content", "text", "new_text"))
+    except (ValueError, AttributeError):
+        shown = "…"
+    return f"{name}({shown})"
+
+
 class Conversation:
     def __init__(self, vault: Vault, options: ConversationOptions | None = None, model: Model | None = None):
         self.vault = vault
         self.options = options or ConversationOptions()
         self.model = model or LiteLLMModel(
-            ModelSettings.from_config(vault.config, self.options.task, self.options.model))
+            ModelSettings.for_vault(vault, self.options.task, self.options.model))
         if self.options.resume:
             self.transcript = Transcript.load(vault.root, self.options.resume)
         else:
@@ -58,7 +72,7 @@ class Conversation:
             vault_root=vault.root, workspace=self.workspace,
             sandbox=self.sandbox, searcher=self._search,
         )
-        self.agent = Agent(self.model, self.tools, AgentConfig(self.options.max_steps), self.transcript.append)
+        self.agent = Agent(self.model, self.tools, AgentConfig(self.options.max_steps), self._record)
         self.ended = False
 
     @property
@@ -82,6 +96,12 @@ class Conversation:
             self._close_open_calls("interrupted by the user")
             self.note("turn interrupted by the user")
             raise
+
+    def _record(self, message: dict) -> None:
+        self.transcript.append(message)
+        if self.options.on_tool:
+            for call in message.get("tool_calls") or []:
+                self.options.on_tool(describe_call(call["function"]["name"], call["function"]["arguments"]))
 
     def note(self, text: str) -> None:
         """A line for people reading the transcript; never sent to the model."""
@@ -109,8 +129,11 @@ class Conversation:
             return None
         self.ended = True
         self.sandbox.close()
-        if not self.transcript.messages:
+        if not any(m["role"] == "assistant" for m in self.transcript.messages):
+            # no turn got an answer (a missing key, a dead server): nothing worth a commit
             self.transcript.path.unlink(missing_ok=True)
+            return None
+        if not self.options.commit_on_end:
             return None
         title = self.transcript.meta.get("title") or self.id
         return self.vault.git.commit_paths([self.transcript.rel], f"session: {title}", {"Hermes-Session": self.id},

@@ -67,6 +67,13 @@ class Model(Protocol):
     def complete(self, messages: list[dict], tools: list[dict]) -> Reply: ...
 
 
+# The variable each hosted provider's key is read from when hermes.yaml names none.
+PROVIDER_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "openrouter": "OPENROUTER_API_KEY",
+                 "gemini": "GEMINI_API_KEY", "groq": "GROQ_API_KEY", "xai": "XAI_API_KEY",
+                 "mistral": "MISTRAL_API_KEY", "deepseek": "DEEPSEEK_API_KEY", "together_ai": "TOGETHERAI_API_KEY"}
+KEYLESS = ("ollama", "ollama_chat", "lm_studio", "hosted_vllm", "vllm", "llamafile")
+
+
 @dataclass
 class ModelSettings:
     model: str
@@ -75,16 +82,46 @@ class ModelSettings:
     timeout_s: float = 120.0
     retries: int = 4
     retry_base_s: float = 1.0
+    secrets: dict[str, str] = field(default_factory=dict)  # .hermes/secrets.env (the environment wins)
 
     @classmethod
-    def from_config(cls, config: Config, task: str | None = None, override: str | None = None) -> ModelSettings:
+    def from_config(cls, config: Config, task: str | None = None, override: str | None = None,
+                    secrets: dict[str, str] | None = None) -> ModelSettings:
         base = float(os.environ.get("HERMES_RETRY_BASE_S", "1.0"))
         return cls(
             model=override or (config.model_for(task) if task else config.model),
             api_base=config.api_base,
             api_key_env=config.api_key_env,
             retry_base_s=base,
+            secrets=secrets or {},
         )
+
+    @classmethod
+    def for_vault(cls, vault, task: str | None = None, override: str | None = None) -> ModelSettings:
+        """Settings from hermes.yaml, with model keys also read from .hermes/secrets.env."""
+        from ..store.notify import read_secrets_env
+
+        return cls.from_config(vault.config, task, override, read_secrets_env(vault.secrets_env))
+
+    @property
+    def provider(self) -> str:
+        return self.model.split("/", 1)[0] if "/" in self.model else "openai"
+
+    def key_variable(self) -> str | None:
+        return self.api_key_env or PROVIDER_KEYS.get(self.provider)
+
+    def api_key(self) -> str | None:
+        """The key from the environment or .hermes/secrets.env; a missing one that a hosted
+        provider needs is a clear error at once, before litellm is even imported."""
+        var = self.key_variable()
+        key = (os.environ.get(var) or self.secrets.get(var)) if var else None
+        needs_key = self.api_key_env is not None or (self.api_base is None and self.provider not in KEYLESS)
+        if not key and var and needs_key:
+            where = "api_key_env in hermes.yaml" if self.api_key_env else f"the {self.provider} key"
+            raise ModelError(f"model {self.model}: no API key: {var} ({where}) is not set. Put `{var}=...` in "
+                             ".hermes/secrets.env or the environment, or change `model` in hermes.yaml "
+                             "(e.g. ollama_chat/llama3.1 for a local model)")
+        return key or None
 
 
 def import_litellm():
@@ -102,23 +139,14 @@ class LiteLLMModel:
         self.usage = Usage()  # running total for this model object
         self.calls = 0
 
-    def _api_key(self) -> str | None:
-        env = self.settings.api_key_env
-        if not env:
-            return None
-        key = os.environ.get(env)
-        if not key:
-            raise ModelError(f"the API key variable {env} (hermes.yaml api_key_env) is not set")
-        return key
-
     def complete(self, messages: list[dict], tools: list[dict]) -> Reply:
+        key = self.settings.api_key()  # before the import: a missing key is reported at once
         litellm = import_litellm()
         kwargs = dict(model=self.settings.model, messages=messages, timeout=self.settings.timeout_s, num_retries=0)
         if tools:
             kwargs["tools"] = tools
         if self.settings.api_base:
             kwargs["api_base"] = self.settings.api_base
-        key = self._api_key()
         if key:
             kwargs["api_key"] = key
         attempt = 0
@@ -128,7 +156,7 @@ class LiteLLMModel:
                 break
             except Exception as exc:  # litellm maps provider errors onto its own classes
                 kind = classify(exc)
-                if kind == "retry" and attempt < self.settings.retries:
+                if attempt < retries_for(kind, self.settings.retries):
                     time.sleep(self.settings.retry_base_s * (2**attempt))
                     attempt += 1
                     continue
@@ -156,18 +184,40 @@ class LiteLLMModel:
         return Reply(content, calls, usage)
 
 
+def retries_for(kind: str, configured: int) -> int:
+    """Retry only what can succeed on retry: rate limits and server errors fully, an unreachable
+    server once (a local server may be starting), everything else never."""
+    return {"retry": configured, "unreachable": 1}.get(kind, 0)
+
+
+_NOT_AN_LLM = ("Empty or invalid response", "Received:", "Invalid response object", "Expecting value",
+               "not valid JSON", "Unexpected response")
+
+
 def classify(exc: Exception) -> str:
-    """retry | auth | not_found | bad_request | unreachable | other, from litellm's exception classes."""
+    """retry | unreachable | not_llm | auth | not_found | bad_request | other, from litellm's classes."""
     litellm = import_litellm()
     ex = litellm.exceptions
+    text = str(exc)
+    status = getattr(exc, "status_code", None)
+    if "Missing credentials" in text or "api_key client option must be set" in text:
+        return "auth"
     if isinstance(exc, ex.AuthenticationError) or isinstance(exc, getattr(ex, "PermissionDeniedError", ())):
         return "auth"
+    if is_connection_error(exc):
+        return "unreachable"
+    if status in (404, 405, 501) and isinstance(exc, ex.NotFoundError) and "model" not in text.lower():
+        return "not_llm"
+    if status in (405, 501) or any(s in text for s in _NOT_AN_LLM):
+        return "not_llm"
     if isinstance(exc, ex.NotFoundError):
         return "not_found"
-    if isinstance(exc, (ex.RateLimitError, ex.Timeout, ex.InternalServerError, ex.ServiceUnavailableError)):
+    if isinstance(exc, ex.RateLimitError):
+        return "retry"
+    if isinstance(exc, (ex.Timeout, ex.InternalServerError, ex.ServiceUnavailableError)):
         return "retry"
     if isinstance(exc, ex.APIConnectionError):
-        return "retry"  # a local server still starting: retried, then reported as unreachable
+        return "unreachable"
     if isinstance(exc, ex.BadRequestError):
         text = str(exc)
         if "LLM Provider NOT provided" in text or "model" in text.lower() and "not" in text.lower() and "found" in text.lower():
@@ -183,8 +233,16 @@ def describe(exc: Exception, kind: str, settings: ModelSettings, attempts: int) 
     where = f" at {settings.api_base}" if settings.api_base else ""
     first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
     if kind == "auth":
-        hint = f"check {settings.api_key_env}" if settings.api_key_env else "check the provider's API key variable"
-        return f"model {settings.model}: the API key was refused ({hint})"
+        var = settings.key_variable()
+        hint = f"check {var}" + (" (api_key_env in hermes.yaml)" if settings.api_key_env else "") if var else \
+            "check the provider's API key variable"
+        return f"model {settings.model}: the API key was refused or missing ({hint}, in .hermes/secrets.env or the environment)"
+    if kind == "not_llm":
+        return (f"model {settings.model}: the server{where} answered, but not as an OpenAI-compatible model server "
+                f"({first[:120]}); check `api_base` in hermes.yaml")
+    if kind == "unreachable":
+        return f"model {settings.model}: cannot reach the model server{where or ''} ({attempts + 1} tries); " \
+               + ("check `api_base` in hermes.yaml and that the server is running" if where else "check your network")
     if kind == "not_found":
         return f"model {settings.model}: unknown model{where}; check `model` in hermes.yaml ({first})"
     if kind == "retry":

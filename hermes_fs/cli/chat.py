@@ -7,6 +7,7 @@ terminal: one message (or slash command) per line, each answer printed, so it ca
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections.abc import Callable, Iterable
@@ -16,6 +17,8 @@ from ..errors import HermesError
 from ..mind import memory, skills
 from ..store.vault import Vault
 from .term import safe
+
+PROMPT = "you> "
 
 HELP = """/refine [focus]    review this conversation in the background (result: a refine/ branch)
 /learn SOURCE      turn a document into skills in the background (result: a learn/ branch)
@@ -28,10 +31,15 @@ HELP = """/refine [focus]    review this conversation in the background (result:
 
 
 class Repl:
-    def __init__(self, vault: Vault, options: ConversationOptions, out: Callable[[str], None] = print):
+    def __init__(self, vault: Vault, options: ConversationOptions, out: Callable[[str], None] = print,
+                 terminal: bool = False):
         self.vault = vault
         self.options = options
         self.out = lambda text: out(safe(text))  # model text never drives the terminal
+        self.terminal = terminal  # a person at a screen: spinner, tool lines, prompt redrawn
+        self.failed = 0  # turns that ended in an error (piped chat exits 1 when any did)
+        if terminal:
+            options.on_tool = lambda call: self.out(f"  · {call}")
         self.conversation = Conversation(vault, options)
         self.background: list[threading.Thread] = []
         self.commands = {"/memory": self.cmd_memory, "/skills": self.cmd_skills, "/new": self.cmd_new,
@@ -52,9 +60,11 @@ class Repl:
                 return True
             return command(rest.strip())
         try:
-            result = self.conversation.ask(line)
+            with self.thinking():
+                result = self.conversation.ask(line)
             self.out(result.answer)
         except HermesError as exc:
+            self.failed += 1
             self.out(f"error: {exc}")
         every = self.vault.config.refine.every_turns
         if every and self.conversation.transcript.user_turns % every == 0:
@@ -81,12 +91,36 @@ class Repl:
         options = LearnOptions([Path(source).expanduser().resolve()])
         return self._background("learn", lambda: learn(self.vault, options))
 
+    def thinking(self):
+        """A spinner on the terminal while the model works; nothing when piped."""
+        if not self.terminal:
+            return contextlib.nullcontext()
+        from rich.console import Console
+
+        return Console(stderr=True).status("thinking…")
+
+    def announce(self, text: str) -> None:
+        """A line from a background job: printed above the prompt, which is then drawn again."""
+        if not self.terminal:
+            self.out(text)
+            return
+        try:
+            import readline
+
+            typed = readline.get_line_buffer()
+        except ImportError:
+            typed = ""
+        sys.stdout.write("\r\x1b[K")  # clear the prompt line (our own sequence, not model text)
+        self.out(text)
+        sys.stdout.write(PROMPT + typed)
+        sys.stdout.flush()
+
     def _background(self, name: str, job) -> bool:
         def work():
             try:
-                self.out(job().line())
+                self.announce(job().line())
             except Exception as exc:  # refine and learn report their own failures; this is a last resort
-                self.out(f"{name} failed: {exc}")
+                self.announce(f"{name} failed: {exc}")
 
         thread = threading.Thread(target=work, name=name, daemon=True)
         self.background.append(thread)
@@ -147,7 +181,7 @@ class Repl:
         try:
             while True:
                 try:
-                    line = input("you> ")
+                    line = input(PROMPT)
                 except EOFError:
                     self.out("")
                     break
@@ -187,9 +221,11 @@ class Repl:
             self.out(f"session {self.conversation.id} saved ({self.conversation.transcript.rel})")
 
 
-def chat(vault: Vault, options: ConversationOptions, out: Callable[[str], None] = print) -> None:
-    repl = Repl(vault, options, out)
-    if sys.stdin.isatty():
+def chat(vault: Vault, options: ConversationOptions, out: Callable[[str], None] = print) -> int:
+    """Run the chat; returns the number of turns that failed."""
+    repl = Repl(vault, options, out, terminal=sys.stdin.isatty())
+    if repl.terminal:
         repl.run_terminal()
     else:
         repl.run_lines(sys.stdin)
+    return repl.failed

@@ -54,6 +54,13 @@ def _log_errors_to(path) -> None:
     log.addHandler(handler)
 
 
+def _shorten(text: str, width: int) -> str:
+    """At most `width` characters, cut at a word, with an ellipsis when cut."""
+    import textwrap
+
+    return textwrap.shorten(text, width, placeholder=" …")
+
+
 def _emit_json(data) -> None:
     import json
 
@@ -99,7 +106,15 @@ def init(path: str):
     from ..store.vault import init_vault
 
     result = init_vault(Path(path))
-    echo(f"created vault {result.vault.root}")
+    root = result.vault.root
+    exe = Path(sys.executable).with_name("hermes-fs")
+    echo(f"created vault {root}\n\nNext steps:\n"
+         f"  1. Choose the model: edit `model` in {root / 'hermes.yaml'} (openai/gpt-4o-mini, anthropic/..., "
+         "or ollama_chat/llama3.1 with `api_base: http://localhost:11434` for a local model).\n"
+         f"  2. Put the key in {root / '.hermes/secrets.env'} (untracked), e.g. OPENAI_API_KEY=sk-..., "
+         "or export it in your shell. Local models need none.\n"
+         f"  3. Talk to it: {exe} --vault {root} chat   (put {exe.parent} on your PATH to type just `hermes-fs`).\n"
+         f"  Check the setup any time with: hermes-fs --vault {root} doctor")
     if result.set_local_identity:
         echo("note: no git identity was configured; set a vault-local one (hermes-fs user). "
                    "Change it with `git -C VAULT config user.name/user.email`.")
@@ -158,7 +173,7 @@ def skills_list(ctx: click.Context, as_json: bool):
         _emit_json([{"name": s.name, "description": s.description, "files": s.files} for s in loaded])
     else:
         for s in loaded:
-            echo(f"{s.name:<32} {s.description[:90]}")
+            echo(f"{s.name:<32} {_shorten(' '.join(s.description.split()), 90)}")
     for e in errors:
         echo(f"error: {e}", err=True)
     if errors:
@@ -410,7 +425,11 @@ def daemon(ctx: click.Context, detach: bool, debounce: float, workers: int):
 
         if is_running(v):
             raise HermesError("a daemon is already running for this vault (see `hermes-fs daemon status`)")
+        from ..service.daemon import wait_started
+
         pid = spawn(v.root, ["daemon", "--debounce", str(debounce), "--workers", str(workers)], v.state_dir / "daemon.out")
+        if not wait_started(v, pid):
+            raise HermesError(f"the daemon (pid {pid}) did not start; see {v.state_dir / 'daemon.out'}")
         echo(f"daemon started (pid {pid}); `hermes-fs daemon status`, `hermes-fs daemon stop`")
         return
     import logging
@@ -445,6 +464,8 @@ def daemon_status(ctx: click.Context, as_json: bool):
         return
     if not st["running"]:
         echo("daemon: not running")
+    elif st.get("starting"):
+        echo(f"daemon: starting, pid {st.get('pid')}")
     else:
         echo(f"daemon: running, pid {st.get('pid')}, up {st.get('uptime_s')}s, queue: {', '.join(st.get('queue') or []) or 'empty'}")
     for e in st.get("last_events") or []:
@@ -500,7 +521,7 @@ def cron_list(ctx: click.Context, as_json: bool):
     for j in jobs:
         nxt = upcoming[j.name]
         rows.append({"job": j.name, "schedule": j.schedule.describe(), "enabled": j.enabled,
-                     "next_run": nxt.isoformat() if nxt else None, "last_status": last.get(j.name, {}).get("status")})
+                     "next_run": nxt.isoformat(timespec="seconds") if nxt else None, "last_status": last.get(j.name, {}).get("status")})
     if as_json:
         _emit_json(rows)
     for r in rows if not as_json else []:
@@ -554,21 +575,36 @@ def log(ctx: click.Context, as_json: bool):
 @main.command()
 @vault_option
 @click.pass_context
-def doctor(ctx: click.Context):
-    """Check that the sandbox (Docker engine and image) is usable."""
+@click.option("--no-model", is_flag=True, help="Skip the one tiny model call.")
+def doctor(ctx: click.Context, no_model: bool):
+    """Check the setup: the model (one tiny call), and the sandbox (Docker engine and image)."""
     v = _vault(ctx)
+    checks = [] if no_model else [_check_model(v)]
     cfg = v.config.sandbox
     if cfg.backend != "docker":
-        echo(f"sandbox: backend {cfg.backend}" + (" (commands run on this machine)" if cfg.backend == "local" else " (shell disabled)"))
-        return
-    from ..agent.sandbox.docker import doctor as check
+        checks.append(("sandbox", True, f"backend {cfg.backend}" + (
+            " (commands run on this machine)" if cfg.backend == "local" else " (shell disabled)")))
+    else:
+        from ..agent.sandbox.docker import doctor as check
 
-    failed = False
-    for name, ok, detail in check(cfg):
-        failed |= not ok
+        checks += list(check(cfg))
+    for name, ok, detail in checks:
         echo(f"{'ok ' if ok else 'BAD'} {name}: {detail}")
-    if failed:
+    if not all(ok for _n, ok, _d in checks):
         ctx.exit(1)
+
+
+def _check_model(v) -> tuple[str, bool, str]:
+    from ..agent.model import LiteLLMModel, ModelSettings
+
+    settings = ModelSettings.for_vault(v)
+    settings.retries = 0
+    try:
+        with _spinner(f"asking {settings.model} for one word"):
+            reply = LiteLLMModel(settings).complete([{"role": "user", "content": "Answer with one word: ok"}], [])
+    except HermesError as exc:
+        return "model", False, str(exc)
+    return "model", True, f"{settings.model} answered ({(reply.content or '').strip()[:40]!r})"
 
 
 @main.command()
@@ -586,7 +622,7 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
 
     options = ConversationOptions(source="run", model=model, max_steps=max_steps,
                                   workspace=Path(workspace).resolve() if workspace else None)
-    with Conversation(_vault(ctx), options) as conversation:
+    with Conversation(_vault(ctx), options) as conversation, _spinner("thinking"):
         result = conversation.ask(" ".join(prompt))
     echo(result.answer)
 
@@ -606,7 +642,10 @@ def chat(ctx: click.Context, resume: str | None, model: str | None, workspace: s
 
     options = ConversationOptions(source="cli", model=model, resume=resume,
                                   workspace=Path(workspace).resolve() if workspace else None)
-    run_chat(_vault(ctx), options, click.echo)
+    failed = run_chat(_vault(ctx), options, click.echo)
+    if failed:
+        echo(f"{failed} turn(s) failed", err=True)
+        ctx.exit(1)
 
 
 if __name__ == "__main__":

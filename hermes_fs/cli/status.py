@@ -45,7 +45,7 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
     for job in jobs:
         nxt = upcoming[job.name]
         st.cron.append({"job": job.name, "schedule": job.schedule.describe(), "enabled": job.enabled,
-                        "next_run": nxt.isoformat() if nxt else None})
+                        "next_run": nxt.isoformat(timespec="seconds") if nxt else None})
     st.errors += [str(e) for e in job_errors]
     for prefix in LEARNED_PREFIXES:
         for b in vault.git.branches(prefix):
@@ -53,6 +53,8 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
     from ..service.daemon import status as daemon_status
 
     st.daemon = daemon_status(vault)  # daemon.json checked against the daemon's lock
+    # files the daemon left uncommitted (a secret, too big): a person must act on them
+    st.errors += [e.split(" ", 1)[-1] for e in st.daemon.get("last_errors") or [] if " not committed: " in f" {e}"]
     return st
 
 

@@ -77,7 +77,12 @@ def skills_at(files) -> dict[str, str]:
 
 
 _WORD = re.compile(r"[a-z0-9]{3,}")
-_STOP = set("the and for with use when that this from into your user users what how".split())
+# Words every skill description uses ("use when you need the steps to ..."): they say nothing about
+# the topic, so two unrelated skills never look alike because of them.
+_STOP = set("""the and for with use used using uses when that this from into your you user users what how why
+need needs needed want steps step can will should must also more then than about over each any all are
+its it's has have been being make makes run runs skill skills task tasks guide help helps way ways like
+such other some only just very get gets new one two via per not""".split())
 
 
 def tokens(text: str) -> set[str]:

@@ -71,7 +71,7 @@ class Drafter:
 
     def propose(self, overlay: OverlayFiles) -> None:
         cfg = self.vault.config
-        self.model = self.model or LiteLLMModel(ModelSettings.from_config(cfg, "learn"))
+        self.model = self.model or LiteLLMModel(ModelSettings.for_vault(self.vault, "learn"))
         existing = skills_at(overlay)
         tools = ToolBox(files=overlay, config=cfg, enabled=["skill_view", "skill_manage"],
                         skill_guard=duplicate_guard(existing), created_by="learn")

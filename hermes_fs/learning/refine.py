@@ -123,7 +123,7 @@ class Reviewer:
     def propose(self, overlay: OverlayFiles) -> None:
         self.overlay = overlay
         cfg = self.vault.config
-        self.model = self.model or LiteLLMModel(ModelSettings.from_config(cfg, "refine"))
+        self.model = self.model or LiteLLMModel(ModelSettings.for_vault(self.vault, "refine"))
         existing = skills_at(overlay)
         tools = ToolBox(files=overlay, config=cfg, enabled=REVIEW_TOOLS, skill_guard=duplicate_guard(existing))
         today = datetime.now(UTC).date().isoformat()

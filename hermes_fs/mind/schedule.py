@@ -70,10 +70,14 @@ class Schedule:
             return None
 
     def describe(self) -> str:
+        """In words: `every day at 07:00 (Europe/Paris)`, `every 30 minutes`, `cron '0 7 * * 1-5' (UTC)`."""
         if self.at is not None:
-            return f"once at {self.at.isoformat()}"
+            return f"once at {self.at.isoformat(timespec='minutes')}"
         if self.interval is not None:
             return f"every {_human(self.interval)}"
+        written = " ".join(self.text.strip().lower().split())
+        if written.startswith("every "):
+            return f"{written} ({self.tz.key})"
         return f"cron '{self.cron}' ({self.tz.key})"
 
 

@@ -37,9 +37,12 @@ def run_job(vault: Vault, job: CronJob, due: datetime, retry_base_s: float = 1.0
     meta: dict = {"status": "ok", "job": job.name, "due": due.isoformat(),
                   "started": started.isoformat(timespec="seconds")}
     body = ""
+    paths: list[str] = []
     try:
-        options = ConversationOptions(source="cron", task="cron", model=job.model, skills=job.skills)
+        options = ConversationOptions(source="cron", task="cron", model=job.model, skills=job.skills,
+                                      commit_on_end=False)  # one commit per run: output and transcript together
         with Conversation(vault, options) as conv:
+            paths.append(conv.transcript.rel)
             result = conv.ask(job.prompt)
         meta.update(model=conv.model.name, tokens=result.usage.total_tokens, session=conv.id)
         body = result.answer
@@ -51,7 +54,7 @@ def run_job(vault: Vault, job: CronJob, due: datetime, retry_base_s: float = 1.0
     meta["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
     rel = output_rel(job, due)
     atomic_write(vault.root / rel, redact(dump_doc(meta, f"\n{body.strip()}\n"))[0])  # outputs are committed
-    paths = [rel]
+    paths.insert(0, rel)
     if job.schedule.at is not None:
         paths.append(disable_job(vault, job))
     vault.git.commit_paths(paths, f"cron: {job.name} ({meta['status']})", {"Hermes-Job": job.name},

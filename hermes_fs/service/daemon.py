@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 # Written by hermes-fs itself and committed on their own schedule, not as human edits.
 OWN_DIRS = ("sessions/", "outputs/", "inbox/")
 SETTLE_S = 0.15  # an inbox file must be unchanged this long before it is taken
+EVENT_CHARS = 300  # longest event or error line kept for `daemon status`
 LOGGER = "hermes_fs"  # every module's logger is a child: the daemon's log file gets them all
 
 __all__ = ["Daemon", "DaemonOptions", "ignored", "is_running", "status", "stop"]
@@ -72,8 +73,18 @@ class DaemonState:
         self._record(self.errors, message)
 
     def _record(self, where: deque, message: str) -> None:
+        if len(message) > EVENT_CHARS:  # one bulk edit must not make a 66,000-character line
+            message = message[:EVENT_CHARS] + f"… ({len(message) - EVENT_CHARS} more characters)"
         with self.lock:
             where.append(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}")
+        self.write()
+
+    def resolved(self, prefix: str) -> None:
+        """Forget errors that no longer hold (hermes.yaml fixed, a refused file committed since)."""
+        with self.lock:
+            kept = [e for e in self.errors if not e.split(" ", 1)[-1].startswith(prefix)]
+            self.errors.clear()
+            self.errors.extend(kept)
         self.write()
 
     def queue(self, name: str, queued: bool) -> None:
@@ -219,6 +230,8 @@ class Daemon:
             return
         if result.sha:
             self.note(f"committed human edit: {', '.join(result.committed)}")
+            for path in result.committed:
+                self.state.resolved(f"not committed: {path}:")
         for f in result.refused:
             self.error(f"not committed: {f}")
             self._notify("hermes-fs: edit not committed", f"{f.path}:{f.line}: {f.kind}; it stays uncommitted")
@@ -227,6 +240,7 @@ class Daemon:
         try:
             self.vault.reload_config()
             self.note("reloaded hermes.yaml")
+            self.state.resolved("hermes.yaml is invalid")
         except HermesError as exc:
             self.error(f"hermes.yaml is invalid, keeping the last good settings: {exc}")
 
@@ -239,6 +253,7 @@ class Daemon:
         if self.scheduler:
             self.scheduler.update(jobs)
         self.note(f"loaded {len(jobs)} cron job(s)")
+        self.state.resolved("cron job not loaded")
         for e in errors:
             self.error(f"cron job not loaded: {e}")
 
@@ -309,9 +324,24 @@ def status(vault: Vault) -> dict:
         state = {}
     running = is_running(vault)
     state["running"] = running
-    if running and state.get("started"):
-        state["uptime_s"] = round(time.time() - state["started"], 1)
+    if running:
+        holder = daemon_lock(vault).holder()
+        if holder and state.get("pid") != holder:  # the file is a previous daemon's: this one is starting
+            state = {"running": True, "pid": holder, "starting": True, "queue": [], "last_events": [], "last_errors": []}
+        elif state.get("started"):
+            state["uptime_s"] = round(time.time() - state["started"], 1)
     return state
+
+
+def wait_started(vault: Vault, pid: int, timeout: float = 15.0) -> bool:
+    """After `daemon --detach`: wait until that daemon holds the lock and has written its state."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        st = status(vault)
+        if st.get("running") and st.get("pid") == pid and not st.get("starting"):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def stop(vault: Vault, timeout: float = 60) -> bool:

@@ -39,10 +39,24 @@ def _client(timeout: int = 10) -> Any:
         ) from None
 
 
-def sandbox_user() -> str:
-    """The host user when it is not root (so workspace files stay theirs); otherwise nobody."""
+NOBODY = "65534:65534"
+
+
+def sandbox_user(workspace: Path | None = None) -> str:
+    """Never root. The host user when it is not root (workspace files stay theirs). As root: the
+    workspace folder's owner when that is a person, or nobody, to whom the scratch workspace
+    (.hermes/workspace) is then given so that commands can write there."""
     uid, gid = os.getuid(), os.getgid()
-    return f"{uid}:{gid}" if uid != 0 else "65534:65534"
+    if uid != 0:
+        return f"{uid}:{gid}"
+    if workspace is None or not workspace.is_dir():
+        return NOBODY
+    st = workspace.stat()
+    if st.st_uid != 0:
+        return f"{st.st_uid}:{st.st_gid}"
+    if workspace.name == "workspace" and workspace.parent.name == ".hermes":
+        os.chown(workspace, 65534, 65534)
+    return NOBODY
 
 
 def remove_leftovers(client) -> int:
@@ -101,7 +115,7 @@ class DockerSandbox:
         self.workspace.mkdir(parents=True, exist_ok=True)
         try:
             self.container = self.client.containers.run(
-                self.config.image, KEEPALIVE, detach=True, user=sandbox_user(), working_dir="/workspace",
+                self.config.image, KEEPALIVE, detach=True, user=sandbox_user(self.workspace), working_dir="/workspace",
                 network_mode=None if self.config.network else "none", network_disabled=not self.config.network,
                 cap_drop=["ALL"], security_opt=["no-new-privileges"], pids_limit=PIDS_LIMIT,
                 mem_limit=self.config.memory, memswap_limit=self.config.memory,
