@@ -7,6 +7,7 @@ system prompt afresh each turn (memory may have changed), and gives the agent it
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from ..mind.search import SearchIndex
 from ..mind.sessions import Transcript
 from ..store.vault import Vault
 from .boundary import choose_workspace
-from .loop import Agent, AgentConfig, TurnResult
+from .loop import Agent, AgentConfig, TurnCancelled, TurnResult
 from .model import LiteLLMModel, Model, ModelError, ModelSettings
 from .prompt import current_project, system_prompt
 from .sandbox import make_sandbox
@@ -36,6 +37,7 @@ class ConversationOptions:
     resume: str | None = None  # a session id to continue
     on_tool: Callable[[str], None] | None = None  # told of each tool call as it is made (the chat screen)
     commit_on_end: bool = True  # False: the caller commits the transcript with its own files (a cron run)
+    cwd: Path | None = None  # the person's current folder (a daemon serving a CLI is elsewhere)
 
 
 def default_workspace(vault: Vault, source: str = "cli") -> Path:
@@ -64,7 +66,8 @@ class Conversation:
             self.transcript = Transcript.load(vault.root, self.options.resume)
         else:
             self.transcript = Transcript.start(vault.root, self.model.name, self.options.source)
-        self.workspace = self.options.workspace or default_workspace(vault, self.options.source)
+        self.workspace = self.options.workspace or choose_workspace(
+            self.options.cwd or Path.cwd(), vault.root, vault.state_dir / "workspace", self.options.source)
         self.project = self.options.project or current_project(vault, self.workspace)
         self.sandbox = make_sandbox(vault.config.sandbox, self.workspace, self.transcript.id)
         self.tools = ToolBox(
@@ -72,12 +75,21 @@ class Conversation:
             vault_root=vault.root, workspace=self.workspace,
             sandbox=self.sandbox, searcher=self._search,
         )
-        self.agent = Agent(self.model, self.tools, AgentConfig(self.options.max_steps), self._record)
+        self.cancel = threading.Event()
+        self.agent = Agent(self.model, self.tools, AgentConfig(self.options.max_steps), self._record, self.cancel)
         self.ended = False
 
     @property
     def id(self) -> str:
         return self.transcript.id
+
+    @property
+    def user_turns(self) -> int:
+        return self.transcript.user_turns
+
+    @property
+    def rel(self) -> str:
+        return self.transcript.rel
 
     def ask(self, text: str) -> TurnResult:
         if not self.transcript.user_turns and self.transcript.meta.get("title") in (None, "", "untitled"):
@@ -87,12 +99,13 @@ class Conversation:
         user = {"role": "user", "content": text}
         self.transcript.append(user)
         messages = [{"role": "system", "content": system}, *history, user]
+        self.cancel.clear()
         try:
             return self.agent.run(messages)
         except ModelError as exc:
             self.note(f"model error: {exc}")
             raise
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, TurnCancelled):
             self._close_open_calls("interrupted by the user")
             self.note("turn interrupted by the user")
             raise

@@ -6,11 +6,17 @@ where messages are kept (an `on_message` callback records each one as it happens
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..errors import HermesError
 from .model import Model, Usage
+
+
+class TurnCancelled(HermesError):
+    """The person interrupted the turn (Ctrl-C in a chat served by the daemon)."""
 
 
 class Tools(Protocol):
@@ -33,16 +39,19 @@ class TurnResult:
 
 class Agent:
     def __init__(self, model: Model, tools: Tools, config: AgentConfig | None = None,
-                 on_message: Callable[[dict], None] | None = None):
+                 on_message: Callable[[dict], None] | None = None, cancel: threading.Event | None = None):
         self.model = model
         self.tools = tools
         self.config = config or AgentConfig()
         self.on_message = on_message or (lambda msg: None)
+        self.cancel = cancel  # set from another thread: the turn stops before its next step
 
     def run(self, messages: list[dict]) -> TurnResult:
         """Extend `messages` (system prompt + history + the new user message) until an answer."""
         usage = Usage()
         for step in range(1, self.config.max_steps + 1):
+            if self.cancel is not None and self.cancel.is_set():
+                raise TurnCancelled("the turn was interrupted")
             reply = self.model.complete(messages, self.tools.schemas())
             usage.add(reply.usage)
             self._add(messages, reply.as_message())

@@ -16,6 +16,7 @@ from ..agent.conversation import Conversation, ConversationOptions
 from ..errors import HermesError
 from ..mind import memory, skills
 from ..store.vault import Vault
+from .remote import RemoteConversation, RemoteError, options_for
 from .term import safe
 
 PROMPT = "you> "
@@ -40,11 +41,18 @@ class Repl:
         self.failed = 0  # turns that ended in an error (piped chat exits 1 when any did)
         if terminal:
             options.on_tool = lambda call: self.out(f"  · {call}")
-        self.conversation = Conversation(vault, options)
+        self.conversation = self._open()
         self.background: list[threading.Thread] = []
         self.commands = {"/memory": self.cmd_memory, "/skills": self.cmd_skills, "/new": self.cmd_new,
                          "/exit": self.cmd_exit, "/quit": self.cmd_exit, "/help": self.cmd_help,
                          "/refine": self.cmd_refine, "/review": self.cmd_review, "/learn": self.cmd_learn}
+
+    def _open(self) -> Conversation | RemoteConversation:
+        """The daemon's warm process when one answers; this process otherwise (same behaviour)."""
+        o = self.options
+        remote = RemoteConversation.connect(self.vault.state_dir, options_for(
+            o.source, o.model, o.workspace, o.max_steps, o.resume), o.on_tool)
+        return remote or Conversation(self.vault, o)
 
     # -- one line ------------------------------------------------------------------------------
     def handle(self, line: str) -> bool:
@@ -66,8 +74,11 @@ class Repl:
         except HermesError as exc:
             self.failed += 1
             self.out(f"error: {exc}")
+            if isinstance(exc, RemoteError) and exc.gone:  # the daemon restarted: carry on with the same session
+                self.options.resume = self.conversation.id
+                self.conversation = self._open()
         every = self.vault.config.refine.every_turns
-        if every and self.conversation.transcript.user_turns % every == 0:
+        if every and self.conversation.user_turns % every == 0:
             self.out(f"(automatic review after {every} turns)")
             self.cmd_refine("")
         return True
@@ -155,7 +166,8 @@ class Repl:
     def cmd_new(self, _arg: str) -> bool:
         self.conversation.end()
         self.options.resume = None
-        self.conversation = Conversation(self.vault, self.options)
+        self.options.resume = None
+        self.conversation = self._open()
         self.out(f"new session {self.conversation.id}")
         return True
 
@@ -218,7 +230,7 @@ class Repl:
             thread.join()  # a review in flight finishes (and reports) before we leave
         sha = self.conversation.end()
         if sha:
-            self.out(f"session {self.conversation.id} saved ({self.conversation.transcript.rel})")
+            self.out(f"session {self.conversation.id} saved ({self.conversation.rel})")
 
 
 def chat(vault: Vault, options: ConversationOptions, out: Callable[[str], None] = print) -> int:

@@ -622,7 +622,19 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
 
     options = ConversationOptions(source="run", model=model, max_steps=max_steps,
                                   workspace=Path(workspace).resolve() if workspace else None)
-    with Conversation(_vault(ctx), options) as conversation, _spinner("thinking"):
+    v = _vault(ctx)
+    from .remote import RemoteConversation, options_for
+
+    remote = RemoteConversation.connect(v.state_dir, options_for("run", model, options.workspace, max_steps))
+    if remote is not None:  # the daemon's warm process: no litellm import here
+        try:
+            with _spinner("thinking"):
+                answer = remote.ask(" ".join(prompt)).answer
+        finally:
+            remote.end()
+        echo(answer)
+        return
+    with Conversation(v, options) as conversation, _spinner("thinking"):
         result = conversation.ask(" ".join(prompt))
     echo(result.answer)
 

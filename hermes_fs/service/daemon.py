@@ -28,6 +28,7 @@ from .watcher import Debouncer, Settler, Watcher, ignored
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
+    from .warm import WarmServer
 
 # Written by hermes-fs itself and committed on their own schedule, not as human edits.
 OWN_DIRS = ("sessions/", "outputs/", "inbox/")
@@ -116,6 +117,7 @@ class Daemon:
         self.watcher = Watcher(vault.root, self.on_path)
         self.jobs: dict = {}
         self.scheduler: Scheduler | None = None
+        self.warm: WarmServer | None = None
 
     def note(self, message: str) -> None:
         self.state.note(message)
@@ -139,6 +141,7 @@ class Daemon:
             signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
             self._reload_jobs()
             self._start_scheduler()
+            self._start_warm()
             self.note("daemon started")
             self._scan_inbox()
             self.stop_event.wait()
@@ -174,6 +177,17 @@ class Daemon:
         self.scheduler = Scheduler(ledger_for(self.vault), self._run_cron, on_error=self.error)
         self.scheduler.start(list(self.jobs.values()))
 
+    def _start_warm(self) -> None:
+        """Serve `run` and `chat` turns from this warm process (a Unix socket in .hermes/)."""
+        from .warm import WarmServer
+
+        try:
+            self.warm = WarmServer(self.vault)
+            self.warm.start()
+        except OSError as exc:  # e.g. a path too long for a Unix socket: the CLI runs turns itself
+            self.warm = None
+            self.error(f"warm turns unavailable ({exc}); run and chat will start their own process")
+
     def _run_cron(self, job, due) -> None:
         from .cron_runner import run_job
 
@@ -191,6 +205,8 @@ class Daemon:
             self.error(f"cron {job.name} failed: {type(exc).__name__}: {exc} (traceback in daemon.log)")
 
     def _shutdown(self) -> None:
+        if self.warm:
+            self.warm.stop()
         if self.scheduler:
             self.scheduler.stop()
         self.watcher.stop()

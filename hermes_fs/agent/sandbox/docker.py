@@ -9,6 +9,7 @@ found and removed the next time a sandbox starts.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -18,6 +19,7 @@ from ...store.config import SandboxConfig
 from .base import OUTPUT_LIMIT, SandboxError, ShellResult
 
 LABEL = "hermes-fs.sandbox"
+log = logging.getLogger(__name__)
 CAPTURE_LIMIT = 4 * OUTPUT_LIMIT  # bytes kept per stream; the rest is counted and dropped
 PIDS_LIMIT = 256
 KEEPALIVE = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
@@ -69,8 +71,8 @@ def remove_leftovers(client) -> int:
         try:
             c.remove(force=True)
             removed += 1
-        except Exception:
-            pass
+        except Exception:  # already gone, or the engine refused: the next start tries again
+            log.debug("could not remove leftover container %s", c.id, exc_info=True)
     return removed
 
 
@@ -163,8 +165,8 @@ class DockerSandbox:
             if self.container is not None:
                 try:
                     self.container.remove(force=True)
-                except Exception:
-                    pass
+                except Exception:  # the next sandbox start removes leftovers by label
+                    log.warning("could not remove sandbox container %s", self.container.id, exc_info=True)
                 self.container = None
 
 

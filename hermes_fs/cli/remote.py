@@ -1,0 +1,124 @@
+"""The CLI's side of warm turns: a conversation served by the running daemon (service/warm.py).
+
+`connect` returns None (and the CLI runs the turn in its own process, as without a daemon) when no
+daemon answers within a short time; everything else behaves like `Conversation`: the same answers,
+errors, exit codes, transcripts and commits, because the daemon runs the very same code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import HermesError
+
+CONNECT_TIMEOUT_S = 2.0  # a daemon that has not opened the conversation by then is not used
+
+
+class RemoteError(HermesError):
+    """An error the daemon reported for a turn, with the exit code the CLI would have used."""
+
+    def __init__(self, message: str, exit_code: int = 1, gone: bool = False):
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.gone = gone  # the daemon itself went away (not an error of the turn)
+
+
+@dataclass
+class RemoteAnswer:
+    answer: str
+
+
+class RemoteConversation:
+    def __init__(self, sock: socket.socket, session: str, rel: str, on_tool: Callable[[str], None] | None):
+        self.sock = sock
+        self.reader = sock.makefile("r", encoding="utf-8")
+        self.id = session
+        self.rel = rel
+        self.on_tool = on_tool
+        self.user_turns = 0
+        self.ended = False
+
+    @classmethod
+    def connect(cls, state_dir: Path, options: dict, on_tool: Callable[[str], None] | None = None
+                ) -> RemoteConversation | None:
+        path = state_dir / "daemon.sock"
+        if os.environ.get("HERMES_NO_DAEMON") or not path.exists():
+            return None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(CONNECT_TIMEOUT_S)
+        try:
+            sock.connect(str(path))
+            sock.sendall((json.dumps({"op": "open", "options": options}) + "\n").encode())
+            reply = json.loads(sock.makefile("r", encoding="utf-8").readline() or "{}")
+        except (OSError, ValueError):
+            sock.close()
+            return None  # no daemon, a stale socket, another user's daemon, too slow: run here
+        if "session" not in reply:
+            sock.close()
+            if "exit_code" in reply and not str(reply.get("error", "")).startswith("refused"):
+                raise RemoteError(reply["error"], reply["exit_code"])
+            return None
+        sock.settimeout(None)
+        return cls(sock, reply["session"], reply.get("rel", ""), on_tool)
+
+    def _send(self, message: dict) -> None:
+        self.sock.sendall((json.dumps(message) + "\n").encode())
+
+    def _read(self) -> dict:
+        line = self.reader.readline()
+        if not line:
+            raise RemoteError("the daemon went away during the turn (it may have been restarted); "
+                              "the transcript so far is kept", gone=True)
+        return json.loads(line)
+
+    def ask(self, text: str) -> RemoteAnswer:
+        try:
+            self._send({"op": "ask", "text": text})
+        except OSError:
+            raise RemoteError("the daemon went away (it may have been restarted)", gone=True) from None
+        interrupted = False
+        while True:
+            try:
+                msg = self._read()
+            except KeyboardInterrupt:  # Ctrl-C: the daemon stops the turn before its next step
+                self._send({"op": "interrupt"})
+                interrupted = True
+                continue
+            if "tool" in msg:
+                if self.on_tool:
+                    self.on_tool(msg["tool"])
+            elif "answer" in msg:
+                self.user_turns = msg.get("user_turns", self.user_turns + 1)
+                return RemoteAnswer(msg["answer"])
+            elif "error" in msg:
+                self.user_turns += 1
+                if interrupted:
+                    raise KeyboardInterrupt
+                raise RemoteError(msg["error"], msg.get("exit_code", 1))
+
+    def end(self) -> bool:
+        """End the conversation (the daemon commits its transcript); True when a commit was made."""
+        if self.ended:
+            return False
+        self.ended = True
+        try:
+            self._send({"op": "end"})
+            while True:
+                msg = self._read()
+                if "saved" in msg:
+                    return bool(msg["saved"])
+        except (OSError, RemoteError, ValueError):
+            return False
+        finally:
+            self.sock.close()
+
+
+def options_for(source: str, model: str | None = None, workspace: Path | None = None, max_steps: int = 25,
+                resume: str | None = None) -> dict:
+    return {"source": source, "model": model, "workspace": str(workspace) if workspace else None,
+            "max_steps": max_steps, "resume": resume, "cwd": os.getcwd()}

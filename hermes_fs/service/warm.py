@@ -1,0 +1,182 @@
+"""Warm turns: the daemon runs `run` and `chat` turns in its own process, where litellm is already
+imported, and streams them back over a Unix socket in .hermes/ (DESIGN section 14).
+
+The socket is created with permissions 0600, and every connection's peer is checked
+(SO_PEERCRED): only the user the daemon runs as may connect. Each connection is one conversation,
+served by its own thread, so several sessions run at once beside the watcher, inbox and scheduler.
+
+The protocol is JSON lines. The client sends {"op": "open", "options": {...}} and then
+{"op": "ask", "text": ...} as often as it likes, and {"op": "end"}; {"op": "interrupt"} may come
+while a turn runs. The daemon answers each `open` with {"session": id}, streams {"tool": line}
+while a turn runs, and ends it with {"answer": text, ...} or {"error": message, "exit_code": n}.
+A closed connection ends (and commits) the conversation, as the end of a CLI process would.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import struct
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import HermesError
+from ..store.vault import Vault
+
+if TYPE_CHECKING:
+    from ..agent.conversation import Conversation
+
+SOCKET_NAME = "daemon.sock"
+log = logging.getLogger(__name__)
+
+
+def socket_path(vault: Vault) -> Path:
+    return vault.state_dir / SOCKET_NAME
+
+
+def peer_uid(conn: socket.socket) -> int | None:
+    """The uid of the process at the other end (Linux SO_PEERCRED); None where unknown."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid
+
+
+class WarmServer:
+    def __init__(self, vault: Vault):
+        self.vault = vault
+        self.path = socket_path(vault)
+        self.sock: socket.socket | None = None
+        self.stopped = threading.Event()
+
+    def start(self) -> None:
+        self.path.unlink(missing_ok=True)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # born 0600: no window in which another user could connect
+        try:
+            sock.bind(str(self.path))
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        sock.listen(16)
+        self.sock = sock
+        # litellm is imported by the first turn served, not at start: a daemon nobody runs turns
+        # through stays small (about 30 MB instead of about 200 MB).
+        threading.Thread(target=self._accept, name="warm-accept", daemon=True).start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self.sock:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self.sock.close()
+        self.path.unlink(missing_ok=True)
+
+    def _accept(self) -> None:
+        assert self.sock is not None
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), name="warm-session", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            uid = peer_uid(conn)
+            if uid is not None and uid != os.getuid():
+                _send(conn, {"error": "refused: this daemon serves only its own user", "exit_code": 1})
+                return
+            Session(self.vault, conn).serve()
+
+
+class Session:
+    """One client connection: one conversation, turns run in a worker so `interrupt` is heard."""
+
+    def __init__(self, vault: Vault, conn: socket.socket):
+        self.vault = vault
+        self.conn = conn
+        self.send_lock = threading.Lock()
+        self.conversation: Conversation | None = None
+        self.turn: threading.Thread | None = None
+
+    def send(self, message: dict) -> None:
+        with self.send_lock:
+            _send(self.conn, message)
+
+    def serve(self) -> None:
+        reader = self.conn.makefile("r", encoding="utf-8")
+        try:
+            for line in reader:
+                request = json.loads(line)
+                op = request.get("op")
+                if op == "open":
+                    self._open(request.get("options") or {})
+                elif op == "ask" and self.conversation is not None:
+                    self._wait_turn()
+                    self.turn = threading.Thread(target=self._ask, args=(request.get("text") or "",), daemon=True)
+                    self.turn.start()
+                elif op == "interrupt" and self.conversation is not None:
+                    self.conversation.cancel.set()
+                elif op == "end":
+                    break
+        except (OSError, ValueError):
+            pass  # the client went away (Ctrl-C, a crash): end the conversation as it would have
+        finally:
+            if self.conversation is not None:
+                self.conversation.cancel.set()
+                self._wait_turn()
+                self._end()
+
+    def _open(self, options: dict) -> None:
+        from ..agent.conversation import Conversation, ConversationOptions
+
+        try:
+            opts = ConversationOptions(
+                source=options.get("source", "cli"), model=options.get("model"),
+                max_steps=int(options.get("max_steps", 25)), resume=options.get("resume"),
+                workspace=Path(options["workspace"]) if options.get("workspace") else None,
+                cwd=Path(options["cwd"]) if options.get("cwd") else None,
+                on_tool=lambda line: self.send({"tool": line}))
+            conversation = Conversation(self.vault, opts)
+            self.conversation = conversation
+            self.send({"session": conversation.id, "rel": conversation.rel})
+        except HermesError as exc:
+            self.send({"error": str(exc), "exit_code": exc.exit_code})
+
+    def _ask(self, text: str) -> None:
+        assert self.conversation is not None
+        try:
+            result = self.conversation.ask(text)
+            self.send({"answer": result.answer, "user_turns": self.conversation.transcript.user_turns})
+        except HermesError as exc:
+            self.send({"error": str(exc), "exit_code": exc.exit_code})
+        except Exception as exc:  # a bug: the client gets one line, the log the traceback
+            log.exception("warm turn failed")
+            self.send({"error": f"unexpected {type(exc).__name__}: {exc} (traceback in daemon.log)", "exit_code": 1})
+
+    def _wait_turn(self) -> None:
+        if self.turn is not None:
+            self.turn.join()
+            self.turn = None
+
+    def _end(self) -> None:
+        assert self.conversation is not None
+        try:
+            sha = self.conversation.end()
+            self.send({"saved": bool(sha)})
+        except (HermesError, OSError):
+            log.exception("ending a warm conversation failed")
+
+
+def _send(conn: socket.socket, message: dict) -> None:
+    try:
+        conn.sendall((json.dumps(message) + "\n").encode("utf-8"))
+    except OSError:
+        pass  # the client is gone; the conversation still ends and commits

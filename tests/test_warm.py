@@ -1,0 +1,144 @@
+"""Warm turns: `run` and `chat` served by the daemon's process over its Unix socket, and the same
+cases run in-process (HERMES_NO_DAEMON=1) give the same output, exit codes, transcripts and commits.
+
+The daemon is started with the model key in its environment and the CLI without it, so a turn
+that succeeds can only have run in the daemon."""
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+
+import pytest
+from conftest import DaemonProc, git, wait_for
+
+KEY = "HERMES_TEST_KEY"
+
+
+def cli(vault, *args, input=None, warm=True, cwd=None):
+    env = {k: v for k, v in os.environ.items() if k != KEY}
+    if not warm:
+        env.update({"HERMES_NO_DAEMON": "1", KEY: "sk-test-not-a-real-key"})
+    return subprocess.run([sys.executable, "-m", "hermes_fs", "--vault", str(vault.root), *args], capture_output=True,
+                          text=True, env=env, input=input, cwd=cwd, timeout=120)
+
+
+@pytest.fixture
+def warm(agent_vault):
+    d = DaemonProc(agent_vault.root)
+    assert wait_for(lambda: (agent_vault.root / ".hermes" / "daemon.sock").exists(), 10)
+    yield d
+    d.stop()
+
+
+def shape(vault):
+    """The last commit's subject and files: what a run leaves in history."""
+    return git(vault, "log", "-1", "--format=%s%n%an", "--name-only").split()
+
+
+@pytest.mark.parametrize("path", ["warm", "cold"])
+def test_run_is_the_same_either_way(agent_vault, model_server, tmp_path, path, request):
+    if path == "warm":
+        request.getfixturevalue("warm")
+    model_server.add({"tool_calls": [("memory", {"action": "add", "file": "USER.md", "text": "Prefers tabs."})]},
+                     {"content": "The answer is 42."})
+    r = cli(agent_vault, "run", "What is the answer?", warm=path == "warm", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "The answer is 42.\n", "")
+    subjects = git(agent_vault, "log", "--format=%s", "-2").splitlines()
+    assert subjects == ["session: What is the answer?", "memory: add in memory/USER.md"]
+    assert model_server.requests[-1]["messages"][-1]["role"] == "tool"
+
+
+@pytest.mark.parametrize("path", ["warm", "cold"])
+def test_errors_and_exit_codes_are_the_same_either_way(agent_vault, model_server, tmp_path, path, request):
+    if path == "warm":
+        request.getfixturevalue("warm")
+    model_server.add({"status": 401, "body": {"error": {"message": "Incorrect API key", "type": "invalid_request_error"}}})
+    n = git(agent_vault, "rev-list", "--count", "HEAD")
+    r = cli(agent_vault, "run", "hello", warm=path == "warm", cwd=tmp_path)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.startswith("error: model openai/test-model: the API key was refused") and r.stderr.count("\n") == 1
+    assert git(agent_vault, "rev-list", "--count", "HEAD") == n  # no commit for a failed session
+
+
+def test_warm_run_needs_nothing_of_the_cli_process(agent_vault, model_server, warm, tmp_path):
+    """The CLI has no key; only the daemon does: the turn ran there. Without a daemon it cannot."""
+    model_server.add({"content": "warm hello"})
+    assert cli(agent_vault, "run", "hi", cwd=tmp_path).stdout == "warm hello\n"
+    warm.stop()
+    r = cli(agent_vault, "run", "hi", cwd=tmp_path)  # the daemon is gone: in-process, and no key here
+    assert r.returncode == 1 and KEY in r.stderr
+
+
+def test_piped_chat_through_the_daemon(agent_vault, model_server, warm, tmp_path):
+    model_server.add({"content": "one"}, {"content": "two"})
+    r = cli(agent_vault, "chat", input="first\nsecond\n", cwd=tmp_path)
+    assert r.returncode == 0 and "one\n" in r.stdout and "two\n" in r.stdout and "saved" in r.stdout
+    assert git(agent_vault, "log", "-1", "--format=%s").strip() == "session: first"
+
+
+def test_the_socket_is_the_owners_only(agent_vault, warm):
+    sock = agent_vault.root / ".hermes" / "daemon.sock"
+    assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as a second user")
+def test_a_second_user_is_refused(agent_vault, warm):
+    sock = agent_vault.root / ".hermes" / "daemon.sock"
+    probe = ("import socket,sys\ns=socket.socket(socket.AF_UNIX)\n"
+             "try:\n s.connect(sys.argv[1]); s.sendall(b'{\"op\":\"open\"}\\n'); print(s.recv(200).decode())\n"
+             "except OSError as e: print('OSError', e.errno)\n")
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    opened = []
+    for folder in [*sock.parents][:-1]:  # let the other user reach the socket's folder (test only)
+        if folder.stat().st_mode & 0o001 == 0:
+            opened.append((folder, folder.stat().st_mode))
+            os.chmod(folder, folder.stat().st_mode | 0o001)
+    try:
+        r = subprocess.run([python, "-c", probe, str(sock)], capture_output=True, text=True, user=1234, group=1234, extra_groups=[], timeout=30, cwd="/")
+        assert "OSError 13" in r.stdout, r  # 0600: the kernel refuses the connection
+        os.chmod(sock, 0o666)  # even past the file mode, the daemon checks who is calling
+        r = subprocess.run([python, "-c", probe, str(sock)], capture_output=True, text=True, user=1234, group=1234, extra_groups=[], timeout=30, cwd="/")
+        assert "refused: this daemon serves only its own user" in r.stdout, [oct(f.stat().st_mode) for f in [sock, *sock.parents]]
+    finally:
+        for folder, mode in opened:
+            os.chmod(folder, mode)
+
+
+def test_a_stale_socket_falls_back_silently(agent_vault, model_server, tmp_path):
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(agent_vault.root / ".hermes" / "daemon.sock"))  # nobody listens: what a kill -9 leaves
+    s.close()
+    model_server.add({"content": "local"})
+    env_key = {KEY: "sk-test-not-a-real-key"}
+    r = subprocess.run([sys.executable, "-m", "hermes_fs", "--vault", str(agent_vault.root), "run", "hi"],
+                       capture_output=True, text=True, env={**os.environ, **env_key}, cwd=tmp_path, timeout=120)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "local\n", "")
+
+
+def test_daemon_restart_mid_chat_keeps_the_session(agent_vault, model_server, tmp_path):
+    import threading
+
+    d = DaemonProc(agent_vault.root)
+    hold = threading.Event()
+    model_server.add({"content": "first answer"}, {"content": "never sent", "wait": hold}, {"content": "third answer"})
+    proc = subprocess.Popen([sys.executable, "-m", "hermes_fs", "--vault", str(agent_vault.root), "chat"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ), cwd=tmp_path)  # with the key: it may go on in-process
+    proc.stdin.write("one\ntwo\n")
+    proc.stdin.flush()
+    assert wait_for(lambda: len(model_server.requests) >= 2, 30)
+    d.stop()  # restarted while the second turn waits on the model
+    hold.set()
+    d2 = DaemonProc(agent_vault.root)
+    try:
+        out, err = proc.communicate("three\n", timeout=60)
+    finally:
+        d2.stop()
+    assert "first answer" in out and "third answer" in out and "daemon went away" in out
+    assert proc.returncode == 1  # one turn failed
+    sessions = list((agent_vault.root / "sessions").rglob("*.md"))
+    assert len(sessions) == 1  # the same session went on
+    text = sessions[0].read_text()
+    assert "one" in text and "three" in text and "third answer" in text
