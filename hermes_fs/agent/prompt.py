@@ -10,6 +10,7 @@ from ..errors import InputError
 from ..mind import memory, skills
 from ..mind.search import SearchIndex
 from ..store import secrets
+from ..store.docs import decode, parse_doc
 from ..store.vault import Vault
 
 IDENTITY = """You are hermes-fs, a persistent assistant. Your memory and skills are Markdown files in a git \
@@ -63,7 +64,7 @@ def select_skills(entries: dict[str, str], ranked: list[str], budget: int) -> Sk
 
 def system_prompt(vault: Vault, query: str = "", project: str | None = None, extra_skills: list[str] | tuple[str, ...] = ()) -> str:
     cfg = vault.config
-    parts = [IDENTITY]
+    parts = [soul(vault) or IDENTITY]
     for name, title in (("USER.md", "About the user (memory/USER.md)"), ("MEMORY.md", "Your notes (memory/MEMORY.md)")):
         body = _memory_body(vault, name)
         if body:
@@ -78,6 +79,15 @@ def system_prompt(vault: Vault, query: str = "", project: str | None = None, ext
     for name in extra_skills:
         parts.append(f"# Skill loaded for this task: {name}\n{skills.view(vault.files, name)}")
     return "\n\n".join(parts)
+
+
+def soul(vault: Vault) -> str:
+    """memory/SOUL.md (e.g. imported from Hermes Agent): the vault's own identity, if it has one."""
+    try:
+        data = vault.files.read("memory/SOUL.md")
+        return parse_doc(decode(data, "memory/SOUL.md"), "memory/SOUL.md").body.strip()[:8000] if data else ""
+    except InputError:
+        return ""
 
 
 def _memory_body(vault: Vault, name: str) -> str:

@@ -195,20 +195,66 @@ def skills_show(ctx: click.Context, name: str, file: str | None):
 @skills.command("validate")
 @vault_option
 @click.argument("names", nargs=-1)
+@click.option("--fix", is_flag=True, help="Rewrite skills to the reference form (one commit).")
 @click.pass_context
-def skills_validate(ctx: click.Context, names: tuple[str, ...]):
-    """Check skills against the Agent Skills reference validator (all skills by default)."""
+def skills_validate(ctx: click.Context, names: tuple[str, ...], fix: bool):
+    """Check skills against the Agent Skills reference validator (all by default): one line per
+    problem, then a summary. --fix rewrites them to the reference form, as one commit."""
     from ..mind import skills as sk
 
-    files = _vault(ctx).files
-    bad = 0
-    for name in names or sk.names(files):
-        errors = sk.validate(files, name)
-        bad += bool(errors)
-        echo(f"{'ok ' if not errors else 'BAD'} {name}" + "".join(f"\n    {e}" for e in errors))
-    if bad:
-        echo(f"{bad} invalid skill(s)", err=True)
+    v = _vault(ctx)
+    if fix:
+        changes, skipped = sk.fixes(v.files)
+        for rel, data in changes.items():
+            v.files.write(rel, data) if data is not None else v.files.delete(rel)
+        sha = v.git.commit_paths(sorted(changes), f"skills: {len({p.split('/')[1] for p, d in changes.items() if d})} "
+                                                  "skill(s) to the reference form") if changes else None
+        for line in skipped:
+            echo(f"not fixed: {line}")
+        echo(f"fixed {len({p.split('/')[1] for p, d in changes.items() if d})} skill(s)"
+             + (f" in {sha[:10]}" if sha else "") + (f"; {len(skipped)} left as they were" if skipped else ""))
+    report = sk.check_all(v.files, list(names) or None)
+    for name, errors in sorted(report.problems.items()):
+        for e in errors:
+            echo(f"BAD {name}: {e}")
+    for path, category, new in report.misplaced:
+        echo(f"MISPLACED {path}: skills live at skills/<name>/SKILL.md; --fix moves it to skills/{new}/"
+             + (f" (category {category!r} kept as metadata.category)" if category else ""))
+    echo(f"{report.checked} skill(s) checked: {report.checked - report.invalid} valid, {report.invalid} invalid, "
+         f"{len(report.misplaced)} misplaced")
+    if report.invalid or report.misplaced:
         ctx.exit(2)
+
+
+@main.group("import")
+def import_group():
+    """Bring another agent's memory, skills and jobs into this vault."""
+
+
+@import_group.command("hermes-agent")
+@vault_option
+@click.argument("home", required=False, default="~/.hermes", type=click.Path(file_okay=False))
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@click.pass_context
+def import_hermes_agent(ctx: click.Context, home: str, dry_run: bool):
+    """A Hermes Agent home (default ~/.hermes) into this vault, in one commit; keys go to
+    .hermes/secrets.env, never to git. Running it again changes nothing."""
+    from ..learning.importer import apply_import, plan_import
+
+    v = _vault(ctx)
+    plan = plan_import(v, Path(home).expanduser())
+    for line in plan.lines:
+        echo(("would write " if dry_run else "") + line)
+    for note in plan.notes:
+        echo(f"note: {note}")
+    if plan.empty:
+        echo("nothing to import: the vault already has all of it")
+        return
+    if dry_run:
+        echo("(dry run: nothing written)")
+        return
+    sha = apply_import(v, plan)
+    echo(f"imported in {sha[:10]} (import: hermes-agent)" if sha else "keys stored in .hermes/secrets.env")
 
 
 @main.group()

@@ -39,7 +39,7 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
     st = Status(vault=str(vault.root), model=cfg.model)
     rows, errors = memory_rows(vault)
     st.memory, st.errors = rows, st.errors + errors
-    st.skills = {"count": len(skills.names(vault.files))}  # `skills validate` does the full check
+    st.skills = skill_counts(vault)
     jobs, job_errors = cron.load_jobs(vault.files, cfg)
     upcoming = next_runs(vault, jobs, now)
     for job in jobs:
@@ -56,6 +56,32 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
     # files the daemon left uncommitted (a secret, too big): a person must act on them
     st.errors += [e.split(" ", 1)[-1] for e in st.daemon.get("last_errors") or [] if " not committed: " in f" {e}"]
     return st
+
+
+def skill_counts(vault: Vault) -> dict:
+    """How many skills, how many fail the reference validator, how many sit outside
+    skills/<name>/SKILL.md. Validation results are cached by (mtime, size) in .hermes/cache/."""
+    cache_path = vault.state_dir / "cache" / "skill-checks.json"
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    fresh, invalid = {}, 0
+    names = skills.names(vault.files)
+    for name in names:
+        rel = skills.skill_path(name) if skills.valid_name(name) else f"skills/{name}/SKILL.md"
+        try:
+            stat = os.stat(vault.root / rel)
+        except OSError:
+            continue
+        key = [stat.st_mtime_ns, stat.st_size]
+        hit = cache.get(rel)
+        ok = hit["ok"] if hit and hit["key"] == key else (skills.valid_name(name) and not skills.validate(vault.files, name))
+        fresh[rel] = {"key": key, "ok": ok}
+        invalid += not ok
+    if fresh != cache:
+        atomic_write(cache_path, json.dumps(fresh))
+    return {"count": len(names), "invalid": invalid, "misplaced": len(skills.misplaced(vault.files))}
 
 
 def memory_rows(vault: Vault) -> tuple[list[dict], list[str]]:
@@ -103,7 +129,10 @@ def render(st: Status) -> str:
     for m in st.memory:
         flag = "  OVER BUDGET: refine will consolidate" if m["over_budget"] else ""
         lines.append(f"  {m['file']:<32} {m['chars']:>6} / {m['budget']:<6} chars  {m['entries']} entries{flag}")
-    lines.append(f"skills  {st.skills.get('count', 0)}")
+    s = st.skills
+    extra = [f"{s[k]} {k}" for k in ("invalid", "misplaced") if s.get(k)]
+    lines.append(f"skills  {s.get('count', 0)}" + (f"  ({', '.join(extra)}: `hermes-fs skills validate`, then --fix)"
+                                                   if extra else ""))
     lines.append("cron")
     for j in st.cron:
         nxt = j["next_run"] or ("disabled" if not j["enabled"] else "no future run")

@@ -140,7 +140,8 @@ def find_entry(mem: MemoryFile, old_text: str) -> Entry:
     raise InputError(f"{len(hits)} entries contain {old_text!r}; use a longer substring. Matches: {listing}", mem.path)
 
 
-def add(files: FileStore, config: Config, file: str, text: str, section: str | None = None) -> MemoryFile:
+def add(files: FileStore, config: Config, file: str, text: str, section: str | None = None,
+        check_budget: bool = True) -> MemoryFile:
     mem = load(files, file, config)
     entry = format_entry(text)
     if any(e.text.strip() == entry for e in mem.entries):
@@ -157,7 +158,7 @@ def add(files: FileStore, config: Config, file: str, text: str, section: str | N
     if section and not any(e.section == section for e in mem.entries) and not _has_heading(mem, section):
         prefix += f"{nl}## {section}{nl}{nl}"
     new = before + prefix + entry.replace("\n", nl) + nl + after
-    return _save(files, mem, new)
+    return _save(files, mem, new, check_budget)
 
 
 def replace(files: FileStore, config: Config, file: str, old_text: str, text: str) -> MemoryFile:

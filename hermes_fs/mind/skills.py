@@ -7,6 +7,7 @@ check serves the working tree and a refine overlay. hermes-fs keeps its own fiel
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -42,8 +43,16 @@ def skill_path(name: str, file: str = SKILL_FILE) -> str:
     return f"{SKILLS_DIR}/{name}/{file}"
 
 
+def valid_name(name: object) -> bool:
+    """The spec's rule: lowercase Unicode letters and digits, single inner hyphens, at most 64."""
+    if not isinstance(name, str) or not name or len(name) > 64 or name != unicodedata.normalize("NFKC", name):
+        return False
+    return (name == name.lower() and not name.startswith("-") and not name.endswith("-") and "--" not in name
+            and all(c.isalnum() or c == "-" for c in name))
+
+
 def check_name(name: str) -> None:
-    if not isinstance(name, str) or not NAME_RE.match(name) or len(name) > 64:
+    if not valid_name(name):
         raise SkillError(
             f"invalid skill name {name!r}: use lowercase letters, digits and single hyphens, at most 64 characters"
         )
@@ -63,6 +72,21 @@ def validate_text(name: str, text: str) -> list[str]:
     if "metadata" in meta and not isinstance(meta["metadata"], dict):
         errors.append("Field 'metadata' must be a mapping of strings to strings")
     return errors
+
+
+def problems(name: str, text: str) -> list[str]:
+    """The reference validator's errors, plus what a tolerant reading sees when strict parsing
+    stops early (e.g. at flow-style YAML): a missing description, a name that is not the folder."""
+    found = validate_text(name, text)
+    try:
+        meta = parse_doc(text, skill_path(name), required=True).meta
+    except InputError as exc:
+        return found + [str(exc)]
+    if meta.get("name") != name:
+        found.append(f"name {meta.get('name')!r} is not the folder name {name!r}")
+    if not isinstance(meta.get("description"), str) or not meta["description"].strip():
+        found.append("description is missing")
+    return found
 
 
 def _require_valid(name: str, text: str) -> None:
@@ -123,7 +147,8 @@ def validate(files: FileStore, name: str) -> list[str]:
 
 
 def view(files: FileStore, name: str, file: str | None = None) -> str:
-    rel = support_path(name, file) if file else skill_path(name)
+    """SKILL.md, or any file inside the skill's folder (the spec allows any; bodies point at them)."""
+    rel = support_path(name, file, any_file=True) if file else skill_path(name)
     data = files.read(rel)
     if data is None and (not file or files.read(skill_path(name)) is None):
         raise SkillError(f"no skill named {name!r}", skill_path(name))
@@ -153,8 +178,10 @@ def patch(files: FileStore, name: str, old_text: str, new_text: str, file: str |
         what = "not found" if count == 0 else f"found {count} times; use a longer, unique piece"
         raise SkillError(f"old_text {what}", rel)
     new = text.replace(old_text, new_text, 1)
-    if not file:
-        _require_valid(name, new)
+    if not file:  # a skill that was never valid may be patched, as long as the patch adds no problem
+        added = [e for e in problems(name, new) if e not in problems(name, text)]
+        if added:
+            raise SkillError("invalid skill: " + "; ".join(added), skill_path(name))
     files.write(rel, new.encode("utf-8"))
     return read(files, name)
 
@@ -193,12 +220,73 @@ def delete(files: FileStore, name: str, merged_into: str | None = None) -> list[
     return removed
 
 
-def support_path(name: str, file: str) -> str:
+def support_path(name: str, file: str, any_file: bool = False) -> str:
+    """A file of the skill: any file inside its folder to read (`any_file`), one under references/,
+    scripts/ or assets/ to write (what hermes-fs writes keeps the spec's layout)."""
     rel = clean_relpath(file)
     top = rel.split("/", 1)[0]
-    if top not in SUPPORT_DIRS or "/" not in rel:
+    if not any_file and (top not in SUPPORT_DIRS or "/" not in rel):
         raise SkillError(f"support files live under {', '.join(d + '/' for d in SUPPORT_DIRS)}; got {file!r}")
     return skill_path(name, rel)
+
+
+# -- the reference form ---------------------------------------------------------------------------
+SPEC_FIELDS = ("name", "description", "license", "compatibility", "allowed-tools", "metadata")
+
+
+def normal_name(text: str) -> str:
+    """A folder or title as a spec-valid skill name: `PDF Formulář` -> `pdf-formulář`."""
+    cleaned = "".join(c if c.isalnum() else "-" for c in unicodedata.normalize("NFKC", text).lower())
+    return re.sub(r"-+", "-", cleaned).strip("-")[:64].rstrip("-") or "skill"
+
+
+def _string(value) -> str:
+    if isinstance(value, str):
+        return value
+    import json
+
+    return json.dumps(value, ensure_ascii=False)
+
+
+def reference_form(text: str, name: str, extra: dict[str, str] | None = None) -> str:
+    """SKILL.md text rewritten to the reference form: `name` = the folder, spec fields at the top
+    (block-style YAML), every other field (and `extra`, e.g. the category) as strings under
+    `metadata`. The body is kept byte for byte."""
+    doc = parse_doc(text, SKILL_FILE, required=True)
+    meta = dict(doc.meta)
+    out: dict = {"name": name, "description": " ".join(_string(meta.get("description") or name).split())[:1024]}
+    for key in ("license", "compatibility"):
+        if meta.get(key) is not None:
+            out[key] = _string(meta[key])[: 500 if key == "compatibility" else None]
+    tools = meta.get("allowed-tools")
+    if tools is not None:
+        out["allowed-tools"] = " ".join(map(str, tools)) if isinstance(tools, list) else _string(tools)
+    metadata = {str(k): _string(v) for k, v in (meta.get("metadata") or {}).items()} \
+        if isinstance(meta.get("metadata"), dict) else ({"metadata": _string(meta["metadata"])} if "metadata" in meta else {})
+    for key, value in meta.items():
+        if key not in SPEC_FIELDS:
+            metadata[str(key)] = _string(value)
+    if meta.get("name") not in (None, name):
+        metadata.setdefault("original-name", _string(meta["name"]))
+    metadata.update(extra or {})
+    if metadata:
+        out["metadata"] = metadata
+    return dump_doc(out, doc.body)
+
+
+def misplaced(files: FileStore) -> list[tuple[str, str, str]]:
+    """SKILL.md files not at skills/<name>/SKILL.md (e.g. in category folders, or `skill.md`):
+    (path, the category, the name it would get)."""
+    found = []
+    for p in files.list(SKILLS_DIR):
+        parts = p.split("/")
+        if parts[-1].lower() != SKILL_FILE.lower() or (len(parts) == 3 and parts[-1] == SKILL_FILE):
+            continue
+        if len(parts) == 3:  # skills/<name>/skill.md: the wrong case
+            found.append((p, "", normal_name(parts[1])))
+        elif len(parts) >= 4:  # skills/<category>[/<subcategory>]/<name>/SKILL.md
+            found.append((p, "/".join(parts[1:-2]), normal_name(parts[-2])))
+    return found
 
 
 def stamp_metadata(content: str, fields: dict[str, str]) -> str:
@@ -209,3 +297,62 @@ def stamp_metadata(content: str, fields: dict[str, str]) -> str:
     merged.update({str(k): str(v) for k, v in fields.items()})
     meta["metadata"] = merged
     return dump_doc(meta, doc.body)
+
+
+@dataclass
+class SkillReport:
+    """What `skills validate` found: problems per skill, and skills outside skills/<name>/SKILL.md."""
+
+    checked: int = 0
+    problems: dict[str, list[str]] = field(default_factory=dict)  # name or path -> problems
+    misplaced: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def invalid(self) -> int:
+        return len(self.problems)
+
+
+def check_all(files: FileStore, only: list[str] | None = None) -> SkillReport:
+    report = SkillReport()
+    for name in only or names(files):
+        report.checked += 1
+        errors = validate(files, name) if valid_name(name) or only else [f"folder name {name!r} is not a valid skill name"]
+        if errors:
+            report.problems[name] = errors
+    report.misplaced = [] if only else misplaced(files)
+    return report
+
+
+def fixes(files: FileStore) -> tuple[dict[str, bytes | None], list[str]]:
+    """The changes that bring every skill to the reference form (block-style YAML, extra fields
+    under `metadata`, folder = name, category folders flattened), and what could not be fixed."""
+    changes: dict[str, bytes | None] = {}
+    skipped: list[str] = []
+    taken = set(names(files))
+    moves = [(f"{SKILLS_DIR}/{n}", "", n) for n in names(files) if validate(files, n)]
+    moves += [(p.rsplit("/", 1)[0], cat, new) for p, cat, new in misplaced(files)]
+    for folder, category, old_name in moves:
+        name = normal_name(old_name)
+        target = f"{SKILLS_DIR}/{name}"
+        if target != folder and (name in taken or any(k.startswith(target + "/") for k in changes)):
+            skipped.append(f"{folder}: a skill named {name!r} already exists; rename one of them by hand")
+            continue
+        skill_file = next((p for p in files.list(folder) if p.rsplit("/", 1)[-1].lower() == SKILL_FILE.lower()
+                           and p.count("/") == folder.count("/") + 1), None)
+        try:
+            assert skill_file is not None
+            text = reference_form(decode(files.read(skill_file) or b"", skill_file), name,
+                                  {"category": category} if category else None)
+        except (InputError, AssertionError) as exc:
+            skipped.append(f"{folder}: {exc or 'no SKILL.md'}")
+            continue
+        if validate_text(name, text):
+            skipped.append(f"{folder}: still invalid after rewriting: " + "; ".join(validate_text(name, text)))
+            continue
+        for p in files.list(folder):
+            rel = p[len(folder) + 1:]
+            new = f"{target}/{SKILL_FILE}" if p == skill_file else f"{target}/{rel}"
+            changes[p] = None
+            changes[new] = text.encode("utf-8") if p == skill_file else files.read(p)
+        taken.add(name)
+    return changes, skipped

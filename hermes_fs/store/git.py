@@ -327,7 +327,8 @@ class GitStore:
             raise GitError(f"{busy} in the vault; hermes-fs waits until it is finished (it works on {MAIN})")
 
     def commit_paths(
-        self, paths: list[str], message: str, trailers: dict[str, str] | None = None, author: str | None = None
+        self, paths: list[str], message: str, trailers: dict[str, str] | None = None, author: str | None = None,
+        body: str = "",
     ) -> str | None:
         """Commit exactly these paths (adds, edits, deletions) on main; None if they are unchanged.
 
@@ -340,7 +341,7 @@ class GitStore:
             if not changed:
                 return None
             self._secrets.check({p: self._disk_bytes(p) for p in changed})
-            return self._stage_and_commit(changed, format_message(message, "", trailers), author)
+            return self._stage_and_commit(changed, format_message(message, body, trailers), author)
 
     def commit_all(self, message: str, trailers: dict[str, str] | None = None) -> str | None:
         """Everything not ignored (used by `init`), still through the secret scanner."""

@@ -43,7 +43,9 @@ PATTERNS: list[tuple[str, re.Pattern]] = [
     ("password in settings",
      re.compile(r"^\s*[\"']?(?:password|passwd|secret|api_?key|auth_?token)[\"']?\s*:\s*[\"']?(?!\$\{)"
                 r"[^\s\"'#]{8,}", re.I | re.M)),
-    ("URL with credentials", re.compile(r"\b[a-z][a-z0-9+.-]{1,15}://[^\s/:@${}]+:[^\s/@${}]{3,}@", re.I)),
+    # user:password@ in a URL; template and regex characters (<user>, [^@]*, \(...\)) are documentation
+    ("URL with credentials", re.compile(r"\b[a-z][a-z0-9+.-]{1,15}://[^\s/:@${}<>\[\]()*\\]+:[^\s/@${}<>\[\]()*\\]{3,}@",
+                                        re.I)),
     (
         "Apprise URL with a token",
         re.compile(rf"\b(?:{APPRISE_TOKEN_SCHEMES})://(?![^\s]*\$\{{)[^\s]*[A-Za-z0-9_-]{{16,}}", re.I),
@@ -71,12 +73,31 @@ class Finding:
 
 
 # Documentation writes placeholders where a value goes: those are not secrets.
-_PLACEHOLDER = re.compile(r"your|xxxx|example|changeme|placeholder|<[^>]*>|\.\.\.|redacted|dummy|\*\*\*", re.I)
+_PLACEHOLDER = re.compile(r"your|xxxx|example|changeme|placeholder|<[^>]*>|\.\.\.|redacted|dummy|\*\*\*|\{[^}]*\}",
+                          re.I)
 _ASSIGNMENTS = {".env secret assignment", "password in settings", "URL with a token parameter", "AWS secret key"}
+_VALUE = re.compile(r"[:=]\s*[\"']?([^\s\"'#]+)")
 
 
 def _is_placeholder(kind: str, match: str) -> bool:
-    return kind in _ASSIGNMENTS and bool(_PLACEHOLDER.search(match))
+    """A documentation placeholder or a reference in code, not a value: `sk-xxxxxxxx`,
+    `KEY=your_key_here`, `SECRET_PATH = HERMES_HOME / ...`, `"api_key": self.api_key`,
+    `SECRET=generate-a-strong-secret-here`."""
+    if re.search(r"[xX*]{8,}", match):  # sk-xxxxxxxxxxxx, ********
+        return True
+    if kind == "URL with credentials":  # postgres://user:pass@db/mydb
+        creds = re.search(r"://[^:/]*:([^@]*)@", match)
+        return bool(creds and creds.group(1).lower() in {"pass", "password", "passwd", "pwd", "secret", "changeme"})
+    if kind not in _ASSIGNMENTS:
+        return False
+    if _PLACEHOLDER.search(match):
+        return True
+    m = _VALUE.search(match)
+    value = m.group(1).rstrip(",;)") if m else ""
+    return bool(re.fullmatch(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+", value)  # another variable's name
+                or re.fullmatch(r"[A-Za-z_]\w*(?:\.\w+)+", value)  # self.api_key, creds.token
+                or "(" in value  # os.getenv("API_TOKEN"): a call, not a value
+                or re.fullmatch(r"[a-z]+(?:-[a-z]+){2,}", value))  # words-joined-by-hyphens
 
 
 def scan_text(path: str, text: str) -> list[Finding]:
