@@ -29,6 +29,7 @@ from hermes_fs.store.vault import init_vault  # noqa: E402
 
 
 def make_vault(tmp: Path, n_skills: int, server: ModelServer):
+    tmp.mkdir(parents=True, exist_ok=True)
     vault = init_vault(tmp / f"v{n_skills}").vault
     for name in ("writing-skills", "reviewing-learned-changes"):
         for f in (vault.root / "skills" / name).iterdir():
@@ -50,18 +51,26 @@ def first_request(vault, server: ModelServer, question: str) -> dict:
     return server.requests[-1]
 
 
-def measure(n_skills: int, server: ModelServer, tmp: Path) -> dict:
+BIN = Path(sys.executable).parent
+MCP_SERVERS = (f"mcp:\n  servers:\n    time: {{command: {BIN / 'mcp-server-time'}, args: [--local-timezone, UTC]}}\n"
+               f"    fetch: {{command: {BIN / 'mcp-server-fetch'}}}\n")
+
+
+def measure(n_skills: int, server: ModelServer, tmp: Path, mcp: bool = False) -> dict:
     litellm = import_litellm()
-    vault = make_vault(tmp, n_skills, server)
+    vault = make_vault(tmp / ("mcp" if mcp else "plain"), n_skills, server)
+    if mcp:  # two reference MCP servers: their tool schemas go out with every turn
+        (vault.root / "hermes.yaml").write_text((vault.root / "hermes.yaml").read_text() + MCP_SERVERS)
+        vault._config = None
     req = first_request(vault, server, "Hello, what can you do?")
     system = req["messages"][0]["content"]
     overhead = {"system": system, "tools": req["tools"]}
     size = len(json.dumps(overhead).encode())
     tokens = litellm.token_counter(model="gpt-4o-mini", messages=[req["messages"][0]]) + \
         litellm.token_counter(model="gpt-4o-mini", text=json.dumps(req["tools"]))
-    row = {"skills": n_skills, "bytes": size, "system_bytes": len(system.encode()),
+    row = {"skills": n_skills, "mcp_servers": 2 if mcp else 0, "bytes": size, "system_bytes": len(system.encode()),
            "tool_schema_bytes": len(json.dumps(req["tools"]).encode()), "tokens": tokens}
-    if n_skills:
+    if n_skills and not mcp:
         lib = skill_library(n_skills)
         qs = questions(lib)
         hits = 0
@@ -89,6 +98,11 @@ def main() -> dict:
             rows.append(row)
             print(f"skills={n:<5} bytes={row['bytes']:<6} tokens={row['tokens']:<5} "
                   + (f"routing={row['routing']:.3f} ({row['routing_hits']}/{row['routing_questions']}) full_desc={row['full_descriptions']}" if n else ""))
+        for n in (0, 150):
+            row = measure(n, server, Path(tmp), mcp=True)
+            rows.append(row)
+            print(f"skills={n:<5} + 2 MCP servers (time, fetch): bytes={row['bytes']:<6} tokens={row['tokens']:<5} "
+                  f"(tool schemas {row['tool_schema_bytes']} B)")
     server.close()
     result = {"rows": rows, "targets": {"bytes_no_skills": 8192, "bytes_with_skills": 12288, "routing": 0.95},
               "baseline_hermes_agent_0_19": {"bytes_no_skills": 46000, "bytes_150_skills": 59000}}

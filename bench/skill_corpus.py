@@ -6,6 +6,8 @@ describe the goal in their own words, so routing is measured on paraphrase, not 
 
 from __future__ import annotations
 
+import zlib
+
 TOOLS = {
     "postgres": "PostgreSQL databases", "mysql": "MySQL databases", "redis": "Redis caches",
     "kubernetes": "Kubernetes clusters", "docker": "Docker containers", "terraform": "Terraform infrastructure",
@@ -57,7 +59,7 @@ def skill_library(n: int) -> list[tuple[str, str]]:
         for tool, label in TOOLS.items():
             out.append((f"{tool}-{task}", f"{desc.format(t=label)}. Use when the user works with {tool.replace('-', ' ')} and wants to {task.replace('-', ' ')}."))
     # interleave so the first n cover many tools and tasks
-    out.sort(key=lambda item: (hash(item[0]) % 9973, item[0]))
+    out.sort(key=lambda item: (zlib.crc32(item[0].encode()) % 9973, item[0]))  # stable across runs, unlike hash()
     return out[:n]
 
 

@@ -67,7 +67,8 @@ class ModelServer:
             return self.responder(body)
         if not self.script:
             return {"status": 400, "body": {"error": {"message": "test script exhausted", "type": "invalid_request_error"}}}
-        return self.script.pop(0)
+        item = self.script.pop(0)
+        return item(body) if callable(item) else item  # a function computes its reply from the request
 
     def _render(self, item: dict, body: dict) -> tuple[int, dict]:
         if item.get("delay"):

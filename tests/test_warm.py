@@ -9,6 +9,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import DaemonProc, git, wait_for
@@ -142,3 +143,30 @@ def test_daemon_restart_mid_chat_keeps_the_session(agent_vault, model_server, tm
     assert len(sessions) == 1  # the same session went on
     text = sessions[0].read_text()
     assert "one" in text and "three" in text and "third answer" in text
+
+
+def test_ctrl_c_in_a_warm_chat_stops_the_turn_in_the_daemon(agent_vault, model_server, warm, tmp_path):
+    import pexpect
+
+    hold = __import__("threading").Event()
+    model_server.add({"tool_calls": [("skill_search", {"query": "deploy"})], "wait": hold},
+                     {"content": "after the interrupt"})
+    child = pexpect.spawn(sys.executable, ["-m", "hermes_fs", "--vault", str(agent_vault.root), "chat"],
+                          cwd=str(tmp_path), encoding="utf-8", timeout=60,
+                          env={k: v for k, v in os.environ.items() if k != KEY} | {"TERM": "dumb"})
+    try:
+        child.expect("you> ")
+        child.sendline("search the skills")
+        assert wait_for(lambda: len(model_server.requests) == 1, 30)
+        child.sendintr()  # Ctrl-C while the daemon waits on the model
+        hold.set()
+        child.expect(r"turn interrupted; the session goes on")
+        time.sleep(1.0)
+        assert len(model_server.requests) == 1  # the turn stopped before its next model call
+        child.expect("you> ")
+        child.sendline("and now?")
+        child.expect("after the interrupt")
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)

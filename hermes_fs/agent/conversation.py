@@ -38,6 +38,7 @@ class ConversationOptions:
     on_tool: Callable[[str], None] | None = None  # told of each tool call as it is made (the chat screen)
     commit_on_end: bool = True  # False: the caller commits the transcript with its own files (a cron run)
     cwd: Path | None = None  # the person's current folder (a daemon serving a CLI is elsewhere)
+    mcp_servers: list[str] | None = None  # which of hermes.yaml's mcp.servers (None: all of them)
 
 
 def default_workspace(vault: Vault, source: str = "cli") -> Path:
@@ -73,11 +74,23 @@ class Conversation:
         self.tools = ToolBox(
             files=vault.files, config=vault.config, committer=SessionCommitter(vault.git, self.transcript.id, vault.config.git.author),
             vault_root=vault.root, workspace=self.workspace,
-            sandbox=self.sandbox, searcher=self._search,
+            sandbox=self.sandbox, searcher=self._search, mcp=self._mcp_hub(),
         )
         self.cancel = threading.Event()
         self.agent = Agent(self.model, self.tools, AgentConfig(self.options.max_steps), self._record, self.cancel)
         self.ended = False
+
+    def _mcp_hub(self):
+        """The session's MCP servers (started on first use, stopped when the session ends)."""
+        servers = self.vault.config.mcp.servers
+        wanted = self.options.mcp_servers
+        chosen = {n: s for n, s in servers.items() if wanted is None or n in wanted}
+        if not chosen:
+            return None
+        from ..store.notify import read_secrets_env
+        from .mcp_client import McpHub
+
+        return McpHub(chosen, read_secrets_env(self.vault.secrets_env))
 
     @property
     def id(self) -> str:
@@ -142,6 +155,8 @@ class Conversation:
             return None
         self.ended = True
         self.sandbox.close()
+        if self.tools.mcp is not None:
+            self.tools.mcp.stop()
         if not any(m["role"] == "assistant" for m in self.transcript.messages):
             # no turn got an answer (a missing key, a dead server): nothing worth a commit
             self.transcript.path.unlink(missing_ok=True)

@@ -24,6 +24,7 @@ from .model import parse_arguments
 
 if TYPE_CHECKING:  # only for types: the CLI's fast paths never load git or the sandbox here
     from ..store.git import GitStore
+    from .mcp_client import McpHub
     from .sandbox import Sandbox
 
 READ_LIMIT = 100_000
@@ -93,12 +94,18 @@ class ToolBox:
     skill_actions: tuple[str, ...] | None = None  # restrict skill_manage (e.g. learn --update: patch only)
     skill_names: tuple[str, ...] | None = None  # restrict which skills skill_manage may touch
     created_by: str | None = None  # metadata.created-by of new skills (default: session, or refine on an overlay)
+    mcp: McpHub | None = None  # the session's MCP servers: tools named <server>__<tool>
     changed: list[str] = field(default_factory=list)  # every vault path written, in order
 
     def schemas(self) -> list[dict]:
-        return [SCHEMAS[n] for n in self.enabled]
+        return [SCHEMAS[n] for n in self.enabled] + (self.mcp.schemas() if self.mcp else [])
 
     def call(self, name: str, raw_arguments: str) -> str:
+        if self.mcp is not None and name not in self.enabled and self.mcp.owns(name):
+            try:
+                return self.mcp.call(name, parse_arguments(raw_arguments))
+            except ValueError as exc:
+                return f"error: {exc}"
         if name not in self.enabled:
             return f"error: unknown tool {name!r}; available: {', '.join(self.enabled)}"
         try:

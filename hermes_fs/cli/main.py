@@ -226,6 +226,25 @@ def skills_validate(ctx: click.Context, names: tuple[str, ...], fix: bool):
         ctx.exit(2)
 
 
+@main.command("mcp")
+@vault_option
+@click.option("--http", "http", metavar="HOST:PORT", help="Serve streamable HTTP (bearer token required) instead of stdio.")
+@click.pass_context
+def mcp_serve(ctx: click.Context, http: str | None):
+    """Serve this vault over MCP: memory, skills, session search and refine for other agents."""
+    from ..service.mcp_server import serve_http, serve_stdio
+
+    v = _vault(ctx)
+    if not http:
+        serve_stdio(v)
+        return
+    host, _, port = http.rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"--http takes HOST:PORT, e.g. 127.0.0.1:8765; got {http!r}")
+    echo(f"serving {v.root} over MCP at http://{host}:{port}/mcp", err=True)
+    serve_http(v, host, int(port))
+
+
 @main.group("import")
 def import_group():
     """Bring another agent's memory, skills and jobs into this vault."""
@@ -626,6 +645,7 @@ def doctor(ctx: click.Context, no_model: bool):
     """Check the setup: the model (one tiny call), and the sandbox (Docker engine and image)."""
     v = _vault(ctx)
     checks = [] if no_model else [_check_model(v)]
+    checks += _check_mcp(v)
     cfg = v.config.sandbox
     if cfg.backend != "docker":
         checks.append(("sandbox", True, f"backend {cfg.backend}" + (
@@ -638,6 +658,22 @@ def doctor(ctx: click.Context, no_model: bool):
         echo(f"{'ok ' if ok else 'BAD'} {name}: {detail}")
     if not all(ok for _n, ok, _d in checks):
         ctx.exit(1)
+
+
+def _check_mcp(v) -> list[tuple[str, bool, str]]:
+    """Each MCP server of hermes.yaml: does it start, and how many tools does it give."""
+    servers = v.config.mcp.servers
+    if not servers:
+        return []
+    from ..agent.mcp_client import McpHub
+    from ..store.notify import read_secrets_env
+
+    hub = McpHub(servers, read_secrets_env(v.secrets_env))
+    try:
+        with _spinner("starting MCP servers"):
+            return [(f"mcp server {name}", ok, detail) for name, ok, detail in hub.status()]
+    finally:
+        hub.stop()
 
 
 def _check_model(v) -> tuple[str, bool, str]:

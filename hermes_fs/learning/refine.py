@@ -74,6 +74,7 @@ class RefineOptions:
     focus: str | None = None
     policy: str | None = None  # overrides refine.policy
     max_steps: int = 30
+    client: str | None = None  # the MCP client that sent the conversation (trailer Refine-Client)
 
 
 def resolve_session(vault: Vault, session: str | None) -> str:
@@ -135,7 +136,8 @@ class Reviewer:
     def describe(self, changes: dict[str, bytes | None]) -> Description:
         summary, lines = parse_report(self.task.answer, changes, self.overlay)
         trailers = {"Refine-Session": self.session or "", "Refine-Snapshot": self.snapshot or "",
-                    "Refine-Focus": self.options.focus or "", "Refine-Model": self.model.name if self.model else ""}
+                    "Refine-Focus": self.options.focus or "", "Refine-Model": self.model.name if self.model else "",
+                    "Refine-Client": self.options.client or ""}
         return Description(summary, lines, trailers, self.options.focus or summary)
 
     def context(self) -> dict:

@@ -17,7 +17,7 @@ from ..store.files import FileStore
 from .schedule import Schedule, parse_schedule, zone
 
 CRON_DIR = "cron"
-FIELDS = {"schedule", "timezone", "notify", "enabled", "skills", "model", "catch_up"}
+FIELDS = {"schedule", "timezone", "notify", "enabled", "skills", "model", "catch_up", "mcp"}
 
 
 @dataclass
@@ -30,6 +30,7 @@ class CronJob:
     skills: list[str] = field(default_factory=list)
     model: str | None = None
     catch_up: bool = True
+    mcp: list[str] | None = None  # the MCP servers (of hermes.yaml mcp.servers) this job uses; None: all
 
     @property
     def path(self) -> str:
@@ -70,7 +71,18 @@ def parse_job(name: str, text: str, config: Config) -> CronJob:
         skills=_str_list(meta, "skills", path),
         model=model,
         catch_up=catch_up,
+        mcp=_mcp_servers(meta, config, path),
     )
+
+
+def _mcp_servers(meta: dict, config: Config, path: str) -> list[str] | None:
+    if "mcp" not in meta:
+        return None
+    names = _str_list(meta, "mcp", path)
+    unknown = [n for n in names if n not in config.mcp.servers]
+    if unknown:
+        raise InputError(f"mcp server(s) {', '.join(unknown)} not defined in hermes.yaml mcp.servers", path)
+    return names
 
 
 def _typed(meta: dict, key: str, kind: type, default, path: str):

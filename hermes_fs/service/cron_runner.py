@@ -40,7 +40,7 @@ def run_job(vault: Vault, job: CronJob, due: datetime, retry_base_s: float = 1.0
     paths: list[str] = []
     try:
         options = ConversationOptions(source="cron", task="cron", model=job.model, skills=job.skills,
-                                      commit_on_end=False)  # one commit per run: output and transcript together
+                                      commit_on_end=False, mcp_servers=job.mcp)  # one commit per run: output and transcript together
         with Conversation(vault, options) as conv:
             paths.append(conv.transcript.rel)
             result = conv.ask(job.prompt)

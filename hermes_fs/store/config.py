@@ -84,6 +84,24 @@ class GitConfig:
 
 
 @dataclass
+class McpServerConfig:
+    """One MCP server the agent may use: a command (stdio) or a url (streamable HTTP)."""
+
+    command: str | None = None
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # values may say ${NAME} (from .hermes/secrets.env)
+    url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # the same ${NAME} expansion
+    tools: list[str] | None = None  # allow-list of the server's tool names; None = all
+    timeout_s: float = 30.0
+
+
+@dataclass
+class McpConfig:
+    servers: dict[str, McpServerConfig] = field(default_factory=dict)
+
+
+@dataclass
 class Config:
     model: str = "openai/gpt-4o-mini"
     api_base: str | None = None
@@ -96,6 +114,7 @@ class Config:
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     cron: CronConfig = field(default_factory=CronConfig)
     git: GitConfig = field(default_factory=GitConfig)
+    mcp: McpConfig = field(default_factory=McpConfig)
 
     def model_for(self, task: str) -> str:
         """The model for a task (refine, cron, learn), falling back to `model`."""

@@ -1,0 +1,217 @@
+"""The agent's MCP servers (`mcp.servers` in hermes.yaml): their tools, named `<server>__<tool>`.
+
+Servers start lazily, once per session (the first time the agent's tools are listed), and stop
+with it. The official SDK is async; a hub runs one event loop in a thread of its own and the agent
+calls into it with a timeout, so a server that fails to start, hangs, crashes mid-call or returns
+garbage is a tool error the model can act on, never a crash or a hang of the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import threading
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..store.config import McpServerConfig
+from ..store.notify import expand
+
+log = logging.getLogger(__name__)
+SEP = "__"
+START_TIMEOUT_S = 20.0
+
+
+@dataclass
+class ServerState:
+    name: str
+    config: McpServerConfig
+    client: Any = None
+    tools: list[dict] = field(default_factory=list)  # OpenAI-style schemas, names prefixed
+    error: str | None = None
+    task: Any = None  # the task that holds the connection open (anyio wants one task to enter and exit)
+    stop: Any = None  # asyncio.Event: set to close the connection
+
+
+class McpHub:
+    """The MCP servers of one session."""
+
+    def __init__(self, servers: dict[str, McpServerConfig], secrets: dict[str, str] | None = None):
+        self.servers = {name: ServerState(name, cfg) for name, cfg in servers.items()}
+        self.secrets = secrets or {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None
+        self.started = False
+        self.lock = threading.Lock()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start every server (once); a server that fails is remembered with its error."""
+        with self.lock:
+            if self.started or not self.servers:
+                return
+            self.started = True
+            self.loop = asyncio.new_event_loop()
+            self.thread = threading.Thread(target=self.loop.run_forever, name="mcp", daemon=True)
+            self.thread.start()
+            self._run(self._open(), START_TIMEOUT_S * max(1, len(self.servers)))
+
+    async def _open(self) -> None:
+        for state in self.servers.values():
+            ready = asyncio.Event()
+            state.stop = asyncio.Event()
+            state.task = asyncio.create_task(self._hold(state, ready))
+            try:
+                await asyncio.wait_for(ready.wait(), state.config.timeout_s or START_TIMEOUT_S)
+            except TimeoutError:
+                state.error = f"did not start within {state.config.timeout_s:g} s"
+                state.task.cancel()
+            if state.error:
+                log.warning("MCP server %s did not start: %s", state.name, state.error)
+
+    async def _hold(self, state: ServerState, ready: asyncio.Event) -> None:
+        """Open the connection, report ready, keep it until told to stop, close it (one task)."""
+        try:
+            async with AsyncExitStack() as stack:
+                await self._connect(state, stack)
+                ready.set()
+                await state.stop.wait()
+        except BaseException as exc:  # noqa: BLE001 - any failure of one server is that server's error
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            state.error = state.error or _one_line(exc) or type(exc).__name__
+        finally:
+            state.client = None
+            ready.set()
+
+    async def _connect(self, state: ServerState, stack: AsyncExitStack) -> None:
+        from mcp import Client, StdioServerParameters
+        from mcp.types import Implementation
+
+        cfg = state.config
+        if bool(cfg.command) == bool(cfg.url):
+            raise ValueError("give either `command` (stdio) or `url` (HTTP), not both or neither")
+        info = Implementation(name="hermes-fs", version="0.1.0")
+        if cfg.command:
+            env = {**_base_env(), **{k: expand(v, self.secrets) for k, v in cfg.env.items()}}
+            target: Any = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=env)
+        else:
+            target = _http_transport(cfg, self.secrets)
+        client = await stack.enter_async_context(Client(target, client_info=info, read_timeout_seconds=cfg.timeout_s))
+        listed = await client.list_tools()
+        allowed = set(cfg.tools) if cfg.tools is not None else None
+        state.tools = [_schema(state.name, t) for t in listed.tools if allowed is None or t.name in allowed]
+        state.client = client
+
+    def stop(self) -> None:
+        with self.lock:
+            if not self.loop:
+                return
+            try:
+                self._run(self._close(), 10)
+            except Exception:  # a server that will not stop: its process ends with ours
+                log.warning("MCP servers did not stop cleanly", exc_info=True)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            if self.thread:
+                self.thread.join(5)
+            self.loop = None
+
+    async def _close(self) -> None:
+        tasks = [s.task for s in self.servers.values() if s.task is not None]
+        for s in self.servers.values():
+            if s.stop is not None:
+                s.stop.set()
+        if tasks:
+            await asyncio.wait(tasks, timeout=8)
+
+    def _run(self, coro, timeout: float):
+        assert self.loop is not None
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    # -- the agent's view ------------------------------------------------------------------------
+    def schemas(self) -> list[dict]:
+        self.start()
+        return [t for s in self.servers.values() for t in s.tools]
+
+    def owns(self, name: str) -> bool:
+        return SEP in name and name.split(SEP, 1)[0] in self.servers
+
+    def call(self, name: str, arguments: dict) -> str:
+        """The result as text for the model, or `error: ...` (never raises)."""
+        server, tool = name.split(SEP, 1)
+        state = self.servers[server]
+        self.start()
+        if state.client is None:
+            return f"error: MCP server {server!r} is not available ({state.error or 'not started'})"
+        if not any(t["function"]["name"] == name for t in state.tools):
+            return f"error: {tool!r} is not a tool of MCP server {server!r} (or not allowed in hermes.yaml)"
+        timeout = state.config.timeout_s or START_TIMEOUT_S
+        try:
+            result = self._run(state.client.call_tool(tool, arguments), timeout)
+        except TimeoutError:
+            return f"error: MCP server {server!r} did not answer within {timeout:g} s"
+        except Exception as exc:  # a crash, a broken pipe, garbage on the wire
+            return f"error: MCP server {server!r} failed: {_one_line(exc) or type(exc).__name__}"
+        return _render(result)
+
+    def status(self) -> list[tuple[str, bool, str]]:
+        """For `doctor`: each server, whether it started, and its tool count or error."""
+        self.start()
+        return [(s.name, s.client is not None, f"{len(s.tools)} tool(s)" if s.client is not None else (s.error or "?"))
+                for s in self.servers.values()]
+
+
+def _schema(server: str, tool) -> dict:
+    schema = getattr(tool, "input_schema", None)
+    params = schema if isinstance(schema, dict) else {"type": "object", "properties": {}}
+    description = " ".join((tool.description or "").split())[:300]
+    return {"type": "function", "function": {"name": f"{server}{SEP}{tool.name}"[:64], "description": description,
+                                             "parameters": params}}
+
+
+def _render(result) -> str:
+    parts = []
+    for item in getattr(result, "content", None) or []:
+        text = getattr(item, "text", None)
+        parts.append(text if isinstance(text, str) else f"[{getattr(item, 'type', 'content')} omitted]")
+    structured = getattr(result, "structured_content", None)
+    text = "\n".join(parts) or (json.dumps(structured) if structured else "")
+    if getattr(result, "is_error", False):
+        return f"error: {text or 'the tool reported an error'}"
+    return text or "(no output)"
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_one_line(e) for e in exc.exceptions)
+    return " ".join(str(exc).split())[:300]
+
+
+def _base_env() -> dict[str, str]:
+    """What a stdio server inherits: a minimal environment, not every secret of ours."""
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "SYSTEMROOT")
+    return {k: v for k, v in os.environ.items() if k in keep}
+
+
+def _http_transport(cfg: McpServerConfig, secrets: dict[str, str]):
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    assert cfg.url is not None
+    headers = {k: expand(v, secrets) for k, v in cfg.headers.items()}
+    if not headers:
+        return cfg.url
+    return streamable_http_client(cfg.url, http_client=httpx2.AsyncClient(headers=headers, timeout=cfg.timeout_s))
+
+
+def valid_server_name(name: str) -> bool:
+    return bool(re.fullmatch(r"[A-Za-z0-9_-]{1,40}", name)) and SEP not in name

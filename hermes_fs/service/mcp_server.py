@@ -1,0 +1,185 @@
+"""`hermes-fs mcp`: the vault served over MCP with the official SDK, so other agents (Claude Code,
+Cursor, any MCP client) use the memory and skills curated here and send their sessions to refine.
+
+Tools have the names and arguments of the agent's own (`memory`, `skill_search`, `skill_view`,
+`skill_manage`, `session_search`) and run through the same ToolBox, so the same trust boundary
+holds: an MCP client writes only memory/ and skills/, never a secret. Writes are committed on main
+like the agent's, with the trailer `Hermes-Client: <client name>`. `refine` takes a transcript and
+an optional focus and makes a refine branch, reviewed like any other (trailer `Refine-Client`).
+Resources: each memory file and each skill file. Over HTTP every request must carry
+`Authorization: Bearer <HERMES_MCP_TOKEN>` (from .hermes/secrets.env).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer  # this module is loaded only to serve MCP
+from mcp.server.mcpserver.exceptions import ToolError
+
+from ..errors import HermesError, InputError
+from ..store.vault import Vault
+
+TOKEN_NAME = "HERMES_MCP_TOKEN"
+INSTRUCTIONS = ("hermes-fs: a person's curated memory (USER.md, MEMORY.md, projects/) and skills, in a git "
+                "repository they review. Read memory and skills before you work; write lasting lessons with "
+                "`memory` and procedures with `skill_manage`; send a finished conversation to `refine`.")
+
+
+@dataclass
+class ClientCommitter:
+    """Writes by an MCP client: committed on main like the agent's, naming the client."""
+
+    vault: Vault
+    client: str
+
+    def before_write(self, paths: list[str]) -> None:
+        result = self.vault.git.commit_human_edits(paths)
+        if result.refused:
+            raise InputError("a person's uncommitted edit that cannot be committed is in the way; not overwriting it")
+
+    def after_write(self, paths: list[str], message: str) -> None:
+        self.vault.git.commit_paths(paths, message, {"Hermes-Client": self.client}, author=self.vault.config.git.author)
+
+
+def client_name(ctx: Any) -> str:
+    """The client's name from its initialize request (`unknown` when it gave none)."""
+    try:
+        params = ctx.session.client_params
+        info = getattr(params, "client_info", None) or getattr(params, "clientInfo", None)
+        name = str(getattr(info, "name", "") or "unknown")
+    except Exception:  # no session info on this transport
+        name = "unknown"
+    return "".join(c if c.isalnum() or c in "-_. " else "_" for c in name)[:60] or "unknown"
+
+
+def build_server(vault: Vault) -> MCPServer:
+    server = MCPServer("hermes-fs", instructions=INSTRUCTIONS)
+
+    def run(ctx: Context, tool: str, **args) -> str:
+        from ..agent.tools import ToolBox
+        from ..mind.search import SearchIndex
+
+        def search(kind: str, query: str):
+            index = SearchIndex(vault.root)
+            try:
+                return index.search(kind, query)
+            finally:
+                index.close()
+
+        box = ToolBox(files=vault.files, config=vault.config, enabled=[tool], vault_root=vault.root,
+                      committer=ClientCommitter(vault, client_name(ctx)), searcher=search,
+                      created_by=f"mcp:{client_name(ctx)}")
+        result = box.call(tool, json.dumps({k: v for k, v in args.items() if v is not None}))
+        if result.startswith("error:"):
+            raise ToolError(result[len("error:"):].strip())  # the client sees it as a tool error, with the reason
+        return result
+
+    @server.tool(description="Add, replace or remove one entry of a memory file. old_text: unique substring of the entry.")
+    def memory(action: str, file: str, ctx: Context, text: str = "", old_text: str = "") -> str:
+        return run(ctx, "memory", action=action, file=file, text=text, old_text=old_text)
+
+    @server.tool(description="Find skills by keywords.")
+    def skill_search(query: str, ctx: Context) -> str:
+        return run(ctx, "skill_search", query=query)
+
+    @server.tool(description="Read a skill's SKILL.md, or one of its files.")
+    def skill_view(name: str, ctx: Context, file: str | None = None) -> str:
+        return run(ctx, "skill_view", name=name, file=file)
+
+    @server.tool(description="Create, patch or delete a skill, or write/remove a file in it. content: full SKILL.md for create.")
+    def skill_manage(action: str, name: str, ctx: Context, content: str = "", old_text: str = "", new_text: str = "",
+                     file: str | None = None, merged_into: str | None = None) -> str:
+        return run(ctx, "skill_manage", action=action, name=name, content=content, old_text=old_text,
+                   new_text=new_text, file=file, merged_into=merged_into)
+
+    @server.tool(description="Search past conversations.")
+    def session_search(query: str, ctx: Context) -> str:
+        return run(ctx, "session_search", query=query)
+
+    @server.tool(description="Review a conversation (its transcript) into memory and skill improvements on a "
+                             "refine branch the person reviews. focus: what to capture.")
+    def refine(transcript: str, ctx: Context, focus: str | None = None) -> str:
+        return refine_transcript(vault, transcript, focus, client_name(ctx))
+
+    _resources(server, vault)
+    return server
+
+
+def refine_transcript(vault: Vault, transcript: str, focus: str | None, client: str) -> str:
+    """A client's conversation as a session (source mcp), then a refine of it under the vault's policy."""
+    from ..learning.refine import RefineOptions
+    from ..learning.refine import refine as run_refine
+    from ..mind.sessions import Transcript
+
+    if not transcript.strip():
+        raise ToolError("the transcript is empty")
+    t = Transcript.start(vault.root, client, "mcp", f"from {client}")
+    t.append({"role": "note", "content": f"conversation sent by the MCP client {client}"})
+    t.append({"role": "user", "content": transcript.strip()})
+    vault.git.commit_paths([t.rel], f"session: from {client}", {"Hermes-Session": t.id, "Hermes-Client": client},
+                           author=vault.config.git.author)
+    outcome = run_refine(vault, RefineOptions(session=t.id, focus=focus, client=client))
+    if not outcome.ok:
+        raise ToolError(outcome.line())
+    return outcome.line()
+
+
+def _resources(server, vault: Vault) -> None:
+    from ..mind import memory, skills
+
+    def reader(rel: str):
+        def read() -> str:
+            data = vault.files.read(rel)
+            if data is None:
+                raise ValueError(f"{rel} no longer exists")
+            return data.decode("utf-8", errors="replace")
+        return read
+
+    for name in memory.list_memory(vault.files):
+        rel = f"memory/{name}"
+        server.resource(f"hermes://{rel}", name=rel, mime_type="text/markdown")(reader(rel))
+    for name in skills.names(vault.files):
+        for rel in vault.files.list(f"skills/{name}"):
+            server.resource(f"hermes://{rel}", name=rel, mime_type="text/markdown" if rel.endswith(".md") else "text/plain")(reader(rel))
+
+
+# -- running ---------------------------------------------------------------------------------------
+def serve_stdio(vault: Vault) -> None:
+    import anyio
+
+    anyio.run(build_server(vault).run_stdio_async)
+
+
+def serve_http(vault: Vault, host: str, port: int) -> None:
+    from ..store.notify import read_secrets_env
+
+    token = read_secrets_env(vault.secrets_env).get(TOKEN_NAME)
+    if not token:
+        raise HermesError(f"--http needs a bearer token: put {TOKEN_NAME}=<a long random string> in "
+                          f"{vault.secrets_env} (clients send it as `Authorization: Bearer ...`)")
+    import uvicorn
+
+    app = BearerAuth(build_server(vault).streamable_http_app(host=host), token)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request must carry the vault's token, or gets 401."""
+
+    def __init__(self, app, token: str):
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": b"missing or wrong bearer token\n"})
+                return
+        await self.app(scope, receive, send)
