@@ -229,3 +229,44 @@ def test_html_code_keeps_its_indentation(tmp_path):
     base = next(ln for ln in lines if ln.strip() == "def deploy():").index("def")
     assert any(ln == " " * (base + 4) + "if ready:" for ln in lines)
     assert any(ln == " " * (base + 8) + "push()" for ln in lines)
+
+
+def _pdf_with_outline(path, chapters):
+    """A real PDF (pypdf): one page of text per entry, an outline entry at each chapter's first page."""
+    from pypdf import PdfWriter
+    from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+
+    w = PdfWriter()
+    font = DictionaryObject({NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
+                             NameObject("/BaseFont"): NameObject("/Helvetica")})
+    font_ref = w._add_object(font)
+    starts = []
+    for n, (title, lines) in enumerate(chapters):
+        page = w.add_blank_page(612, 792)
+        page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): DictionaryObject({NameObject("/F1"): font_ref})})
+        ops = "BT /F1 11 Tf 72 720 Td 14 TL " + " ".join(f"({ln}) '" for ln in [*lines, "", str(n + 1)]) + " ET"
+        stream = DecodedStreamObject()
+        stream.set_data(ops.encode())
+        page[NameObject("/Contents")] = w._add_object(stream)
+        starts.append((title, n))
+    for title, n in starts:
+        if title:
+            w.add_outline_item(title, n)
+    with open(path, "wb") as f:
+        w.write(f)
+
+
+def test_a_pdf_outline_gives_the_chapters_and_page_numbers_go(tmp_path):
+    from hermes_fs.learning.sources import chapters, read_file
+
+    pdf = tmp_path / "guide.pdf"
+    _pdf_with_outline(pdf, [("Installing", ["Run the installer with sudo.", "Then reboot the machine."]),
+                            ("Configuring", ["Edit the settings file in etc.", "Keep the defaults for ports."]),
+                            ("", ["More configuration details on this page."]),
+                            ("Troubleshooting", ["Read the logs first.", "Restart the service when stuck."])])
+    src = read_file(pdf)
+    assert "# Installing" in src.text and "# Configuring" in src.text and "# Troubleshooting" in src.text
+    assert not any(line.strip() in {"1", "2", "3", "4"} for line in src.text.splitlines())  # page numbers gone
+    parts = chapters(src, 120)
+    assert [c.title for c in parts][:3] == ["Installing", "Configuring", "Troubleshooting"]
+    assert "More configuration details" in parts[1].text  # the page without its own entry stays in its chapter

@@ -359,3 +359,11 @@ def test_local_shell_timeout_kills_a_detached_child_holding_the_pipes(vault, tmp
     t0 = time.monotonic()
     r = box.run("setsid sh -c 'sleep 30' & sleep 30", timeout_s=1)
     assert r.timed_out and time.monotonic() - t0 < 15
+
+
+def test_a_key_split_over_two_lines_is_caught_and_redacted():
+    text = "here is my key:\nsk-proj-a1B2c3D4e5F6\ng7H8i9J0kLmNoPqR\nthanks\n"
+    assert [(f.line, f.kind) for f in secrets.scan("memory/MEMORY.md", text.encode())] == [(2, "OpenAI API key")]
+    redacted, n = secrets.redact(text)
+    assert n == 1 and "a1B2c3" not in redacted and "g7H8i9" not in redacted and redacted.endswith("thanks\n")
+    assert secrets.scan("notes.md", b"a long configuration\nimplementation detail\n") == []

@@ -67,11 +67,51 @@ def _pdf_text(path: Path) -> str:
         reader = PdfReader(str(path))
         if reader.is_encrypted:
             raise InputError("encrypted PDF: decrypt it first (e.g. qpdf --decrypt)", str(path))
-        return "\n\n".join((page.extract_text() or "") for page in reader.pages)
+        pages = [_drop_page_number(page.extract_text() or "") for page in reader.pages]
+        starts = _outline_starts(reader)
+        if not starts:
+            return "\n\n".join(pages)
+        # The PDF's own outline gives the chapters: each starts a `# heading` at its first page.
+        parts = ["\n\n".join(pages[: starts[0][1]])] if starts[0][1] > 0 else []
+        for i, (title, first) in enumerate(starts):
+            last = starts[i + 1][1] if i + 1 < len(starts) else len(pages)
+            parts.append(f"# {title}\n\n" + "\n\n".join(pages[first:max(last, first + 1)]))
+        return "\n\n".join(parts)
     except InputError:
         raise
     except (PdfReadError, ValueError, KeyError, TypeError, OSError) as exc:
         raise InputError(f"unreadable PDF ({exc})", str(path)) from None
+
+
+def _outline_starts(reader) -> list[tuple[str, int]]:
+    """(title, first page index) of the outline's top-level entries, in page order."""
+    try:
+        items = reader.outline
+    except Exception:  # a damaged outline: fall back to the text alone
+        return []
+    starts: list[tuple[str, int]] = []
+    for item in items:
+        if isinstance(item, list):
+            continue  # nested entries: sections inside a chapter
+        try:
+            title = " ".join(str(item.title).split())[:120]
+            page = reader.get_destination_page_number(item)
+        except Exception:
+            continue
+        if title and (title, page) not in starts:
+            starts.append((title, page))
+    return sorted(starts, key=lambda tp: tp[1])
+
+
+def _drop_page_number(text: str) -> str:
+    """A page's first or last line that is only a number (or `Page 3 of 20`) is not content."""
+    lines = text.strip().splitlines()
+    number = re.compile(r"^\s*(?:page\s+)?\d{1,4}(?:\s*(?:/|of)\s*\d{1,4})?\s*$", re.I)
+    while lines and number.match(lines[-1]):
+        lines.pop()
+    while lines and number.match(lines[0]):
+        lines.pop(0)
+    return "\n".join(lines)
 
 
 def read_file(path: Path) -> Source:

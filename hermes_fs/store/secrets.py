@@ -39,10 +39,11 @@ PATTERNS: list[tuple[str, re.Pattern]] = [
     ("AWS secret key", re.compile(r"aws_?secret_?(?:access_?)?key[\"']?\s*[:=]\s*[\"']?[A-Za-z0-9/+]{40}\b", re.I)),
     ("JSON Web Token", re.compile(_B + r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}")),
     ("URL with a token parameter",
-     re.compile(r"[?&](?:access_token|token|api_?key|apikey|key|secret|password|pass)=(?!\$\{)[^\s&'\"$]{12,}", re.I)),
+     re.compile(r"\b[a-z][a-z0-9+.-]{1,15}://[^\s'\"<>]*?[?&](?:access_token|token|api_?key|apikey|key|secret|password|pass)"
+                r"=(?!\$\{)[^\s&'\"$]{12,}", re.I)),
     ("password in settings",
      re.compile(r"^\s*[\"']?(?:password|passwd|secret|api_?key|auth_?token)[\"']?\s*:\s*[\"']?(?!\$\{)"
-                r"[^\s\"'#]{8,}", re.I | re.M)),
+                r"[^\s\"'#]{8,}[\"']?,?[ \t]*(?:#.*)?$", re.I | re.M)),  # the value ends the line: not prose
     # user:password@ in a URL; template and regex characters (<user>, [^@]*, \(...\)) are documentation
     ("URL with credentials", re.compile(r"\b[a-z][a-z0-9+.-]{1,15}://[^\s/:@${}<>\[\]()*\\]+:[^\s/@${}<>\[\]()*\\]{3,}@",
                                         re.I)),
@@ -54,7 +55,7 @@ PATTERNS: list[tuple[str, re.Pattern]] = [
         ".env secret assignment",
         re.compile(
             r"\b[A-Z][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*\s*=\s*"
-            r"(?![\"']?\$\{)[\"']?[^\s\"'#$]{8,}",
+            r"(?![\"']?\$\{)[\"']?[^\s\"'#$]{12,}",
         ),
     ),
 ]
@@ -90,26 +91,63 @@ def _is_placeholder(kind: str, match: str) -> bool:
         return bool(creds and creds.group(1).lower() in {"pass", "password", "passwd", "pwd", "secret", "changeme"})
     if kind not in _ASSIGNMENTS:
         return False
+    if kind == "URL with a token parameter":
+        # a Firebase Storage download link (`alt=media&token=`) is a public link by design
+        return "alt=media" in match or bool(_PLACEHOLDER.search(match.rsplit("=", 1)[-1]))
     if _PLACEHOLDER.search(match):
         return True
     m = _VALUE.search(match)
     value = m.group(1).rstrip(",;)") if m else ""
     return bool(re.fullmatch(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+", value)  # another variable's name
+                or re.match(r"[a-z][a-z0-9+.-]*://", value)  # a reference (op://vault/item, vault://...)
+                or re.search(r"password|passwd", value, re.I)  # `mypassword`: an example, not a password
                 or re.fullmatch(r"[A-Za-z_]\w*(?:\.\w+)+", value)  # self.api_key, creds.token
                 or "(" in value  # os.getenv("API_TOKEN"): a call, not a value
                 or re.fullmatch(r"[a-z]+(?:-[a-z]+){2,}", value))  # words-joined-by-hyphens
 
 
-def scan_text(path: str, text: str) -> list[Finding]:
-    findings: list[Finding] = []
+SPLIT_SCAN_CHARS = 2_000_000  # the split-key pass keeps an offset per character: bounded
+# A line break inside a key: the next line is one run of key characters (with a digit or a capital),
+# as when a paste wraps; a following word of prose is never glued on.
+_SPLIT = re.compile(r"(?<=[A-Za-z0-9_-]{6})[ \t]*\r?\n[ \t>]*"
+                    r"(?=(?=[A-Za-z0-9_-]*[0-9A-Z])[A-Za-z0-9_-]{8,}[ \t]*(?:\r?\n|$))")
+_TOKEN_KINDS = {k for k, _p in PATTERNS} - _ASSIGNMENTS - {"private key", "URL with credentials", "Apprise URL with a token"}
+
+
+def _matches(text: str, kinds: set[str] | None = None):
+    """(kind, offset) of every secret in text that is not a documentation placeholder."""
     for kind, pattern in PATTERNS:
-        for m in pattern.finditer(text):
-            if _is_placeholder(kind, m.group(0)):
-                continue
-            line = text.count("\n", 0, m.start()) + 1
-            if not any(f.line == line for f in findings):  # one finding per line is enough
-                findings.append(Finding(path, line, kind))
-    return sorted(findings, key=lambda f: f.line)
+        if kinds is None or kind in kinds:
+            for m in pattern.finditer(text):
+                if not _is_placeholder(kind, m.group(0)):
+                    yield kind, m.start()
+
+
+def scan_text(path: str, text: str) -> list[Finding]:
+    found = list(_matches(text))
+    if "\n" in text and len(text) <= SPLIT_SCAN_CHARS:  # a key broken over two lines (a wrapped paste) is a key
+        joined, origin = _join_split_tokens(text)
+        found += [(kind, origin[at]) for kind, at in _matches(joined, _TOKEN_KINDS)]
+    findings: dict[int, Finding] = {}
+    for kind, at in found:
+        line = text.count("\n", 0, at) + 1
+        findings.setdefault(line, Finding(path, line, kind))  # one finding per line is enough
+    return sorted(findings.values(), key=lambda f: f.line)
+
+
+def _join_split_tokens(text: str) -> tuple[str, list[int]]:
+    """The text with line breaks inside long token-like runs removed, and for each of its
+    characters the offset of that character in the original."""
+    pieces: list[str] = []
+    origin: list[int] = []
+    last = 0
+    for m in _SPLIT.finditer(text):
+        pieces.append(text[last:m.start()])
+        origin.extend(range(last, m.start()))
+        last = m.end()
+    pieces.append(text[last:])
+    origin.extend(range(last, len(text)))
+    return "".join(pieces), origin
 
 
 def scan(path: str, data: bytes | None) -> list[Finding]:
@@ -135,7 +173,26 @@ def redact(text: str) -> tuple[str, int]:
             return f"[REDACTED {kind}]"
 
         text = pattern.sub(sub, text)
+    if "\n" in text and len(text) <= SPLIT_SCAN_CHARS:
+        text, n = _redact_split(text)
+        count += n
     return text, count
+
+
+def _redact_split(text: str) -> tuple[str, int]:
+    """Keys broken over lines: the lines they span are replaced, whole."""
+    joined, origin = _join_split_tokens(text)
+    spans = []
+    for kind, pattern in PATTERNS:
+        if kind in _TOKEN_KINDS:
+            for m in pattern.finditer(joined):
+                if not _is_placeholder(kind, m.group(0)):
+                    spans.append((origin[m.start()], origin[m.end() - 1] + 1, kind))
+    for start, end, kind in sorted(spans, reverse=True):
+        line_start = text.rfind("\n", 0, start) + 1
+        line_end = text.find("\n", end)
+        text = text[:line_start] + f"[REDACTED {kind}]" + (text[line_end:] if line_end != -1 else "")
+    return text, len(spans)
 
 
 def check_text(where: str, text: str) -> None:
