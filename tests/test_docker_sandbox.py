@@ -222,3 +222,24 @@ def test_as_root_a_persons_project_folder_is_used_as_its_owner(tmp_path):
         assert (ws / "result.txt").stat().st_uid == 1234
     finally:
         sb.close()
+
+
+def test_an_offline_image_can_be_built_locally(run_cli, vault):
+    """`hermes-fs sandbox build-image` imports the host's busybox-static; no registry involved."""
+    import docker
+
+    tag = "hermes-fs-test:built-by-cli"
+    r = run_cli("sandbox", "build-image", "--tag", tag)
+    assert r.returncode == 0 and f"built {tag}" in r.stdout, r.stderr
+    try:
+        from hermes_fs.agent.sandbox.docker import DockerSandbox
+
+        sb = DockerSandbox(SandboxConfig(image=tag, memory="64m", cpus=0.5, timeout_s=20), vault.state_dir / "workspace",
+                           "test-built-image")
+        try:
+            out = sb.run("echo built ok; id -u")
+            assert out.exit_code == 0 and out.stdout.startswith("built ok"), out.render()
+        finally:
+            sb.close()
+    finally:
+        docker.from_env().images.remove(tag, force=True)

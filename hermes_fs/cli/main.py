@@ -226,6 +226,22 @@ def skills_validate(ctx: click.Context, names: tuple[str, ...], fix: bool):
         ctx.exit(2)
 
 
+@main.group()
+def sandbox():
+    """The Docker sandbox of the `shell` tool."""
+
+
+@sandbox.command("build-image")
+@click.option("--tag", default="hermes-fs-sandbox:busybox", show_default=True)
+def sandbox_build_image(tag: str):
+    """Build a small local image from this machine's busybox-static (offline: no registry)."""
+    from ..agent.sandbox.docker import build_local_image
+
+    with _spinner("importing a busybox root filesystem"):
+        built = build_local_image(tag)
+    echo(f"built {built}; use it with `sandbox: {{image: {built}}}` in hermes.yaml")
+
+
 @main.command("mcp")
 @vault_option
 @click.option("--http", "http", metavar="HOST:PORT", help="Serve streamable HTTP (bearer token required) instead of stdio.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -190,5 +191,42 @@ def doctor(config: SandboxConfig) -> list[tuple[str, bool, str]]:
         client.images.get(config.image)
         rows.append(("sandbox image", True, config.image))
     except ImageNotFound:
-        rows.append(("sandbox image", False, f"{config.image} missing: run `docker pull {config.image}`"))
+        rows.append(("sandbox image", False, f"{config.image} missing: run `docker pull {config.image}`, or offline "
+                                              f"`hermes-fs sandbox build-image` and set sandbox.image to {LOCAL_IMAGE}"))
     return rows
+
+
+LOCAL_IMAGE = "hermes-fs-sandbox:busybox"
+
+
+def build_local_image(tag: str = LOCAL_IMAGE, busybox: Path = Path("/bin/busybox")) -> str:
+    """An image for offline machines: a root filesystem of the host's static busybox (Debian's
+    busybox-static), imported into the local engine. No registry is contacted."""
+    import io
+    import tarfile
+
+    if not busybox.is_file():
+        raise SandboxError(f"{busybox} not found: install busybox-static (apt-get install busybox-static)")
+    applets = subprocess.run([str(busybox), "--list"], capture_output=True, text=True, check=True).stdout.split()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        def add_dir(name: str, mode: int = 0o755) -> None:
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, mode
+            tar.addfile(info)
+
+        for name, mode in (("bin", 0o755), ("etc", 0o755), ("tmp", 0o1777), ("workspace", 0o777)):
+            add_dir(name, mode)
+        tar.add(str(busybox), "bin/busybox")
+        for applet in applets:
+            if applet != "busybox":
+                link = tarfile.TarInfo(f"bin/{applet}")
+                link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+                tar.addfile(link)
+        passwd = b"nobody:x:65534:65534:nobody:/tmp:/bin/sh\n"
+        info = tarfile.TarInfo("etc/passwd")
+        info.size = len(passwd)
+        tar.addfile(info, io.BytesIO(passwd))
+    repository, _, version = tag.partition(":")
+    _client().api.import_image_from_data(buf.getvalue(), repository=repository, tag=version or "latest")
+    return tag
