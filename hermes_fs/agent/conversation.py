@@ -41,12 +41,6 @@ class ConversationOptions:
     mcp_servers: list[str] | None = None  # which of hermes.yaml's mcp.servers (None: all of them)
 
 
-def default_workspace(vault: Vault, source: str = "cli") -> Path:
-    """The current folder for a person at a terminal when it is outside the vault (never `/` or a
-    home folder); a daemon's jobs and MCP clients work in .hermes/workspace."""
-    return choose_workspace(Path.cwd(), vault.root, vault.state_dir / "workspace", source)
-
-
 def describe_call(name: str, arguments: str) -> str:
     """`memory(action=add, file=USER.md)`: a tool call in one short line for people."""
     try:

@@ -92,6 +92,8 @@ class McpHub:
         from mcp import Client, StdioServerParameters
         from mcp.types import Implementation
 
+        if not valid_server_name(state.name):
+            raise ValueError("a server name may use letters, digits, - and _ (not __), at most 40")
         cfg = state.config
         if bool(cfg.command) == bool(cfg.url):
             raise ValueError("give either `command` (stdio) or `url` (HTTP), not both or neither")
