@@ -252,3 +252,38 @@ def test_server_env_expands_only_secrets_env_names(agent_vault, model_server, tm
     assert r[0] == "echo: a"
     assert r[1].startswith("error: MCP server 'leak' is not available") and "HOME" in r[1]
 
+
+
+def _server_everything() -> Path | None:
+    """The npm reference server `@modelcontextprotocol/server-everything`, installed once into
+    tests/.npm (gitignored) where Node and the npm registry are at hand; None otherwise."""
+    import shutil
+
+    prefix = Path(__file__).parent / ".npm"
+    exe = prefix / "node_modules" / ".bin" / "mcp-server-everything"
+    if exe.exists():
+        return exe
+    if not shutil.which("npm"):
+        return None
+    prefix.mkdir(exist_ok=True)
+    r = subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(prefix),
+                        "@modelcontextprotocol/server-everything"], capture_output=True, timeout=300)
+    return exe if r.returncode == 0 and exe.exists() else None
+
+
+def test_the_npm_reference_server_everything(agent_vault, model_server, tmp_path):
+    import pytest
+
+    exe = _server_everything()
+    if exe is None:
+        pytest.skip("Node/npm or the npm registry is not available for @modelcontextprotocol/server-everything")
+    configure_mcp(agent_vault, f"    everything: {{command: {exe}, args: [stdio], timeout_s: 30}}\n")
+    model_server.add({"tool_calls": [("everything__echo", {"message": "hello from hermes"}),
+                                     ("everything__get-sum", {"a": 2, "b": 40}),
+                                     ("everything__get-tiny-image", {})]},
+                     {"content": "ok"})
+    with Conversation(agent_vault, ConversationOptions(source="run", workspace=tmp_path)) as c:
+        c.ask("use the everything server")
+    r = [m["content"] for m in model_server.requests[1]["messages"] if m["role"] == "tool"]
+    assert r[0] == "Echo: hello from hermes" and "42" in r[1]
+    assert "[image omitted]" in r[2]  # binary content is never pasted into the model's context
