@@ -222,3 +222,14 @@ def test_doctor_checks_the_model_with_one_tiny_call(agent_vault, model_server, r
     model_server.close()
     r = run_cli("--vault", str(agent_vault.root), "doctor")
     assert r.returncode == 1 and "BAD model" in r.stdout and "api_base" in r.stdout
+
+
+def test_every_command_has_help_and_no_line_is_cut(run_cli):
+    top = run_cli("--help").stdout
+    commands = [ln.split()[0] for ln in top.split("Commands:")[1].splitlines() if ln.strip()]
+    assert not any(ln.rstrip().endswith("...") for ln in top.split("Commands:")[1].splitlines())
+    for group in ("daemon", "review", "cron", "skills", "memory", "notify", "sandbox", "import"):
+        out = run_cli(group, "--help").stdout
+        rows = [ln for ln in out.split("Commands:")[1].splitlines() if ln.strip()] if "Commands:" in out else []
+        assert all(len(ln.split()) > 1 for ln in rows), (group, rows)  # a name and its help
+    assert {"chat", "run", "mcp", "import", "review"} <= set(commands)

@@ -67,7 +67,8 @@ def _emit_json(data) -> None:
     echo(json.dumps(data, indent=2, default=str))
 
 
-@click.group(cls=HermesGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=HermesGroup, context_settings={"help_option_names": ["-h", "--help"], "terminal_width": 110,
+                                               "max_content_width": 110})  # help lines are not cut
 @click.option("--vault", type=click.Path(file_okay=False), envvar=None, help="Vault folder (default: $HERMES_VAULT, or the nearest ancestor with hermes.yaml).")
 @click.option("-v", "--verbose", is_flag=True, help="Log what happens (and tracebacks of unexpected errors) to stderr.")
 @click.version_option(package_name="hermes-fs")
@@ -166,6 +167,7 @@ def skills():
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def skills_list(ctx: click.Context, as_json: bool):
+    """Each skill with its description."""
     from ..mind import skills as sk
 
     loaded, errors = sk.load_all(_vault(ctx).files)
@@ -524,6 +526,7 @@ def daemon(ctx: click.Context, detach: bool, debounce: float, workers: int):
 @vault_option
 @click.pass_context
 def daemon_stop(ctx: click.Context):
+    """Stop the running daemon (it finishes or abandons its jobs cleanly)."""
     from ..service.daemon import stop
 
     if stop(_vault(ctx)):
@@ -537,6 +540,7 @@ def daemon_stop(ctx: click.Context):
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def daemon_status(ctx: click.Context, as_json: bool):
+    """Running or not, pid, uptime, queue, recent events and errors."""
     from ..service.daemon import status as daemon_state
 
     st = daemon_state(_vault(ctx))
