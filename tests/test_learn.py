@@ -251,7 +251,7 @@ def _pdf_with_outline(path, chapters):
         starts.append((title, n))
     for title, n in starts:
         if title:
-            w.add_outline_item(title, n)
+            w.add_outline_item(title=title, page_number=n)
     with open(path, "wb") as f:
         w.write(f)
 
