@@ -10,8 +10,9 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	@echo "installing into $(VENV) (pip's output: $(VENV)/install.log, shown here only on failure)"
+	@$(BIN)/pip install -q --upgrade pip > $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	@$(BIN)/pip install -q -e '.[dev]' >> $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 	touch $(STAMP)
 
 install: $(STAMP)

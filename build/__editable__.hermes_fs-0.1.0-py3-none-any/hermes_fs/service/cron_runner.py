@@ -1,0 +1,1 @@
+/work/main/hermes_fs/service/cron_runner.py

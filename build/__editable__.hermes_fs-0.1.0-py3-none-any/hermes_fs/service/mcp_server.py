@@ -1,0 +1,1 @@
+/work/main/hermes_fs/service/mcp_server.py

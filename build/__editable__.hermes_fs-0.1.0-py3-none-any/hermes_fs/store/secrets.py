@@ -1,0 +1,1 @@
+/work/main/hermes_fs/store/secrets.py
