@@ -4,6 +4,7 @@ numbered item of the issue has a test here, against real git, the real daemon an
 
 import json
 import os
+import subprocess
 import threading
 import time
 
@@ -367,3 +368,36 @@ def test_a_key_split_over_two_lines_is_caught_and_redacted():
     redacted, n = secrets.redact(text)
     assert n == 1 and "a1B2c3" not in redacted and "g7H8i9" not in redacted and redacted.endswith("thanks\n")
     assert secrets.scan("notes.md", b"a long configuration\nimplementation detail\n") == []
+
+
+def test_a_full_disk_never_leaves_the_lock_held(tmp_path):
+    """On a full disk the pid cannot be written into the lock file: the lock is still taken and
+    released, and no file descriptor is left behind (a root-only tmpfs of 4 KB, filled up)."""
+    from hermes_fs.store.lock import VaultLock
+
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if os.getuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(mnt)],
+                                          capture_output=True).returncode != 0:
+        pytest.skip("needs root and tmpfs mounts to make a full disk")
+    try:
+        (mnt / "locks").mkdir()
+        lock_path = mnt / "locks" / "main.lock"
+        lock_path.touch()
+        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, b"x" * 512)
+        except OSError:
+            pass  # the disk is full
+        finally:
+            os.close(fd)
+        fds_before = len(os.listdir("/proc/self/fd"))
+        for _ in range(3):
+            lock = VaultLock(lock_path)
+            with lock.hold(timeout=2):
+                assert lock.is_held()
+            assert not VaultLock(lock_path).is_held()
+        assert len(os.listdir("/proc/self/fd")) == fds_before
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
