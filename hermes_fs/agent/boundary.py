@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from ..errors import InputError
+from ..store.files import symlink_on_path
 
 AGENT_VAULT_TOPS = ("memory", "skills")
 PROTECTED_NAMES = {".gitignore", ".gitattributes", ".gitmodules", ".git"}
@@ -27,8 +28,8 @@ def check_vault_write(root: Path | None, rel: str) -> None:
                          f"{rel} is for a person to change", rel)
     if any(p.lower() in PROTECTED_NAMES for p in parts):
         raise InputError("git's own files are for a person to change", rel)
-    if root is not None:
-        _refuse_symlinks(Path(root), parts, rel)
+    if root is not None and symlink_on_path(Path(root), rel, include_last=True) is not None:
+        raise InputError("the agent does not write through symlinks", rel)
 
 
 def check_workspace_write(path: str, workspace: Path) -> None:
@@ -38,14 +39,6 @@ def check_workspace_write(path: str, workspace: Path) -> None:
         raise InputError("git's own files are for a person to change", path)
     if os.path.islink(path):
         raise InputError("the agent does not write through symlinks", path)
-
-
-def _refuse_symlinks(root: Path, parts: list[str], rel: str) -> None:
-    here = root
-    for part in parts:
-        here = here / part
-        if here.is_symlink():
-            raise InputError("the agent does not write through symlinks", rel)
 
 
 def is_unsafe_workspace(path: Path) -> bool:

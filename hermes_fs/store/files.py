@@ -52,6 +52,18 @@ def atomic_write(target: Path, data: bytes | str, mode: int | None = None, fsync
     os.replace(tmp, target)
 
 
+def symlink_on_path(root: Path, rel: str, include_last: bool = False) -> Path | None:
+    """The first folder of `rel` (and, with `include_last`, the file itself) that is a symlink, or
+    None: writing through one could land outside the vault."""
+    parts = rel.split("/")
+    here = Path(root)
+    for part in parts if include_last else parts[:-1]:
+        here = here / part
+        if here.is_symlink():
+            return here
+    return None
+
+
 def prune_empty_dirs(start: Path, root: Path) -> None:
     """Remove `start` and its parents while empty, stopping at `root` (git keeps no empty folders)."""
     while start != root and start.is_dir() and not any(start.iterdir()):

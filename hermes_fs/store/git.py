@@ -26,7 +26,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..errors import ConflictError, GitError, InputError
-from .files import atomic_write, clean_relpath, prune_empty_dirs
+from .files import atomic_write, clean_relpath, prune_empty_dirs, symlink_on_path
 from .lock import VaultLock
 
 MAIN = "main"
@@ -362,10 +362,12 @@ class GitStore:
         with self.lock.hold():
             self._require_main_checked_out()
             self.recover_interrupted_merge()
-            dirty = self.dirty_paths(self._committable(paths)) if paths is not None else self.dirty_paths()
+            # ignored files are dropped before their bytes are read (one check-ignore either way)
+            dirty = self.dirty_paths(self._committable(paths)) if paths is not None \
+                else self._committable(self.dirty_paths())
             ok: list[str] = []
             refused: list = []
-            for p in self._committable(dirty):
+            for p in dirty:
                 too_big = self._too_big(p)
                 findings = [too_big] if too_big else self._secrets.scan(p, self._disk_bytes(p))
                 (refused.extend(findings) if findings else ok.append(p))
@@ -379,7 +381,7 @@ class GitStore:
 
     def _committable(self, paths: list[str]) -> list[str]:
         """Drop what .gitignore ignores: those files are a person's choice to keep out of git."""
-        paths = [p for p in paths if not self._beyond_symlink(p)]  # git cannot track those anyway
+        paths = [p for p in paths if symlink_on_path(self.root, p) is None]  # git cannot track those anyway
         if not paths:
             return []
         code, out = self._run("check-ignore", "-z", "--stdin", input="\0".join(paths) + "\0", ok=(0, 1))
@@ -580,7 +582,7 @@ class GitStore:
         result = self.commit_human_edits(touched)
         if result.refused:
             raise ConflictError(
-                "uncommitted edits that cannot be committed (they hold a secret) are in the way",
+                "uncommitted edits that cannot be committed (a secret, or over 20 MB) are in the way",
                 sorted({f.path for f in result.refused}),
             )
 
@@ -617,7 +619,6 @@ class GitStore:
         if unresolved:
             raise ConflictError(conflict_message, unresolved, details)
         return self._build_tree(tree, resolved) or EMPTY_TREE
-
 
     def merge_text(self, base: str, ours: str, theirs: str) -> tuple[bool, str]:
         """git's line merge of three texts (`git merge-file`): (clean, merged text with markers if not)."""
@@ -710,21 +711,11 @@ class GitStore:
             done.append(rel)
         self._stage(blobs, deleted, modes)
 
-    def _beyond_symlink(self, rel: str) -> bool:
-        here = self.root
-        for part in rel.split("/")[:-1]:
-            here = here / part
-            if here.is_symlink():
-                return True
-        return False
-
     def _refuse_symlinked_parent(self, rel: str) -> None:
-        here = self.root
-        for part in rel.split("/")[:-1]:
-            here = here / part
-            if here.is_symlink():
-                raise GitError(f"{here.relative_to(self.root)}/ is a symlink; hermes-fs does not write through it "
-                               f"(it could point outside the vault): {rel}")
+        link = symlink_on_path(self.root, rel)
+        if link is not None:
+            raise GitError(f"{link.relative_to(self.root)}/ is a symlink; hermes-fs does not write through it "
+                           f"(it could point outside the vault): {rel}")
 
     def _ls_paths(self, commit: str, paths: list[str]) -> dict[str, tuple[str, str]]:
         """path -> (mode, blob id) at `commit` for those of `paths` that are files there; one git call."""
