@@ -205,10 +205,10 @@ MODEL_CASES = [
 @pytest.mark.parametrize("tool,args,expected", MODEL_CASES)
 def test_bad_model_tool_calls(vault, tool, args, expected):
     from hermes_fs.agent.sandbox import NoSandbox
-    from hermes_fs.agent.tools import SessionCommitter, ToolBox
+    from hermes_fs.agent.tools import ToolBox, VaultCommitter
 
     before = snapshot(vault)
-    box = ToolBox(files=vault.files, config=vault.config, committer=SessionCommitter(vault.git, "s"),
+    box = ToolBox(files=vault.files, config=vault.config, committer=VaultCommitter(vault.git, {"Hermes-Session": "s"}),
                   vault_root=vault.root, sandbox=NoSandbox())
     result = box.call(tool, args)
     assert result.startswith("error:") and expected in result

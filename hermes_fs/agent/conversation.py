@@ -10,9 +10,10 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from ..mind.search import SearchIndex
+from ..mind.search import search
 from ..mind.sessions import Transcript
 from ..store.vault import Vault
 from .boundary import choose_workspace
@@ -20,7 +21,7 @@ from .loop import Agent, AgentConfig, TurnCancelled, TurnResult
 from .model import LiteLLMModel, Model, ModelError, ModelSettings
 from .prompt import current_project, system_prompt
 from .sandbox import make_sandbox
-from .tools import SessionCommitter, ToolBox
+from .tools import ToolBox, VaultCommitter
 
 MODEL_ROLES = ("user", "assistant", "tool")
 
@@ -66,9 +67,9 @@ class Conversation:
         self.project = self.options.project or current_project(vault, self.workspace)
         self.sandbox = make_sandbox(vault.config.sandbox, self.workspace, self.transcript.id)
         self.tools = ToolBox(
-            files=vault.files, config=vault.config, committer=SessionCommitter(vault.git, self.transcript.id, vault.config.git.author),
+            files=vault.files, config=vault.config, committer=VaultCommitter(vault.git, {"Hermes-Session": self.transcript.id}, vault.config.git.author),
             vault_root=vault.root, workspace=self.workspace,
-            sandbox=self.sandbox, searcher=self._search, mcp=self._mcp_hub(),
+            sandbox=self.sandbox, searcher=partial(search, vault.root), mcp=self._mcp_hub(),
         )
         self.cancel = threading.Event()
         self.agent = Agent(self.model, self.tools, AgentConfig(self.options.max_steps), self._record, self.cancel)
@@ -81,10 +82,9 @@ class Conversation:
         chosen = {n: s for n, s in servers.items() if wanted is None or n in wanted}
         if not chosen:
             return None
-        from ..store.notify import read_secrets_env
         from .mcp_client import McpHub
 
-        return McpHub(chosen, read_secrets_env(self.vault.secrets_env))
+        return McpHub(chosen, self.vault.secrets())
 
     @property
     def id(self) -> str:
@@ -135,13 +135,6 @@ class Conversation:
                 if call["id"] not in answered:
                     self.transcript.append({"role": "tool", "tool_call_id": call["id"],
                                             "name": call["function"]["name"], "content": f"error: {reason}"})
-
-    def _search(self, kind: str, query: str):
-        index = SearchIndex(self.vault.root)
-        try:
-            return index.search(kind, query)
-        finally:
-            index.close()
 
     def end(self) -> str | None:
         """Commit the transcript (and only it) on main; close the sandbox. Safe to call twice."""

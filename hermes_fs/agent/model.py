@@ -99,9 +99,7 @@ class ModelSettings:
     @classmethod
     def for_vault(cls, vault, task: str | None = None, override: str | None = None) -> ModelSettings:
         """Settings from hermes.yaml, with model keys also read from .hermes/secrets.env."""
-        from ..store.notify import read_secrets_env
-
-        return cls.from_config(vault.config, task, override, read_secrets_env(vault.secrets_env))
+        return cls.from_config(vault.config, task, override, vault.secrets())
 
     @property
     def provider(self) -> str:

@@ -61,12 +61,13 @@ class Committer(Protocol):
 
 
 @dataclass
-class SessionCommitter:
-    """Live-session writes: pending human edits in those paths are committed first (so they keep
-    their author), then the agent's write is committed with a Hermes-Session trailer."""
+class VaultCommitter:
+    """Live writes (the agent in a session, an MCP client): pending human edits in those paths are
+    committed first (so they keep their author), then the write is committed with `trailers`
+    (`Hermes-Session: <id>`, `Hermes-Client: <name>`)."""
 
     git: GitStore
-    session_id: str
+    trailers: dict[str, str]
     author: str | None = None  # the agent (hermes.yaml git.author); the person stays the committer
 
     def before_write(self, paths: list[str]) -> None:
@@ -77,7 +78,7 @@ class SessionCommitter:
                              "committed); not overwriting it: ask the person to fix that file first")
 
     def after_write(self, paths: list[str], message: str) -> None:
-        self.git.commit_paths(paths, message, {"Hermes-Session": self.session_id}, author=self.author)
+        self.git.commit_paths(paths, message, self.trailers, author=self.author)
 
 
 @dataclass

@@ -686,9 +686,8 @@ def _check_mcp(v) -> list[tuple[str, bool, str]]:
     if not servers:
         return []
     from ..agent.mcp_client import McpHub
-    from ..store.notify import read_secrets_env
 
-    hub = McpHub(servers, read_secrets_env(v.secrets_env))
+    hub = McpHub(servers, v.secrets())
     try:
         with _spinner("starting MCP servers"):
             return [(f"mcp server {name}", ok, detail) for name, ok, detail in hub.status()]

@@ -206,7 +206,7 @@ def _settings(vault: Vault, files: PlannedFiles, home: Path, plan: ImportPlan) -
             _set_model(vault, files, wanted, model.get("base_url"), plan)
     env = home / ".env"
     if env.is_file():
-        have = read_secrets_env(vault.secrets_env)
+        have = vault.secrets()
         for key, value in read_secrets_env(env).items():
             if KEY_NAME.match(key) and value and have.get(key) != value:
                 plan.secrets[key] = value
@@ -230,7 +230,7 @@ def _set_model(vault: Vault, files: PlannedFiles, model: str, base_url: str | No
 def apply_import(vault: Vault, plan: ImportPlan) -> str | None:
     """Write the plan and commit it as one `import: hermes-agent` commit; keys go to secrets.env."""
     if plan.secrets:
-        have = read_secrets_env(vault.secrets_env)
+        have = vault.secrets()
         text = vault.secrets_env.read_text() if vault.secrets_env.is_file() else ""
         text += "".join(f"{k}={v}\n" for k, v in sorted(plan.secrets.items()) if have.get(k) != v)
         atomic_write(vault.secrets_env, text, mode=0o600)

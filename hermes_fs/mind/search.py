@@ -109,6 +109,15 @@ class SearchIndex:
         return self.db.execute("SELECT count(*) FROM files WHERE kind=?", (kind,)).fetchone()[0]
 
 
+def search(vault_root: Path, kind: str, query: str, limit: int = 10) -> list[Hit]:
+    """One search on a fresh connection (the `searcher` the agent's tools and MCP clients use)."""
+    index = SearchIndex(vault_root)
+    try:
+        return index.search(kind, query, limit)
+    finally:
+        index.close()
+
+
 def fts_query(text: str) -> str:
     """Free text to an FTS5 query: quoted words OR-ed, so user text can never be a syntax error."""
     words = []

@@ -14,35 +14,19 @@ from __future__ import annotations
 
 import hmac
 import json
-from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer  # this module is loaded only to serve MCP
 from mcp.server.mcpserver.exceptions import ToolError
 
-from ..errors import HermesError, InputError
+from ..errors import HermesError
 from ..store.vault import Vault
 
 TOKEN_NAME = "HERMES_MCP_TOKEN"
 INSTRUCTIONS = ("hermes-fs: a person's curated memory (USER.md, MEMORY.md, projects/) and skills, in a git "
                 "repository they review. Read memory and skills before you work; write lasting lessons with "
                 "`memory` and procedures with `skill_manage`; send a finished conversation to `refine`.")
-
-
-@dataclass
-class ClientCommitter:
-    """Writes by an MCP client: committed on main like the agent's, naming the client."""
-
-    vault: Vault
-    client: str
-
-    def before_write(self, paths: list[str]) -> None:
-        result = self.vault.git.commit_human_edits(paths)
-        if result.refused:
-            raise InputError("a person's uncommitted edit that cannot be committed is in the way; not overwriting it")
-
-    def after_write(self, paths: list[str], message: str) -> None:
-        self.vault.git.commit_paths(paths, message, {"Hermes-Client": self.client}, author=self.vault.config.git.author)
 
 
 def client_name(ctx: Any) -> str:
@@ -60,19 +44,14 @@ def build_server(vault: Vault) -> MCPServer:
     server = MCPServer("hermes-fs", instructions=INSTRUCTIONS)
 
     def run(ctx: Context, tool: str, **args) -> str:
-        from ..agent.tools import ToolBox
-        from ..mind.search import SearchIndex
+        """The agent's own tool, committed like the agent's writes but naming the client."""
+        from ..agent.tools import ToolBox, VaultCommitter
+        from ..mind.search import search
 
-        def search(kind: str, query: str):
-            index = SearchIndex(vault.root)
-            try:
-                return index.search(kind, query)
-            finally:
-                index.close()
-
+        client = client_name(ctx)
+        committer = VaultCommitter(vault.git, {"Hermes-Client": client}, vault.config.git.author)
         box = ToolBox(files=vault.files, config=vault.config, enabled=[tool], vault_root=vault.root,
-                      committer=ClientCommitter(vault, client_name(ctx)), searcher=search,
-                      created_by=f"mcp:{client_name(ctx)}")
+                      committer=committer, searcher=partial(search, vault.root), created_by=f"mcp:{client}")
         result = box.call(tool, json.dumps({k: v for k, v in args.items() if v is not None}))
         if result.startswith("error:"):
             raise ToolError(result[len("error:"):].strip())  # the client sees it as a tool error, with the reason
@@ -155,9 +134,7 @@ def serve_stdio(vault: Vault) -> None:
 
 
 def serve_http(vault: Vault, host: str, port: int) -> None:
-    from ..store.notify import read_secrets_env
-
-    token = read_secrets_env(vault.secrets_env).get(TOKEN_NAME)
+    token = vault.secrets().get(TOKEN_NAME)
     if not token:
         raise HermesError(f"--http needs a bearer token: put {TOKEN_NAME}=<a long random string> in "
                           f"{vault.secrets_env} (clients send it as `Authorization: Bearer ...`)")

@@ -37,6 +37,12 @@ class Vault:
         """.hermes/secrets.env: untracked KEY=VALUE lines for notification URLs and model keys."""
         return self.root / ".hermes" / "secrets.env"
 
+    def secrets(self) -> dict[str, str]:
+        """The names and values of .hermes/secrets.env (read afresh: a person may edit it any time)."""
+        from .notify import read_secrets_env
+
+        return read_secrets_env(self.secrets_env)
+
     @property
     def notifier(self):
         """Apprise delivery with the current settings (built per use: settings reload)."""
