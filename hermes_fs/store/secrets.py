@@ -115,31 +115,21 @@ _TOKEN_KINDS = {k for k, _p in PATTERNS} - _ASSIGNMENTS - {"private key", "URL w
 
 
 def _matches(text: str, kinds: set[str] | None = None):
-    """(kind, offset) of every secret in text that is not a documentation placeholder."""
+    """(kind, start, end) of every secret in text that is not a documentation placeholder."""
     for kind, pattern in PATTERNS:
         if kinds is None or kind in kinds:
             for m in pattern.finditer(text):
                 if not _is_placeholder(kind, m.group(0)):
-                    yield kind, m.start()
+                    yield kind, m.start(), m.end()
 
 
-def scan_text(path: str, text: str) -> list[Finding]:
-    found = list(_matches(text))
-    if "\n" in text and len(text) <= SPLIT_SCAN_CHARS:  # a key broken over two lines (a wrapped paste) is a key
-        joined, origin = _join_split_tokens(text)
-        found += [(kind, origin[at]) for kind, at in _matches(joined, _TOKEN_KINDS)]
-    findings: dict[int, Finding] = {}
-    for kind, at in found:
-        line = text.count("\n", 0, at) + 1
-        findings.setdefault(line, Finding(path, line, kind))  # one finding per line is enough
-    return sorted(findings.values(), key=lambda f: f.line)
-
-
-def _join_split_tokens(text: str) -> tuple[str, list[int]]:
-    """The text with line breaks inside long token-like runs removed, and for each of its
-    characters the offset of that character in the original."""
+def _split_matches(text: str):
+    """(kind, start, end) in `text` of keys broken over two lines (a wrapped paste). The joined copy
+    is built only when a line break sits inside a run of key characters, and for bounded texts."""
+    if "\n" not in text or len(text) > SPLIT_SCAN_CHARS or not _SPLIT.search(text):
+        return
     pieces: list[str] = []
-    origin: list[int] = []
+    origin: list[int] = []  # for each character of the joined text, its offset in `text`
     last = 0
     for m in _SPLIT.finditer(text):
         pieces.append(text[last:m.start()])
@@ -147,7 +137,16 @@ def _join_split_tokens(text: str) -> tuple[str, list[int]]:
         last = m.end()
     pieces.append(text[last:])
     origin.extend(range(last, len(text)))
-    return "".join(pieces), origin
+    for kind, start, end in _matches("".join(pieces), _TOKEN_KINDS):
+        yield kind, origin[start], origin[end - 1] + 1
+
+
+def scan_text(path: str, text: str) -> list[Finding]:
+    findings: dict[int, Finding] = {}
+    for kind, start, _end in [*_matches(text), *_split_matches(text)]:
+        line = text.count("\n", 0, start) + 1
+        findings.setdefault(line, Finding(path, line, kind))  # one finding per line is enough
+    return sorted(findings.values(), key=lambda f: f.line)
 
 
 def scan(path: str, data: bytes | None) -> list[Finding]:
@@ -173,26 +172,12 @@ def redact(text: str) -> tuple[str, int]:
             return f"[REDACTED {kind}]"
 
         text = pattern.sub(sub, text)
-    if "\n" in text and len(text) <= SPLIT_SCAN_CHARS:
-        text, n = _redact_split(text)
-        count += n
-    return text, count
-
-
-def _redact_split(text: str) -> tuple[str, int]:
-    """Keys broken over lines: the lines they span are replaced, whole."""
-    joined, origin = _join_split_tokens(text)
-    spans = []
-    for kind, pattern in PATTERNS:
-        if kind in _TOKEN_KINDS:
-            for m in pattern.finditer(joined):
-                if not _is_placeholder(kind, m.group(0)):
-                    spans.append((origin[m.start()], origin[m.end() - 1] + 1, kind))
-    for start, end, kind in sorted(spans, reverse=True):
+    spans = sorted(_split_matches(text), key=lambda m: m[1], reverse=True)
+    for kind, start, end in spans:  # a key broken over lines: the lines it spans go, whole
         line_start = text.rfind("\n", 0, start) + 1
         line_end = text.find("\n", end)
         text = text[:line_start] + f"[REDACTED {kind}]" + (text[line_end:] if line_end != -1 else "")
-    return text, len(spans)
+    return text, count + len(spans)
 
 
 def check_text(where: str, text: str) -> None:
