@@ -58,70 +58,75 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
     return st
 
 
+class StatCache:
+    """Per-file results in .hermes/cache/<name>, valid while the file's (mtime, size) is unchanged.
+    A cache in the DESIGN sense: delete it and it is rebuilt from the files."""
+
+    def __init__(self, vault: Vault, name: str):
+        self.path = vault.state_dir / "cache" / name
+        self.root = vault.root
+        try:
+            self.old = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.old = {}
+        self.fresh: dict[str, dict] = {}
+
+    def get(self, rel: str, compute):
+        """The cached value for `rel`, else `compute()` (kept); None when the file is gone.
+        An exception from `compute` passes through and nothing is kept for that file."""
+        try:
+            stat = os.stat(self.root / rel)
+        except OSError:
+            return None
+        key = [stat.st_mtime_ns, stat.st_size]
+        hit = self.old.get(rel)
+        value = hit["value"] if hit and hit.get("key") == key and "value" in hit else compute()
+        self.fresh[rel] = {"key": key, "value": value}
+        return value
+
+    def save(self) -> None:
+        if self.fresh != self.old:
+            atomic_write(self.path, json.dumps(self.fresh))
+
+
 def skill_counts(vault: Vault) -> dict:
     """How many skills, how many fail the reference validator, how many sit outside
-    skills/<name>/SKILL.md. Validation results are cached by (mtime, size) in .hermes/cache/."""
-    cache_path = vault.state_dir / "cache" / "skill-checks.json"
-    try:
-        cache = json.loads(cache_path.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    fresh, invalid = {}, 0
+    skills/<name>/SKILL.md. Validation results are cached by (mtime, size)."""
+    cache = StatCache(vault, "skill-checks.json")
     names = skills.names(vault.files)
+    invalid = 0
     for name in names:
-        rel = skills.skill_path(name) if skills.valid_name(name) else f"skills/{name}/SKILL.md"
-        try:
-            stat = os.stat(vault.root / rel)
-        except OSError:
-            continue
-        key = [stat.st_mtime_ns, stat.st_size]
-        hit = cache.get(rel)
-        ok = hit["ok"] if hit and hit["key"] == key else (skills.valid_name(name) and not skills.validate(vault.files, name))
-        fresh[rel] = {"key": key, "ok": ok}
-        invalid += not ok
-    if fresh != cache:
-        atomic_write(cache_path, json.dumps(fresh))
+        ok = cache.get(f"skills/{name}/SKILL.md",
+                       lambda name=name: skills.valid_name(name) and not skills.validate(vault.files, name))
+        invalid += ok is False
+    cache.save()
     return {"count": len(names), "invalid": invalid, "misplaced": len(skills.misplaced(vault.files))}
 
 
 def memory_rows(vault: Vault) -> tuple[list[dict], list[str]]:
-    """Size, entries and budget per memory file, parsed only when (mtime, size) changed.
-
-    The cache lives in .hermes/cache/ and can be deleted at any time (DESIGN principle 1).
-    """
-    cache_path = vault.state_dir / "cache" / "memory-stats.json"
-    try:
-        cache = json.loads(cache_path.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    fresh, rows, errors = {}, [], []
-    root = str(vault.root)
+    """Size, entries and budget per memory file, parsed only when (mtime, size) changed."""
+    cache = StatCache(vault, "memory-stats.json")
+    rows, errors = [], []
     for name in memory.list_memory(vault.files):
-        rel = f"{memory.MEMORY_DIR}/{name}"
         try:
-            stat = os.stat(os.path.join(root, rel))
-        except OSError:
+            row = cache.get(f"{memory.MEMORY_DIR}/{name}", lambda name=name: _memory_row(vault, name))
+        except InputError as exc:
+            errors.append(str(exc))
             continue
-        key = [stat.st_mtime_ns, stat.st_size]
-        hit = cache.get(rel)
-        if hit and hit["key"] == key:
-            row = hit["row"]
-        else:
-            try:
-                m = memory.load(vault.files, name, vault.config)
-            except InputError as exc:
-                errors.append(str(exc))
-                continue
-            own = m.doc.meta.get("budget")
-            row = {"file": m.path, "chars": m.size, "entries": len(m.entries),
-                   "own_budget": own if isinstance(own, int) and not isinstance(own, bool) else None}
-        fresh[rel] = {"key": key, "row": row}
+        if row is None:
+            continue
         budget = memory.budget_for(name, {"budget": row["own_budget"]}, vault.config)
         rows.append({"file": row["file"], "chars": row["chars"], "budget": budget,
                      "over_budget": row["chars"] > budget, "entries": row["entries"]})
-    if fresh != cache:
-        atomic_write(cache_path, json.dumps(fresh))
+    cache.save()
     return rows, errors
+
+
+def _memory_row(vault: Vault, name: str) -> dict:
+    m = memory.load(vault.files, name, vault.config)
+    own = m.doc.meta.get("budget")
+    return {"file": m.path, "chars": m.size, "entries": len(m.entries),
+            "own_budget": own if isinstance(own, int) and not isinstance(own, bool) else None}
 
 
 def render(st: Status) -> str:
