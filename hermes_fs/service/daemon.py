@@ -1,8 +1,8 @@
 """The daemon: commits human edits, runs inbox requests, reloads settings, runs cron jobs.
 
 It composes small parts: a Watcher (watchdog events -> vault paths), a Debouncer for human edits,
-per-file settle timers for inbox requests, a bounded job queue, the cron Scheduler, and a state
-file for `daemon status`. One daemon per vault: a flock on .hermes/daemon.lock, which the kernel
+a Settler (one thread) for inbox requests, a bounded job queue, the cron Scheduler, the warm-turn
+server, and a state file for `daemon status`. One daemon per vault: a flock on .hermes/daemon.lock, which the kernel
 frees if the daemon dies. State goes to .hermes/daemon.json; the log to .hermes/daemon.log.
 """
 
@@ -235,7 +235,7 @@ class Daemon:
         busy = self.vault.git.operation_in_progress()
         if busy:
             self.note(f"not committing edits while {busy}; will retry")
-            retry = threading.Timer(max(self.options.debounce_s, 2.0), self.edits.add_many, args=(paths,))
+            retry = threading.Timer(max(self.options.debounce_s, 2.0), self.edits.add, args=paths)
             retry.daemon = True
             retry.start()
             return

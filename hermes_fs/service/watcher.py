@@ -138,19 +138,15 @@ class Debouncer:
         self.lock = threading.Lock()
         self.timer: threading.Timer | None = None
 
-    def add(self, key: str) -> None:
+    def add(self, *keys: str) -> None:
+        """Add keys and (re)start the wait, as if each had just changed: one timer, however many."""
         with self.lock:
-            self.pending.add(key)
+            self.pending.update(keys)
             if self.timer:
                 self.timer.cancel()
             self.timer = threading.Timer(self.delay_s, self.flush)
             self.timer.daemon = True
             self.timer.start()
-
-    def add_many(self, keys: list[str]) -> None:
-        """Add several keys and (re)start the wait, as if each had just changed."""
-        for key in keys:
-            self.add(key)
 
     def flush(self) -> None:
         with self.lock:
