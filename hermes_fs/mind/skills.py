@@ -329,7 +329,7 @@ def fixes(files: FileStore) -> tuple[dict[str, bytes | None], list[str]]:
     changes: dict[str, bytes | None] = {}
     skipped: list[str] = []
     taken = set(names(files))
-    moves = [(f"{SKILLS_DIR}/{n}", "", n) for n in names(files) if validate(files, n)]
+    moves = [(f"{SKILLS_DIR}/{n}", "", n) for n in sorted(taken) if validate(files, n)]
     moves += [(p.rsplit("/", 1)[0], cat, new) for p, cat, new in misplaced(files)]
     for folder, category, old_name in moves:
         name = normal_name(old_name)
@@ -339,15 +339,18 @@ def fixes(files: FileStore) -> tuple[dict[str, bytes | None], list[str]]:
             continue
         skill_file = next((p for p in files.list(folder) if p.rsplit("/", 1)[-1].lower() == SKILL_FILE.lower()
                            and p.count("/") == folder.count("/") + 1), None)
+        if skill_file is None:
+            skipped.append(f"{folder}: no SKILL.md")
+            continue
         try:
-            assert skill_file is not None
             text = reference_form(decode(files.read(skill_file) or b"", skill_file), name,
                                   {"category": category} if category else None)
-        except (InputError, AssertionError) as exc:
-            skipped.append(f"{folder}: {exc or 'no SKILL.md'}")
+        except InputError as exc:
+            skipped.append(f"{folder}: {exc}")
             continue
-        if validate_text(name, text):
-            skipped.append(f"{folder}: still invalid after rewriting: " + "; ".join(validate_text(name, text)))
+        errors = validate_text(name, text)
+        if errors:
+            skipped.append(f"{folder}: still invalid after rewriting: " + "; ".join(errors))
             continue
         for p in files.list(folder):
             rel = p[len(folder) + 1:]
