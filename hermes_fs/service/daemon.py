@@ -118,6 +118,7 @@ class Daemon:
         self.jobs: dict = {}
         self.scheduler: Scheduler | None = None
         self.warm: WarmServer | None = None
+        self.services: list = []  # DaemonService objects started by _start_services
 
     def note(self, message: str) -> None:
         self.state.note(message)
@@ -142,6 +143,7 @@ class Daemon:
             self._reload_jobs()
             self._start_scheduler()
             self._start_warm()
+            self._start_services()
             self.note("daemon started")
             self._scan_inbox()
             self.stop_event.wait()
@@ -188,6 +190,20 @@ class Daemon:
             self.warm = None
             self.error(f"warm turns unavailable ({exc}); run and chat will start their own process")
 
+    def _start_services(self) -> None:
+        """Gateway, sync, web page, curator: whatever hermes.yaml turns on; one failing part is
+        reported and the others run."""
+        from .services import services_for
+
+        for service in services_for(self):
+            try:
+                service.start()
+                self.services.append(service)
+                self.note(f"{service.name} started")
+            except Exception as exc:
+                self.log.exception(f"{service.name}: could not start")
+                self.error(f"{service.name} not started: {exc}")
+
     def _run_cron(self, job, due) -> None:
         from .cron_runner import run_job
 
@@ -205,6 +221,11 @@ class Daemon:
             self.error(f"cron {job.name} failed: {type(exc).__name__}: {exc} (traceback in daemon.log)")
 
     def _shutdown(self) -> None:
+        for service in reversed(self.services):
+            try:
+                service.stop()
+            except Exception:
+                self.log.exception(f"{service.name}: error while stopping")
         if self.warm:
             self.warm.stop()
         if self.scheduler:

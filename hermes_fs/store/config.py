@@ -36,10 +36,23 @@ class Policy(StrEnum):
     ADDITIONS = "additions"  # merge only pure additions; hold edits and removals
 
 
+class ReviewMode(StrEnum):
+    """How the reviewer model answers: by calling edit tools, or with one schema-constrained document."""
+
+    TOOLS = "tools"
+    STRUCTURED = "structured"  # for models that cannot call tools well (small local ones)
+
+
 @dataclass
 class RefineConfig:
     policy: str = Policy.REVIEW
     every_turns: int = 10
+    mode: str = ReviewMode.TOOLS
+
+
+@dataclass
+class LearnConfig:
+    mode: str = ReviewMode.TOOLS
 
 
 @dataclass
@@ -101,6 +114,98 @@ class McpConfig:
     servers: dict[str, McpServerConfig] = field(default_factory=dict)
 
 
+# -- §15: gateway, several machines, the web page, curation ----------------------------------------
+
+
+@dataclass
+class WebhookRouteConfig:
+    secret_env: str | None = None  # no secret configured: the route answers 403 (there is no insecure mode)
+    scheme: str = "standard"  # standard (Standard Webhooks) | github (X-Hub-Signature-256)
+    prompt: str | None = None  # "{payload}" is replaced by the body; default: the payload is the message
+    reply_to: str | None = None  # a notify target name that receives the answer
+    rate_per_min: int = 60
+
+
+@dataclass
+class WebhookConfig:
+    listen: str = "127.0.0.1:8787"
+    routes: dict[str, WebhookRouteConfig] = field(default_factory=dict)
+
+
+@dataclass
+class MatrixConfig:
+    homeserver: str = "http://127.0.0.1:8008"
+    user_id: str = ""
+    password_env: str | None = None
+    access_token_env: str | None = None
+    allow: list[str] = field(default_factory=list)  # empty = nobody (plus approved pairings)
+    admins: list[str] = field(default_factory=list)
+    pairing: bool = True
+    per_sender_in_rooms: bool = True  # group rooms: one session per sender
+
+
+@dataclass
+class ImapConfig:
+    host: str = ""
+    port: int = 993
+    tls: bool = True
+    user: str = ""
+    password_env: str | None = None
+    mailbox: str = "INBOX"
+
+
+@dataclass
+class SmtpConfig:
+    host: str = ""
+    port: int = 587
+    starttls: bool = True
+    tls: bool = False
+    user: str = ""
+    password_env: str | None = None
+    from_: str = ""  # written `from:` in hermes.yaml
+
+
+@dataclass
+class EmailConfig:
+    imap: ImapConfig = field(default_factory=ImapConfig)
+    smtp: SmtpConfig = field(default_factory=SmtpConfig)
+    allow: list[str] = field(default_factory=list)
+    admins: list[str] = field(default_factory=list)
+    authserv_id: str | None = None  # Authentication-Results from this host are trusted
+    max_attachment_bytes: int = 10_000_000
+
+
+@dataclass
+class GatewayConfig:
+    webhook: WebhookConfig | None = None
+    matrix: MatrixConfig | None = None
+    email: EmailConfig | None = None
+    allow_local_shell: bool = False  # gateway sessions never get the host shell unless this says so
+
+
+@dataclass
+class RemoteConfig:
+    url: str = ""  # any URL git accepts; credentials stay with git (helpers, ssh keys)
+    branch: str = "main"
+
+
+@dataclass
+class SyncConfig:
+    interval_s: float = 5.0
+
+
+@dataclass
+class WebConfig:
+    enabled: bool = False
+    listen: str = "127.0.0.1:9120"
+
+
+@dataclass
+class CurateConfig:
+    every: str | bool = "weekly"  # or a schedule as in cron jobs, or false
+    stale_days: int = 30
+
+
 @dataclass
 class Config:
     model: str = "openai/gpt-4o-mini"
@@ -115,6 +220,12 @@ class Config:
     cron: CronConfig = field(default_factory=CronConfig)
     git: GitConfig = field(default_factory=GitConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
+    learn: LearnConfig = field(default_factory=LearnConfig)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    remote: RemoteConfig | None = None
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    web: WebConfig = field(default_factory=WebConfig)
+    curate: CurateConfig = field(default_factory=CurateConfig)
 
     def model_for(self, task: str) -> str:
         """The model for a task (refine, cron, learn), falling back to `model`."""
@@ -125,7 +236,10 @@ CHOICES = {
     "refine.policy": {p.value for p in Policy},
     "sandbox.backend": {"docker", "local", "none"},
     "notify.events": {"refine_pending", "refine_failed", "cron_output", "cron_failure"},
+    "refine.mode": {m.value for m in ReviewMode},
+    "learn.mode": {m.value for m in ReviewMode},
 }
+RENAMED = {"from": "from_"}  # YAML keys that are Python keywords
 
 
 def load_config(path: Path) -> Config:
@@ -180,9 +294,10 @@ def _build(cls: type, data: Any, prefix: str, filename: str, lines: dict[str, in
     kwargs = {}
     for key, value in data.items():
         dotted = f"{prefix}{key}"
+        key = RENAMED.get(key, key) if RENAMED.get(key) in names else key
         if key not in names:
             raise ConfigError(
-                f"unknown key '{dotted}' (known: {', '.join(sorted(names))})", filename, lines.get(dotted)
+                f"unknown key '{dotted}' (known: {', '.join(sorted(n.rstrip('_') for n in names))})", filename, lines.get(dotted)
             )
         kwargs[key] = _coerce(hints[key], value, dotted, filename, lines)
     return cls(**kwargs)
@@ -198,10 +313,15 @@ def _coerce(hint: Any, value: Any, dotted: str, filename: str, lines: dict[str, 
         return _build(hint, value if value is not None else {}, dotted + ".", filename, lines)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        if value is None:
+        if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _coerce(inner, value, dotted, filename, lines)
+        inner = [a for a in args if a is not type(None)]
+        for i, kind in enumerate(inner):  # e.g. `str | bool`: the first kind that fits
+            try:
+                return _coerce(kind, value, dotted, filename, lines)
+            except ConfigError:
+                if i == len(inner) - 1:
+                    raise
     if origin is dict:
         if not isinstance(value, dict):
             fail("a mapping")

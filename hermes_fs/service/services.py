@@ -1,0 +1,27 @@
+"""The daemon's optional long-running parts (gateway, sync, web page, curator), chosen from hermes.yaml.
+
+Each is one object with start() and stop(); the daemon starts them after the watcher and the
+scheduler and stops them first on the way out. Adding a part is one entry in `services_for`, so
+the daemon's own code never names a platform.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .daemon import Daemon
+
+
+class DaemonService(Protocol):
+    name: str
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def services_for(daemon: Daemon) -> list[DaemonService]:
+    """The parts this vault's settings ask for; each import is lazy so an unused part costs nothing."""
+    found: list[DaemonService] = []
+    return found
