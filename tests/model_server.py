@@ -23,6 +23,7 @@ class ModelServer:
         self.responder = responder
         self.requests: list[dict] = []
         self.raw_sizes: list[int] = []
+        self.authorizations: list[str | None] = []  # the Authorization header of each request
         self._lock = threading.Lock()
         owner = self
 
@@ -38,6 +39,7 @@ class ModelServer:
                 with owner._lock:
                     owner.requests.append(body)
                     owner.raw_sizes.append(len(raw))
+                    owner.authorizations.append(self.headers.get("Authorization"))
                     item = owner._next(body)
                 status, payload = owner._render(item, body)
                 data = json.dumps(payload).encode()

@@ -40,6 +40,7 @@ class ConversationOptions:
     commit_on_end: bool = True  # False: the caller commits the transcript with its own files (a cron run)
     cwd: Path | None = None  # the person's current folder (a daemon serving a CLI is elsewhere)
     mcp_servers: list[str] | None = None  # which of hermes.yaml's mcp.servers (None: all of them)
+    environ: dict[str, str] | None = None  # model key variables of a CLI served by the daemon (None: ours)
 
 
 def describe_call(name: str, arguments: str) -> str:
@@ -57,7 +58,7 @@ class Conversation:
         self.vault = vault
         self.options = options or ConversationOptions()
         self.model = model or LiteLLMModel(
-            ModelSettings.for_vault(vault, self.options.task, self.options.model))
+            ModelSettings.for_vault(vault, self.options.task, self.options.model, self.options.environ))
         if self.options.resume:
             self.transcript = Transcript.load(vault.root, self.options.resume)
         else:

@@ -16,7 +16,7 @@ from ..agent.conversation import Conversation, ConversationOptions
 from ..errors import HermesError
 from ..mind import memory, skills
 from ..store.vault import Vault
-from .remote import RemoteConversation, RemoteError, options_for
+from .remote import RemoteConversation, RemoteError, options_for, warm_environment
 from .term import safe
 
 PROMPT = "you> "
@@ -50,8 +50,9 @@ class Repl:
     def _open(self) -> Conversation | RemoteConversation:
         """The daemon's warm process when one answers; this process otherwise (same behaviour)."""
         o = self.options
-        remote = RemoteConversation.connect(self.vault.state_dir, options_for(
-            o.source, o.model, o.workspace, o.max_steps, o.resume), o.on_tool)
+        environ = warm_environment(self.vault, o.model)
+        remote = None if environ is None else RemoteConversation.connect(self.vault.state_dir, options_for(
+            o.source, o.model, o.workspace, o.max_steps, o.resume, environ), o.on_tool)
         return remote or Conversation(self.vault, o)
 
     # -- one line ------------------------------------------------------------------------------

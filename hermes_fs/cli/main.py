@@ -339,11 +339,25 @@ def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait
         pid, log_path = _refine_in_background(v, options)
         echo(f"refine running in the background (pid {pid}); log: {log_path}; see `hermes-fs review`")
         return
+    args = {"session": options.session, "focus": options.focus, "policy": options.policy}
     with _spinner("reviewing the conversation"):
-        result = run_refine(v, options)
-    echo(result.line())
-    if not result.ok:
+        done = _warm_task(v, "refine", args)
+        line, ok = (done["line"], done["ok"]) if done else _line_ok(run_refine(v, options))
+    echo(line)
+    if not ok:
         ctx.exit(1)
+
+
+def _line_ok(result) -> tuple[str, bool]:
+    return result.line(), result.ok
+
+
+def _warm_task(v, task: str, args: dict) -> dict | None:
+    """The task done by the running daemon (litellm already imported there), or None: do it here."""
+    from .remote import run_task, warm_environment
+
+    environ = warm_environment(v)
+    return None if environ is None else run_task(v.state_dir, task, args, environ)
 
 
 def _refine_in_background(v, options) -> tuple[int, Path]:
@@ -376,10 +390,13 @@ def learn(ctx: click.Context, sources: tuple[str, ...], focus: str | None, updat
     from ..learning.learn import learn as run_learn
 
     options = LearnOptions([Path(p).expanduser().resolve() for p in sources], focus=focus, update=update, policy=policy)
+    v = _vault(ctx)
+    args = {"sources": [str(p) for p in options.sources], "focus": focus, "update": update, "policy": policy}
     with _spinner("reading and drafting skills"):
-        result = run_learn(_vault(ctx), options)
-    echo(result.line())
-    if not result.ok:
+        done = _warm_task(v, "learn", args)
+        line, ok = (done["line"], done["ok"]) if done else _line_ok(run_learn(v, options))
+    echo(line)
+    if not ok:
         ctx.exit(1)
 
 
@@ -567,17 +584,17 @@ def daemon_install(ctx: click.Context):
     import platform
     from pathlib import Path
 
-    from ..service.daemon import plist_text, unit_text
+    from ..service.daemon import plist_text, unit_name, unit_text
 
     v = _vault(ctx)
     exe = str(Path(sys.executable).with_name("hermes-fs"))
     if platform.system() == "Darwin":
         echo(plist_text(v, exe))
-        echo("save it as ~/Library/LaunchAgents/io.hermes-fs.plist and run `launchctl load` on it", err=True)
+        echo(f"save it as ~/Library/LaunchAgents/io.{unit_name(v)}.plist and run `launchctl load` on it", err=True)
         return
     unit_dir = Path.home() / ".config" / "systemd" / "user"
     unit_dir.mkdir(parents=True, exist_ok=True)
-    unit = unit_dir / f"hermes-fs-{v.root.name}.service"
+    unit = unit_dir / f"{unit_name(v)}.service"
     unit.write_text(unit_text(v, exe))
     echo(f"wrote {unit}; enable it with: systemctl --user enable --now {unit.name}")
 
@@ -696,16 +713,13 @@ def _check_mcp(v) -> list[tuple[str, bool, str]]:
 
 
 def _check_model(v) -> tuple[str, bool, str]:
-    from ..agent.model import LiteLLMModel, ModelSettings
+    """One tiny call, by the daemon when one runs (the same keys: the caller's), else here."""
+    from ..agent.model import check_model
 
-    settings = ModelSettings.for_vault(v)
-    settings.retries = 0
-    try:
-        with _spinner(f"asking {settings.model} for one word"):
-            reply = LiteLLMModel(settings).complete([{"role": "user", "content": "Answer with one word: ok"}], [])
-    except HermesError as exc:
-        return "model", False, str(exc)
-    return "model", True, f"{settings.model} answered ({(reply.content or '').strip()[:40]!r})"
+    with _spinner(f"asking {v.config.model} for one word"):
+        done = _warm_task(v, "doctor", {})
+        ok, detail = (done["ok"], done["detail"]) if done else check_model(v)
+    return "model", ok, detail
 
 
 @main.command()
@@ -724,9 +738,11 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
     options = ConversationOptions(source="run", model=model, max_steps=max_steps,
                                   workspace=Path(workspace).resolve() if workspace else None)
     v = _vault(ctx)
-    from .remote import RemoteConversation, options_for
+    from .remote import RemoteConversation, options_for, warm_environment
 
-    remote = RemoteConversation.connect(v.state_dir, options_for("run", model, options.workspace, max_steps))
+    environ = warm_environment(v, model)
+    remote = None if environ is None else RemoteConversation.connect(
+        v.state_dir, options_for("run", model, options.workspace, max_steps, environ=environ))
     if remote is not None:  # the daemon's warm process: no litellm import here
         try:
             with _spinner("thinking"):

@@ -119,6 +119,46 @@ class RemoteConversation:
 
 
 def options_for(source: str, model: str | None = None, workspace: Path | None = None, max_steps: int = 25,
-                resume: str | None = None) -> dict:
+                resume: str | None = None, environ: dict[str, str] | None = None) -> dict:
     return {"source": source, "model": model, "workspace": str(workspace) if workspace else None,
-            "max_steps": max_steps, "resume": resume, "cwd": os.getcwd()}
+            "max_steps": max_steps, "resume": resume, "cwd": os.getcwd(), "environ": environ}
+
+
+def warm_environment(vault, model: str | None = None) -> dict[str, str] | None:
+    """hermes.yaml checked here first (a file the cold path refuses is refused the same way, never
+    run on the daemon's older settings), then the model key variables the turn must carry; None
+    when only an in-process turn would read the keys as a cold one does (run here, then)."""
+    from ..agent.model import caller_environment
+
+    return caller_environment(vault.config, model)
+
+
+def run_task(state_dir: Path, task: str, args: dict, environ: dict[str, str]) -> dict | None:
+    """`refine --wait`, `learn` or doctor's model check in the daemon's warm process; None when no
+    daemon answers (the CLI then does it itself). An error of the task raises RemoteError."""
+    path = state_dir / "daemon.sock"
+    if os.environ.get("HERMES_NO_DAEMON") or not path.exists():
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(CONNECT_TIMEOUT_S)
+    try:
+        sock.connect(str(path))
+    except OSError:
+        sock.close()
+        return None  # no daemon, a stale socket: run here
+    try:
+        sock.settimeout(None)  # a refine takes as long as the model does
+        sock.sendall((json.dumps({"op": "task", "task": task, "args": args, "environ": environ}) + "\n").encode())
+        line = sock.makefile("r", encoding="utf-8").readline()
+    except OSError:
+        line = ""
+    finally:
+        sock.close()
+    if not line:
+        raise RemoteError(f"the daemon went away during `{task}` (it may have been restarted)", gone=True)
+    reply = json.loads(line)
+    if "done" in reply:
+        return reply["done"]
+    if str(reply.get("error", "")).startswith("refused"):
+        return None  # another user's daemon
+    raise RemoteError(reply.get("error") or "the daemon failed", reply.get("exit_code", 1))

@@ -49,6 +49,7 @@ class LearnOptions:
     policy: str | None = None
     chunk_chars: int = 12_000  # most source characters in one model call
     max_steps: int = 20
+    environ: dict[str, str] | None = None  # model key variables of a CLI served by the daemon (None: ours)
 
 
 class Drafter:
@@ -71,7 +72,7 @@ class Drafter:
 
     def propose(self, overlay: OverlayFiles) -> None:
         cfg = self.vault.config
-        self.model = self.model or LiteLLMModel(ModelSettings.for_vault(self.vault, "learn"))
+        self.model = self.model or LiteLLMModel(ModelSettings.for_vault(self.vault, "learn", environ=self.options.environ))
         existing = skills_at(overlay)
         tools = ToolBox(files=overlay, config=cfg, enabled=["skill_view", "skill_manage"],
                         skill_guard=duplicate_guard(existing), created_by="learn")

@@ -75,6 +75,7 @@ class RefineOptions:
     policy: str | None = None  # overrides refine.policy
     max_steps: int = 30
     client: str | None = None  # the MCP client that sent the conversation (trailer Refine-Client)
+    environ: dict[str, str] | None = None  # model key variables of a CLI served by the daemon (None: ours)
 
 
 def resolve_session(vault: Vault, session: str | None) -> str:
@@ -124,7 +125,7 @@ class Reviewer:
     def propose(self, overlay: OverlayFiles) -> None:
         self.overlay = overlay
         cfg = self.vault.config
-        self.model = self.model or LiteLLMModel(ModelSettings.for_vault(self.vault, "refine"))
+        self.model = self.model or LiteLLMModel(ModelSettings.for_vault(self.vault, "refine", environ=self.options.environ))
         existing = skills_at(overlay)
         tools = ToolBox(files=overlay, config=cfg, enabled=REVIEW_TOOLS, skill_guard=duplicate_guard(existing))
         today = datetime.now(UTC).date().isoformat()

@@ -20,17 +20,35 @@ DEFAULT_IDENTITY = ("hermes-fs user", "hermes-user@localhost")
 class Vault:
     root: Path
     _config: Config | None = field(default=None, repr=False)
+    _config_stamp: tuple | None = field(default=None, repr=False)  # hermes.yaml as it was when loaded
 
     @property
     def config(self) -> Config:
         if self._config is None:
-            self._config = load_config(self.root / CONFIG_NAME)
+            self.reload_config()
+        assert self._config is not None
         return self._config
 
     def reload_config(self) -> Config:
         """Re-read hermes.yaml; on an error (raised) the last good settings stay in force."""
+        stamp = self._stamp()
         self._config = load_config(self.root / CONFIG_NAME)
+        self._config_stamp = stamp
         return self._config
+
+    def current_config(self) -> Config:
+        """hermes.yaml as it is now: re-read if the file changed since it was loaded, so a daemon
+        serving a CLI never acts on stale settings; an invalid file raises, as it would for the CLI."""
+        if self._config is None or self._stamp() != self._config_stamp:
+            return self.reload_config()
+        return self._config
+
+    def _stamp(self) -> tuple | None:
+        try:
+            st = os.stat(self.root / CONFIG_NAME)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     @property
     def secrets_env(self) -> Path:
