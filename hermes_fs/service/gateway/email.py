@@ -185,9 +185,8 @@ def automated(msg: Message, own: set[str]) -> str | None:
     precedence = _header(msg, "Precedence").lower()
     if precedence in ("bulk", "list", "junk", "auto_reply"):
         return f"Precedence: {precedence}"
-    for name in ("X-Autoreply", "X-Autorespond", "X-Auto-Response-Suppress", "List-Id", "List-Unsubscribe"):
-        if msg.get(name) is not None and (name != "X-Auto-Response-Suppress" or "oof" in _header(msg, name).lower()
-                                         or "all" in _header(msg, name).lower()):
+    for name in ("X-Autoreply", "X-Autorespond", "List-Id", "List-Unsubscribe"):
+        if msg.get(name) is not None:
             return f"{name} header"
     if msg.get_content_type() == "multipart/report":
         return "a delivery or read report"
