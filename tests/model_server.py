@@ -23,7 +23,7 @@ class ModelServer:
         self.responder = responder
         self.requests: list[dict] = []
         self.raw_sizes: list[int] = []
-        self.authorizations: list[str | None] = []  # the Authorization header of each request
+        self.headers: list[dict[str, str]] = []  # each request's HTTP headers (to check which key was sent)
         self._lock = threading.Lock()
         owner = self
 
@@ -39,7 +39,7 @@ class ModelServer:
                 with owner._lock:
                     owner.requests.append(body)
                     owner.raw_sizes.append(len(raw))
-                    owner.authorizations.append(self.headers.get("Authorization"))
+                    owner.headers.append(dict(self.headers.items()))
                     item = owner._next(body)
                 status, payload = owner._render(item, body)
                 data = json.dumps(payload).encode()
@@ -58,6 +58,11 @@ class ModelServer:
         self.port = self.server.server_address[1]
         self.api_base = f"http://127.0.0.1:{self.port}/v1"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def authorizations(self) -> list[str | None]:
+        """The Authorization header of each request, in order."""
+        return [h.get("Authorization") for h in self.headers]
 
     def add(self, *items) -> ModelServer:
         with self._lock:
