@@ -62,7 +62,7 @@ class ModelServer:
     @property
     def authorizations(self) -> list[str | None]:
         """The Authorization header of each request, in order."""
-        return [h.get("Authorization") for h in self.headers]
+        return [next((v for k, v in h.items() if k.lower() == "authorization"), None) for h in self.headers]
 
     def add(self, *items) -> ModelServer:
         with self._lock:

@@ -7,6 +7,7 @@ system prompt afresh each turn (memory may have changed), and gives the agent it
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from .sandbox import make_sandbox
 from .tools import ToolBox, VaultCommitter
 
 MODEL_ROLES = ("user", "assistant", "tool")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -117,6 +119,15 @@ class Conversation:
             self._close_open_calls("interrupted by the user")
             self.note("turn interrupted by the user")
             raise
+
+    def interrupt(self) -> None:
+        """From another thread (Ctrl-C in a warm chat): stop the turn before its next step and kill
+        the command it is running now, so the person is not kept waiting for it."""
+        self.cancel.set()
+        try:
+            self.sandbox.interrupt()
+        except Exception:  # the turn still stops at its next step
+            log.warning("could not stop the running command", exc_info=True)
 
     def _record(self, message: dict) -> None:
         self.transcript.append(message)

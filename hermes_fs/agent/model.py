@@ -168,7 +168,17 @@ def import_litellm():
     import litellm
 
     litellm.suppress_debug_info = True
+    quiet_litellm_logs()
     return litellm
+
+
+def quiet_litellm_logs() -> None:
+    """litellm logs each call at INFO on its own handler *and* through the root logger (so a daemon
+    printed every call twice), and httpx logs each request: only their warnings are worth keeping."""
+    import logging
+
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm", "httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 class LiteLLMModel:

@@ -11,13 +11,14 @@ import contextlib
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..agent.conversation import Conversation, ConversationOptions
 from ..errors import HermesError
 from ..mind import memory, skills
 from ..store.vault import Vault
 from .remote import RemoteConversation, RemoteError, options_for, warm_environment
-from .term import safe
+from .term import plural, safe
 
 PROMPT = "you> "
 
@@ -39,6 +40,7 @@ class Repl:
         self.out = lambda text: out(safe(text))  # model text never drives the terminal
         self.terminal = terminal  # a person at a screen: spinner, tool lines, prompt redrawn
         self.failed = 0  # turns that ended in an error (piped chat exits 1 when any did)
+        self.status: Any = None  # the "thinking…" spinner while a turn runs on a terminal
         if terminal:
             options.on_tool = lambda call: self.out(f"  · {call}")
         self.conversation = self._open()
@@ -53,7 +55,16 @@ class Repl:
         environ = warm_environment(self.vault, o.model)
         remote = None if environ is None else RemoteConversation.connect(self.vault.state_dir, options_for(
             o.source, o.model, o.workspace, o.max_steps, o.resume, environ), o.on_tool)
+        if remote is not None:
+            remote.on_interrupt = self.stopping
         return remote or Conversation(self.vault, o)
+
+    def stopping(self) -> None:
+        """Ctrl-C during a warm turn: say so now (the daemon is killing the command and stopping)."""
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+        self.out("(stopping the turn…)")
 
     # -- one line ------------------------------------------------------------------------------
     def handle(self, line: str) -> bool:
@@ -109,7 +120,8 @@ class Repl:
             return contextlib.nullcontext()
         from rich.console import Console
 
-        return Console(stderr=True).status("thinking…")
+        self.status = Console(stderr=True).status("thinking…")
+        return self.status
 
     def announce(self, text: str) -> None:
         """A line from a background job: printed above the prompt, which is then drawn again."""
@@ -153,7 +165,7 @@ class Repl:
     def cmd_memory(self, _arg: str) -> bool:
         for name in memory.list_memory(self.vault.files):
             m = memory.load(self.vault.files, name, self.vault.config)
-            self.out(f"{m.path}: {len(m.entries)} entries, {m.size}/{m.budget} chars")
+            self.out(f"{m.path}: {plural(len(m.entries), 'entry', 'entries')}, {m.size}/{m.budget} chars")
         return True
 
     def cmd_skills(self, _arg: str) -> bool:

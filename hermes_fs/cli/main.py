@@ -15,7 +15,7 @@ import click
 
 from ..errors import HermesError, InputError
 from ..store.config import Policy
-from .term import colorize_diff, echo, safe
+from .term import colorize_diff, columns, echo, next_run_words, plural, safe
 
 POLICIES = [p.value for p in Policy]
 
@@ -32,10 +32,13 @@ class HermesGroup(click.Group):
 
 
 def _vault(ctx: click.Context):
-    from ..store.vault import find_vault
+    from ..store.vault import find_vault, secrets_env_warning
 
     vault = find_vault(ctx.find_root().obj.get("vault"))
     _log_errors_to(vault.state_dir / "logs" / "errors.log")
+    warning = secrets_env_warning(vault.root)
+    if warning:
+        echo(warning, err=True)
     return vault
 
 
@@ -101,7 +104,9 @@ def vault_option(f):
 @main.command()
 @click.argument("path", required=False, default=".", type=click.Path(file_okay=False))
 def init(path: str):
-    """Create a vault from the template: files, `git init -b main`, first commit."""
+    """Create a vault from the template: files, `git init -b main`, first commit. An existing folder
+    or git repository (an Obsidian vault, a notes repo) is adopted: hermes.yaml, the folders and
+    .gitignore lines are added and committed; its own files and history are left as they are."""
     from pathlib import Path
 
     from ..store.vault import init_vault
@@ -109,7 +114,13 @@ def init(path: str):
     result = init_vault(Path(path))
     root = result.vault.root
     exe = Path(sys.executable).with_name("hermes-fs")
-    echo(f"created vault {root}\n\nNext steps:\n"
+    if result.adopted:
+        echo(f"adopted {root} as a vault: added {', '.join(sorted({p.split('/')[0] for p in result.added}))} "
+             "(nothing of yours was changed)")
+        if result.uncommitted:
+            echo(f"note: the folder's own {result.uncommitted} file(s) are not in git yet; the daemon commits "
+                 "them as your edits when it starts (or `git add` them yourself)")
+    echo(f"{'' if result.adopted else 'created vault ' + str(root) + chr(10)}\nNext steps:\n"
          f"  1. Choose the model: edit `model` in {root / 'hermes.yaml'} (openai/gpt-4o-mini, anthropic/..., "
          "or ollama_chat/llama3.1 with `api_base: http://localhost:11434` for a local model).\n"
          f"  2. Put the key in {root / '.hermes/secrets.env'} (untracked), e.g. OPENAI_API_KEY=sk-..., "
@@ -154,7 +165,7 @@ def memory_show(ctx: click.Context, file: str | None):
     for name in mem.list_memory(v.files):
         m = mem.load(v.files, name, v.config)
         flag = "  over budget" if m.over_budget else ""
-        echo(f"{m.path:<36} {len(m.entries):>3} entries  {m.size:>6}/{m.budget} chars{flag}")
+        echo(f"{m.path:<36} {plural(len(m.entries), 'entry', 'entries'):>11}  {m.size:>6}/{m.budget} chars{flag}")
 
 
 @main.group()
@@ -313,10 +324,22 @@ def notify():
 @click.argument("target", required=False)
 @click.pass_context
 def notify_test(ctx: click.Context, target: str | None):
-    """Send a test notification to TARGET (default: every configured target)."""
+    """Send a test notification to TARGET: a target name of hermes.yaml (default: every one), or an
+    Apprise URL to try before adding it (e.g. `notify test 'ntfy://my-topic'`)."""
 
     v = _vault(ctx)
     notifier = v.notifier
+    if target and "://" in target:
+        from ..store.secrets import redact
+
+        shown = redact(target)[0]  # a URL may carry a token: never printed
+        d = notifier.send_url(target, "hermes-fs test", f"Test notification from {v.root.name}", shown)
+        echo(f"{d.target}: {'ok' if d.ok else 'error: ' + (d.error or '')}"
+             + ("; add it under notify.targets in hermes.yaml (the token in .hermes/secrets.env as ${NAME})"
+                if d.ok else ""))
+        if not d.ok:
+            ctx.exit(1)
+        return
     targets = [target] if target else sorted(v.config.notify.targets)
     if not targets:
         raise HermesError("no notify targets in hermes.yaml (notify.targets)")
@@ -544,8 +567,8 @@ def daemon(ctx: click.Context, detach: bool, debounce: float, workers: int):
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    echo(f"hermes-fs daemon watching {v.root} (Ctrl-C to stop)")
-    Daemon(v, DaemonOptions(debounce_s=debounce, workers=workers)).run()
+    Daemon(v, DaemonOptions(debounce_s=debounce, workers=workers)).run(
+        on_started=lambda: echo(f"hermes-fs daemon watching {v.root} (Ctrl-C to stop)"))
 
 
 @daemon.command("stop")
@@ -627,18 +650,24 @@ def cron_list(ctx: click.Context, as_json: bool):
     v = _vault(ctx)
     jobs, errors = cron.load_jobs(v.files, v.config)
     last = last_runs(v)
-    upcoming = next_runs(v, jobs, datetime.now(UTC))
-    rows = []
+    now = datetime.now(UTC)
+    upcoming = next_runs(v, jobs, now)
+    rows: list[dict[str, Any]] = []
     for j in jobs:
         nxt = upcoming[j.name]
         rows.append({"job": j.name, "schedule": j.schedule.describe(), "enabled": j.enabled,
                      "next_run": nxt.isoformat(timespec="seconds") if nxt else None, "last_status": last.get(j.name, {}).get("status")})
     if as_json:
         _emit_json(rows)
-    for r in rows if not as_json else []:
-        echo(f"{r['job']:<24} {r['schedule']:<36} next: {r['next_run'] or 'disabled'}  last: {r['last_status'] or '-'}")
+    else:
+        table = [[str(r["job"]), str(r["schedule"]), next_run_words(r["next_run"], bool(r["enabled"]), now),
+                  str(r["last_status"] or "-")] for r in rows]
+        for line in columns([["JOB", "SCHEDULE", "NEXT", "LAST"], *table] if table else []):
+            echo(line)
     for e in errors:
         echo(f"error: {e}", err=True)
+    if errors:
+        ctx.exit(1)
 
 
 @cron_group.command("run")

@@ -35,6 +35,7 @@ class RemoteAnswer:
 
 class RemoteConversation:
     def __init__(self, sock: socket.socket, session: str, rel: str, on_tool: Callable[[str], None] | None):
+        self.on_interrupt: Callable[[], None] = lambda: None  # Ctrl-C seen: the screen says so at once
         self.sock = sock
         self.reader = sock.makefile("r", encoding="utf-8")
         self.id = session
@@ -85,8 +86,10 @@ class RemoteConversation:
         while True:
             try:
                 msg = self._read()
-            except KeyboardInterrupt:  # Ctrl-C: the daemon stops the turn before its next step
+            except KeyboardInterrupt:  # Ctrl-C: the daemon kills the running command and stops the turn
                 self._send({"op": "interrupt"})
+                if not interrupted:
+                    self.on_interrupt()
                 interrupted = True
                 continue
             if "tool" in msg:

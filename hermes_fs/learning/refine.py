@@ -25,7 +25,7 @@ from ..store.docs import decode, parse_doc
 from ..store.overlay import OverlayFiles
 from ..store.vault import Vault
 from . import pipeline
-from .checks import duplicate_guard, skills_at, tokens
+from .checks import DuplicateGuard, duplicate_guard, skills_at, tokens
 from .pipeline import Description, ModelTask, Outcome
 
 TRANSCRIPT_LIMIT = 60_000  # characters of conversation shown to the reviewer (the newest part)
@@ -116,6 +116,7 @@ class Reviewer:
         self.session: str | None = None
         self.snapshot: str | None = None
         self.task: ModelTask
+        self.guard: DuplicateGuard | None = None  # what it refused explains an empty result
 
     def base(self, vault: Vault) -> str:
         self.session = resolve_session(vault, self.options.session)
@@ -127,7 +128,8 @@ class Reviewer:
         cfg = self.vault.config
         self.model = self.model or LiteLLMModel(ModelSettings.for_vault(self.vault, "refine", environ=self.options.environ))
         existing = skills_at(overlay)
-        tools = ToolBox(files=overlay, config=cfg, enabled=REVIEW_TOOLS, skill_guard=duplicate_guard(existing))
+        self.guard = duplicate_guard(existing)
+        tools = ToolBox(files=overlay, config=cfg, enabled=REVIEW_TOOLS, skill_guard=self.guard)
         today = datetime.now(UTC).date().isoformat()
         self.task = ModelTask(Agent(self.model, tools, AgentConfig(self.options.max_steps)),
                               REVIEWER_PROMPT.format(today=today))

@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -112,6 +113,9 @@ class Daemon:
         self.log = logging.getLogger(LOGGER)
         self.state = DaemonState(vault.state_dir / "daemon.json", self.log)
         self.edits = Debouncer(self.options.debounce_s, self._commit_edits)
+        # hermes.yaml and cron/*.md are re-read once a burst of events is over: one save is several
+        # events (created, modified, closed), and a file half-written is not yet worth an error.
+        self.reloads = Debouncer(SETTLE_S, self._reload_settings)
         self.settler: Settler | None = None  # started with the watcher
         self.executor = ThreadPoolExecutor(max_workers=self.options.workers, thread_name_prefix="job")
         self.watcher = Watcher(vault.root, self.on_path)
@@ -127,12 +131,14 @@ class Daemon:
         self.state.error(message)
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def run(self) -> None:
-        """Run in the foreground until SIGTERM/SIGINT."""
+    def run(self, on_started: Callable[[], None] = lambda: None) -> None:
+        """Run in the foreground until SIGTERM/SIGINT; `on_started` once this daemon owns the vault
+        (a second daemon is refused before it says anything)."""
         try:
             self.lock.acquire(timeout=0)
         except HermesError:
             raise HermesError(f"a daemon is already running for this vault (pid {self.lock.holder()})") from None
+        on_started()
         try:
             self._setup_logging()
             self._recover()
@@ -233,6 +239,7 @@ class Daemon:
             self.scheduler.stop()
         self.watcher.stop()
         self.edits.cancel()
+        self.reloads.cancel()
         if self.settler:
             self.settler.stop()
         self.executor.shutdown(wait=True, cancel_futures=True)  # running jobs finish; queued ones stay claimed
@@ -245,10 +252,9 @@ class Daemon:
         if inbox.is_request(rel):
             self._inbox_event(rel, kind)
         elif rel == CONFIG_NAME:
-            self._reload_config()
-            self._reload_jobs()
+            self.reloads.add("config")
         elif rel.startswith("cron/") and rel.endswith(".md"):
-            self._reload_jobs()
+            self.reloads.add("jobs")
         if not rel.startswith(OWN_DIRS):
             self.edits.add(rel)
 
@@ -273,6 +279,11 @@ class Daemon:
         for f in result.refused:
             self.error(f"not committed: {f}")
             self._notify("hermes-fs: edit not committed", f"{f.path}:{f.line}: {f.kind}; it stays uncommitted")
+
+    def _reload_settings(self, what: list[str]) -> None:
+        if "config" in what:
+            self._reload_config()
+        self._reload_jobs()  # jobs read settings too (timezone, models)
 
     def _reload_config(self) -> None:
         try:

@@ -133,7 +133,7 @@ class Session:
                     self.turn = threading.Thread(target=self._ask, args=(request.get("text") or "",), daemon=True)
                     self.turn.start()
                 elif op == "interrupt" and self.conversation is not None:
-                    self.conversation.cancel.set()
+                    self.conversation.interrupt()
                 elif op == "end":
                     break
         except (OSError, ValueError):

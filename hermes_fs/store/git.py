@@ -43,10 +43,11 @@ class CommitInfo:
     sha: str
     parents: list[str]
     author: str
-    timestamp: int
+    timestamp: int  # committer time
     summary: str
     body: str
     trailers: dict[str, str] = field(default_factory=dict)
+    author_date: str = ""  # git's raw form ("1764500000 +0000"), to carry authorship over to a copy
 
 
 @dataclass
@@ -231,14 +232,14 @@ class GitStore:
         code, _ = self._run("merge-base", "--is-ancestor", a, b, ok=(0, 1))
         return code == 0
 
-    _LOG_FORMAT = "--format=%H%x00%P%x00%an <%ae>%x00%ct%x00%B%x1e"
+    _LOG_FORMAT = "--format=%H%x00%P%x00%an <%ae>%x00%ct%x00%ad%x00%B%x1e"
 
     def commit_info(self, ref: str) -> CommitInfo:
-        return self._parse_log(self._git("show", "-s", self._LOG_FORMAT, ref))[0]
+        return self._parse_log(self._git("show", "-s", "--date=raw", self._LOG_FORMAT, ref))[0]
 
     def log(self, ref: str = MAIN, grep: str | None = None, first_parent: bool = True, limit: int = 500) -> list[CommitInfo]:
         """Commits newest first, in one git process."""
-        args = ["log", f"-n{limit}", self._LOG_FORMAT]
+        args = ["log", f"-n{limit}", "--date=raw", self._LOG_FORMAT]
         if first_parent:
             args.append("--first-parent")
         if grep:
@@ -252,10 +253,11 @@ class GitStore:
             record = record.lstrip("\n")
             if not record:
                 continue
-            sha, parents, author, ts, message = record.split("\0", 4)
+            sha, parents, author, ts, author_date, message = record.split("\0", 5)
             lines = message.strip().split("\n", 1)
             commits.append(CommitInfo(sha, parents.split(), author, int(ts), lines[0],
-                                      lines[1].strip() if len(lines) > 1 else "", parse_trailers(message)))
+                                      lines[1].strip() if len(lines) > 1 else "", parse_trailers(message),
+                                      author_date))
         return commits
 
     def branches(self, prefix: str) -> list[BranchInfo]:
@@ -343,10 +345,12 @@ class GitStore:
             self._secrets.check({p: self._disk_bytes(p) for p in changed})
             return self._stage_and_commit(changed, format_message(message, body, trailers), author)
 
-    def commit_all(self, message: str, trailers: dict[str, str] | None = None) -> str | None:
-        """Everything not ignored (used by `init`), still through the secret scanner."""
+    def commit_all(self, message: str, trailers: dict[str, str] | None = None,
+                   paths: list[str] | None = None) -> str | None:
+        """Everything not ignored, or only `paths` (used by `init`, whose first commit has no parent
+        to build on), still through the secret scanner."""
         with self.lock.hold():
-            changed = self.dirty_paths()
+            changed = self.dirty_paths() if paths is None else sorted(set(paths) & set(self.dirty_paths()))
             if not changed:
                 return None
             self._secrets.check({p: self._disk_bytes(p) for p in changed})
@@ -448,7 +452,7 @@ class GitStore:
         return sha
 
     def derive(self, parent: str, overlay: dict[str, bytes | None], message: str,
-               author: str | None = None) -> str | None:
+               author: str | None = None, author_date: str | None = None) -> str | None:
         """A commit of `parent` with `overlay` applied, on no branch (plumbing only); None if unchanged.
         Refuses a secret (SecretError) before anything is written."""
         changes = {clean_relpath(p): d for p, d in overlay.items()}
@@ -460,7 +464,7 @@ class GitStore:
         tree = self._build_tree(base_tree, changes) or EMPTY_TREE
         if tree == base_tree:
             return None
-        return self._commit_tree(tree, [parent], message, author)
+        return self._commit_tree(tree, [parent], message, author, author_date)
 
     def move_ref(self, ref: str, new: str, old: str | None) -> None:
         """Point `ref` at `new` only if it is still at `old` (None: only if it does not exist yet)."""
@@ -521,14 +525,18 @@ class GitStore:
     def _hash_blob(self, data: bytes) -> str:
         return self._git("hash-object", "-w", "--stdin", input=data).strip()
 
-    def _commit_tree(self, tree: str, parents: list[str], message: str, author: str | None = None) -> str:
+    def _commit_tree(self, tree: str, parents: list[str], message: str, author: str | None = None,
+                     author_date: str | None = None) -> str:
         """Every commit is made here: its message (a model's summary, a focus, a file name in it) is
         redacted of secrets on the way in."""
         message = self._secrets.redact(message)[0]
         args = ["commit-tree", tree]
         for p in parents:
             args += ["-p", p]
-        return self._git(*args, "-F", "-", input=message, env=_split_author(author)).strip()
+        env = _split_author(author)
+        if author_date:
+            env["GIT_AUTHOR_DATE"] = author_date
+        return self._git(*args, "-F", "-", input=message, env=env).strip()
 
     # -- merging and reverting into main ------------------------------------------------------
     def merge(self, branch: str, message: str, author: str | None = None, resolve: Resolver | None = None) -> str:
