@@ -19,6 +19,22 @@ from ..errors import HermesError
 CONNECT_TIMEOUT_S = 2.0  # a daemon that has not opened the conversation by then is not used
 
 
+def daemon_socket(state_dir: Path) -> socket.socket | None:
+    """A connection to the running daemon, with CONNECT_TIMEOUT_S set; None when there is none (no
+    socket, a stale one, HERMES_NO_DAEMON)."""
+    path = state_dir / "daemon.sock"
+    if os.environ.get("HERMES_NO_DAEMON") or not path.exists():
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(CONNECT_TIMEOUT_S)
+    try:
+        sock.connect(str(path))
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
 class RemoteError(HermesError):
     """An error the daemon reported for a turn, with the exit code the CLI would have used."""
 
@@ -47,13 +63,10 @@ class RemoteConversation:
     @classmethod
     def connect(cls, state_dir: Path, options: dict, on_tool: Callable[[str], None] | None = None
                 ) -> RemoteConversation | None:
-        path = state_dir / "daemon.sock"
-        if os.environ.get("HERMES_NO_DAEMON") or not path.exists():
+        sock = daemon_socket(state_dir)
+        if sock is None:
             return None
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(CONNECT_TIMEOUT_S)
         try:
-            sock.connect(str(path))
             sock.sendall((json.dumps({"op": "open", "options": options}) + "\n").encode())
             reply = json.loads(sock.makefile("r", encoding="utf-8").readline() or "{}")
         except (OSError, ValueError):
@@ -139,16 +152,9 @@ def warm_environment(vault, model: str | None = None) -> dict[str, str] | None:
 def run_task(state_dir: Path, task: str, args: dict, environ: dict[str, str]) -> dict | None:
     """`refine --wait`, `learn` or doctor's model check in the daemon's warm process; None when no
     daemon answers (the CLI then does it itself). An error of the task raises RemoteError."""
-    path = state_dir / "daemon.sock"
-    if os.environ.get("HERMES_NO_DAEMON") or not path.exists():
+    sock = daemon_socket(state_dir)
+    if sock is None:
         return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(CONNECT_TIMEOUT_S)
-    try:
-        sock.connect(str(path))
-    except OSError:
-        sock.close()
-        return None  # no daemon, a stale socket: run here
     try:
         sock.settimeout(None)  # a refine takes as long as the model does
         sock.sendall((json.dumps({"op": "task", "task": task, "args": args, "environ": environ}) + "\n").encode())
