@@ -761,5 +761,11 @@ def chat(ctx: click.Context, resume: str | None, model: str | None, workspace: s
         ctx.exit(1)
 
 
+from .sync import clone as _clone_command  # noqa: E402  (registered last: they use the helpers above)
+from .sync import sync as _sync_command  # noqa: E402
+
+main.add_command(_sync_command)
+main.add_command(_clone_command)
+
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -27,6 +27,7 @@ class Status:
     cron: list[dict] = field(default_factory=list)
     pending_reviews: list[dict] = field(default_factory=list)
     daemon: dict = field(default_factory=dict)
+    sync: dict | None = None  # only when hermes.yaml has `remote:`
     errors: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
@@ -53,6 +54,10 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
     from ..service.daemon import status as daemon_status
 
     st.daemon = daemon_status(vault)  # daemon.json checked against the daemon's lock
+    if cfg.remote is not None:
+        from ..service.sync import sync_status
+
+        st.sync = sync_status(vault)
     # files the daemon left uncommitted (a secret, too big): a person must act on them
     st.errors += [e.split(" ", 1)[-1] for e in st.daemon.get("last_errors") or [] if " not committed: " in f" {e}"]
     return st
@@ -149,6 +154,13 @@ def render(st: Status) -> str:
         lines.append(f"  {r['branch']}  {r['summary']}")
     d = st.daemon
     lines.append("daemon  " + (f"running (pid {d.get('pid')})" if d.get("running") else "not running"))
+    if st.sync is not None:
+        y = st.sync
+        lines.append(f"sync  {y['remote'] or '(no url)'}  as host {y['host']}")
+        for path in y["conflicts"]:
+            lines.append(f"  conflict kept beside: {path} (merge it into the original, then delete it)")
+        for job, due in y["missed"].items():
+            lines.append(f"  missed while offline: {job} due {due} (runs here if nobody ran it, once the remote answers)")
     for e in st.errors:
         lines.append(f"error  {e}")
     return "\n".join(lines)

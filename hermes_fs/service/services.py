@@ -7,10 +7,7 @@ the daemon's own code never names a platform.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
+from typing import Any, Protocol
 
 
 class DaemonService(Protocol):
@@ -21,7 +18,7 @@ class DaemonService(Protocol):
     def stop(self) -> None: ...
 
 
-def services_for(daemon: Daemon) -> list[DaemonService]:
+def services_for(daemon: Any) -> list[DaemonService]:  # the Daemon (not imported: daemon imports this module)
     """The parts this vault's settings ask for; each import is lazy so an unused part costs nothing."""
     found: list[DaemonService] = []
     return found
