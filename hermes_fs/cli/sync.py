@@ -14,8 +14,10 @@ _VAULT = click.option("--vault", type=click.Path(file_okay=False), help="Vault f
 @click.option("--json", "as_json", is_flag=True, help="Print the round as JSON.")
 @click.pass_context
 def sync(ctx: click.Context, vault: str | None, as_json: bool):
-    """Fetch, merge and push once with `remote:` of hermes.yaml (entry-aware merge, never a rebase;
-    a conflict keeps both versions). Exit 1 if the remote cannot be reached."""
+    """One round with the git remote of hermes.yaml: fetch, merge by entry, push.
+
+    Never a rebase; a conflict keeps both versions (the other machine's beside yours). Exit 1 if
+    the remote cannot be reached."""
     import json
     from dataclasses import asdict
 
@@ -40,7 +42,7 @@ def sync(ctx: click.Context, vault: str | None, as_json: bool):
 @click.argument("path", type=click.Path(file_okay=False))
 @click.option("--branch", default="main", show_default=True, help="The remote branch that is the vault's main.")
 def clone(url: str, path: str, branch: str):
-    """Set up this machine with a vault another machine syncs: git clone, then `hermes-fs daemon`."""
+    """Copy a synced vault to this machine (git clone); then run `hermes-fs daemon`."""
     from pathlib import Path
 
     from ..service.sync import clone_vault
