@@ -24,4 +24,8 @@ class DaemonService(Protocol):
 def services_for(daemon: Daemon) -> list[DaemonService]:
     """The parts this vault's settings ask for; each import is lazy so an unused part costs nothing."""
     found: list[DaemonService] = []
+    if daemon.vault.config.web.enabled:
+        from .web.server import WebService
+
+        found.append(WebService(daemon))
     return found
