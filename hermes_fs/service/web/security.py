@@ -36,7 +36,7 @@ HEADERS = [
                                  b"frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),  # no-referrer would make form POSTs say `Origin: null`
     (b"cache-control", b"no-store"),
 ]
 
