@@ -51,7 +51,7 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
     for prefix in LEARNED_PREFIXES:
         for b in vault.git.branches(prefix):
             st.pending_reviews.append({"branch": b.name, "age_s": int(time.time()) - b.timestamp, "summary": b.summary})
-    from .daemon import status as daemon_status
+    from .daemon_state import status as daemon_status
 
     st.daemon = daemon_status(vault)  # daemon.json checked against the daemon's lock
     # files the daemon left uncommitted (a secret, too big): a person must act on them

@@ -12,7 +12,7 @@ import logging
 import socket
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -23,9 +23,6 @@ from ...store.vault import Vault
 from .feed import ChangeFeed
 from .pages import Site
 from .security import Guard, Keys, load_token, parse_listen
-
-if TYPE_CHECKING:
-    from ..daemon import Daemon
 
 log = logging.getLogger(__name__)
 PING_S = 20
@@ -139,8 +136,8 @@ class WebService:
 
     name = "web page"
 
-    def __init__(self, daemon: Daemon):
-        self.vault = daemon.vault
+    def __init__(self, vault: Vault):
+        self.vault = vault
         self.server: WebServer | None = None
 
     def start(self) -> None:
