@@ -490,6 +490,7 @@ class EmailChannel:
             try:
                 with self._connect() as box:
                     self.status.connected, self.status.error = True, None
+                    self._report("connected")
                     backoff = 1.0
                     log.info("email: connected to %s", self.mailbox_key)
                     self.catch_up(box)
@@ -501,10 +502,20 @@ class EmailChannel:
                 self.status.error = f"{type(exc).__name__}: {exc}"[:300]
                 if self._stop.is_set():
                     break
+                self._report("error", self.status.error)
                 log.warning("email: %s (reconnecting in %.0f s)", self.status.error, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 60.0)
         self.status.connected = False
+
+    def _report(self, state: str, detail: str = "") -> None:
+        """Tell the core (its `gateway status`) whether the mailbox is connected."""
+        report = getattr(self._sink, "channel_state", None)
+        if report is not None:
+            try:
+                report(self.name, state, detail)
+            except Exception:
+                log.exception("email: could not report the channel state")
 
     def _idle(self, box) -> None:
         """Wait in IDLE until the server says something (new mail, flags, a keepalive), the stop
