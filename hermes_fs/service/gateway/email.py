@@ -36,7 +36,7 @@ from pathlib import Path
 from ...store.config import EmailConfig
 from ...store.files import atomic_write
 from ...store.vault import Vault
-from .channel import Inbound, Origin, Outbound, Sink
+from .channel import Inbound, Origin, Outbound, Sink, attachments_dir
 from .mailauth import DnsFunc, claimed_from, prove_sender
 
 log = logging.getLogger("hermes_fs.gateway.email")
@@ -608,17 +608,14 @@ class EmailChannel:
     def _submit(self, mail: ParsedMail, sender: str) -> str:
         assert self._sink is not None, "start(sink) first"
         root = self.state.root_for(mail)
-        folder = hashlib.sha256(mail.message_id.encode()).hexdigest()[:16]
-        files = save_attachments(mail.parts, self.vault.state_dir / "workspace" / "mail" / folder,
+        origin = Origin(PLATFORM, chat=sender, sender=sender, message=mail.message_id, thread=root)
+        files = save_attachments(mail.parts, attachments_dir(self.vault.state_dir, origin),
                                  self.config.max_attachment_bytes)
-        text = command_text(mail)
+        text = command_text(mail)  # empty (no text part, no subject): the core answers that
         refused = [f"{a.name}: {a.refused}" for a in files if a.refused]
         if refused:
             text += "\n\n[attachments refused: " + "; ".join(refused) + "]"
-        if not text.strip() and not any(a.path for a in files):
-            text = "(this mail had no text)"
         self.state.remember(mail, root, sender)
-        origin = Origin(PLATFORM, chat=sender, sender=sender, message=mail.message_id, thread=root)
         request_id = self._sink.submit(Inbound(origin, text, True, [a.path for a in files if a.path]))
         return f"submitted {request_id}"
 
