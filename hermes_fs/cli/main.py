@@ -15,9 +15,9 @@ import click
 
 from ..errors import HermesError, InputError
 from ..store.config import Policy
-from .term import colorize_diff, echo, safe
 from .sync import clone as clone_command
 from .sync import sync as sync_command
+from .term import colorize_diff, echo, safe
 from .web import web as web_command
 
 POLICIES = [p.value for p in Policy]
