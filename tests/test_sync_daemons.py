@@ -8,9 +8,9 @@ import subprocess
 from datetime import UTC, datetime, timedelta
 
 import pytest
-
 from conftest import DaemonProc, git, wait_for
 from gitserver import GitDaemon
+
 from hermes_fs.service.sync import Syncer, clone_vault
 from hermes_fs.store.vault import Vault, init_vault
 
