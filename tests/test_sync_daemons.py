@@ -116,3 +116,35 @@ def test_a_killed_machines_claim_is_taken_over(machines, model_server):
     assert "took over" in survivor.output()
     assert len(outputs(v, "once")) == 1
     assert b"the machine that took over" in v.git.read_file(v.git.head(), outputs(v, "once")[0])
+
+
+def phone_push(tmp_path, url: str, rel: str, text: str) -> None:
+    """A fourth writer that is only a git client (a phone app): clone, commit, push, retrying
+    with a merge (never a force) when the remote moved."""
+    phone = tmp_path / "phone"
+    if not phone.exists():
+        subprocess.run(["git", "clone", "-q", url, str(phone)], check=True)
+        for k, val in (("user.name", "phone"), ("user.email", "phone@example.org")):
+            subprocess.run(["git", "-C", str(phone), "config", k, val], check=True)
+    (phone / rel).parent.mkdir(parents=True, exist_ok=True)
+    (phone / rel).write_text(text)
+    subprocess.run(["git", "-C", str(phone), "add", rel], check=True)
+    subprocess.run(["git", "-C", str(phone), "commit", "-qm", f"phone: {rel}"], check=True)
+    for _ in range(20):
+        if subprocess.run(["git", "-C", str(phone), "push", "-q", "origin", "main"], capture_output=True).returncode == 0:
+            return
+        subprocess.run(["git", "-C", str(phone), "pull", "-q", "--no-rebase", "--no-edit", "origin", "main"],
+                       capture_output=True)
+    raise AssertionError("the phone could not push")
+
+
+def test_a_request_pushed_by_a_phone_is_answered_once(machines, tmp_path, server):
+    vaults, procs = machines
+    procs += [DaemonProc(v.root) for v in vaults]
+    phone_push(tmp_path, server.url(), "inbox/ask.md", "---\ntype: run\n---\nWhat is on today?\n")
+    assert wait_for(lambda: all(v.git.list_files(v.git.head(), "outputs/requests/") for v in vaults), 90), \
+        [d.output()[-2000:] for d in procs]
+    assert wait_for(lambda: all(not main_has(v, "inbox/ask.md") for v in vaults), 60)
+    for v in vaults:
+        assert len(v.git.list_files(v.git.head(), "outputs/requests/")) == 1
+    assert sum("request taken: ask.md" in d.output() for d in procs) == 1

@@ -23,11 +23,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import quote, unquote
 
 from ..errors import ConflictError, GitError, HermesError
 from ..store.claims import LEDGER_NAME, ClaimRecord, Ledger, RefClaims, parse_cron_key
@@ -116,6 +118,40 @@ def claims_for(vault: Vault) -> RefClaims:
                               author=vault.config.git.author)
             _claims[root] = found
         return found
+
+
+@contextmanager
+def deciding(vault: Vault, branch: str) -> Iterator[None]:
+    """Around a person's merge or reject of a learned change in a synced vault: the decision on
+    that exact change (branch and tip) is claimed on the remote first, so when two machines decide
+    at once exactly one does and the other is told who did. The decision is published at once.
+    Offline, no decision is made (nobody could be asked whether another machine made one)."""
+    from ..store.claims import Take
+
+    if remote_url(vault) is None:
+        yield
+        return
+    tip = vault.git.rev(f"refs/heads/{branch}") or "gone"
+    key = f"review/{branch}/{tip[:12]}"
+    claims = claims_for(vault)
+    outcome = claims.take(key)
+    if outcome == Take.OFFLINE:
+        raise HermesError(f"the remote cannot be reached, so {branch} stays pending: another machine may be "
+                          "deciding on it; try again when the remote answers")
+    if outcome == Take.TAKEN:
+        rec = claims.holder(key)
+        who = f"machine {rec.host}" if rec else "another machine"
+        raise HermesError(f"{branch} was already decided on {who}; `hermes-fs sync` shows the result")
+    try:
+        yield
+    except BaseException:
+        claims.release(key)
+        raise
+    claims.finish(key)
+    try:
+        Syncer(vault, claims).round(work=False)
+    except HermesError as exc:
+        log.warning("sync after deciding %s: %s", branch, exc)  # the daemon pushes it later
 
 
 def beside(path: str, host: str) -> str:
@@ -289,6 +325,8 @@ class Syncer:
             rel = result_of(key)
             if rel and self.store.read_file(head, rel) is not None:
                 self.claims.finish(key, [rel])
+            elif key.startswith(INBOX_KEY) and _request_done(self.vault, key, head):
+                self.claims.finish(key)
             elif self.claims.held[key].orphan:
                 self.claims.forget(key)
 
@@ -378,6 +416,40 @@ class Syncer:
             self.vault.notifier.event("sync_conflict", title, body)
         except Exception:
             log.exception("sync: notification failed")
+
+
+INBOX_KEY = "inbox/"
+
+
+def request_key(vault: Vault, rel: str) -> str | None:
+    """The claim key of an inbox request that arrived through git (tracked on main, so every
+    machine sees it); None for one dropped on this machine (only this machine can take it)."""
+    blob = vault.git._git("rev-parse", "-q", "--verify", f"{MAIN}:{rel}", ok=(0, 1, 128)).strip()
+    if not blob:
+        return None
+    return f"{INBOX_KEY}{blob[:20]}-{quote(PurePosixPath(rel).name, safe='-_')}"
+
+
+def claim_request(vault: Vault, rel: str) -> bool:
+    """May this machine take the inbox request `rel`? Yes for a request dropped here; for one that
+    came through git, only if this machine wins its claim on the remote (offline: not now — it is
+    taken when the remote answers again, or by a machine that can reach it)."""
+    if remote_url(vault) is None:
+        return True
+    key = request_key(vault, rel)
+    if key is None:
+        return True
+    from ..store.claims import Take
+
+    return claims_for(vault).take(key) == Take.WON
+
+
+def _request_done(vault: Vault, key: str, head: str) -> bool:
+    """A claimed request is done once main no longer holds it (its removal is committed with its result)."""
+    name = unquote(key.removeprefix(INBOX_KEY).split("-", 1)[1])
+    blob = key.removeprefix(INBOX_KEY).split("-", 1)[0]
+    data = vault.git._git("rev-parse", "-q", "--verify", f"{head}:inbox/{name}", ok=(0, 1, 128)).strip()
+    return not data.startswith(blob)
 
 
 def result_of(key: str) -> str | None:
@@ -481,11 +553,30 @@ class SyncService:
     def _take_over(self, rec: ClaimRecord) -> None:
         from ..store.claims import Take
 
+        if rec.key.startswith(INBOX_KEY):
+            self._redrop(rec)
+            return
         parsed = parse_cron_key(rec.key)
         if parsed is None or parsed[0] not in self._jobs():
             return
         if self.syncer.claims.take(rec.key) == Take.WON:
             self._run(*parsed, f"took over from {rec.host}, whose claim expired")
+
+    def _redrop(self, rec: ClaimRecord) -> None:
+        """A request claimed by a machine that died: write it again, unchanged, so this daemon's
+        inbox takes it as if just dropped (its claim step takes the expired claim over)."""
+        name = unquote(rec.key.removeprefix(INBOX_KEY).split("-", 1)[1])
+        rel = f"inbox/{name}"
+        if request_key(self.vault, rel) != rec.key:
+            return  # answered meanwhile (main no longer holds that request)
+        path = self.vault.root / rel
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return  # already taken here
+        self.daemon.note(f"request {name}: its claimant {rec.host} stopped answering; taking it here")
+        with open(path, "wb") as f:  # a close-after-write event, exactly as a person's save
+            f.write(data)
 
     def _jobs(self) -> dict:
         scheduler = self.daemon.scheduler
