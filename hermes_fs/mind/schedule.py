@@ -82,14 +82,14 @@ class Schedule:
         return f"{_cron_words(self.cron)}({self.tz.key}; cron '{self.cron}')"
 
 
-def _cron_words(expr: str) -> str:
+def _cron_words(expr: str | None) -> str:
     """`0 7 * * 1-5` -> `at 07:00, Monday through Friday ` (cron-descriptor); empty when it cannot say."""
     try:
         from cron_descriptor import Options, get_description
 
         options = Options()
         options.use_24hour_time_format = True
-        words = get_description(expr, options)
+        words = get_description(expr or "", options)
     except Exception:  # an expression croniter takes but the describer does not: the expression says it
         return ""
     return words[:1].lower() + words[1:] + " "
