@@ -462,6 +462,25 @@ def test_wrong_password_is_a_status_not_a_crash(vault, env):
         missing.stop()
 
 
+@needs_dovecot
+def test_server_restart_reconnects_and_reads_what_came_meanwhile(vault, env, keys):
+    sink = RecordingSink()
+    ch = started(vault, env, sink)
+    try:
+        env.send(signed(keys["people.example"], mail(body="before the restart")), ME, [AGENT])
+        sink.wait(1)
+        env.restart_imap(down_s=0.5)  # the channel's IDLE connection drops
+        env.send(signed(keys["people.example"], mail(body="after the restart")), ME, [AGENT])
+        got = sink.wait(2, timeout=40)
+        assert [g.text for g in got] == ["hello\n\nbefore the restart", "hello\n\nafter the restart"]
+        deadline = time.monotonic() + 20
+        while not ch.status.connected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ch.status.connected
+    finally:
+        ch.stop()
+
+
 def test_origin_is_what_the_core_keys_sessions_by():
     o = Origin("email", chat=ME, sender=ME, message="<m@x>", thread="<root@x>")
     assert o.session_key() == f"email|{ME}|<root@x>"
