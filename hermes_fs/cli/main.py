@@ -15,7 +15,10 @@ import click
 
 from ..errors import HermesError, InputError
 from ..store.config import Policy
+from .sync import clone as clone_command
+from .sync import sync as sync_command
 from .term import colorize_diff, echo, safe
+from .web import web as web_command
 
 POLICIES = [p.value for p in Policy]
 
@@ -345,7 +348,9 @@ def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait
     v = _vault(ctx)
     options = RefineOptions(session=session, focus=" ".join(focus) or None, policy=policy)
     if not wait:
-        pid, log_path = _refine_in_background(v, options)
+        from ..service.background import refine_in_background
+
+        pid, log_path = refine_in_background(v, options)
         echo(f"refine running in the background (pid {pid}); log: {log_path}; see `hermes-fs review`")
         return
     with _spinner("reviewing the conversation"):
@@ -353,21 +358,6 @@ def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait
     echo(result.line())
     if not result.ok:
         ctx.exit(1)
-
-
-def _refine_in_background(v, options) -> tuple[int, Path]:
-    """`hermes-fs refine --wait ...` as a detached process; its pid and log file."""
-    from ..service.background import spawn
-
-    log = v.state_dir / "logs" / f"refine-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}.log"
-    args = ["refine", "--wait"]
-    if options.session:
-        args += ["--session", options.session]
-    if options.policy:
-        args += ["--policy", options.policy]
-    if options.focus:
-        args += ["--", options.focus]
-    return spawn(v.root, args, log), log
 
 
 @main.command()
@@ -769,6 +759,10 @@ def chat(ctx: click.Context, resume: str | None, model: str | None, workspace: s
         echo(f"{failed} turn(s) failed", err=True)
         ctx.exit(1)
 
+
+main.add_command(web_command)
+main.add_command(sync_command)
+main.add_command(clone_command)
 
 if __name__ == "__main__":
     main(sys.argv[1:])
