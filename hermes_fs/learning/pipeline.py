@@ -27,7 +27,7 @@ from ..store.git import format_message
 from ..store.overlay import OverlayFiles
 from ..store.secrets import redact
 from ..store.vault import Vault
-from .changes import format_resolver
+from .changes import format_resolver, merge_message
 from .checks import check
 
 log = logging.getLogger(__name__)
@@ -185,18 +185,25 @@ def slugify(text: str, limit: int = 40) -> str:
 
 
 def unique_branch(vault: Vault, kind: str, text: str, skip: int = 0) -> str:
-    """`<kind>/<stamp>-<slug>`, with the slug suffixed (`-2`, `-3`, ...) while a pending or
+    """`<kind>/<stamp>-<slug>` (`<kind>/<stamp>-<host>-<slug>` when the vault syncs, so two
+    machines never mint one name), with the slug suffixed (`-2`, `-3`, ...) while a pending or
     rejected change has that slug, or a merged one that name: `review merge SLUG` must name one
     change. `skip` passes over that many more (a name another process took a moment ago).
-    (Slugs hold only [a-z0-9-], so the name is safe inside the grep pattern.)"""
+    (Slugs and host ids hold only [a-z0-9-], so the name is safe inside the grep pattern.)"""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    host = ""
+    if vault.config.remote is not None:
+        from ..store.host import host_id
+
+        host = f"{host_id(vault.state_dir)}-"
     slug = slugify(redact(text)[0])  # a focus may hold a key: never in a branch name
-    taken = {b.name.split("/", 1)[1].split("-", 2)[-1] for prefix in ("refine/", "learn/")
-             for b in [*vault.git.branches(prefix), *vault.git.rejected()] if b.name.startswith(prefix)}
+    taken = {re.sub(r"^\d{8}-\d{6}-", "", b.name.split("/", 1)[-1])
+             for b in [*vault.git.branches("refine/", "learn/"), *vault.git.rejected()]}
     n = 1
     while True:
-        name = f"{kind}/{stamp}-{slug}" + (f"-{n}" if n > 1 else "")
-        free = (f"{slug}-{n}" if n > 1 else slug) not in taken and not vault.git.log(grep=f"^merge {name}: ", limit=1)
+        rest = host + slug + (f"-{n}" if n > 1 else "")
+        name = f"{kind}/{stamp}-{rest}"
+        free = rest not in taken and not vault.git.log(grep=f"^merge {name}: ", limit=1, first_parent=False)
         if free and skip == 0:
             return name
         skip -= free
@@ -235,7 +242,7 @@ def apply_policy(vault: Vault, branch: str, summary: str, policy: str) -> Outcom
         return outcome
     try:
         # a merge by policy is the agent's act, so the agent authors it; entry-aware like any merge
-        store.merge(branch, f"merge {branch}: {summary}", author=vault.config.git.author, resolve=format_resolver(store))
+        store.merge(branch, merge_message(branch, summary), author=vault.config.git.author, resolve=format_resolver(store))
     except ConflictError as exc:
         outcome.status, outcome.conflicts = "conflict", exc.files
         outcome.reason = f"conflicts with edits in {', '.join(exc.files)}; left for review"
