@@ -11,6 +11,7 @@ from hermes_fs.mind import jobs as cron
 from hermes_fs.mind.schedule import parse_schedule
 from hermes_fs.service import cron_runner
 from hermes_fs.service.scheduler import Ledger, Scheduler, catch_up_runs, next_runs
+from hermes_fs.store.provenance import Act
 
 UTC = ZoneInfo("UTC")
 PARIS = ZoneInfo("Europe/Paris")
@@ -193,7 +194,7 @@ def cron_vault(agent_vault, receiver):
     cfg = (agent_vault.root / "hermes.yaml").read_text()
     cfg += f"notify:\n  targets: {{desk: '{receiver.url('desk')}', dead: 'json://127.0.0.1:9/x'}}\n"
     (agent_vault.root / "hermes.yaml").write_text(cfg)
-    agent_vault.git.commit_paths(["hermes.yaml"], "notify")
+    agent_vault.git.commit_paths(["hermes.yaml"], "notify", Act.person())
     agent_vault._config = None
     return agent_vault
 

@@ -13,6 +13,7 @@ from conftest import git, wait_for
 
 from hermes_fs.agent.conversation import Conversation, ConversationOptions
 from hermes_fs.agent.model import ModelError
+from hermes_fs.store.provenance import Act
 
 
 def commits(vault) -> int:
@@ -202,7 +203,7 @@ def test_a_cron_run_is_one_commit(agent_vault, model_server):
 
     (agent_vault.root / "cron" / "tick.md").write_text("---\nschedule: every 1m\n---\nSay ok.\n")
     jobs, _ = load_jobs(agent_vault.files, agent_vault.config)
-    agent_vault.git.commit_paths(["cron/tick.md"], "job")
+    agent_vault.git.commit_paths(["cron/tick.md"], "job", Act.person())
     n = commits(agent_vault)
     model_server.add({"content": "ok"})
     meta = run_job(agent_vault, {j.name: j for j in jobs}["tick"], datetime.now(UTC))

@@ -15,6 +15,7 @@ import click
 
 from ..errors import HermesError, InputError
 from ..store.config import Policy
+from ..store.provenance import Act
 from .term import colorize_diff, echo, safe
 
 POLICIES = [p.value for p in Policy]
@@ -210,7 +211,7 @@ def skills_validate(ctx: click.Context, names: tuple[str, ...], fix: bool):
         for rel, data in changes.items():
             v.files.write(rel, data) if data is not None else v.files.delete(rel)
         sha = v.git.commit_paths(sorted(changes), f"skills: {len({p.split('/')[1] for p, d in changes.items() if d})} "
-                                                  "skill(s) to the reference form") if changes else None
+                                                  "skill(s) to the reference form", Act.person()) if changes else None
         for line in skipped:
             echo(f"not fixed: {line}")
         echo(f"fixed {len({p.split('/')[1] for p, d in changes.items() if d})} skill(s)"

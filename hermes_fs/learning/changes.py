@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ..errors import ConflictError, GitError, InputError
 from ..mind.merge import resolver
 from ..store.git import GitStore
+from ..store.provenance import Act
 
 LEARNED_PREFIXES = ("refine/", "learn/")
 MERGE_GREP = r"^merge (refine|learn)/"
@@ -125,7 +126,7 @@ def next_steps(branch: str, files: list[str]) -> str:
             f"`hermes-fs review reject {branch}`, or edit those files on main and merge again.")
 
 
-def merge(store: GitStore, branch: str, author: str | None = None, only: list[str] | None = None,
+def merge(store: GitStore, branch: str, act: Act | None = None, only: list[str] | None = None,
           skip: list[str] | None = None) -> str:
     """Accept a pending change, or the part of it `only`/`skip` selects; what is left out stays
     pending under the same name as a smaller change. A conflict raises ConflictError naming the
@@ -135,16 +136,17 @@ def merge(store: GitStore, branch: str, author: str | None = None, only: list[st
     paths = store.changed_paths(info.parents[0], sha)
     chosen = _select(paths, only, skip)
     if chosen == paths:
-        return _merge_whole(store, branch, info.summary, author)
+        return _merge_whole(store, branch, info.summary, act)
     if not chosen:
         raise InputError(f"--only/--skip leave nothing of {branch} to merge (it changes {', '.join(paths)})")
     rest = [p for p in paths if p not in chosen]
-    part = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in chosen}, store.message(sha))
-    rest_commit = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in rest}, store.message(sha))
+    part = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in chosen}, store.message(sha), Act.learned())
+    rest_commit = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in rest}, store.message(sha),
+                               Act.learned())
     assert part and rest_commit, "each part changes files, so each is a commit"
     store.move_ref(f"refs/heads/{branch}", part, sha)
     try:
-        merged = _merge_whole(store, branch, f"{info.summary} (part: {', '.join(chosen)})", author)
+        merged = _merge_whole(store, branch, f"{info.summary} (part: {', '.join(chosen)})", act)
     except Exception:
         store.move_ref(f"refs/heads/{branch}", sha, part)  # nothing changed: the whole change is pending again
         raise
@@ -152,9 +154,9 @@ def merge(store: GitStore, branch: str, author: str | None = None, only: list[st
     return merged
 
 
-def _merge_whole(store: GitStore, branch: str, summary: str, author: str | None) -> str:
+def _merge_whole(store: GitStore, branch: str, summary: str, act: Act | None) -> str:
     try:
-        return store.merge(branch, f"merge {branch}: {summary}", author=author, resolve=format_resolver(store))
+        return store.merge(branch, f"merge {branch}: {summary}", act or Act.person(), resolve=format_resolver(store))
     except ConflictError as exc:
         raise ConflictError(_conflict_text(exc, branch), exc.files, exc.details) from None
 
@@ -189,14 +191,14 @@ def merge_commit_of(store: GitStore, branch: str) -> str:
     return hits[0].sha
 
 
-def revert(store: GitStore, branch: str, author: str | None = None) -> str:
+def revert(store: GitStore, branch: str, act: Act | None = None) -> str:
     """Undo a merged change, entry by entry; refuses (ConflictError naming the entry) only where a
     person changed the same entries since."""
     sha = merge_commit_of(store, branch)
     if any(c.summary == f"revert {branch}" for c in store.log(grep=REVERT_GREP)):
         raise GitError(f"{branch} was already reverted")
     try:
-        return store.revert_merge(sha, f"revert {branch}\n\nThis reverts merge {sha}.", author=author,
+        return store.revert_merge(sha, f"revert {branch}\n\nThis reverts merge {sha}.", act or Act.person(),
                                   resolve=format_resolver(store))
     except ConflictError as exc:
         details = ("\n" + "\n".join(exc.details)) if exc.details else ""

@@ -28,6 +28,7 @@ from ..mind import memory, skills
 from ..store.docs import dump_doc
 from ..store.files import atomic_write
 from ..store.notify import read_secrets_env
+from ..store.provenance import Act
 from ..store.vault import Vault
 
 SECTION = "Imported from Hermes Agent"
@@ -239,4 +240,4 @@ def apply_import(vault: Vault, plan: ImportPlan) -> str | None:
     if not plan.writes:
         return None
     body = "\n".join(f"- {line}" for line in plan.lines if not line.startswith(".hermes/"))
-    return vault.git.commit_paths(sorted(plan.writes), "import: hermes-agent", {"Hermes-Change": "import"}, body=body)
+    return vault.git.commit_paths(sorted(plan.writes), "import: hermes-agent", Act.imported(), body=body)

@@ -15,6 +15,7 @@ from ..errors import InputError
 from ..mind.jobs import CronJob
 from ..store.docs import dump_doc, parse_doc
 from ..store.files import atomic_write
+from ..store.provenance import Act
 from ..store.secrets import redact
 from ..store.vault import Vault
 
@@ -57,8 +58,7 @@ def run_job(vault: Vault, job: CronJob, due: datetime, retry_base_s: float = 1.0
     paths.insert(0, rel)
     if job.schedule.at is not None:
         paths.append(disable_job(vault, job))
-    vault.git.commit_paths(paths, f"cron: {job.name} ({meta['status']})", {"Hermes-Job": job.name},
-                           author=vault.config.git.author)
+    vault.git.commit_paths(paths, f"cron: {job.name} ({meta['status']})", Act.job(job.name))
     return meta
 
 

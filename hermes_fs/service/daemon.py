@@ -22,6 +22,7 @@ from ..errors import HermesError
 from ..store.config import CONFIG_NAME
 from ..store.files import atomic_write
 from ..store.lock import VaultLock
+from ..store.provenance import Act
 from ..store.vault import Vault
 from . import inbox  # light: the job code it runs is imported per request
 from .watcher import Debouncer, Settler, Watcher, ignored
@@ -163,8 +164,8 @@ class Daemon:
             self.note("removed a stale .git/index.lock left by a crash")
         orphans = self.vault.git.changed_under("sessions")
         if orphans:  # transcripts of conversations cut short (a killed run): keep them in history
-            self.vault.git.commit_paths(orphans, "session: saved after an interruption", {"Hermes-Change": "recovered"},
-                                        author=self.vault.config.git.author)
+            self.vault.git.commit_paths(orphans, "session: saved after an interruption",
+                                        Act.recovered())
             self.note(f"committed {len(orphans)} interrupted session transcript(s)")
         edited = [p for p in self.vault.git.dirty_paths() if not p.startswith(OWN_DIRS) and not ignored(p)]
         if edited:  # edits made while no daemon was watching (or lost in a crash before the debounce)

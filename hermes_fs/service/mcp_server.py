@@ -21,6 +21,7 @@ from mcp.server.mcpserver import Context, MCPServer  # this module is loaded onl
 from mcp.server.mcpserver.exceptions import ToolError
 
 from ..errors import HermesError
+from ..store.provenance import Act
 from ..store.vault import Vault
 
 TOKEN_NAME = "HERMES_MCP_TOKEN"
@@ -49,7 +50,7 @@ def build_server(vault: Vault) -> MCPServer:
         from ..mind.search import search
 
         client = client_name(ctx)
-        committer = VaultCommitter(vault.git, {"Hermes-Client": client}, vault.config.git.author)
+        committer = VaultCommitter(vault.git, Act.client(client))
         box = ToolBox(files=vault.files, config=vault.config, enabled=[tool], vault_root=vault.root,
                       committer=committer, searcher=partial(search, vault.root), created_by=f"mcp:{client}")
         result = box.call(tool, json.dumps({k: v for k, v in args.items() if v is not None}))
@@ -99,8 +100,7 @@ def refine_transcript(vault: Vault, transcript: str, focus: str | None, client: 
     t = Transcript.start(vault.root, client, "mcp", f"from {client}")
     t.append({"role": "note", "content": f"conversation sent by the MCP client {client}"})
     t.append({"role": "user", "content": transcript.strip()})
-    vault.git.commit_paths([t.rel], f"session: from {client}", {"Hermes-Session": t.id, "Hermes-Client": client},
-                           author=vault.config.git.author)
+    vault.git.commit_paths([t.rel], f"session: from {client}", Act.client(client, t.id))
     outcome = run_refine(vault, RefineOptions(session=t.id, focus=focus, client=client))
     if not outcome.ok:
         raise ToolError(outcome.line())
