@@ -210,7 +210,7 @@ def test_a_cron_run_is_one_commit(agent_vault, model_server):
     assert commits(agent_vault) == n + 1
     files = git(agent_vault, "show", "--name-only", "--format=", "HEAD").split()
     assert any(f.startswith("outputs/cron/tick/") for f in files) and any(f.startswith("sessions/") for f in files)
-    assert meta["status"] == "ok"
+    assert meta.status == "ok"
 
 
 def test_doctor_checks_the_model_with_one_tiny_call(agent_vault, model_server, run_cli):

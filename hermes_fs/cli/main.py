@@ -607,7 +607,7 @@ def cron_list(ctx: click.Context, as_json: bool):
     for j in jobs:
         nxt = upcoming[j.name]
         rows.append({"job": j.name, "schedule": j.schedule.describe(), "enabled": j.enabled,
-                     "next_run": nxt.isoformat(timespec="seconds") if nxt else None, "last_status": last.get(j.name, {}).get("status")})
+                     "next_run": nxt.isoformat(timespec="seconds") if nxt else None, "last_status": last[j.name].status if j.name in last else None})
     if as_json:
         _emit_json(rows)
     for r in rows if not as_json else []:
@@ -624,16 +624,16 @@ def cron_run(ctx: click.Context, job: str):
     """Run a job now (its output is stored, committed and delivered as on schedule)."""
 
     from ..mind import jobs as cron
-    from ..service.cron_runner import output_rel, run_job
+    from ..service.cron_runner import run_job
 
     v = _vault(ctx)
     jobs, _errors = cron.load_jobs(v.files, v.config)
     found = {j.name: j for j in jobs}.get(job)
     if not found:
         raise InputError(f"no valid job {job!r} in cron/ (see `hermes-fs cron list`)")
-    meta = run_job(v, found, datetime.now(UTC))
-    echo(f"{job}: {meta['status']} -> {output_rel(found, datetime.fromisoformat(meta['due']))}")
-    if meta["status"] != "ok":
+    run = run_job(v, found, datetime.now(UTC))
+    echo(f"{job}: {run.status} -> {run.rel}")
+    if not run.ok:
         ctx.exit(1)
 
 

@@ -210,11 +210,11 @@ class Daemon:
 
         self.note(f"cron started: {job.name} (due {due.isoformat()})")
         try:
-            meta = run_job(self.vault, job, due)
-            self.note(f"cron finished: {job.name} ({meta['status']})")
-            for d in meta.get("delivered") or []:
-                if d["status"] != "ok":
-                    self.error(f"cron {job.name}: delivery to {d['target']} failed: {d.get('error')}")
+            run = run_job(self.vault, job, due)
+            self.note(f"cron finished: {job.name} ({run.status})")
+            for d in run.delivered:
+                if not d.ok:
+                    self.error(f"cron {job.name}: delivery to {d.target} failed: {d.error}")
         except HermesError as exc:
             self.error(f"cron {job.name} failed: {exc}")
         except Exception as exc:
