@@ -9,13 +9,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
+from .. import Vault
+from .. import review as learned
 from ..errors import InputError
-from ..learning.changes import LEARNED_PREFIXES
 from ..mind import jobs as cron
 from ..mind import memory, skills
 from ..service.scheduler import next_runs
 from ..store.files import atomic_write
-from ..store.vault import Vault
 
 
 @dataclass
@@ -47,7 +47,7 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
         st.cron.append({"job": job.name, "schedule": job.schedule.describe(), "enabled": job.enabled,
                         "next_run": nxt.isoformat(timespec="seconds") if nxt else None})
     st.errors += [str(e) for e in job_errors]
-    for prefix in LEARNED_PREFIXES:
+    for prefix in learned.LEARNED_PREFIXES:
         for b in vault.git.branches(prefix):
             st.pending_reviews.append({"branch": b.name, "age_s": int(time.time()) - b.timestamp, "summary": b.summary})
     from ..service.daemon import status as daemon_status
