@@ -16,6 +16,7 @@ import click
 from ..errors import HermesError, InputError
 from ..store.config import Policy
 from .term import colorize_diff, echo, safe
+from .web import web as web_command
 
 POLICIES = [p.value for p in Policy]
 
@@ -346,7 +347,9 @@ def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait
     v = _vault(ctx)
     options = RefineOptions(session=session, focus=" ".join(focus) or None, policy=policy)
     if not wait:
-        pid, log_path = _refine_in_background(v, options)
+        from ..service.background import refine_in_background
+
+        pid, log_path = refine_in_background(v, options)
         echo(f"refine running in the background (pid {pid}); log: {log_path}; see `hermes-fs review`")
         return
     with _spinner("reviewing the conversation"):
@@ -354,21 +357,6 @@ def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait
     echo(result.line())
     if not result.ok:
         ctx.exit(1)
-
-
-def _refine_in_background(v, options) -> tuple[int, Path]:
-    """`hermes-fs refine --wait ...` as a detached process; its pid and log file."""
-    from ..service.background import spawn
-
-    log = v.state_dir / "logs" / f"refine-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}.log"
-    args = ["refine", "--wait"]
-    if options.session:
-        args += ["--session", options.session]
-    if options.policy:
-        args += ["--policy", options.policy]
-    if options.focus:
-        args += ["--", options.focus]
-    return spawn(v.root, args, log), log
 
 
 @main.command()
@@ -768,6 +756,9 @@ def chat(ctx: click.Context, resume: str | None, model: str | None, workspace: s
     if failed:
         echo(f"{failed} turn(s) failed", err=True)
         ctx.exit(1)
+
+
+main.add_command(web_command)
 
 
 if __name__ == "__main__":
