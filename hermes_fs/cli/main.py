@@ -15,6 +15,8 @@ import click
 
 from ..errors import HermesError, InputError
 from ..store.config import Policy
+from .sync import clone as clone_command
+from .sync import sync as sync_command
 from .term import colorize_diff, echo, safe
 from .web import web as web_command
 
@@ -759,7 +761,8 @@ def chat(ctx: click.Context, resume: str | None, model: str | None, workspace: s
 
 
 main.add_command(web_command)
-
+main.add_command(sync_command)
+main.add_command(clone_command)
 
 if __name__ == "__main__":
     main(sys.argv[1:])

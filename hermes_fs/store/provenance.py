@@ -14,6 +14,8 @@ Every commit GitStore makes passes through `Provenance.seal` (in `GitStore._comm
 | a session saved after a crash            | the agent  | Hermes-Change: recovered              |
 | a learned change on its branch           | the agent  | Refine-* / Learn-* / Curate-*         |
 | a merge made by policy                   | the agent  | —                                     |
+| sync's merge of another machine's main   | the agent  | Hermes-Change: sync, Hermes-Host      |
+| a claim of a job run (refs/hermes/claims)| the agent  | Hermes-Host, Claim-State, -Expires    |
 
 "The agent" is `git.author` of hermes.yaml; "the person" is git's own user.name/user.email.
 The person always stays the committer. A trailer that every commit of a machine must carry
@@ -44,6 +46,8 @@ REFINE_MODEL = "Refine-Model"
 REFINE_CLIENT = "Refine-Client"
 LEARN_SOURCE = "Learn-Source"
 LEARN_MODEL = "Learn-Model"
+CLAIM_STATE = "Claim-State"
+CLAIM_EXPIRES = "Claim-Expires"
 CURATE_POLICY = "Curate-Policy"
 CURATE_MODEL = "Curate-Model"
 
@@ -102,6 +106,16 @@ class Act:
     @classmethod
     def recovered(cls) -> Act:
         return cls(By.AGENT, {CHANGE: "recovered"})
+
+    @classmethod
+    def sync(cls, host: str) -> Act:
+        """A commit sync makes on main (merging another machine's main, withdrawing a lost result)."""
+        return cls(By.AGENT, {CHANGE: "sync", HOST: host})
+
+    @classmethod
+    def claim(cls, host: str, state: str, expires: float = 0.0) -> Act:
+        """A claim commit (empty tree, under refs/hermes/claims/): who holds a job run, until when."""
+        return cls(By.AGENT, {HOST: host, CLAIM_STATE: state, CLAIM_EXPIRES: str(expires) if expires else ""})
 
     @classmethod
     def learned(cls, trailers: dict[str, str] | None = None) -> Act:

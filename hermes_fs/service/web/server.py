@@ -95,9 +95,19 @@ class WebServer:
     def signin_url(self) -> str:
         return f"{self.url}?token={self.app.guard.keys.token}"
 
+    def _warm(self) -> None:
+        def work():
+            try:
+                self.app.site.warm()
+            except Exception:  # only a head start: the pages do the same work when asked
+                log.exception("warming the web page up failed")
+
+        threading.Thread(target=work, name="web-warm", daemon=True).start()
+
     def run(self) -> None:
         """Serve until Ctrl-C / SIGTERM (uvicorn's own signal handling)."""
         self.app.feed.start()
+        self._warm()
         try:
             self.server.run(sockets=[self.sock])
         finally:
@@ -105,6 +115,7 @@ class WebServer:
 
     def start(self) -> None:
         self.app.feed.start()
+        self._warm()
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="web", daemon=True)
         self.thread.start()
 
