@@ -120,7 +120,7 @@ class Site:
         return RedirectResponse(f"{to}{'&' if '?' in to else '?'}flash={key}", 303)
 
     def failed(self, request: Request, exc: HermesError) -> HTMLResponse:
-        status = 404 if "no " in str(exc)[:12] else 400
+        status = 404 if getattr(exc, "reason", str(exc)).startswith("no ") else 400  # "no skill named ..."
         return self.render(request, "error.html", status, error=str(exc))
 
     async def act(self, request: Request, work: Callable[[], tuple[str, str]], back: str) -> Response:

@@ -134,7 +134,7 @@ class Guard:
             if not hmac.compare_digest(query["token"], self.keys.token):
                 return await _plain(send_with_headers, 401, "wrong token")
             rest = urlencode({k: v for k, v in query.items() if k != "token"})
-            location = scope.get("path", "/") + (f"?{rest}" if rest else "")
+            location = "/" + scope.get("path", "/").lstrip("/") + (f"?{rest}" if rest else "")  # never `//host`
             cookie = f"{COOKIE}={self.keys.cookie}; HttpOnly; SameSite=Strict; Path=/"
             return await _plain(send_with_headers, 303, "signed in", [(b"location", location.encode()),
                                                                        (b"set-cookie", cookie.encode())])

@@ -39,6 +39,9 @@ class WebApp:
 def build(vault: Vault, host: str, port: int) -> WebApp:
     """The app for one vault, bound (by name) to host:port; the token is made on first use."""
     keys = Keys(load_token(vault.secrets_env, host))
+    if host in ("0.0.0.0", "::", ""):
+        raise HermesError(f"listen on the address you will open in the browser, not {host or 'every address'}: "
+                          "the page answers only requests whose Host header names the address it is bound to")
     site = Site(vault, keys)
     feed = ChangeFeed(vault.root, on_change=lambda names: _reload_settings(vault, names))
 
