@@ -176,8 +176,8 @@ class GitStore:
 
     def newest_paths(self, prefix: str) -> list[str]:
         """Files added or changed under `prefix` by the newest commit on main that touched it."""
-        out = self._git("log", "-1", "--first-parent", "--format=", "--name-only", "--diff-filter=AM", MAIN,
-                        "--", prefix)
+        # every parent: a commit another machine made arrives on a merge's second parent
+        out = self._git("log", "-1", "--format=", "--name-only", "--diff-filter=AM", MAIN, "--", prefix)
         return [p for p in out.splitlines() if p.strip()]
 
     def changed_paths(self, a: str, b: str) -> list[str]:
@@ -221,8 +221,8 @@ class GitStore:
         return self._parse_log(self._git("show", "-s", self._LOG_FORMAT, ref))[0]
 
     def log(self, ref: str = MAIN, grep: str | None = None, first_parent: bool = True, limit: int = 500) -> list[CommitInfo]:
-        """Commits newest first, in one git process."""
-        args = ["log", f"-n{limit}", self._LOG_FORMAT]
+        """Commits newest first, in one git process (`limit=0`: all of them)."""
+        args = ["log", *([f"-n{limit}"] if limit else []), self._LOG_FORMAT]
         if first_parent:
             args.append("--first-parent")
         if grep:

@@ -6,14 +6,14 @@ Every commit GitStore makes passes through `Provenance.seal` (in `GitStore._comm
 | act                                      | author     | trailers                              |
 |------------------------------------------|------------|---------------------------------------|
 | a person's edit, committed by the daemon | the person | Hermes-Change: human-edit             |
-| a person's decision (merge/reject/revert)| the person | —                                     |
+| a person's decision (merge/reject/revert)| the person | Hermes-Change: merge/revert, -Branch  |
 | a person's command (init, import, fix)   | the person | Hermes-Change: init / import          |
 | the agent in a session                   | the agent  | Hermes-Session                        |
 | an MCP client's write                    | the agent  | Hermes-Client (+ Hermes-Session)      |
 | a cron run / an inbox request            | the agent  | Hermes-Job: <job> / inbox/<name>      |
 | a session saved after a crash            | the agent  | Hermes-Change: recovered              |
 | a learned change on its branch           | the agent  | Refine-* / Learn-* / Curate-*         |
-| a merge made by policy                   | the agent  | —                                     |
+| a merge made by policy                   | the agent  | Hermes-Change: merge, Hermes-Branch   |
 | sync's merge of another machine's main   | the agent  | Hermes-Change: sync, Hermes-Host      |
 | a claim of a job run (refs/hermes/claims)| the agent  | Hermes-Host, Claim-State, -Expires    |
 
@@ -39,6 +39,7 @@ SESSION = "Hermes-Session"
 JOB = "Hermes-Job"
 CLIENT = "Hermes-Client"
 HOST = "Hermes-Host"
+BRANCH = "Hermes-Branch"  # on merge and revert commits: the learned change's branch
 REFINE_SESSION = "Refine-Session"
 REFINE_SNAPSHOT = "Refine-Snapshot"
 REFINE_FOCUS = "Refine-Focus"
