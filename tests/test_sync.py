@@ -182,7 +182,7 @@ def learned_branch(v: Vault, name: str, entry: str) -> str:
     """A learned change on its own branch, as refine makes it (plumbing, from main)."""
     head = v.git.head()
     text = (v.git.read_file(head, "memory/USER.md") or b"").decode() + f"- {entry}\n"
-    v.git.commit_overlay(head, name, {"memory/USER.md": text.encode()}, f"{entry}\n\nRefine-Session: s1\n")
+    v.git.commit_overlay(head, name, {"memory/USER.md": text.encode()}, f"{entry}\n\nRefine-Session: s1\n", Act.learned())
     return name
 
 
