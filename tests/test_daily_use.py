@@ -13,6 +13,8 @@ import time
 import pytest
 from conftest import DaemonProc, git, wait_for
 
+from hermes_fs.store.provenance import Act
+
 RESULTS = "outputs/requests"
 
 
@@ -112,7 +114,7 @@ def test_the_callers_key_wins_over_the_daemons(agent_vault, model_server, warm_d
     """Issue 22: `FAKE_KEY=other hermes-fs run` with a daemon running uses `other`."""
     text = (agent_vault.root / "hermes.yaml").read_text().replace(f"api_key_env: {KEY}", "api_key_env: FAKE_KEY")
     (agent_vault.root / "hermes.yaml").write_text(text)
-    agent_vault.git.commit_paths(["hermes.yaml"], "test: key from FAKE_KEY")
+    agent_vault.git.commit_paths(["hermes.yaml"], "test: key from FAKE_KEY", Act.person())
     warm_daemon(FAKE_KEY="sk-the-daemons-own")
     model_server.add({"content": "one"}, {"content": "two"})
     r = cli(agent_vault, "run", "hello", env={"FAKE_KEY": "other", **no_litellm}, cwd=tmp_path)
@@ -164,7 +166,7 @@ def test_doctor_refine_and_learn_run_in_the_daemon_with_the_callers_key(agent_va
                                                                           no_litellm, tmp_path):
     text = (agent_vault.root / "hermes.yaml").read_text().replace("backend: local", "backend: none")
     (agent_vault.root / "hermes.yaml").write_text(text)
-    agent_vault.git.commit_paths(["hermes.yaml"], "test: no sandbox")
+    agent_vault.git.commit_paths(["hermes.yaml"], "test: no sandbox", Act.person())
     warm_daemon(**{KEY: "sk-the-daemons-own"})
     env = {KEY: "sk-the-callers", **no_litellm}
     model_server.add({"content": "ok"})
@@ -257,7 +259,7 @@ def test_a_partial_merge_keeps_authorship_and_messages_true_to_each_part(vault, 
     branch = "refine/20261130-000000-two-things"
     store.commit_overlay(base, branch, overlay,
                          f"two things\n\n- {user}: asked for ISO dates\n- {lessons}: the tests caught a bug\n\n"
-                         "Refine-Session: 20261130-000000-abcd\n", author=agent)
+                         "Refine-Session: 20261130-000000-abcd\n", Act.learned())
     r = run_cli("review", "merge", branch, "--only", user, "--vault", str(vault.root))
     assert r.returncode == 0, r.stderr
     blame = git(vault, "blame", "--line-porcelain", user)
@@ -392,7 +394,7 @@ def test_a_second_daemon_says_nothing_but_that_it_is_refused(vault, daemon, run_
 def test_a_learned_change_is_notified_as_learn_not_refine(agent_vault, model_server, receiver, tmp_path):
     cfg = (agent_vault.root / "hermes.yaml").read_text() + f"notify:\n  targets: {{desk: '{receiver.url('desk')}'}}\n"
     (agent_vault.root / "hermes.yaml").write_text(cfg)
-    agent_vault.git.commit_paths(["hermes.yaml"], "notify")
+    agent_vault.git.commit_paths(["hermes.yaml"], "notify", Act.person())
     doc = tmp_path / "deploy.md"
     doc.write_text("# Deploying\n\nRun `fly deploy`.\n")
     skill = "---\nname: fly-deploy\ndescription: Deploy with fly.io. Use when deploying.\n---\n# Deploy\n\n1. fly deploy\n"
@@ -411,7 +413,8 @@ def test_two_changes_with_the_same_slug_get_names_apart(agent_vault):
     store = agent_vault.git
     user = store.read_file(store.head(), "memory/USER.md")
     names = [commit_on_new_branch(agent_vault, "refine", "update memory/USER.md", store.head(),
-                                  {"memory/USER.md": user + f"- Entry {i}.\n".encode()}, "update\n") for i in range(2)]
+                                  {"memory/USER.md": user + f"- Entry {i}.\n".encode()}, "update\n", Act.learned())
+             for i in range(2)]
     assert len(set(names)) == 2 and names[1].endswith("-update-memory-user-md-2"), names
     assert changes.resolve_name(store, "update-memory-user-md") == names[0]  # no longer ambiguous
     assert changes.resolve_name(store, "update-memory-user-md-2") == names[1]

@@ -23,8 +23,8 @@ from typing import Protocol
 from ..agent.loop import Agent
 from ..errors import ConflictError, GitError, HermesError
 from ..store.config import Policy
-from ..store.git import format_message
 from ..store.overlay import OverlayFiles
+from ..store.provenance import Act, format_message
 from ..store.secrets import redact
 from ..store.vault import Vault
 from .changes import format_resolver, merge_message
@@ -131,8 +131,8 @@ def run(vault: Vault, proposer: Proposer, policy: str | None = None) -> Outcome:
             outcome = Outcome("nothing", proposer.kind, reason=nothing_reason(proposer))
         else:
             d = proposer.describe(changes)
-            message = format_message(d.summary, d.lines, d.trailers)
-            branch = commit_on_new_branch(vault, proposer.kind, d.slug, base, changes, message)
+            message = format_message(d.summary, d.lines)
+            branch = commit_on_new_branch(vault, proposer.kind, d.slug, base, changes, message, Act.learned(d.trailers))
             outcome = apply_policy(vault, branch, d.summary, policy or vault.config.refine.policy)
     except Exception as exc:  # any failure: no partial branch, a clear report
         outcome = failure(vault, branch, exc, proposer.kind)
@@ -211,13 +211,13 @@ def unique_branch(vault: Vault, kind: str, text: str, skip: int = 0) -> str:
 
 
 def commit_on_new_branch(vault: Vault, kind: str, slug: str, base: str, changes: dict[str, bytes | None],
-                         message: str) -> str:
+                         message: str, act: Act) -> str:
     """Commit the change on a fresh branch; two refines finishing in the same second with the same
     slug each get their own (creating a branch fails if it exists, then the next name is taken)."""
     for attempt in range(20):
         branch = unique_branch(vault, kind, slug, skip=attempt)
         try:
-            vault.git.commit_overlay(base, branch, changes, message, author=vault.config.git.author)
+            vault.git.commit_overlay(base, branch, changes, message, act)
             return branch
         except GitError:
             if not vault.git.rev(f"refs/heads/{branch}"):
@@ -242,7 +242,7 @@ def apply_policy(vault: Vault, branch: str, summary: str, policy: str) -> Outcom
         return outcome
     try:
         # a merge by policy is the agent's act, so the agent authors it; entry-aware like any merge
-        store.merge(branch, merge_message(branch, summary), author=vault.config.git.author, resolve=format_resolver(store))
+        store.merge(branch, merge_message(branch, summary), Act.policy_merge(), resolve=format_resolver(store))
     except ConflictError as exc:
         outcome.status, outcome.conflicts = "conflict", exc.files
         outcome.reason = f"conflicts with edits in {', '.join(exc.files)}; left for review"

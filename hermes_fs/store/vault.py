@@ -83,7 +83,15 @@ class Vault:
     def git(self):
         from .git import GitStore  # GitPython loads only when git is needed
 
-        return GitStore(self.root, lock_dir=self.state_dir / "locks")
+        return GitStore(self.root, lock_dir=self.state_dir / "locks", provenance=self.provenance)
+
+    @cached_property
+    def provenance(self):
+        """Who authors this vault's commits and which trailers all of them carry (store/provenance.py);
+        the agent's name is read from hermes.yaml at each commit, so a reload takes effect."""
+        from .provenance import Provenance
+
+        return Provenance(agent=lambda: self.config.git.author)
 
 
 def find_vault(explicit: str | os.PathLike | None = None, cwd: Path | None = None) -> Vault:
@@ -138,7 +146,9 @@ def init_vault(path: Path, template: Path = TEMPLATE_DIR) -> InitResult:
     create_secrets_env(path)
     vault = Vault(path)
     vault.reload_config()  # the template must validate; fail loudly if it does not
-    vault.git.commit_all("init: new hermes-fs vault", trailers={"Hermes-Change": "init"})
+    from .provenance import Act
+
+    vault.git.commit_all("init: new hermes-fs vault", Act.init())
     return InitResult(vault, set_identity)
 
 
@@ -166,11 +176,13 @@ def adopt(path: Path, template: Path = TEMPLATE_DIR) -> InitResult:
     create_secrets_env(path)
     vault = Vault(path)
     vault.reload_config()
-    message, trailers = f"init: adopt {path.name} as a hermes-fs vault", {"Hermes-Change": "init"}
+    from .provenance import Act
+
+    message = f"init: adopt {path.name} as a hermes-fs vault"
     if store.rev(f"refs/heads/{MAIN}"):
-        store.commit_paths(added, message, trailers)  # by plumbing: whatever the person staged stays as it was
+        store.commit_paths(added, message, Act.init())  # by plumbing: whatever the person staged stays as it was
     else:
-        store.commit_all(message, trailers, paths=added)
+        store.commit_all(message, Act.init(), paths=added)
     uncommitted = 0 if repo else len([p for p in store.dirty_paths() if p not in added])
     return InitResult(vault, set_identity, adopted=True, added=added, uncommitted=uncommitted)
 
