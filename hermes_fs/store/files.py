@@ -7,6 +7,7 @@ an in-memory overlay of snapshot S during a review.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
@@ -41,15 +42,20 @@ def atomic_write(target: Path, data: bytes | str, mode: int | None = None, fsync
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.hermes-tmp")
-    with open(tmp, "wb") as f:
-        f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
-    if mode is not None:
-        tmp.chmod(mode)
-    os.replace(tmp, target)
+    # One temp name per writer (two threads or processes writing one file must not share it).
+    tmp = target.with_name(f".{target.name}.{os.getpid()}-{threading.get_ident()}-{os.urandom(3).hex()}.hermes-tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        if mode is not None:
+            tmp.chmod(mode)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def symlink_on_path(root: Path, rel: str, include_last: bool = False) -> Path | None:
