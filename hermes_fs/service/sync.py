@@ -23,25 +23,29 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import quote, unquote
 
 from ..errors import ConflictError, GitError, HermesError
 from ..store.claims import LEDGER_NAME, ClaimRecord, Ledger, RefClaims, parse_cron_key
 from ..store.files import atomic_write
 from ..store.git import MAIN, GitStore, format_message
 from ..store.host import host_id
+from ..store.provenance import HOST, Act
 from ..store.remote import MIRROR, RefUpdate, Remote, Unreachable, mirror_of
 from ..store.vault import Vault
+from .host import DaemonHost
 
 log = logging.getLogger("hermes_fs.sync")
 
 CONFLICT_MARK = ".conflict-"
 LEARNED_REFS = ("refs/heads/refine/", "refs/heads/learn/", "refs/hermes/rejected/")
 PUSH_TRIES = 4  # a push that lost a race fetches, merges and tries again, this many times per round
-SYNC_TRAILERS = {"Hermes-Change": "sync"}
 
 _claims: dict[Path, RefClaims] = {}
 _claims_lock = threading.Lock()
@@ -110,10 +114,43 @@ def claims_for(vault: Vault) -> RefClaims:
         found = _claims.get(root)
         if found is None:
             found = RefClaims(vault.git, remote_for(vault), host_id(vault.state_dir), vault.config.sync.claim_ttl_s,
-                              Ledger(vault.state_dir / LEDGER_NAME), sync_dir(vault) / "claims.json",
-                              author=vault.config.git.author)
+                              Ledger(vault.state_dir / LEDGER_NAME), sync_dir(vault) / "claims.json")
             _claims[root] = found
         return found
+
+
+@contextmanager
+def deciding(vault: Vault, branch: str) -> Iterator[None]:
+    """Around a person's merge or reject of a learned change in a synced vault: the decision on
+    that exact change (branch and tip) is claimed on the remote first, so when two machines decide
+    at once exactly one does and the other is told who did. The decision is published at once.
+    Offline, no decision is made (nobody could be asked whether another machine made one)."""
+    from ..store.claims import Take
+
+    if remote_url(vault) is None:
+        yield
+        return
+    tip = vault.git.rev(f"refs/heads/{branch}") or "gone"
+    key = f"review/{branch}/{tip[:12]}"
+    claims = claims_for(vault)
+    outcome = claims.take(key)
+    if outcome == Take.OFFLINE:
+        raise HermesError(f"the remote cannot be reached, so {branch} stays pending: another machine may be "
+                          "deciding on it; try again when the remote answers")
+    if outcome == Take.TAKEN:
+        rec = claims.holder(key)
+        who = f"machine {rec.host}" if rec else "another machine"
+        raise HermesError(f"{branch} was already decided on {who}; `hermes-fs sync` shows the result")
+    try:
+        yield
+    except BaseException:
+        claims.release(key)
+        raise
+    claims.finish(key)
+    try:
+        Syncer(vault, claims).round(work=False)
+    except HermesError as exc:
+        log.warning("sync after deciding %s: %s", branch, exc)  # the daemon pushes it later
 
 
 def beside(path: str, host: str) -> str:
@@ -239,8 +276,8 @@ class Syncer:
         who = self._host_of(theirs)
         before = self.store.head()
         try:
-            message = format_message(f"sync: merge {who}'s main", "", {**SYNC_TRAILERS, "Hermes-Host": self.host})
-            new = self.store.integrate(theirs, message, self.vault.config.git.author,
+            message = format_message(f"sync: merge {who}'s main")
+            new = self.store.integrate(theirs, message, Act.sync(self.host),
                                        resolve=_format_resolver(self.store), keep_both=self._keep_both(r, theirs))
         except ConflictError as exc:  # a person is typing in those files: their text wins, try next round
             log.info("sync: not merging now: %s", exc)
@@ -260,7 +297,7 @@ class Syncer:
                         + "\nMerge what you want to keep into the original file, then delete the copy.")
 
     def _host_of(self, sha: str) -> str:
-        return self.store.commit_info(sha).trailers.get("Hermes-Host") or "remote"
+        return self.store.commit_info(sha).trailers.get(HOST) or "remote"
 
     def _keep_both(self, r: Round, theirs: str):
         def keep(path: str, base: bytes | None, ours: bytes | None, other: bytes | None) -> dict[str, bytes | None]:
@@ -277,10 +314,24 @@ class Syncer:
         out = self.store._git("log", "-1", "--format=%B", sha, "--", path)
         from ..store.git import parse_trailers
 
-        return parse_trailers(out).get("Hermes-Host") or "remote"
+        return parse_trailers(out).get(HOST) or "remote"
+
+    def _finish_committed(self) -> None:
+        """A claim is done exactly when its result is on main: so the `done` claim always goes up
+        in the same atomic push as the result, even if the process died between the two."""
+        head = self.store.head()
+        for key in self.claims.running():
+            rel = result_of(key)
+            if rel and self.store.read_file(head, rel) is not None:
+                self.claims.finish(key, [rel])
+            elif key.startswith(INBOX_KEY) and _request_done(self.vault, key, head):
+                self.claims.finish(key)
+            elif self.claims.held[key].orphan:
+                self.claims.forget(key)
 
     def _push_main(self, r: Round) -> bool:
         """Push main with the pending `done` claims, atomically. False: lost a race, go again."""
+        self._finish_committed()
         ours = self.store.head()
         theirs = self.store.rev(mirror_of(self.branch_ref))
         updates = self.claims.pending()
@@ -299,15 +350,9 @@ class Syncer:
     def _withdraw_lost(self, r: Round, lost: list[tuple[str, list[str]]]) -> None:
         """A cron run whose claim expired and was taken over: the other machine's output stands,
         this one's is removed from main (where it still holds exactly what was committed)."""
-        from .cron_runner import OUTPUTS_DIR
-
         paths = []
         for key, kept in lost:
-            parsed = parse_cron_key(key)
-            if parsed:
-                job, due = parsed
-                paths.append(f"{OUTPUTS_DIR}/{job}/{due:%Y%m%d-%H%M%S}.md")
-            paths += kept
+            paths += [p for p in [result_of(key), *kept] if p]
         head = self.store.head()
         gone = [p for p in paths if self.store.read_file(head, p) is not None
                 and (self.vault.root / p).is_file() and (self.vault.root / p).read_bytes() == self.store.read_file(head, p)]
@@ -315,8 +360,7 @@ class Syncer:
             return
         for p in gone:
             (self.vault.root / p).unlink()
-        self.store.commit_paths(gone, "sync: withdraw a result another machine also made",
-                                {**SYNC_TRAILERS, "Hermes-Host": self.host}, author=self.vault.config.git.author,
+        self.store.commit_paths(gone, "sync: withdraw a result another machine also made", Act.sync(self.host),
                                 body="This machine's claim expired while it worked; the machine that took the claim over "
                                      "published the result that stands.")
         r.withdrawn += gone
@@ -372,6 +416,50 @@ class Syncer:
             log.exception("sync: notification failed")
 
 
+INBOX_KEY = "inbox/"
+
+
+def request_key(vault: Vault, rel: str) -> str | None:
+    """The claim key of an inbox request that arrived through git (tracked on main, so every
+    machine sees it); None for one dropped on this machine (only this machine can take it)."""
+    blob = vault.git._git("rev-parse", "-q", "--verify", f"{MAIN}:{rel}", ok=(0, 1, 128)).strip()
+    if not blob:
+        return None
+    return f"{INBOX_KEY}{blob[:20]}-{quote(PurePosixPath(rel).name, safe='-_')}"
+
+
+def claim_request(vault: Vault, rel: str) -> bool:
+    """May this machine take the inbox request `rel`? Yes for a request dropped here; for one that
+    came through git, only if this machine wins its claim on the remote (offline: not now — it is
+    taken when the remote answers again, or by a machine that can reach it)."""
+    if remote_url(vault) is None:
+        return True
+    key = request_key(vault, rel)
+    if key is None:
+        return True
+    from ..store.claims import Take
+
+    return claims_for(vault).take(key) == Take.WON
+
+
+def _request_done(vault: Vault, key: str, head: str) -> bool:
+    """A claimed request is done once main no longer holds it (its removal is committed with its result)."""
+    name = unquote(key.removeprefix(INBOX_KEY).split("-", 1)[1])
+    blob = key.removeprefix(INBOX_KEY).split("-", 1)[0]
+    data = vault.git._git("rev-parse", "-q", "--verify", f"{head}:inbox/{name}", ok=(0, 1, 128)).strip()
+    return not data.startswith(blob)
+
+
+def result_of(key: str) -> str | None:
+    """The file that holds the result of a claimed piece of work (a cron run's output)."""
+    parsed = parse_cron_key(key)
+    if parsed is None:
+        return None
+    from .cron_runner import output_path
+
+    return output_path(*parsed)
+
+
 def _format_resolver(store: GitStore):
     from ..learning.changes import format_resolver
 
@@ -379,3 +467,124 @@ def _format_resolver(store: GitStore):
 
 
 __all__ = ["Round", "Syncer", "beside", "claims_for", "conflict_files", "format_message", "remote_for"]
+
+
+class SyncService:
+    """The daemon's continuous sync (a DaemonService): a round as soon as main moves here (so
+    this machine's commits go up at once) and every `sync.interval_s` (one cheap ls-remote), so
+    the interval, not git, sets the delay. After a round it takes over the claims of machines
+    that died and runs the due times this machine missed while offline."""
+
+    name = "sync"
+
+    def __init__(self, daemon: DaemonHost):
+        self.daemon = daemon
+        self.vault = daemon.vault
+        self.syncer = Syncer(self.vault)
+        self.syncer.claims.on_finish = self.poke
+        self.wake = threading.Event()
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.observer: Any = None  # watchdog's Observer, started with the service
+        self.offline: str | None = None
+
+    def poke(self) -> None:
+        self.wake.set()
+
+    def start(self) -> None:
+        from watchdog.events import FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        poke = self.poke
+
+        class MainMoved(FileSystemEventHandler):
+            def on_any_event(self, event) -> None:
+                if PurePosixPath(str(getattr(event, "dest_path", "") or event.src_path)).name == MAIN:
+                    poke()
+
+        observer = Observer()
+        observer.schedule(MainMoved(), str(self.vault.root / ".git" / "refs" / "heads"), recursive=False)
+        observer.start()
+        self.observer = observer
+        self.thread = threading.Thread(target=self._loop, name="sync", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.wake.set()
+        if self.observer is not None:
+            self.observer.stop()
+            self.observer.join(5)
+        if self.thread is not None:
+            self.thread.join(30)
+
+    def _loop(self) -> None:
+        while not self.stopped.is_set():
+            self.wake.clear()
+            try:
+                self._after(self.syncer.round())
+            except Exception as exc:  # the sync thread never dies: report, wait, try again
+                log.exception("sync: round failed")
+                self.daemon.error(f"sync failed: {type(exc).__name__}: {exc}")
+            self.wake.wait(self.vault.config.sync.interval_s)
+
+    def _after(self, r: Round) -> None:
+        if r.offline:
+            if self.offline is None:
+                self.daemon.error(f"sync: remote unreachable ({r.offline}); due jobs wait until it answers")
+            self.offline = r.offline
+            return
+        if self.offline is not None:
+            self.daemon.note("sync: remote reachable again")
+            self.offline = None
+        for path in r.conflicts:
+            self.daemon.note(f"sync: conflict, the other machine's version is kept beside: {path}")
+        for path in r.withdrawn:
+            self.daemon.error(f"sync: withdrew {path}: this machine's claim expired while it worked; the other result stands")
+        for key in r.lost:
+            self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
+        for job, due in r.caught_up:
+            self._run(job, due, "missed while offline, nobody ran it")
+        for rec in r.expired:
+            self._take_over(rec)
+
+    def _take_over(self, rec: ClaimRecord) -> None:
+        from ..store.claims import Take
+
+        if rec.key.startswith(INBOX_KEY):
+            self._redrop(rec)
+            return
+        parsed = parse_cron_key(rec.key)
+        if parsed is None or parsed[0] not in self._jobs():
+            return
+        if self.syncer.claims.take(rec.key) == Take.WON:
+            self._run(*parsed, f"took over from {rec.host}, whose claim expired")
+
+    def _redrop(self, rec: ClaimRecord) -> None:
+        """A request claimed by a machine that died: write it again, unchanged, so this daemon's
+        inbox takes it as if just dropped (its claim step takes the expired claim over)."""
+        name = unquote(rec.key.removeprefix(INBOX_KEY).split("-", 1)[1])
+        rel = f"inbox/{name}"
+        if request_key(self.vault, rel) != rec.key:
+            return  # answered meanwhile (main no longer holds that request)
+        path = self.vault.root / rel
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return  # already taken here
+        self.daemon.note(f"request {name}: its claimant {rec.host} stopped answering; taking it here")
+        with open(path, "wb") as f:  # a close-after-write event, exactly as a person's save
+            f.write(data)
+
+    def _jobs(self) -> dict:
+        scheduler = self.daemon.scheduler
+        return scheduler.jobs if scheduler is not None else {}
+
+    def _run(self, job_name: str, due: datetime, why: str) -> None:
+        job = self._jobs().get(job_name)
+        scheduler = self.daemon.scheduler
+        if job is None or scheduler is None:
+            return
+        self.daemon.note(f"cron {job_name} due {due.isoformat()}: {why}; running it here")
+        if not scheduler.run_claimed(job, due):
+            self.daemon.note(f"cron {job_name}: still running here; the claim will expire for another machine")

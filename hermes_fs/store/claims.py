@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote, unquote
 
 from .files import atomic_write
+from .provenance import CLAIM_EXPIRES, CLAIM_STATE, HOST, Act
 from .remote import MIRROR, RefUpdate, Remote, Unreachable, mirror_of
 
 if TYPE_CHECKING:
@@ -129,21 +131,23 @@ class _Held:
     expires: float
     done: str | None = None  # the `done` commit waiting to go up with the result
     paths: list[str] = field(default_factory=list)  # what the result wrote (to withdraw if it lost)
+    orphan: bool = False  # held by a previous process of this machine: not renewed; done only if its result is on main
 
 
 class RefClaims:
     """Claims as refs on the remote (see the module docstring)."""
 
     def __init__(self, store: GitStore, remote: Remote, host: str, ttl_s: float, ledger: Ledger,
-                 state_path: Path, author: str = "hermes-fs <agent@hermes-fs.invalid>"):
+                 state_path: Path):
         self.store = store
         self.remote = remote
         self.host = host
         self.ttl_s = ttl_s
         self.ledger = ledger
         self.state_path = state_path
-        self.author = author
         self.lock = threading.Lock()
+        self.on_finish: Callable[[], None] | None = None  # the sync service: push now
+        self._tree_written = False
         self.held: dict[str, _Held] = {}
         self.missed: dict[str, str] = {}  # job -> the latest due time (ISO) it could not claim, offline
         self._load()
@@ -156,9 +160,9 @@ class RefClaims:
             data = json.loads(self.state_path.read_text())
         except (OSError, ValueError):
             return
-        # A running claim of a previous process is dead (that run is gone): only results waiting
-        # to go up are kept; the dead claims expire and are taken over like anyone's.
-        self.held = {k: _Held(**v) for k, v in data.get("held", {}).items() if v.get("done")}
+        # A running claim of a previous process is an orphan: its run is gone, so it is not renewed;
+        # if its result reached main it is finished, else it expires and is taken over like anyone's.
+        self.held = {k: _Held(**{**v, "orphan": not v.get("done")}) for k, v in data.get("held", {}).items()}
         self.missed = dict(data.get("missed", {}))
 
     def _save(self) -> None:
@@ -169,13 +173,11 @@ class RefClaims:
     # -- claim commits ----------------------------------------------------------------------------
     def _commit(self, key: str, state: str, note: str = "") -> tuple[str, float]:
         expires = round(time.time() + self.ttl_s, 3) if state == RUNNING else 0.0
-        message = f"claim {key}{': ' + note if note else ''}\n\nHermes-Host: {self.host}\nClaim-State: {state}\n"
-        if expires:
-            message += f"Claim-Expires: {expires}\n"
-        name, _, email = self.author.partition(" <")
-        env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"),
-               "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email.rstrip(">")}
-        return self.store._git("commit-tree", EMPTY_TREE, "-F", "-", input=message, env=env).strip(), expires
+        message = f"claim {key}{': ' + note if note else ''}"
+        if not self._tree_written:  # git knows the empty tree without storing it; fsck wants it stored
+            self.store._git("mktree", input="")
+            self._tree_written = True
+        return self.store._commit_tree(EMPTY_TREE, [], message, Act.claim(self.host, state, expires)), expires
 
     def records(self, prefix: str = "") -> list[ClaimRecord]:
         """The claims of the last fetch (mirrored under refs/hermes/remote/), in one git call."""
@@ -237,7 +239,7 @@ class RefClaims:
         lost = []
         now = time.time()
         for key, held in list(self.held.items()):
-            if held.done or held.expires - now > self.ttl_s * 2 / 3:
+            if held.done or held.orphan or held.expires - now > self.ttl_s * 2 / 3:
                 continue
             sha, expires = self._commit(key, RUNNING, "renewed")
             result = self.remote.push([RefUpdate(CLAIMS + key, sha, held.sha)])
@@ -254,11 +256,23 @@ class RefClaims:
         """The work is done: its `done` commit goes up with the next push of main (`pending`)."""
         with self.lock:
             held = self.held.get(key)
-            if held is None:
+            if held is None or held.done:
                 return
             held.done = self._commit(key, DONE)[0]
             held.paths = list(paths or [])
             self._save()
+        if self.on_finish:
+            self.on_finish()
+
+    def running(self) -> list[str]:
+        """Keys this machine holds whose work is not marked done."""
+        return [k for k, h in self.held.items() if not h.done]
+
+    def forget(self, key: str) -> None:
+        """Stop tracking an orphan claim: it expires on the remote and is taken over there."""
+        with self.lock:
+            if self.held.pop(key, None):
+                self._save()
 
     def release(self, key: str) -> None:
         """Give a running claim back (the work was not done): delete the ref, with a lease."""
@@ -352,7 +366,8 @@ class RefClaims:
     def expired(self, prefix: str = "") -> list[ClaimRecord]:
         """Running claims past their expiry, as of the last fetch: their holder died."""
         now = time.time()
-        return [r for r in self.records(prefix) if r.expired(now) and r.key not in self.held]
+        return [r for r in self.records(prefix) if r.expired(now)
+                and (r.key not in self.held or self.held[r.key].orphan)]
 
 
 def _parse(key: str, sha: str, timestamp: int, message: str) -> ClaimRecord:
@@ -360,10 +375,10 @@ def _parse(key: str, sha: str, timestamp: int, message: str) -> ClaimRecord:
 
     t = parse_trailers(message)
     try:
-        expires = float(t.get("Claim-Expires") or 0)
+        expires = float(t.get(CLAIM_EXPIRES) or 0)
     except ValueError:
         expires = 0.0
-    return ClaimRecord(key, sha, t.get("Hermes-Host", "?"), t.get("Claim-State", RUNNING), expires, timestamp)
+    return ClaimRecord(key, sha, t.get(HOST, "?"), t.get(CLAIM_STATE, RUNNING), expires, timestamp)
 
 
 __all__ = ["CLAIMS", "MIRROR", "ClaimRecord", "Claims", "Ledger", "RefClaims", "Take", "cron_key"]
