@@ -15,7 +15,10 @@ import click
 
 from ..errors import HermesError, InputError
 from ..store.config import Policy
+from .sync import clone as clone_command
+from .sync import sync as sync_command
 from .term import colorize_diff, echo, safe
+from .web import web as web_command
 
 POLICIES = [p.value for p in Policy]
 
@@ -345,7 +348,9 @@ def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait
     v = _vault(ctx)
     options = RefineOptions(session=session, focus=" ".join(focus) or None, policy=policy)
     if not wait:
-        pid, log_path = _refine_in_background(v, options)
+        from ..service.background import refine_in_background
+
+        pid, log_path = refine_in_background(v, options)
         echo(f"refine running in the background (pid {pid}); log: {log_path}; see `hermes-fs review`")
         return
     with _spinner("reviewing the conversation"):
@@ -353,21 +358,6 @@ def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait
     echo(result.line())
     if not result.ok:
         ctx.exit(1)
-
-
-def _refine_in_background(v, options) -> tuple[int, Path]:
-    """`hermes-fs refine --wait ...` as a detached process; its pid and log file."""
-    from ..service.background import spawn
-
-    log = v.state_dir / "logs" / f"refine-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}.log"
-    args = ["refine", "--wait"]
-    if options.session:
-        args += ["--session", options.session]
-    if options.policy:
-        args += ["--policy", options.policy]
-    if options.focus:
-        args += ["--", options.focus]
-    return spawn(v.root, args, log), log
 
 
 @main.command()
@@ -459,10 +449,12 @@ def review_merge(ctx: click.Context, branch: str, only: tuple[str, ...], skip: t
     """Accept: merge into main, entry by entry for memory (your uncommitted edits are committed
     first, never overwritten). Takes a unique prefix or slug."""
     from ..learning.changes import merge, resolve_name
+    from ..service.sync import deciding
 
     v = _vault(ctx)
     branch = resolve_name(v.git, branch)
-    sha = merge(v.git, branch, only=list(only), skip=list(skip))  # authored by you: it is your decision
+    with deciding(v, branch):  # with a remote: exactly one machine decides
+        sha = merge(v.git, branch, only=list(only), skip=list(skip))  # authored by you: it is your decision
     left = v.git.rev(f"refs/heads/{branch}")
     echo(f"merged {branch} ({sha[:10]})" + ("; the rest stays pending under the same name" if left else ""))
 
@@ -474,10 +466,13 @@ def review_merge(ctx: click.Context, branch: str, only: tuple[str, ...], skip: t
 def review_reject(ctx: click.Context, branch: str):
     """Refuse: the branch is hidden under refs/hermes/rejected/ (recoverable)."""
     from ..learning.changes import reject, resolve_name
+    from ..service.sync import deciding
 
-    store = _vault(ctx).git
+    v = _vault(ctx)
+    store = v.git
     branch = resolve_name(store, branch)
-    ref = reject(store, branch)
+    with deciding(v, branch):
+        ref = reject(store, branch)
     echo(f"rejected {branch} (kept as {ref})")
 
 
@@ -769,6 +764,10 @@ def chat(ctx: click.Context, resume: str | None, model: str | None, workspace: s
         echo(f"{failed} turn(s) failed", err=True)
         ctx.exit(1)
 
+
+main.add_command(web_command)
+main.add_command(sync_command)
+main.add_command(clone_command)
 
 if __name__ == "__main__":
     main(sys.argv[1:])

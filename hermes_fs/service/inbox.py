@@ -68,6 +68,10 @@ def claims_dir(vault: Vault) -> Path:
 
 def claim(vault: Vault, rel: str) -> Claim | None:
     """Atomically move a request out of the inbox (None if it is gone or someone took it)."""
+    from .sync import claim_request
+
+    if not claim_request(vault, rel):  # a request that came through git: one machine takes it
+        return None
     src = vault.root / rel
     name = src.name
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")

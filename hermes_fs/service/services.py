@@ -7,10 +7,11 @@ the daemon's own code never names a platform.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .daemon import Daemon
+from .host import DaemonHost  # what a part may use of the daemon (a protocol: parts never import the daemon)
+
+__all__ = ["DaemonHost", "DaemonService", "services_for"]
 
 
 class DaemonService(Protocol):
@@ -21,7 +22,15 @@ class DaemonService(Protocol):
     def stop(self) -> None: ...
 
 
-def services_for(daemon: Daemon) -> list[DaemonService]:
+def services_for(daemon: DaemonHost) -> list[DaemonService]:
     """The parts this vault's settings ask for; each import is lazy so an unused part costs nothing."""
     found: list[DaemonService] = []
+    if daemon.vault.config.web.enabled:
+        from .web.server import WebService
+
+        found.append(WebService(daemon.vault))
+    if daemon.vault.config.remote is not None:
+        from .sync import SyncService
+
+        found.append(SyncService(daemon))
     return found

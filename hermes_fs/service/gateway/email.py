@@ -36,7 +36,7 @@ from pathlib import Path
 from ...store.config import EmailConfig
 from ...store.files import atomic_write
 from ...store.vault import Vault
-from .channel import Inbound, Origin, Outbound, Sink
+from .channel import Inbound, Origin, Outbound, Sink, attachments_dir
 from .mailauth import DnsFunc, claimed_from, prove_sender
 
 log = logging.getLogger("hermes_fs.gateway.email")
@@ -490,6 +490,7 @@ class EmailChannel:
             try:
                 with self._connect() as box:
                     self.status.connected, self.status.error = True, None
+                    self._report("connected")
                     backoff = 1.0
                     log.info("email: connected to %s", self.mailbox_key)
                     self.catch_up(box)
@@ -501,10 +502,20 @@ class EmailChannel:
                 self.status.error = f"{type(exc).__name__}: {exc}"[:300]
                 if self._stop.is_set():
                     break
+                self._report("error", self.status.error)
                 log.warning("email: %s (reconnecting in %.0f s)", self.status.error, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 60.0)
         self.status.connected = False
+
+    def _report(self, state: str, detail: str = "") -> None:
+        """Tell the core (its `gateway status`) whether the mailbox is connected."""
+        report = getattr(self._sink, "channel_state", None)
+        if report is not None:
+            try:
+                report(self.name, state, detail)
+            except Exception:
+                log.exception("email: could not report the channel state")
 
     def _idle(self, box) -> None:
         """Wait in IDLE until the server says something (new mail, flags, a keepalive), the stop
@@ -513,11 +524,20 @@ class EmailChannel:
         try:
             started = time.monotonic()
             while not self._stop.is_set() and time.monotonic() - started < IDLE_RENEW_S:
-                if box.idle.poll(timeout=1.0):
+                t0 = time.monotonic()
+                lines = box.idle.poll(timeout=1.0)
+                if lines:
                     self.idle_wakeups += 1
+                    if any(line.startswith(b"* BYE") for line in lines):
+                        raise ConnectionError("the IMAP server closed the connection (BYE)")
                     return
+                if time.monotonic() - t0 < 0.5:  # readable but nothing read: the socket is closed
+                    raise ConnectionError("the IMAP connection was closed")
         finally:
-            box.idle.stop()
+            try:
+                box.idle.stop()
+            except Exception:  # a dead connection cannot end IDLE; the reconnect handles it
+                pass
 
     # -- reading the mailbox
     def catch_up(self, box) -> int:
@@ -597,17 +617,14 @@ class EmailChannel:
     def _submit(self, mail: ParsedMail, sender: str) -> str:
         assert self._sink is not None, "start(sink) first"
         root = self.state.root_for(mail)
-        folder = hashlib.sha256(mail.message_id.encode()).hexdigest()[:16]
-        files = save_attachments(mail.parts, self.vault.state_dir / "workspace" / "mail" / folder,
+        origin = Origin(PLATFORM, chat=sender, sender=sender, message=mail.message_id, thread=root)
+        files = save_attachments(mail.parts, attachments_dir(self.vault.state_dir, origin),
                                  self.config.max_attachment_bytes)
-        text = command_text(mail)
+        text = command_text(mail)  # empty (no text part, no subject): the core answers that
         refused = [f"{a.name}: {a.refused}" for a in files if a.refused]
         if refused:
             text += "\n\n[attachments refused: " + "; ".join(refused) + "]"
-        if not text.strip() and not any(a.path for a in files):
-            text = "(this mail had no text)"
         self.state.remember(mail, root, sender)
-        origin = Origin(PLATFORM, chat=sender, sender=sender, message=mail.message_id, thread=root)
         request_id = self._sink.submit(Inbound(origin, text, True, [a.path for a in files if a.path]))
         return f"submitted {request_id}"
 

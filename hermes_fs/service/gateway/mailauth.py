@@ -117,10 +117,11 @@ def prove_sender(raw: bytes, msg: Message, authserv_id: str | None = None, dns: 
     if address is None:
         return Proof(None, "none", problem)
     domain = address.rsplit("@", 1)[1]
-    dkim_problem = _dkim_pass(raw, domain, dns)
-    if dkim_problem is None:
-        return Proof(address, "dkim", f"DKIM d={domain} verifies")
+    # The pinned server's verdict first: it needs no DNS (the server already asked).
     dmarc_problem = _dmarc_pass(msg, domain, authserv_id)
     if dmarc_problem is None:
         return Proof(address, "dmarc", f"{authserv_id} says dmarc=pass")
+    dkim_problem = _dkim_pass(raw, domain, dns)
+    if dkim_problem is None:
+        return Proof(address, "dkim", f"DKIM d={domain} verifies")
     return Proof(None, "none", f"{address} not proven: {dkim_problem}; {dmarc_problem}")
