@@ -124,9 +124,10 @@ def _alive(pid: int) -> bool:
 def test_a_hostile_server_cannot_break_requests_flood_them_or_forge_turns(agent_vault, model_server, tmp_path):
     import re
 
+    from test_mcp import configure_mcp
+
     from hermes_fs.agent.conversation import Conversation, ConversationOptions
     from hermes_fs.learning.refine import render_transcript
-    from test_mcp import configure_mcp
 
     script = tmp_path / "hostile_server.py"
     script.write_text(HOSTILE)
