@@ -13,6 +13,7 @@ from conftest import git
 WORKER = r"""
 import sys
 from hermes_fs.agent.tools import ToolBox, VaultCommitter
+from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault
 import json
 
@@ -20,7 +21,7 @@ root, wid, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 from pathlib import Path
 vault = Vault(Path(root))
 box = ToolBox(files=vault.files, config=vault.config, enabled=["memory"], vault_root=vault.root,
-              committer=VaultCommitter(vault.git, {"Hermes-Client": f"worker-{wid}"}))
+              committer=VaultCommitter(vault.git, Act.client(f"worker-{wid}")))
 for i in range(n):
     text = f"Worker {wid} lesson {i}."
     out = box.call("memory", json.dumps({"action": "add", "file": "USER.md", "text": text}))
@@ -46,7 +47,9 @@ def test_mcp_writers_and_a_person_typing_lose_no_line(vault):
 
     user = vault.root / "memory/USER.md"
     user.write_text(user.read_text().replace("---\n", "---\nbudget: 50000\n", 1))
-    vault.git.commit_paths(["memory/USER.md"], "room for the test")
+    from hermes_fs.store.provenance import Act
+
+    vault.git.commit_paths(["memory/USER.md"], "room for the test", Act.person())
     workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(vault.root), str(w), "10"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(6)]
     time.sleep(0.3)
