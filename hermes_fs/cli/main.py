@@ -761,5 +761,9 @@ def chat(ctx: click.Context, resume: str | None, model: str | None, workspace: s
         ctx.exit(1)
 
 
+from . import gateway as gateway_cli  # noqa: E402  (a command group in its own module)
+
+main.add_command(gateway_cli.gateway)  # type: ignore[has-type]  # (the import cycle is intended)
+
 if __name__ == "__main__":
     main(sys.argv[1:])

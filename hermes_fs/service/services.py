@@ -24,4 +24,10 @@ class DaemonService(Protocol):
 def services_for(daemon: Daemon) -> list[DaemonService]:
     """The parts this vault's settings ask for; each import is lazy so an unused part costs nothing."""
     found: list[DaemonService] = []
+    from .gateway.core import configured
+
+    if configured(daemon.vault):
+        from .gateway.core import Gateway
+
+        found.append(Gateway(daemon.vault, note=daemon.note, error=daemon.error))
     return found
