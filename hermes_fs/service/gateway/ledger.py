@@ -122,8 +122,9 @@ class Ledger:
             self.db.close()
 
     def _one(self, sql: str, *args):
-        with self.lock:
-            return self.db.execute(sql, args).fetchone()
+        with self.lock:  # fetchall: a statement left open would pin this connection to an old snapshot
+            rows = self.db.execute(sql, args).fetchall()
+        return rows[0] if rows else None
 
     def _all(self, sql: str, *args) -> list:
         with self.lock:
