@@ -27,6 +27,7 @@ lint: install
 
 test: install lint
 	bash scripts/docker-test-env.sh
+	bash scripts/synapse-test-env.sh
 	$(BIN)/python -m pytest -q
 
 bench: install

@@ -120,3 +120,27 @@ def gateway_test(ctx: click.Context, channel: str):
     if check is None:
         raise InputError(f"the {channel} channel has no test")
     echo(f"ok {channel}: {check()}")
+
+
+def doctor_checks(v) -> list[tuple[str, bool, str]]:
+    """`doctor`: each configured channel's own test (a Matrix login, the webhook routes' secrets)."""
+    from ..errors import HermesError
+
+    cfg = v.config.gateway
+    if not (cfg.webhook or cfg.matrix or cfg.email):
+        return []
+    from ..service.gateway.core import configured, load_channel
+
+    out = []
+    for name in configured(v):
+        try:
+            adapter = load_channel(v, name, getattr(cfg, name))
+            check = getattr(adapter, "check", None)
+            out.append((f"gateway {name}", True, check() if check else "configured (no test for this channel)"))
+        except HermesError as exc:
+            out.append((f"gateway {name}", False, str(exc)))
+        except Exception as exc:  # a channel's library failing (network, TLS): a check result, not a crash
+            out.append((f"gateway {name}", False, f"{type(exc).__name__}: {exc}"))
+    if cfg.allow_local_shell:
+        out.append(("gateway shell", True, "allow_local_shell: true: chat senders' commands run on this machine"))
+    return out

@@ -666,6 +666,7 @@ def doctor(ctx: click.Context, no_model: bool):
     v = _vault(ctx)
     checks = [] if no_model else [_check_model(v)]
     checks += _check_mcp(v)
+    checks += gateway_cli.doctor_checks(v)
     cfg = v.config.sandbox
     if cfg.backend != "docker":
         checks.append(("sandbox", True, f"backend {cfg.backend}" + (

@@ -27,6 +27,7 @@ class Status:
     cron: list[dict] = field(default_factory=list)
     pending_reviews: list[dict] = field(default_factory=list)
     daemon: dict = field(default_factory=dict)
+    gateway: list[dict] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
@@ -55,6 +56,11 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
     st.daemon = daemon_status(vault)  # daemon.json checked against the daemon's lock
     # files the daemon left uncommitted (a secret, too big): a person must act on them
     st.errors += [e.split(" ", 1)[-1] for e in st.daemon.get("last_errors") or [] if " not committed: " in f" {e}"]
+    gw = cfg.gateway
+    if gw.webhook or gw.matrix or gw.email:  # the gateway's modules load only when it is configured
+        from ..service.gateway.status import collect as gateway_status
+
+        st.gateway = gateway_status(vault)
     return st
 
 
@@ -149,6 +155,11 @@ def render(st: Status) -> str:
         lines.append(f"  {r['branch']}  {r['summary']}")
     d = st.daemon
     lines.append("daemon  " + (f"running (pid {d.get('pid')})" if d.get("running") else "not running"))
+    if st.gateway:
+        from .gateway import render_row
+
+        lines.append("gateway")
+        lines.extend(f"  {render_row(g)}" for g in st.gateway)
     for e in st.errors:
         lines.append(f"error  {e}")
     return "\n".join(lines)

@@ -259,8 +259,7 @@ class Gateway:
         self.ledger = Ledger(ledger_path(self.vault.state_dir))
         self.cadence = CommitCadence(self.vault, self.ledger, self.config.commit_idle_s)
         self.reviews = AutoReview(self.vault, self._review_done)
-        channels = self._given if self._given is not None else [
-            load_channel(self.vault, name, getattr(self.config, name)) for name in configured(self.vault)]
+        channels = self._given if self._given is not None else self._load_channels()
         for ch in channels:
             self.channels[ch.name] = ch
             self.states[ch.name] = ChannelState("starting", since=time.time())
@@ -276,6 +275,16 @@ class Gateway:
                 log.exception("gateway channel %s did not start", ch.name)
                 self.channel_state(ch.name, "error", f"{type(exc).__name__}: {exc}")
         self._write_state()
+
+    def _load_channels(self) -> list[Channel]:
+        out = []
+        for name in configured(self.vault):
+            try:
+                out.append(load_channel(self.vault, name, getattr(self.config, name)))
+            except Exception as exc:  # e.g. bad settings, a library missing: that channel is down, the rest run
+                log.exception("gateway channel %s could not be built", name)
+                self.states[name] = ChannelState("error", f"{type(exc).__name__}: {exc}"[:300], time.time())
+        return out
 
     def stop(self) -> None:
         self.stopped.set()

@@ -152,8 +152,14 @@ class WebhookChannel:
         url = f"http://{self.host}:{self.port}/hooks/{name}/requests/none"
         try:
             answer = httpx.get(url, headers=headers, timeout=5)
-        except httpx.HTTPError as exc:
-            raise HermesError(f"nothing answers on {self.settings.listen} ({exc}); is the daemon running?") from None
+        except httpx.HTTPError:
+            from ..daemon import is_running
+
+            if is_running(self.vault):
+                raise HermesError(f"the daemon runs but nothing answers on {self.settings.listen}; see "
+                                  "`hermes-fs gateway status`") from None
+            return (f"{len(self.settings.routes)} route(s), each with its secret; the daemon will listen on "
+                    f"{self.settings.listen} (not running now)")
         if answer.status_code != 404:
             raise HermesError(f"{url} answered {answer.status_code} to a signed request: {answer.text[:200]}")
         return f"listening on {self.settings.listen}; {len(self.settings.routes)} route(s), each with its secret"
