@@ -8,8 +8,25 @@ import time
 import click
 
 from ..errors import InputError
-from .main import _vault, vault_option  # main registers this group at its end, after both exist
 from .term import echo, safe
+
+
+def vault_option(f):
+    """`--vault` after the subcommand too (`hermes-fs gateway status --vault X`)."""
+
+    def keep(ctx: click.Context, _param, value):
+        if value:
+            ctx.find_root().obj["vault"] = value
+        return value
+
+    return click.option("--vault", type=click.Path(file_okay=False), expose_value=False, callback=keep,
+                        is_eager=True, help="Vault folder.")(f)
+
+
+def _vault(ctx: click.Context):
+    from ..store.vault import find_vault
+
+    return find_vault(ctx.find_root().obj.get("vault"))
 
 
 @click.group()

@@ -35,6 +35,8 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 HUMAN_EDIT = {"Hermes-Change": "human-edit"}
 # (path, base, ours, theirs) -> merged bytes; None when it cannot; ConflictError naming what conflicts.
 Resolver = Callable[[str, "bytes | None", "bytes | None", "bytes | None"], "bytes | None"]
+# (path, base, ours, theirs) -> the files to write instead of a conflict (e.g. both versions, side by side).
+KeepBoth = Callable[[str, "bytes | None", "bytes | None", "bytes | None"], "dict[str, bytes | None]"]
 _TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.*)$")
 
 
@@ -212,6 +214,20 @@ class GitStore:
     def changed_paths(self, a: str, b: str) -> list[str]:
         out = self._git("diff-tree", "-r", "-z", "--no-renames", "--name-only", a, b)
         return [p for p in out.split("\0") if p]
+
+    def changed_paths_of(self, commits: list[str]) -> dict[str, list[str]]:
+        """Paths each commit changed against its first parent, for many commits in one git call
+        (the pending list of 200 changes costs one process, not 400)."""
+        if not commits:
+            return {}
+        out = self._git("log", "--no-walk=unsorted", "-z", "--format=%x01%H", "--name-only", "--no-renames",
+                        *commits, "--")
+        found: dict[str, list[str]] = {}
+        for record in out.split("\x01")[1:]:
+            sha, _, rest = record.partition("\0")
+            rest = rest[1:] if rest.startswith("\n") else rest
+            found[sha] = [p for p in rest.split("\0") if p]
+        return found
 
     def numstat(self, a: str, b: str) -> list[tuple[int, int, str]]:
         """(added, deleted, path) per changed file; binary files count as one line each way."""
@@ -554,6 +570,31 @@ class GitStore:
             self._git("update-ref", "-d", f"refs/heads/{branch}", theirs)
             return new
 
+    def integrate(self, theirs: str, message: str, author: str | None = None, resolve: Resolver | None = None,
+                  keep_both: KeepBoth | None = None) -> str | None:
+        """Bring another line of main (a fetched remote main) into main: a fast-forward when main
+        has nothing of its own, else a merge commit with parents [main, theirs]. Never a rebase:
+        published history is not rewritten. Like `merge`, pending human edits in the paths it
+        touches are committed first, and the working tree changes only by CAS, file by file.
+        Returns the new main, or None when main already has `theirs`."""
+        with self.lock.hold():
+            self._require_main_checked_out()
+            if self.is_ancestor(theirs, self.head()):
+                return None
+            base = self.merge_base(self.head(), theirs) or EMPTY_TREE
+            touched = self.changed_paths(base, theirs)
+            self._commit_touched_human_edits(touched)
+            ours = self.head()
+            if self.is_ancestor(ours, theirs):
+                new = theirs
+                candidates = self.changed_paths(ours, theirs)
+            else:
+                tree = self.merged_tree(ours, theirs, resolve, keep_both=keep_both)
+                new = self._commit_tree(tree, [ours, theirs], message, author)
+                candidates = sorted(set(touched) | set(self.changed_paths(ours, new)))
+            self._advance_main(ours, new, candidates)
+            return new
+
     def revert_merge(self, merge_sha: str, message: str, author: str | None = None,
                      resolve: Resolver | None = None) -> str:
         """Undo a merged change (like `git revert -m 1`); refuses where people edited those lines since."""
@@ -587,11 +628,12 @@ class GitStore:
             )
 
     def merged_tree(self, ours: str, theirs: str, resolve: Resolver | None = None,
-                    conflict_message: str = "merge would conflict") -> str:
+                    conflict_message: str = "merge would conflict", keep_both: KeepBoth | None = None) -> str:
         """The tree a three-way merge of two commits gives, without touching anything (O(change)).
 
         git's line merge first; the files it leaves conflicted go to `resolve` (a format-aware merge
-        from the three blobs). What is still conflicted raises ConflictError with the details.
+        from the three blobs). What is still conflicted raises ConflictError with the details, or,
+        with `keep_both`, is replaced by the files it returns (never by conflict markers).
         """
         code, out = self._run(
             "merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", ours, theirs, ok=(0, 1)
@@ -606,13 +648,16 @@ class GitStore:
         resolved: dict[str, bytes | None] = {}
         unresolved, details = [], []
         for path in conflicted:
+            blobs = (self.read_file(base, path) if base else None, self.read_file(ours, path),
+                     self.read_file(theirs, path))
             try:
-                data = resolve(path, self.read_file(base, path) if base else None, self.read_file(ours, path),
-                               self.read_file(theirs, path))
+                data = resolve(path, *blobs)
             except ConflictError as exc:
                 data = None
                 details += exc.details
-            if data is None:
+            if data is None and keep_both is not None:
+                resolved.update(keep_both(path, *blobs))
+            elif data is None:
                 unresolved.append(path)
             else:
                 resolved[path] = data

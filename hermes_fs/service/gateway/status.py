@@ -13,7 +13,7 @@ from .ledger import Ledger, ledger_path
 
 
 def collect(vault: Vault) -> list[dict]:
-    from ..daemon import is_running
+    from ..daemon_state import is_running
 
     names = configured(vault)
     if not names:

@@ -153,7 +153,7 @@ class WebhookChannel:
         try:
             answer = httpx.get(url, headers=headers, timeout=5)
         except httpx.HTTPError:
-            from ..daemon import is_running
+            from ..daemon_state import is_running
 
             if is_running(self.vault):
                 raise HermesError(f"the daemon runs but nothing answers on {self.settings.listen}; see "
