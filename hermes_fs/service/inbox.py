@@ -20,7 +20,9 @@ from ..errors import InputError
 from ..store.docs import decode, dump_doc, parse_doc
 from ..store.files import atomic_write
 from ..store.vault import Vault
-from .requests import JOB_TYPES, ExecOptions, Handler, Request, Result, execute, origin_from_meta
+from .requests import JOB_TYPES, ExecOptions, Handler, Request, Result, confined_source, execute, origin_from_meta
+
+__all__ = ["Claim", "confined_source", "parse_request", "process", "read_result", "write_result"]
 
 INBOX_DIR = "inbox"
 RESULTS_DIR = "outputs/requests"
@@ -158,25 +160,6 @@ def read_request(path: Path) -> tuple[bytes, str | None]:
     if len(raw) > MAX_REQUEST_BYTES:
         return raw[:4000] + b"\n[... cut: the request is over 1 MB]", "The request is larger than 1 MB; nothing was run."
     return raw, None
-
-
-def confined_source(vault: Vault, source: str) -> Path:
-    """A learn source named by a request (which anyone or anything able to write inbox/ can drop)
-    must be inside the vault or its workspace, never .git/ or .hermes/ secrets: a person's own CLI
-    may name any path, a request may not."""
-    raw = Path(source).expanduser()
-    target = Path(os.path.realpath(raw if raw.is_absolute() else vault.root / raw))
-    workspace = Path(os.path.realpath(vault.state_dir / "workspace"))
-    root = Path(os.path.realpath(vault.root))
-    if target.is_relative_to(workspace):
-        return target
-    if target.is_relative_to(root):
-        top = target.relative_to(root).parts[:1]
-        if top and top[0] in (".git", ".hermes"):
-            raise InputError(f"a request may not read {top[0]}/", source)
-        return target
-    raise InputError("a request's source must be inside the vault or .hermes/workspace "
-                     "(to learn from elsewhere, run `hermes-fs learn PATH` yourself)", source)
 
 
 def process(vault: Vault, c: Claim, log_line: Callable[[str], None] = lambda msg: None,

@@ -14,11 +14,13 @@ in parallel: two messages of one room never run at once on one transcript.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..agent.boundary import Source
@@ -154,11 +156,29 @@ def refine_request(vault: Vault, req: Request, options: ExecOptions) -> Result:
 
 def learn_request(vault: Vault, req: Request, options: ExecOptions) -> Result:
     from ..learning.learn import LearnOptions, learn
-    from .inbox import confined_source
 
     source = confined_source(vault, req.source or "")
     r = learn(vault, LearnOptions([source], focus=req.focus, notes=req.text or None))
     return Result("ok" if r.ok else "error", r.line(), "learn", branch=r.branch, outcome=r.status)
+
+
+def confined_source(vault: Vault, source: str) -> Path:
+    """A learn source named by a request (which anyone or anything able to write inbox/ can drop)
+    must be inside the vault or its workspace, never .git/ or .hermes/ secrets: a person's own CLI
+    may name any path, a request may not."""
+    raw = Path(source).expanduser()
+    target = Path(os.path.realpath(raw if raw.is_absolute() else vault.root / raw))
+    workspace = Path(os.path.realpath(vault.state_dir / "workspace"))
+    root = Path(os.path.realpath(vault.root))
+    if target.is_relative_to(workspace):
+        return target
+    if target.is_relative_to(root):
+        top = target.relative_to(root).parts[:1]
+        if top and top[0] in (".git", ".hermes"):
+            raise InputError(f"a request may not read {top[0]}/", source)
+        return target
+    raise InputError("a request's source must be inside the vault or .hermes/workspace "
+                     "(to learn from elsewhere, run `hermes-fs learn PATH` yourself)", source)
 
 
 HANDLERS: dict[str, Handler] = {"run": run_request, "refine": refine_request, "learn": learn_request}
