@@ -219,12 +219,13 @@ def test_commands_their_forms_and_admin_only_merge(gateway, model_server, agent_
     ch.say("@boss:test", "/merge no-such-branch", chat="!boss")
     ch.say("@boss:test", "/merge", chat="!boss")
     assert gw.wait_idle(60)
-    texts = ch.texts()[n:]
-    assert texts[0].startswith("/merge is for admins only")
-    assert "Prefers tabs." in texts[1]
-    assert texts[2].startswith(f"merged {branch}")
-    assert texts[3].startswith("The request failed:")
-    assert texts[4].startswith("usage: /merge BRANCH")
+    mine = [r.text for r in ch.sent[n:] if r.origin.chat == "!dm"]
+    texts = [r.text for r in ch.sent[n:] if r.origin.chat == "!boss"]  # in order: one chat at a time
+    assert mine[0].startswith("/merge is for admins only")
+    assert "Prefers tabs." in texts[0]
+    assert texts[1].startswith(f"merged {branch}")
+    assert texts[2].startswith("The request failed:")
+    assert texts[3].startswith("usage: /merge BRANCH")
     assert "Prefers tabs." in (agent_vault.root / "memory" / "USER.md").read_text()
 
 
