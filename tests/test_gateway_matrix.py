@@ -9,7 +9,6 @@ import signal
 import pytest
 from conftest import DaemonProc, git, wait_for
 from synapse_server import Person, Synapse, available
-from test_requests import daemons  # noqa: F401  (the fixture that never leaves a daemon behind)
 
 from hermes_fs.service.gateway.core import Gateway
 from hermes_fs.store.vault import Vault

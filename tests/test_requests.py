@@ -9,7 +9,6 @@ import socket
 import threading
 
 import httpx
-import pytest
 from conftest import DaemonProc, git, wait_for
 from test_gateway_webhook import configure, signed
 
@@ -83,16 +82,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@pytest.fixture
-def daemons():
-    made: list[DaemonProc] = []
-    yield made
-    for d in made:
-        if d.proc.poll() is None:
-            d.proc.kill()
-            d.proc.wait()
 
 
 def test_the_daemon_runs_the_gateway_and_a_kill_loses_nothing(agent_vault, model_server, run_cli, daemons):

@@ -175,3 +175,57 @@ def test_offline_runs_nothing_and_catches_up_when_back(tmp_path, server):
         assert c.missed == {}
     finally:
         proxy.close()
+
+
+def learned_branch(v: Vault, name: str, entry: str) -> str:
+    """A learned change on its own branch, as refine makes it (plumbing, from main)."""
+    head = v.git.head()
+    text = (v.git.read_file(head, "memory/USER.md") or b"").decode() + f"- {entry}\n"
+    v.git.commit_overlay(head, name, {"memory/USER.md": text.encode()}, f"{entry}\n\nRefine-Session: s1\n")
+    return name
+
+
+def test_review_from_any_machine_and_one_decision(tmp_path, server, run_cli):
+    import concurrent.futures
+
+    a = first_machine(tmp_path, server)
+    b = machine(tmp_path, server, "b")
+    branch = learned_branch(b, "refine/20261201-100000-bhost-tabs", "Prefers tabs")
+    Syncer(b).round(work=False)  # the branch goes up
+    Syncer(a).round(work=False)  # and A adopts it
+    listed = run_cli("--vault", str(a.root), "review")
+    assert branch in listed.stdout
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # both machines accept it at once
+        results = list(pool.map(lambda v: run_cli("--vault", str(v.root), "review", "merge", branch), (a, b)))
+    assert sorted(r.returncode for r in results) == [0, 1], [r.stderr for r in results]
+    loser = next(r for r in results if r.returncode == 1)
+    assert "already decided on machine" in loser.stderr
+    for v in (a, b):
+        Syncer(v).round(work=False)
+    for v in (a, b):
+        Syncer(v).round(work=False)
+        assert (v.root / "memory/USER.md").read_text().count("- Prefers tabs") == 1
+        merges = v.git.log(grep=f"^merge {branch}: ", first_parent=False, limit=0)
+        assert len(merges) == 1  # exactly one merge, on both machines
+        assert v.git.rev(f"refs/heads/{branch}") is None
+        log = run_cli("--vault", str(v.root), "log")
+        assert branch in log.stdout and "merged" in log.stdout, log.stdout
+    # the machine that did not merge finds the merge on a second parent and can revert it
+    other = b if results[0].returncode == 0 else a
+    out = run_cli("--vault", str(other.root), "revert", branch)
+    assert out.returncode == 0, out.stderr
+    assert "Prefers tabs" not in (other.root / "memory/USER.md").read_text()
+
+
+def test_session_ids_and_branch_names_carry_the_host(tmp_path, server):
+    from hermes_fs.learning.pipeline import unique_branch
+    from hermes_fs.mind.sessions import Transcript
+    from hermes_fs.store.host import host_hex, host_id
+
+    a = first_machine(tmp_path, server)
+    b = machine(tmp_path, server, "b")
+    assert host_id(a.state_dir) != host_id(b.state_dir)
+    ta, tb = Transcript.start(a.root, "m", "cli"), Transcript.start(b.root, "m", "cli")
+    assert ta.id.split("-")[-1].startswith(host_hex(host_id(a.state_dir)))
+    assert ta.id != tb.id
+    assert host_id(a.state_dir) in unique_branch(a, "refine", "tabs")

@@ -451,10 +451,12 @@ def review_merge(ctx: click.Context, branch: str, only: tuple[str, ...], skip: t
     """Accept: merge into main, entry by entry for memory (your uncommitted edits are committed
     first, never overwritten). Takes a unique prefix or slug."""
     from ..learning.changes import merge, resolve_name
+    from ..service.sync import deciding
 
     v = _vault(ctx)
     branch = resolve_name(v.git, branch)
-    sha = merge(v.git, branch, only=list(only), skip=list(skip))  # authored by you: it is your decision
+    with deciding(v, branch):  # with a remote: exactly one machine decides
+        sha = merge(v.git, branch, only=list(only), skip=list(skip))  # authored by you: it is your decision
     left = v.git.rev(f"refs/heads/{branch}")
     echo(f"merged {branch} ({sha[:10]})" + ("; the rest stays pending under the same name" if left else ""))
 
@@ -466,10 +468,13 @@ def review_merge(ctx: click.Context, branch: str, only: tuple[str, ...], skip: t
 def review_reject(ctx: click.Context, branch: str):
     """Refuse: the branch is hidden under refs/hermes/rejected/ (recoverable)."""
     from ..learning.changes import reject, resolve_name
+    from ..service.sync import deciding
 
-    store = _vault(ctx).git
+    v = _vault(ctx)
+    store = v.git
     branch = resolve_name(store, branch)
-    ref = reject(store, branch)
+    with deciding(v, branch):
+        ref = reject(store, branch)
     echo(f"rejected {branch} (kept as {ref})")
 
 

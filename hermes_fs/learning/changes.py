@@ -1,7 +1,9 @@
 """Deciding on learned changes: list, show, merge (whole or in part), reject, revert, and `log`.
 
 A learned change is one commit on `refine/...` or `learn/...`; merged ones are `merge <branch>:`
-commits on main's first-parent line (reverted ones have a `revert <branch>` commit after them);
+commits (trailers `Hermes-Change: merge`, `Hermes-Branch`) anywhere in main's history, on every
+parent: a merge made on another machine arrives on a sync merge's second parent (reverted ones
+have a `revert <branch>` commit after them);
 rejected ones live under refs/hermes/rejected/. Merges and reverts use the format-aware merge of
 `mind.merge`, so two learned entries added to the same file, or a learned entry beside a person's
 note, never conflict. The person's decisions (merge, reject, revert) are authored by the person;
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 
 from ..errors import ConflictError, GitError, InputError
 from ..mind.merge import resolver
-from ..store.git import GitStore
+from ..store.git import GitStore, format_message
 
 LEARNED_PREFIXES = ("refine/", "learn/")
 MERGE_GREP = r"^merge (refine|learn)/"
@@ -44,12 +46,19 @@ def format_resolver(store: GitStore):
     return resolver(store.merge_text)
 
 
+def _history(store: GitStore, grep: str):
+    """Commits matching `grep` on every parent of main, all of them (no first-parent, no cap)."""
+    return store.log(grep=grep, first_parent=False, limit=0)
+
+
 def learned_log(store: GitStore) -> list[LearnedChange]:
     """Merged, reverted, pending and rejected learned changes, newest first."""
-    reverted = {c.summary.removeprefix("revert ") for c in store.log(grep=REVERT_GREP)}
+    reverted = {c.trailers.get("Hermes-Branch") or c.summary.removeprefix("revert ")
+                for c in _history(store, REVERT_GREP)}
     changes = []
-    for c in store.log(grep=MERGE_GREP):
+    for c in _history(store, MERGE_GREP):
         branch, _, summary = c.summary.removeprefix("merge ").partition(": ")
+        branch = c.trailers.get("Hermes-Branch") or branch
         changes.append(LearnedChange(branch, "reverted" if branch in reverted else "merged", c.timestamp, summary, c.sha))
     for prefix in LEARNED_PREFIXES:
         changes += [LearnedChange(b.name, "pending", b.timestamp, b.summary, b.sha) for b in store.branches(prefix)]
@@ -86,7 +95,7 @@ def _check_branch(store: GitStore, branch: str) -> str:
 
 def pending(store: GitStore) -> list[Pending]:
     now = int(time.time())
-    tips = [b for prefix in LEARNED_PREFIXES for b in store.branches(prefix)]
+    tips = store.branches(*LEARNED_PREFIXES)
     paths = store.changed_paths_of([b.sha for b in tips])  # one git call for all of them
     rows = [Pending(b.name, now - b.timestamp, paths.get(b.sha, []), b.summary) for b in tips]
     return sorted(rows, key=lambda p: p.age_s)
@@ -150,9 +159,15 @@ def merge(store: GitStore, branch: str, author: str | None = None, only: list[st
     return merged
 
 
+def merge_message(branch: str, summary: str) -> str:
+    """`merge <branch>: <summary>` with the trailers `log` and `revert` find it by, on any parent."""
+    return format_message(f"merge {branch}: {summary}", "", {"Hermes-Change": "merge", "Hermes-Branch": branch})
+
+
 def _merge_whole(store: GitStore, branch: str, summary: str, author: str | None) -> str:
+    message = merge_message(branch, summary)
     try:
-        return store.merge(branch, f"merge {branch}: {summary}", author=author, resolve=format_resolver(store))
+        return store.merge(branch, message, author=author, resolve=format_resolver(store))
     except ConflictError as exc:
         raise ConflictError(_conflict_text(exc, branch), exc.files, exc.details) from None
 
@@ -181,7 +196,7 @@ def reject(store: GitStore, branch: str) -> str:
 
 
 def merge_commit_of(store: GitStore, branch: str) -> str:
-    hits = store.log(grep=f"^merge {re.escape(branch)}: ")
+    hits = _history(store, f"^merge {re.escape(branch)}: ")
     if not hits:
         raise InputError(f"{branch!r} was never merged into main; see `hermes-fs log`")
     return hits[0].sha
@@ -191,10 +206,12 @@ def revert(store: GitStore, branch: str, author: str | None = None) -> str:
     """Undo a merged change, entry by entry; refuses (ConflictError naming the entry) only where a
     person changed the same entries since."""
     sha = merge_commit_of(store, branch)
-    if any(c.summary == f"revert {branch}" for c in store.log(grep=REVERT_GREP)):
+    if any(c.summary == f"revert {branch}" for c in _history(store, REVERT_GREP)):
         raise GitError(f"{branch} was already reverted")
+    message = format_message(f"revert {branch}", f"This reverts merge {sha}.",
+                             {"Hermes-Change": "revert", "Hermes-Branch": branch})
     try:
-        return store.revert_merge(sha, f"revert {branch}\n\nThis reverts merge {sha}.", author=author,
+        return store.revert_merge(sha, message, author=author,
                                   resolve=format_resolver(store))
     except ConflictError as exc:
         details = ("\n" + "\n".join(exc.details)) if exc.details else ""

@@ -24,7 +24,12 @@ DELIVERY_TRIES = 3
 
 
 def output_rel(job: CronJob, due: datetime) -> str:
-    return f"{OUTPUTS_DIR}/{job.name}/{due.astimezone(UTC):%Y%m%d-%H%M%S}.md"
+    return output_path(job.name, due)
+
+
+def output_path(job_name: str, due: datetime) -> str:
+    """Where the run of `job_name` due at `due` is stored: one file per due time, on every machine."""
+    return f"{OUTPUTS_DIR}/{job_name}/{due.astimezone(UTC):%Y%m%d-%H%M%S}.md"
 
 
 def run_job(vault: Vault, job: CronJob, due: datetime, retry_base_s: float = 1.0) -> dict:

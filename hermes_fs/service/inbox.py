@@ -71,6 +71,10 @@ def new_stamp() -> str:
 
 def claim(vault: Vault, rel: str) -> Claim | None:
     """Atomically move a request out of the inbox (None if it is gone or someone took it)."""
+    from .sync import claim_request
+
+    if not claim_request(vault, rel):  # a request that came through git: one machine takes it
+        return None
     src = vault.root / rel
     name = src.name
     stamp = new_stamp()

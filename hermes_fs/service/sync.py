@@ -23,10 +23,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import quote, unquote
 
 from ..errors import ConflictError, GitError, HermesError
 from ..store.claims import LEDGER_NAME, ClaimRecord, Ledger, RefClaims, parse_cron_key
@@ -35,6 +38,7 @@ from ..store.git import MAIN, GitStore, format_message
 from ..store.host import host_id
 from ..store.remote import MIRROR, RefUpdate, Remote, Unreachable, mirror_of
 from ..store.vault import Vault
+from .host import DaemonHost
 
 log = logging.getLogger("hermes_fs.sync")
 
@@ -114,6 +118,40 @@ def claims_for(vault: Vault) -> RefClaims:
                               author=vault.config.git.author)
             _claims[root] = found
         return found
+
+
+@contextmanager
+def deciding(vault: Vault, branch: str) -> Iterator[None]:
+    """Around a person's merge or reject of a learned change in a synced vault: the decision on
+    that exact change (branch and tip) is claimed on the remote first, so when two machines decide
+    at once exactly one does and the other is told who did. The decision is published at once.
+    Offline, no decision is made (nobody could be asked whether another machine made one)."""
+    from ..store.claims import Take
+
+    if remote_url(vault) is None:
+        yield
+        return
+    tip = vault.git.rev(f"refs/heads/{branch}") or "gone"
+    key = f"review/{branch}/{tip[:12]}"
+    claims = claims_for(vault)
+    outcome = claims.take(key)
+    if outcome == Take.OFFLINE:
+        raise HermesError(f"the remote cannot be reached, so {branch} stays pending: another machine may be "
+                          "deciding on it; try again when the remote answers")
+    if outcome == Take.TAKEN:
+        rec = claims.holder(key)
+        who = f"machine {rec.host}" if rec else "another machine"
+        raise HermesError(f"{branch} was already decided on {who}; `hermes-fs sync` shows the result")
+    try:
+        yield
+    except BaseException:
+        claims.release(key)
+        raise
+    claims.finish(key)
+    try:
+        Syncer(vault, claims).round(work=False)
+    except HermesError as exc:
+        log.warning("sync after deciding %s: %s", branch, exc)  # the daemon pushes it later
 
 
 def beside(path: str, host: str) -> str:
@@ -279,8 +317,22 @@ class Syncer:
 
         return parse_trailers(out).get("Hermes-Host") or "remote"
 
+    def _finish_committed(self) -> None:
+        """A claim is done exactly when its result is on main: so the `done` claim always goes up
+        in the same atomic push as the result, even if the process died between the two."""
+        head = self.store.head()
+        for key in self.claims.running():
+            rel = result_of(key)
+            if rel and self.store.read_file(head, rel) is not None:
+                self.claims.finish(key, [rel])
+            elif key.startswith(INBOX_KEY) and _request_done(self.vault, key, head):
+                self.claims.finish(key)
+            elif self.claims.held[key].orphan:
+                self.claims.forget(key)
+
     def _push_main(self, r: Round) -> bool:
         """Push main with the pending `done` claims, atomically. False: lost a race, go again."""
+        self._finish_committed()
         ours = self.store.head()
         theirs = self.store.rev(mirror_of(self.branch_ref))
         updates = self.claims.pending()
@@ -299,15 +351,9 @@ class Syncer:
     def _withdraw_lost(self, r: Round, lost: list[tuple[str, list[str]]]) -> None:
         """A cron run whose claim expired and was taken over: the other machine's output stands,
         this one's is removed from main (where it still holds exactly what was committed)."""
-        from .cron_runner import OUTPUTS_DIR
-
         paths = []
         for key, kept in lost:
-            parsed = parse_cron_key(key)
-            if parsed:
-                job, due = parsed
-                paths.append(f"{OUTPUTS_DIR}/{job}/{due:%Y%m%d-%H%M%S}.md")
-            paths += kept
+            paths += [p for p in [result_of(key), *kept] if p]
         head = self.store.head()
         gone = [p for p in paths if self.store.read_file(head, p) is not None
                 and (self.vault.root / p).is_file() and (self.vault.root / p).read_bytes() == self.store.read_file(head, p)]
@@ -372,6 +418,50 @@ class Syncer:
             log.exception("sync: notification failed")
 
 
+INBOX_KEY = "inbox/"
+
+
+def request_key(vault: Vault, rel: str) -> str | None:
+    """The claim key of an inbox request that arrived through git (tracked on main, so every
+    machine sees it); None for one dropped on this machine (only this machine can take it)."""
+    blob = vault.git._git("rev-parse", "-q", "--verify", f"{MAIN}:{rel}", ok=(0, 1, 128)).strip()
+    if not blob:
+        return None
+    return f"{INBOX_KEY}{blob[:20]}-{quote(PurePosixPath(rel).name, safe='-_')}"
+
+
+def claim_request(vault: Vault, rel: str) -> bool:
+    """May this machine take the inbox request `rel`? Yes for a request dropped here; for one that
+    came through git, only if this machine wins its claim on the remote (offline: not now — it is
+    taken when the remote answers again, or by a machine that can reach it)."""
+    if remote_url(vault) is None:
+        return True
+    key = request_key(vault, rel)
+    if key is None:
+        return True
+    from ..store.claims import Take
+
+    return claims_for(vault).take(key) == Take.WON
+
+
+def _request_done(vault: Vault, key: str, head: str) -> bool:
+    """A claimed request is done once main no longer holds it (its removal is committed with its result)."""
+    name = unquote(key.removeprefix(INBOX_KEY).split("-", 1)[1])
+    blob = key.removeprefix(INBOX_KEY).split("-", 1)[0]
+    data = vault.git._git("rev-parse", "-q", "--verify", f"{head}:inbox/{name}", ok=(0, 1, 128)).strip()
+    return not data.startswith(blob)
+
+
+def result_of(key: str) -> str | None:
+    """The file that holds the result of a claimed piece of work (a cron run's output)."""
+    parsed = parse_cron_key(key)
+    if parsed is None:
+        return None
+    from .cron_runner import output_path
+
+    return output_path(*parsed)
+
+
 def _format_resolver(store: GitStore):
     from ..learning.changes import format_resolver
 
@@ -379,3 +469,124 @@ def _format_resolver(store: GitStore):
 
 
 __all__ = ["Round", "Syncer", "beside", "claims_for", "conflict_files", "format_message", "remote_for"]
+
+
+class SyncService:
+    """The daemon's continuous sync (a DaemonService): a round as soon as main moves here (so
+    this machine's commits go up at once) and every `sync.interval_s` (one cheap ls-remote), so
+    the interval, not git, sets the delay. After a round it takes over the claims of machines
+    that died and runs the due times this machine missed while offline."""
+
+    name = "sync"
+
+    def __init__(self, daemon: DaemonHost):
+        self.daemon = daemon
+        self.vault = daemon.vault
+        self.syncer = Syncer(self.vault)
+        self.syncer.claims.on_finish = self.poke
+        self.wake = threading.Event()
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.observer: Any = None  # watchdog's Observer, started with the service
+        self.offline: str | None = None
+
+    def poke(self) -> None:
+        self.wake.set()
+
+    def start(self) -> None:
+        from watchdog.events import FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        poke = self.poke
+
+        class MainMoved(FileSystemEventHandler):
+            def on_any_event(self, event) -> None:
+                if PurePosixPath(str(getattr(event, "dest_path", "") or event.src_path)).name == MAIN:
+                    poke()
+
+        observer = Observer()
+        observer.schedule(MainMoved(), str(self.vault.root / ".git" / "refs" / "heads"), recursive=False)
+        observer.start()
+        self.observer = observer
+        self.thread = threading.Thread(target=self._loop, name="sync", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.wake.set()
+        if self.observer is not None:
+            self.observer.stop()
+            self.observer.join(5)
+        if self.thread is not None:
+            self.thread.join(30)
+
+    def _loop(self) -> None:
+        while not self.stopped.is_set():
+            self.wake.clear()
+            try:
+                self._after(self.syncer.round())
+            except Exception as exc:  # the sync thread never dies: report, wait, try again
+                log.exception("sync: round failed")
+                self.daemon.error(f"sync failed: {type(exc).__name__}: {exc}")
+            self.wake.wait(self.vault.config.sync.interval_s)
+
+    def _after(self, r: Round) -> None:
+        if r.offline:
+            if self.offline is None:
+                self.daemon.error(f"sync: remote unreachable ({r.offline}); due jobs wait until it answers")
+            self.offline = r.offline
+            return
+        if self.offline is not None:
+            self.daemon.note("sync: remote reachable again")
+            self.offline = None
+        for path in r.conflicts:
+            self.daemon.note(f"sync: conflict, the other machine's version is kept beside: {path}")
+        for path in r.withdrawn:
+            self.daemon.error(f"sync: withdrew {path}: this machine's claim expired while it worked; the other result stands")
+        for key in r.lost:
+            self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
+        for job, due in r.caught_up:
+            self._run(job, due, "missed while offline, nobody ran it")
+        for rec in r.expired:
+            self._take_over(rec)
+
+    def _take_over(self, rec: ClaimRecord) -> None:
+        from ..store.claims import Take
+
+        if rec.key.startswith(INBOX_KEY):
+            self._redrop(rec)
+            return
+        parsed = parse_cron_key(rec.key)
+        if parsed is None or parsed[0] not in self._jobs():
+            return
+        if self.syncer.claims.take(rec.key) == Take.WON:
+            self._run(*parsed, f"took over from {rec.host}, whose claim expired")
+
+    def _redrop(self, rec: ClaimRecord) -> None:
+        """A request claimed by a machine that died: write it again, unchanged, so this daemon's
+        inbox takes it as if just dropped (its claim step takes the expired claim over)."""
+        name = unquote(rec.key.removeprefix(INBOX_KEY).split("-", 1)[1])
+        rel = f"inbox/{name}"
+        if request_key(self.vault, rel) != rec.key:
+            return  # answered meanwhile (main no longer holds that request)
+        path = self.vault.root / rel
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return  # already taken here
+        self.daemon.note(f"request {name}: its claimant {rec.host} stopped answering; taking it here")
+        with open(path, "wb") as f:  # a close-after-write event, exactly as a person's save
+            f.write(data)
+
+    def _jobs(self) -> dict:
+        scheduler = self.daemon.scheduler
+        return scheduler.jobs if scheduler is not None else {}
+
+    def _run(self, job_name: str, due: datetime, why: str) -> None:
+        job = self._jobs().get(job_name)
+        scheduler = self.daemon.scheduler
+        if job is None or scheduler is None:
+            return
+        self.daemon.note(f"cron {job_name} due {due.isoformat()}: {why}; running it here")
+        if not scheduler.run_claimed(job, due):
+            self.daemon.note(f"cron {job_name}: still running here; the claim will expire for another machine")

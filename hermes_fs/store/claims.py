@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -129,6 +130,7 @@ class _Held:
     expires: float
     done: str | None = None  # the `done` commit waiting to go up with the result
     paths: list[str] = field(default_factory=list)  # what the result wrote (to withdraw if it lost)
+    orphan: bool = False  # held by a previous process of this machine: not renewed; done only if its result is on main
 
 
 class RefClaims:
@@ -144,6 +146,8 @@ class RefClaims:
         self.state_path = state_path
         self.author = author
         self.lock = threading.Lock()
+        self.on_finish: Callable[[], None] | None = None  # the sync service: push now
+        self._tree_written = False
         self.held: dict[str, _Held] = {}
         self.missed: dict[str, str] = {}  # job -> the latest due time (ISO) it could not claim, offline
         self._load()
@@ -156,9 +160,9 @@ class RefClaims:
             data = json.loads(self.state_path.read_text())
         except (OSError, ValueError):
             return
-        # A running claim of a previous process is dead (that run is gone): only results waiting
-        # to go up are kept; the dead claims expire and are taken over like anyone's.
-        self.held = {k: _Held(**v) for k, v in data.get("held", {}).items() if v.get("done")}
+        # A running claim of a previous process is an orphan: its run is gone, so it is not renewed;
+        # if its result reached main it is finished, else it expires and is taken over like anyone's.
+        self.held = {k: _Held(**{**v, "orphan": not v.get("done")}) for k, v in data.get("held", {}).items()}
         self.missed = dict(data.get("missed", {}))
 
     def _save(self) -> None:
@@ -172,6 +176,9 @@ class RefClaims:
         message = f"claim {key}{': ' + note if note else ''}\n\nHermes-Host: {self.host}\nClaim-State: {state}\n"
         if expires:
             message += f"Claim-Expires: {expires}\n"
+        if not self._tree_written:  # git knows the empty tree without storing it; fsck wants it stored
+            self.store._git("mktree", input="")
+            self._tree_written = True
         name, _, email = self.author.partition(" <")
         env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"),
                "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email.rstrip(">")}
@@ -237,7 +244,7 @@ class RefClaims:
         lost = []
         now = time.time()
         for key, held in list(self.held.items()):
-            if held.done or held.expires - now > self.ttl_s * 2 / 3:
+            if held.done or held.orphan or held.expires - now > self.ttl_s * 2 / 3:
                 continue
             sha, expires = self._commit(key, RUNNING, "renewed")
             result = self.remote.push([RefUpdate(CLAIMS + key, sha, held.sha)])
@@ -254,11 +261,23 @@ class RefClaims:
         """The work is done: its `done` commit goes up with the next push of main (`pending`)."""
         with self.lock:
             held = self.held.get(key)
-            if held is None:
+            if held is None or held.done:
                 return
             held.done = self._commit(key, DONE)[0]
             held.paths = list(paths or [])
             self._save()
+        if self.on_finish:
+            self.on_finish()
+
+    def running(self) -> list[str]:
+        """Keys this machine holds whose work is not marked done."""
+        return [k for k, h in self.held.items() if not h.done]
+
+    def forget(self, key: str) -> None:
+        """Stop tracking an orphan claim: it expires on the remote and is taken over there."""
+        with self.lock:
+            if self.held.pop(key, None):
+                self._save()
 
     def release(self, key: str) -> None:
         """Give a running claim back (the work was not done): delete the ref, with a lease."""
@@ -352,7 +371,8 @@ class RefClaims:
     def expired(self, prefix: str = "") -> list[ClaimRecord]:
         """Running claims past their expiry, as of the last fetch: their holder died."""
         now = time.time()
-        return [r for r in self.records(prefix) if r.expired(now) and r.key not in self.held]
+        return [r for r in self.records(prefix) if r.expired(now)
+                and (r.key not in self.held or self.held[r.key].orphan)]
 
 
 def _parse(key: str, sha: str, timestamp: int, message: str) -> ClaimRecord:

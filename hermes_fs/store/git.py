@@ -105,6 +105,7 @@ class GitStore:
 
         self._secrets = secrets
         self._read_lock = threading.Lock()
+        self._paths_of: dict[str, list[str]] = {}  # commit -> paths it changed (see changed_paths_of)
         self.root = Path(root)
         self.lock = VaultLock((lock_dir or self.root / ".hermes" / "locks") / "main.lock")
         # Written before a merge touches the working tree, removed once main has moved: if a merge
@@ -207,8 +208,8 @@ class GitStore:
 
     def newest_paths(self, prefix: str) -> list[str]:
         """Files added or changed under `prefix` by the newest commit on main that touched it."""
-        out = self._git("log", "-1", "--first-parent", "--format=", "--name-only", "--diff-filter=AM", MAIN,
-                        "--", prefix)
+        # every parent: a commit another machine made arrives on a merge's second parent
+        out = self._git("log", "-1", "--format=", "--name-only", "--diff-filter=AM", MAIN, "--", prefix)
         return [p for p in out.splitlines() if p.strip()]
 
     def changed_paths(self, a: str, b: str) -> list[str]:
@@ -217,17 +218,16 @@ class GitStore:
 
     def changed_paths_of(self, commits: list[str]) -> dict[str, list[str]]:
         """Paths each commit changed against its first parent, for many commits in one git call
-        (the pending list of 200 changes costs one process, not 400)."""
-        if not commits:
-            return {}
-        out = self._git("log", "--no-walk=unsorted", "-z", "--format=%x01%H", "--name-only", "--no-renames",
-                        *commits, "--")
-        found: dict[str, list[str]] = {}
-        for record in out.split("\x01")[1:]:
-            sha, _, rest = record.partition("\0")
-            rest = rest[1:] if rest.startswith("\n") else rest
-            found[sha] = [p for p in rest.split("\0") if p]
-        return found
+        (the pending list of 200 changes costs one process, not 400); remembered per commit id."""
+        todo = [c for c in dict.fromkeys(commits) if c not in self._paths_of]
+        if todo:
+            out = self._git("log", "--no-walk=unsorted", "-z", "--format=%x01%H", "--name-only", "--no-renames",
+                            *todo, "--")
+            for record in out.split("\x01")[1:]:
+                sha, _, rest = record.partition("\0")
+                rest = rest[1:] if rest.startswith("\n") else rest
+                self._paths_of[sha] = [p for p in rest.split("\0") if p]  # a commit never changes: kept
+        return {c: self._paths_of[c] for c in commits if c in self._paths_of}
 
     def numstat(self, a: str, b: str) -> list[tuple[int, int, str]]:
         """(added, deleted, path) per changed file; binary files count as one line each way."""
@@ -253,8 +253,8 @@ class GitStore:
         return self._parse_log(self._git("show", "-s", self._LOG_FORMAT, ref))[0]
 
     def log(self, ref: str = MAIN, grep: str | None = None, first_parent: bool = True, limit: int = 500) -> list[CommitInfo]:
-        """Commits newest first, in one git process."""
-        args = ["log", f"-n{limit}", self._LOG_FORMAT]
+        """Commits newest first, in one git process (`limit=0`: all of them)."""
+        args = ["log", *([f"-n{limit}"] if limit else []), self._LOG_FORMAT]
         if first_parent:
             args.append("--first-parent")
         if grep:
@@ -274,16 +274,17 @@ class GitStore:
                                       lines[1].strip() if len(lines) > 1 else "", parse_trailers(message)))
         return commits
 
-    def branches(self, prefix: str) -> list[BranchInfo]:
-        """Branches under refs/heads/<prefix> (e.g. 'refine/'), newest first."""
-        return self._refs(f"refs/heads/{prefix}", "refs/heads/")
+    def branches(self, *prefixes: str) -> list[BranchInfo]:
+        """Branches under refs/heads/<prefix> (e.g. 'refine/'; several prefixes: one git call), newest first."""
+        return self._refs([f"refs/heads/{p}" for p in prefixes], "refs/heads/")
 
     def rejected(self) -> list[BranchInfo]:
         return self._refs("refs/hermes/rejected/", "refs/hermes/rejected/")
 
-    def _refs(self, pattern: str, strip: str) -> list[BranchInfo]:
+    def _refs(self, patterns: str | list[str], strip: str) -> list[BranchInfo]:
         fmt = "%(refname)%00%(objectname)%00%(committerdate:unix)%00%(contents:subject)"
-        out = self._git("for-each-ref", "--sort=-committerdate", f"--format={fmt}", pattern)
+        out = self._git("for-each-ref", "--sort=-committerdate", f"--format={fmt}",
+                        *([patterns] if isinstance(patterns, str) else patterns))
         result = []
         for line in out.splitlines():
             ref, sha, ts, subject = line.split("\0", 3)
