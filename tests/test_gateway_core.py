@@ -404,3 +404,27 @@ def test_a_gateway_session_has_no_local_shell(gateway, model_server, agent_vault
     tool_result = [m for m in model_server.requests[-1]["messages"] if m["role"] == "tool"][0]["content"]
     assert "the shell tool is disabled" in tool_result
     assert not Path("/tmp/hermes-gateway-pwned").exists()
+
+
+def test_learn_from_the_files_attached_to_the_message(gateway, model_server, agent_vault):
+    from hermes_fs.service.gateway import commands
+    from hermes_fs.service.gateway.channel import attachments_dir
+
+    assert commands.parse("/refine deploy notes\n\nthe body of a mail") == commands.Command("refine", "deploy notes")
+    assert commands.parse("/hermes\nbody") == commands.Command("help", "")
+    gw, ch = gateway()
+    ch.say("@me:test", "/learn backups")
+    assert gw.wait_idle(30)
+    assert ch.texts()[-1].startswith("/learn needs documents attached")
+    origin = Origin("matrix", "!dm", "@me:test", "$with-files")
+    folder = attachments_dir(agent_vault.state_dir, origin)
+    folder.mkdir(parents=True)
+    (folder / "backups.md").write_text("# Backups\n\nRun `restic backup ~/work` nightly; check with `restic check`.\n")
+    skill = ("---\nname: nightly-backups\ndescription: Back up the work folder with restic every night and check it.\n"
+             "---\n# Nightly backups\n\n1. `restic backup ~/work`\n2. `restic check`\n")
+    model_server.add({"tool_calls": [("skill_manage", {"action": "create", "name": "nightly-backups", "content": skill})]},
+                     {"content": "Summary: a backup skill\n- skills/nightly-backups/SKILL.md: new (because the guide says so)"})
+    gw.submit(Inbound(origin, "/learn backups", attachments=[folder / "backups.md"]))
+    assert gw.wait_idle(120)
+    assert ch.texts()[-1].startswith("learn: learn/"), ch.texts()[-1]
+    assert any(b.name.startswith("learn/") for b in agent_vault.git.branches("learn/"))

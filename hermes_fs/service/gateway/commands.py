@@ -9,7 +9,8 @@ acts after that message's turn.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from ...store.vault import Vault
 
@@ -17,6 +18,7 @@ SHOW_LIMIT = 3500  # characters of a diff sent to a chat; the rest is on the mac
 
 HELP = """Commands (also as /hermes <command> or !<command>):
 /refine [focus]  review this chat's session now (the result is a refine/ branch)
+/learn [focus]   turn the documents attached to this message into skills (a learn/ branch)
 /review          learned changes waiting for review
 /show BRANCH     what merging a change would do
 /merge BRANCH    accept a change (admins only)
@@ -26,7 +28,7 @@ HELP = """Commands (also as /hermes <command> or !<command>):
 /help            this list"""
 
 ADMIN_ONLY = {"merge", "reject"}
-NAMES = {"refine", "review", "show", "merge", "reject", "status", "new", "help"}
+NAMES = {"refine", "learn", "review", "show", "merge", "reject", "status", "new", "help"}
 
 
 @dataclass
@@ -40,11 +42,11 @@ def parse(text: str) -> Command | None:
     text = text.strip()
     if not text or text[0] not in "/!" or len(text) < 2 or text[1].isspace():
         return None
-    word, _, rest = text[1:].partition(" ")
-    word, rest = word.strip().lower(), rest.strip()
+    words = text[1:].splitlines()[0].split(None, 1)  # the command is the first line; a mail's body may follow
+    word, rest = words[0].lower(), (words[1].strip() if len(words) > 1 else "")
     if word == "hermes":  # `/hermes refine deploy notes`
-        word, _, rest = rest.partition(" ")
-        word, rest = (word.strip().lower() or "help"), rest.strip()
+        words = rest.split(None, 1)
+        word, rest = (words[0].lower() if words else "help"), (words[1].strip() if len(words) > 1 else "")
     return Command(word, rest)
 
 
@@ -56,6 +58,7 @@ class ChatContext:
     admin: bool
     session: str | None  # this chat's current session id
     clear_session: Callable[[], None]
+    attachments: list[Path] = field(default_factory=list)  # files the channel saved for this message
 
 
 def run(cmd: Command, ctx: ChatContext) -> tuple[str, str]:
@@ -84,6 +87,15 @@ def _refine(ctx: ChatContext, arg: str) -> tuple[str, str]:
     if not ctx.session:
         return "error", "Nothing to review yet: this chat has no session."
     outcome = refine(ctx.vault, RefineOptions(session=ctx.session, focus=arg or None))
+    return ("ok" if outcome.ok else "error"), outcome.line()
+
+
+def _learn(ctx: ChatContext, arg: str) -> tuple[str, str]:
+    from ...learning.learn import LearnOptions, learn
+
+    if not ctx.attachments:
+        return "error", "/learn needs documents attached to the same message (Markdown, text, HTML or PDF)."
+    outcome = learn(ctx.vault, LearnOptions(list(ctx.attachments), focus=arg or None))
     return ("ok" if outcome.ok else "error"), outcome.line()
 
 
@@ -129,5 +141,5 @@ def _status(ctx: ChatContext, arg: str) -> tuple[str, str]:
 
 
 COMMANDS: dict[str, Callable[[ChatContext, str], tuple[str, str]]] = {
-    "help": _help, "new": _new, "refine": _refine, "review": _review, "show": _show,
+    "help": _help, "new": _new, "refine": _refine, "learn": _learn, "review": _review, "show": _show,
     "merge": _merge, "reject": _reject, "status": _status}

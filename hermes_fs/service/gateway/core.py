@@ -48,7 +48,7 @@ from .. import inbox
 from ..requests import ExecOptions, Handler, Request, Result, SerialExecutor, run_request
 from . import commands
 from .access import AccessRules, Verdict, decide, new_code, pairing_text
-from .channel import Channel, Inbound, Origin, Outbound
+from .channel import Channel, Inbound, Origin, Outbound, attachments_dir
 from .ledger import (
     ANSWERED,
     CLAIMED,
@@ -425,7 +425,7 @@ class Gateway:
 
     def _write_claim(self, rid: str, message: Inbound, text: str) -> inbox.Claim:
         kind = "command" if commands.parse(text) else "run"
-        if message.attachments:
+        if message.attachments and kind == "run":
             text += "\n\n(Attached files, saved in your workspace: " + ", ".join(p.name for p in message.attachments) + ")"
         req = Request(kind, text, origin=message.origin, context=message.context or None)
         stamp = inbox.new_stamp()
@@ -495,7 +495,9 @@ class Gateway:
         cmd = commands.parse(req.text) or commands.Command("help", "")
         admin = decide(self.rules(req.origin.platform), ledger,
                        Inbound(req.origin, req.text)) is Verdict.ADMIN  # the settings now, not at submit
-        ctx = commands.ChatContext(vault, admin, ledger.session(skey), lambda: ledger.set_session(skey, None))
+        folder = attachments_dir(vault.state_dir, req.origin)
+        files = sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+        ctx = commands.ChatContext(vault, admin, ledger.session(skey), lambda: ledger.set_session(skey, None), files)
         status, answer = commands.run(cmd, ctx)
         return Result(status, answer, "command", outcome=cmd.name)
 
