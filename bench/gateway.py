@@ -35,6 +35,7 @@ from synapse_server import Person, Synapse, available  # noqa: E402
 
 from hermes_fs.service.gateway.channel import Origin  # noqa: E402
 from hermes_fs.service.gateway.ledger import Ledger, ledger_path, message_key  # noqa: E402
+from hermes_fs.store.provenance import Act  # noqa: E402
 from hermes_fs.store.vault import init_vault  # noqa: E402
 
 
@@ -90,7 +91,7 @@ def setup(workdir: Path, synapse: Synapse, server: ModelServer, senders: int):
     allow: {allow!r}
 """)
     vault.secrets_env.write_text("MATRIX_PASSWORD=bot-password\n")
-    vault.git.commit_paths(["hermes.yaml"], "bench: gateway")
+    vault.git.commit_paths(["hermes.yaml"], "bench: gateway", Act.person())
     return vault, bot, people
 
 

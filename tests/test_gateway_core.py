@@ -18,6 +18,7 @@ from hermes_fs.service.gateway.channel import Inbound, Origin, Outbound
 from hermes_fs.service.gateway.core import Gateway
 from hermes_fs.service.gateway.ledger import Ledger, ledger_path
 from hermes_fs.store.config import SandboxConfig
+from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault
 
 
@@ -62,7 +63,7 @@ def setup(vault: Vault, model_server, matrix: str, extra: str = "") -> None:
 
     configure_vault(vault.root, model_server, f"gateway:\n  commit_idle_s: 0.1\n  retry_base_s: 0.05\n"
                                               f"  matrix:\n{matrix}{extra}")
-    vault.git.commit_paths(["hermes.yaml"], "test: gateway")
+    vault.git.commit_paths(["hermes.yaml"], "test: gateway", Act.person())
     vault.reload_config()
 
 

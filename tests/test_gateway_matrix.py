@@ -11,6 +11,7 @@ from conftest import DaemonProc, git, wait_for
 from synapse_server import Person, Synapse, available
 
 from hermes_fs.service.gateway.core import Gateway
+from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=available() or "")
@@ -61,7 +62,7 @@ class World:
 {extra}""")
         self.vault.secrets_env.write_text("MATRIX_PASSWORD=bot-password\n")
         self.vault.secrets_env.chmod(0o600)
-        self.vault.git.commit_paths(["hermes.yaml"], "test: matrix")
+        self.vault.git.commit_paths(["hermes.yaml"], "test: matrix", Act.person())
         self.vault.reload_config()
 
     def start(self) -> Gateway:

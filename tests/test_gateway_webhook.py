@@ -13,6 +13,7 @@ from conftest import git, wait_for
 from hermes_fs.service.gateway.core import Gateway
 from hermes_fs.service.gateway.ledger import Ledger, ledger_path
 from hermes_fs.service.gateway.webhook import MAX_BODY, sign_github, sign_standard
+from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault
 
 STANDARD_SECRET = "whsec_" + base64.b64encode(b"a test secret of 32 bytes long!!").decode()
@@ -38,7 +39,7 @@ def configure(vault: Vault, model_server, extra: str = "", reply_to: str | None 
             f.write(f"notify:\n  targets: {{hook: '{reply_to}'}}\n")
     vault.secrets_env.write_text(f"DEPLOY_SECRET={STANDARD_SECRET}\nGH_SECRET={GITHUB_SECRET}\n")
     vault.secrets_env.chmod(0o600)
-    vault.git.commit_paths(["hermes.yaml"], "test: gateway settings")
+    vault.git.commit_paths(["hermes.yaml"], "test: gateway settings", Act.person())
     vault.reload_config()
 
 

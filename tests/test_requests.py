@@ -14,6 +14,7 @@ from test_gateway_webhook import configure, signed
 
 from hermes_fs.service import inbox
 from hermes_fs.service.requests import HANDLERS, Request, Result, SerialExecutor, execute
+from hermes_fs.store.provenance import Act
 
 
 def drop_and_claim(vault, name: str, text: str) -> inbox.Claim:
@@ -89,7 +90,7 @@ def test_the_daemon_runs_the_gateway_and_a_kill_loses_nothing(agent_vault, model
     configure(agent_vault, model_server)
     text = (agent_vault.root / "hermes.yaml").read_text().replace("127.0.0.1:0", f"127.0.0.1:{port}")
     (agent_vault.root / "hermes.yaml").write_text(text)
-    agent_vault.git.commit_paths(["hermes.yaml"], "test: fixed port")
+    agent_vault.git.commit_paths(["hermes.yaml"], "test: fixed port", Act.person())
     gate = threading.Event()
     model_server.add({"content": "answered after the crash", "wait": gate})
     base = f"http://127.0.0.1:{port}"

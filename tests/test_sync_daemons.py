@@ -12,6 +12,7 @@ from conftest import DaemonProc, git, wait_for
 from gitserver import GitDaemon
 
 from hermes_fs.service.sync import Syncer, clone_vault
+from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault, init_vault
 
 SYNC = "remote:\n  url: {url}\n  branch: main\nsync:\n  interval_s: 0.5\n  claim_ttl_s: {ttl}\n"
@@ -33,7 +34,7 @@ def machines(tmp_path, server, model_server):
     model_server.responder = lambda body: {"content": "the morning brief"}
     a = init_vault(tmp_path / "a").vault
     configure_vault(a.root, model_server, SYNC.format(url=server.url(), ttl=3))
-    a.git.commit_paths(["hermes.yaml"], "test: model server and remote")
+    a.git.commit_paths(["hermes.yaml"], "test: model server and remote", Act.person())
     a.reload_config()
     assert Syncer(a).round(work=False).pushed
     vaults = [a] + [clone_vault(server.url(), tmp_path / n) for n in ("b", "c")]

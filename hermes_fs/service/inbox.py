@@ -19,6 +19,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..store.docs import decode, dump_doc, parse_doc
 from ..store.files import atomic_write
+from ..store.provenance import Act
 from ..store.vault import Vault
 from .requests import JOB_TYPES, ExecOptions, Handler, Request, Result, confined_source, execute, origin_from_meta
 
@@ -182,7 +183,7 @@ def process(vault: Vault, c: Claim, log_line: Callable[[str], None] = lambda msg
         result = _run(vault, c, options, chat, handlers)
     if commit:
         store.commit_paths([c.result_rel, c.inbox_rel, *result.paths], f"request: {c.name} ({result.status})",
-                           {"Hermes-Job": f"inbox/{c.name}"}, author=vault.config.git.author)
+                           Act.request(c.name))
     else:
         result.paths = [c.result_rel, *result.paths]
     if on_done:

@@ -43,6 +43,7 @@ from ...agent.boundary import Source
 from ...errors import HermesError, InputError
 from ...store.docs import dump_doc, parse_doc
 from ...store.files import atomic_write
+from ...store.provenance import Act
 from ...store.vault import Vault
 from .. import inbox
 from ..requests import ExecOptions, Handler, Request, Result, SerialExecutor, run_request
@@ -169,8 +170,7 @@ class CommitCadence:
         for rid, rel in ready.items():
             set_reply_state(self.vault, rel, self.ledger.delivery(rid))
         try:
-            return self.vault.git.commit_paths(paths, f"gateway: {len(ready)} request(s)",
-                                               {"Hermes-Change": "gateway"}, author=self.vault.config.git.author)
+            return self.vault.git.commit_paths(paths, f"gateway: {len(ready)} request(s)", Act.gateway())
         except HermesError as exc:  # e.g. a secret the redactor missed: the files stay, and are retried
             log.error("gateway commit failed: %s", exc)
             with self.lock:
@@ -318,7 +318,7 @@ class Gateway:
                 set_reply_state(self.vault, rel, self.ledger.delivery(rid))
             self.vault.git.commit_paths(left + self.vault.git.changed_under("sessions"),
                                         f"gateway: {len(left)} request(s) (after an interruption)",
-                                        {"Hermes-Change": "gateway"}, author=self.vault.config.git.author)
+                                        Act.gateway())
         for d in self.ledger.interrupted_sends():
             ch = self.channels.get(d.platform)
             if ch is None:
