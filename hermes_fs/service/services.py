@@ -33,4 +33,8 @@ def services_for(daemon: DaemonHost) -> list[DaemonService]:
         from .sync import SyncService
 
         found.append(SyncService(daemon))
+    if daemon.vault.config.curate.every is not False:
+        from .curator import CuratorService
+
+        found.append(CuratorService(daemon))
     return found
