@@ -131,7 +131,7 @@ def grow(vault: Vault, refines: int) -> dict:
                 dup_of.add(k)
                 topic, noun, verb = spec[src_k]
                 name = f"{noun}-{topic.replace(' ', '-')}"
-                desc = f"For the {noun} team, how to {verb} {topic}: {extras[src_k]}, in order."
+                desc = f"For the {noun} team, how to {verb} {topic} ({extras[src_k]}), in order."
                 planted["duplicates"].add(frozenset((made[src_k], name)))
             else:
                 n = len(spec) - len(dup_of)  # originals made so far
@@ -140,7 +140,7 @@ def grow(vault: Vault, refines: int) -> dict:
                 name = f"{topic.replace(' ', '-')}-{noun}"
                 words = [VOCAB[(n * 4 + j) % len(VOCAB)] for j in range(4)]  # what this skill is about
                 extras[len(spec)] = ", ".join(words)
-                desc = f"{verb.capitalize()} {topic} for {noun}: {extras[len(spec)]}."
+                desc = f"{verb.capitalize()} {topic} for {noun} ({extras[len(spec)]})."
             spec.append((topic, noun, verb))
             steps = [f"{verb} {topic} step {j}" for j in range(3)]
             made.append(name)

@@ -69,7 +69,7 @@ def refresh(vault: Vault) -> Usage:
         return cached
     since = cached.head if cached and store.rev(cached.head) and store.is_ancestor(cached.head, head) else None
     usage = cached if cached is not None and since else Usage(head)
-    agent = vault.config.git.author
+    agent = vault.provenance.agent()
     commits = store.path_history(since, [f"{SKILLS_DIR}/", f"{SESSIONS_DIR}/"], head)
     for c in commits:
         for status, path in c.changes:
@@ -216,7 +216,7 @@ def memory_entries(vault: Vault, usage: Usage, rel: str, commit: str | None = No
         return []
     mem = memory.load(OverlayFiles(store, commit), rel, vault.config)
     blame = store.blame_authors(commit, rel)
-    agent = vault.config.git.author
+    agent = vault.provenance.agent()
     text = mem.doc.text
     shown_until = mem.doc.body_start + len(mem.doc.body) - len(mem.doc.body.lstrip()) + mem.budget
     session_times = sorted(r["ts"] for r in usage.sessions.values())
