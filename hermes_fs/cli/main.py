@@ -17,6 +17,8 @@ from ..errors import HermesError, InputError
 from ..store.config import Policy
 from .curate import curate as curate_command
 from .curate import print_usage, skills_restore
+from .gateway import doctor_checks as gateway_checks
+from .gateway import gateway as gateway_command
 from .sync import clone as clone_command
 from .sync import sync as sync_command
 from .term import colorize_diff, echo, safe
@@ -678,6 +680,7 @@ def doctor(ctx: click.Context, no_model: bool):
     v = _vault(ctx)
     checks = [] if no_model else [_check_model(v)]
     checks += _check_mcp(v)
+    checks += gateway_checks(v)
     cfg = v.config.sandbox
     if cfg.backend != "docker":
         checks.append(("sandbox", True, f"backend {cfg.backend}" + (
@@ -778,6 +781,7 @@ main.add_command(sync_command)
 main.add_command(clone_command)
 main.add_command(curate_command)
 skills.add_command(skills_restore)
+main.add_command(gateway_command)
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -37,4 +37,10 @@ def services_for(daemon: DaemonHost) -> list[DaemonService]:
         from .curator import CuratorService
 
         found.append(CuratorService(daemon))
+    from .gateway.core import configured
+
+    if configured(daemon.vault):
+        from .gateway.core import Gateway
+
+        found.append(Gateway(daemon.vault, note=daemon.note, error=daemon.error))
     return found
