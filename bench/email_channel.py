@@ -274,5 +274,9 @@ def main(total: int = 100, quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
+    if "--quick" in sys.argv:
+        import os
+
+        os.environ.setdefault("HERMES_BENCH_SUFFIX", ".quick")  # keep the full run's results file
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     main(int(args[0]) if args else 100, "--quick" in sys.argv)
