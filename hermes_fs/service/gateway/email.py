@@ -649,8 +649,11 @@ class EmailChannel:
         assert self._sink is not None, "start(sink) first"
         root = self.state.root_for(mail)
         origin = Origin(PLATFORM, chat=sender, sender=sender, message=mail.message_id, thread=root)
+        listed = {a.strip().lower() for a in self.config.allow + self.config.admins}
+        # Files reach the disk only from senders the settings name; anyone else's mail is submitted
+        # without them and the core ignores it (a proven stranger cannot fill the workspace).
         files = save_attachments(mail.parts, attachments_dir(self.vault.state_dir, origin),
-                                 self.config.max_attachment_bytes)
+                                 self.config.max_attachment_bytes) if sender in listed else []
         text = command_text(mail)  # empty (no text part, no subject): the core answers that
         refused = [f"{a.name}: {a.refused}" for a in files if a.refused]
         if refused and text.strip():  # a mail of only refused files stays empty: the core answers that
