@@ -314,9 +314,10 @@ def test_a_past_one_shot_job_is_due_in_cron_list_and_the_daemon_runs_it(agent_va
     model_server.add({"content": "Stretched."})
     daemon()
     out = wait_for(lambda: list((agent_vault.root / "outputs" / "cron" / "stretch").glob("*.md"))
-                   if (agent_vault.root / "outputs" / "cron" / "stretch").exists() else None, 60)
-    assert out and "Stretched." in out[0].read_text()
-    assert wait_for(lambda: "disabled" in run_cli("cron", "list", "--vault", str(agent_vault.root)).stdout, 30)
+                   if (agent_vault.root / "outputs" / "cron" / "stretch").exists() else None, 120)
+    assert out and "Stretched." in out[0].read_text(), (agent_vault.root / ".hermes" / "daemon.log").read_text()
+    assert wait_for(lambda: "enabled: false" in (agent_vault.root / "cron" / "stretch.md").read_text(), 60)
+    assert "disabled" in run_cli("cron", "list", "--vault", str(agent_vault.root)).stdout
 
 
 # -- 21.11: cron list keeps its columns and fails when a job file is bad -----------------------------
