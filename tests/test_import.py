@@ -23,10 +23,11 @@ def home(tmp_path):
 
 def test_dry_run_writes_nothing(vault, home, run_cli):
     head = vault.git.head()
+    secrets_before = (vault.root / ".hermes" / "secrets.env").read_bytes()  # `init` makes it, empty and 0600
     r = run_cli("--vault", str(vault.root), "import", "hermes-agent", str(home), "--dry-run")
     assert r.returncode == 0 and "would write memory/USER.md: 2 entries" in r.stdout and "dry run" in r.stdout
     assert vault.git.head() == head and git(vault, "status", "--porcelain") == ""
-    assert not (vault.root / ".hermes" / "secrets.env").exists()
+    assert (vault.root / ".hermes" / "secrets.env").read_bytes() == secrets_before
 
 
 def test_import_in_one_commit_and_a_second_run_changes_nothing(vault, home, run_cli):

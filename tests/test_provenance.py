@@ -77,6 +77,6 @@ def test_one_host_hook_reaches_every_commit_with_the_right_author(agent_vault, m
     assert [c[2] for c in commits if c[3].strip() != "laptop-1"] == []  # every commit carries the host
     by = {c[2].split(" ")[0] + (" part" if "(part:" in c[2] else ""): c[1] for c in commits}
     assert by["edit:"] == person and by["revert"] == person and by["merge part"] == person
-    assert by["memory:"] == agent and by["session:"] == agent and by["tabs"] == agent
+    assert by["memory:"] == agent and by["session:"] == agent and by["tabs part"] == agent  # each part of the split change
     policy_merge = next(c for c in commits if c[2].startswith("merge") and "(part:" not in c[2])
     assert policy_merge[1] == agent
