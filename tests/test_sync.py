@@ -13,6 +13,7 @@ from gitserver import GitDaemon, Proxy
 
 from hermes_fs.service.sync import Syncer, clone_vault, conflict_files
 from hermes_fs.store.claims import Ledger, RefClaims, Take
+from hermes_fs.store.provenance import Act
 from hermes_fs.store.remote import RefUpdate, Remote, Unreachable
 from hermes_fs.store.vault import Vault, init_vault
 
@@ -29,7 +30,7 @@ def first_machine(tmp_path, server: GitDaemon, name="a") -> Vault:
     v = init_vault(tmp_path / name).vault
     cfg = v.root / "hermes.yaml"
     cfg.write_text(cfg.read_text() + f"\nremote:\n  url: {server.url()}\n  branch: main\n")
-    v.git.commit_paths(["hermes.yaml"], "edit: hermes.yaml", {"Hermes-Change": "human-edit"})
+    v.git.commit_paths(["hermes.yaml"], "edit: hermes.yaml", Act.human_edit())
     v.reload_config()
     assert Syncer(v).round(work=False).pushed
     return v
@@ -181,7 +182,7 @@ def learned_branch(v: Vault, name: str, entry: str) -> str:
     """A learned change on its own branch, as refine makes it (plumbing, from main)."""
     head = v.git.head()
     text = (v.git.read_file(head, "memory/USER.md") or b"").decode() + f"- {entry}\n"
-    v.git.commit_overlay(head, name, {"memory/USER.md": text.encode()}, f"{entry}\n\nRefine-Session: s1\n")
+    v.git.commit_overlay(head, name, {"memory/USER.md": text.encode()}, f"{entry}\n\nRefine-Session: s1\n", Act.learned())
     return name
 
 

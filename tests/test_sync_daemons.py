@@ -12,6 +12,7 @@ from conftest import DaemonProc, git, wait_for
 from gitserver import GitDaemon
 
 from hermes_fs.service.sync import Syncer, clone_vault
+from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault, init_vault
 
 SYNC = "remote:\n  url: {url}\n  branch: main\nsync:\n  interval_s: 0.5\n  claim_ttl_s: {ttl}\n"
@@ -33,7 +34,7 @@ def machines(tmp_path, server, model_server):
     model_server.responder = lambda body: {"content": "the morning brief"}
     a = init_vault(tmp_path / "a").vault
     configure_vault(a.root, model_server, SYNC.format(url=server.url(), ttl=3))
-    a.git.commit_paths(["hermes.yaml"], "test: model server and remote")
+    a.git.commit_paths(["hermes.yaml"], "test: model server and remote", Act.person())
     a.reload_config()
     assert Syncer(a).round(work=False).pushed
     vaults = [a] + [clone_vault(server.url(), tmp_path / n) for n in ("b", "c")]
@@ -62,6 +63,12 @@ def test_an_edit_on_one_machine_reaches_every_other(machines):
     p.write_text(p.read_text() + "- Written on B\n")
     assert wait_for(lambda: all(main_has(v, "memory/USER.md", "- Written on B") for v in vaults), 60)
     assert wait_for(lambda: "Written on B" in (a.root / "memory/USER.md").read_text(), 30)
+    from hermes_fs.store.host import host_id
+
+    [edit] = [c for c in a.git.log(first_parent=False, limit=20) if c.summary == "edit: memory/USER.md"]
+    assert edit.trailers.get("Hermes-Host") == host_id(b.state_dir)  # every commit says which machine made it
+    merges = [c for c in a.git.log(first_parent=False, limit=20) if c.summary.startswith("sync: merge")]
+    assert all(c.trailers.get("Hermes-Host") for c in merges)
 
 
 def test_a_one_shot_job_runs_once_on_three_machines(machines, server):

@@ -17,6 +17,7 @@ from web_helpers import refine_change, start_web
 from hermes_fs.learning import changes, review
 from hermes_fs.service.web.security import TOKEN_NAME, Keys, load_token
 from hermes_fs.store.notify import read_secrets_env
+from hermes_fs.store.provenance import Act
 
 USER = "memory/USER.md"
 
@@ -213,7 +214,7 @@ def test_the_daemon_serves_the_page_when_enabled(vault, daemon):
         port = s.getsockname()[1]
     cfg = vault.root / "hermes.yaml"
     cfg.write_text(cfg.read_text() + f"\nweb:\n  enabled: true\n  listen: 127.0.0.1:{port}\n")
-    vault.git.commit_paths(["hermes.yaml"], "test: web page on")
+    vault.git.commit_paths(["hermes.yaml"], "test: web page on", Act.person())
     d = daemon()
     assert wait_for(lambda: any("web page started" in e for e in d.state().get("last_events", [])), 30), d.output()
     token = read_secrets_env(vault.root / ".hermes/secrets.env")[TOKEN_NAME]

@@ -21,8 +21,8 @@ def sync(ctx: click.Context, vault: str | None, as_json: bool):
     import json
     from dataclasses import asdict
 
+    from .. import open_vault as find_vault
     from ..service.sync import Syncer
-    from ..store.vault import find_vault
 
     r = Syncer(find_vault(vault or ctx.find_root().obj.get("vault"))).round(work=False)  # due times: the daemon's
     if as_json:

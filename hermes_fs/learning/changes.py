@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ..errors import ConflictError, GitError, InputError
 from ..mind.merge import resolver
 from ..store.git import GitStore, format_message
+from ..store.provenance import BRANCH, CHANGE, Act
 
 LEARNED_PREFIXES = ("refine/", "learn/")
 MERGE_GREP = r"^merge (refine|learn)/"
@@ -53,12 +54,12 @@ def _history(store: GitStore, grep: str):
 
 def learned_log(store: GitStore) -> list[LearnedChange]:
     """Merged, reverted, pending and rejected learned changes, newest first."""
-    reverted = {c.trailers.get("Hermes-Branch") or c.summary.removeprefix("revert ")
+    reverted = {c.trailers.get(BRANCH) or c.summary.removeprefix("revert ")
                 for c in _history(store, REVERT_GREP)}
     changes = []
     for c in _history(store, MERGE_GREP):
         branch, _, summary = c.summary.removeprefix("merge ").partition(": ")
-        branch = c.trailers.get("Hermes-Branch") or branch
+        branch = c.trailers.get(BRANCH) or branch
         changes.append(LearnedChange(branch, "reverted" if branch in reverted else "merged", c.timestamp, summary, c.sha))
     for prefix in LEARNED_PREFIXES:
         changes += [LearnedChange(b.name, "pending", b.timestamp, b.summary, b.sha) for b in store.branches(prefix)]
@@ -132,7 +133,7 @@ def next_steps(branch: str, files: list[str]) -> str:
             f"`hermes-fs review reject {branch}`, or edit those files on main and merge again.")
 
 
-def merge(store: GitStore, branch: str, author: str | None = None, only: list[str] | None = None,
+def merge(store: GitStore, branch: str, act: Act | None = None, only: list[str] | None = None,
           skip: list[str] | None = None) -> str:
     """Accept a pending change, or the part of it `only`/`skip` selects; what is left out stays
     pending under the same name as a smaller change. A conflict raises ConflictError naming the
@@ -142,16 +143,17 @@ def merge(store: GitStore, branch: str, author: str | None = None, only: list[st
     paths = store.changed_paths(info.parents[0], sha)
     chosen = _select(paths, only, skip)
     if chosen == paths:
-        return _merge_whole(store, branch, info.summary, author)
+        return _merge_whole(store, branch, info.summary, act)
     if not chosen:
         raise InputError(f"--only/--skip leave nothing of {branch} to merge (it changes {', '.join(paths)})")
     rest = [p for p in paths if p not in chosen]
-    part = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in chosen}, store.message(sha))
-    rest_commit = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in rest}, store.message(sha))
+    part = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in chosen}, store.message(sha), Act.learned())
+    rest_commit = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in rest}, store.message(sha),
+                               Act.learned())
     assert part and rest_commit, "each part changes files, so each is a commit"
     store.move_ref(f"refs/heads/{branch}", part, sha)
     try:
-        merged = _merge_whole(store, branch, f"{info.summary} (part: {', '.join(chosen)})", author)
+        merged = _merge_whole(store, branch, f"{info.summary} (part: {', '.join(chosen)})", act)
     except Exception:
         store.move_ref(f"refs/heads/{branch}", sha, part)  # nothing changed: the whole change is pending again
         raise
@@ -161,13 +163,13 @@ def merge(store: GitStore, branch: str, author: str | None = None, only: list[st
 
 def merge_message(branch: str, summary: str) -> str:
     """`merge <branch>: <summary>` with the trailers `log` and `revert` find it by, on any parent."""
-    return format_message(f"merge {branch}: {summary}", "", {"Hermes-Change": "merge", "Hermes-Branch": branch})
+    return format_message(f"merge {branch}: {summary}", "", {CHANGE: "merge", BRANCH: branch})
 
 
-def _merge_whole(store: GitStore, branch: str, summary: str, author: str | None) -> str:
+def _merge_whole(store: GitStore, branch: str, summary: str, act: Act | None) -> str:
     message = merge_message(branch, summary)
     try:
-        return store.merge(branch, message, author=author, resolve=format_resolver(store))
+        return store.merge(branch, message, act or Act.person(), resolve=format_resolver(store))
     except ConflictError as exc:
         raise ConflictError(_conflict_text(exc, branch), exc.files, exc.details) from None
 
@@ -202,16 +204,16 @@ def merge_commit_of(store: GitStore, branch: str) -> str:
     return hits[0].sha
 
 
-def revert(store: GitStore, branch: str, author: str | None = None) -> str:
+def revert(store: GitStore, branch: str, act: Act | None = None) -> str:
     """Undo a merged change, entry by entry; refuses (ConflictError naming the entry) only where a
     person changed the same entries since."""
     sha = merge_commit_of(store, branch)
     if any(c.summary == f"revert {branch}" for c in _history(store, REVERT_GREP)):
         raise GitError(f"{branch} was already reverted")
     message = format_message(f"revert {branch}", f"This reverts merge {sha}.",
-                             {"Hermes-Change": "revert", "Hermes-Branch": branch})
+                             {CHANGE: "revert", BRANCH: branch})
     try:
-        return store.revert_merge(sha, message, author=author,
+        return store.revert_merge(sha, message, act or Act.person(),
                                   resolve=format_resolver(store))
     except ConflictError as exc:
         details = ("\n" + "\n".join(exc.details)) if exc.details else ""

@@ -23,8 +23,8 @@ from typing import Protocol
 from ..agent.loop import Agent
 from ..errors import ConflictError, HermesError
 from ..store.config import Policy
-from ..store.git import format_message
 from ..store.overlay import OverlayFiles
+from ..store.provenance import Act, format_message
 from ..store.secrets import redact
 from ..store.vault import Vault
 from .changes import format_resolver, merge_message
@@ -132,8 +132,8 @@ def run(vault: Vault, proposer: Proposer, policy: str | None = None) -> Outcome:
         else:
             d = proposer.describe(changes)
             branch = unique_branch(vault, proposer.kind, d.slug)
-            message = format_message(d.summary, d.lines, d.trailers)
-            vault.git.commit_overlay(base, branch, changes, message, author=vault.config.git.author)
+            message = format_message(d.summary, d.lines)
+            vault.git.commit_overlay(base, branch, changes, message, Act.learned(d.trailers))
             outcome = apply_policy(vault, branch, d.summary, policy or vault.config.refine.policy)
     except Exception as exc:  # any failure: no partial branch, a clear report
         outcome = failure(vault, branch, exc, proposer.kind)
@@ -210,7 +210,7 @@ def apply_policy(vault: Vault, branch: str, summary: str, policy: str) -> Outcom
         return outcome
     try:
         # a merge by policy is the agent's act, so the agent authors it; entry-aware like any merge
-        store.merge(branch, merge_message(branch, summary), author=vault.config.git.author, resolve=format_resolver(store))
+        store.merge(branch, merge_message(branch, summary), Act.policy_merge(), resolve=format_resolver(store))
     except ConflictError as exc:
         outcome.status, outcome.conflicts = "conflict", exc.files
         outcome.reason = f"conflicts with edits in {', '.join(exc.files)}; left for review"

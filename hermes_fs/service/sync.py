@@ -36,6 +36,7 @@ from ..store.claims import LEDGER_NAME, ClaimRecord, Ledger, RefClaims, parse_cr
 from ..store.files import atomic_write
 from ..store.git import MAIN, GitStore, format_message
 from ..store.host import host_id
+from ..store.provenance import HOST, Act
 from ..store.remote import MIRROR, RefUpdate, Remote, Unreachable, mirror_of
 from ..store.vault import Vault
 from .host import DaemonHost
@@ -46,7 +47,6 @@ CONFLICT_MARK = ".conflict-"
 CRON_OUTPUTS = "outputs/cron/"
 LEARNED_REFS = ("refs/heads/refine/", "refs/heads/learn/", "refs/hermes/rejected/")
 PUSH_TRIES = 4  # a push that lost a race fetches, merges and tries again, this many times per round
-SYNC_TRAILERS = {"Hermes-Change": "sync"}
 
 _claims: dict[Path, RefClaims] = {}
 _claims_lock = threading.Lock()
@@ -115,8 +115,7 @@ def claims_for(vault: Vault) -> RefClaims:
         found = _claims.get(root)
         if found is None:
             found = RefClaims(vault.git, remote_for(vault), host_id(vault.state_dir), vault.config.sync.claim_ttl_s,
-                              Ledger(vault.state_dir / LEDGER_NAME), sync_dir(vault) / "claims.json",
-                              author=vault.config.git.author)
+                              Ledger(vault.state_dir / LEDGER_NAME), sync_dir(vault) / "claims.json")
             _claims[root] = found
         return found
 
@@ -276,8 +275,8 @@ class Syncer:
         who = self._host_of(theirs)
         before = self.store.head()
         try:
-            message = format_message(f"sync: merge {who}'s main", "", {**SYNC_TRAILERS, "Hermes-Host": self.host})
-            new = self.store.integrate(theirs, message, self.vault.config.git.author,
+            message = format_message(f"sync: merge {who}'s main")
+            new = self.store.integrate(theirs, message, Act.sync(self.host),
                                        resolve=_format_resolver(self.store), keep_both=self._keep_both(r, theirs))
         except ConflictError as exc:  # a person is typing in those files: their text wins, try next round
             log.info("sync: not merging now: %s", exc)
@@ -297,7 +296,7 @@ class Syncer:
                         + "\nMerge what you want to keep into the original file, then delete the copy.")
 
     def _host_of(self, sha: str) -> str:
-        return self.store.commit_info(sha).trailers.get("Hermes-Host") or "remote"
+        return self.store.commit_info(sha).trailers.get(HOST) or "remote"
 
     def _keep_both(self, r: Round, theirs: str):
         def keep(path: str, base: bytes | None, ours: bytes | None, other: bytes | None) -> dict[str, bytes | None]:
@@ -316,7 +315,7 @@ class Syncer:
         out = self.store._git("log", "-1", "--format=%B", sha, "--", path)
         from ..store.git import parse_trailers
 
-        return parse_trailers(out).get("Hermes-Host") or "remote"
+        return parse_trailers(out).get(HOST) or "remote"
 
     def _finish_committed(self) -> None:
         """A claim is done exactly when its result is on main: so the `done` claim always goes up
@@ -364,8 +363,7 @@ class Syncer:
             return
         for p in gone:
             (self.vault.root / p).unlink()
-        self.store.commit_paths(gone, "sync: withdraw a result another machine also made",
-                                {**SYNC_TRAILERS, "Hermes-Host": self.host}, author=self.vault.config.git.author,
+        self.store.commit_paths(gone, "sync: withdraw a result another machine also made", Act.sync(self.host),
                                 body="This machine's claim expired while it worked; the machine that took the claim over "
                                      "published the result that stands.")
         r.withdrawn += gone

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote, unquote
 
 from .files import atomic_write
+from .provenance import CLAIM_EXPIRES, CLAIM_STATE, HOST, Act
 from .remote import MIRROR, RefUpdate, Remote, Unreachable, mirror_of
 
 if TYPE_CHECKING:
@@ -137,14 +138,13 @@ class RefClaims:
     """Claims as refs on the remote (see the module docstring)."""
 
     def __init__(self, store: GitStore, remote: Remote, host: str, ttl_s: float, ledger: Ledger,
-                 state_path: Path, author: str = "hermes-fs <agent@hermes-fs.invalid>"):
+                 state_path: Path):
         self.store = store
         self.remote = remote
         self.host = host
         self.ttl_s = ttl_s
         self.ledger = ledger
         self.state_path = state_path
-        self.author = author
         self.lock = threading.Lock()
         self.on_finish: Callable[[], None] | None = None  # the sync service: push now
         self._tree_written = False
@@ -176,19 +176,13 @@ class RefClaims:
         """A claim commit (empty tree). Each renewal, takeover or `done` has the previous claim as
         parent, so `git log` of a claim ref tells its story and every update is a fast-forward."""
         expires = round(time.time() + self.ttl_s, 3) if state == RUNNING else 0.0
-        message = f"claim {key}{': ' + note if note else ''}\n\nHermes-Host: {self.host}\nClaim-State: {state}\n"
-        if expires:
-            message += f"Claim-Expires: {expires}\n"
-        if took_over is not None:  # when the dead holder's claim ran out, for the record (and the bench)
-            message += f"Claim-Took-Over: {took_over.host} {took_over.expires}\n"
+        message = f"claim {key}{': ' + note if note else ''}"
         if not self._tree_written:  # git knows the empty tree without storing it; fsck wants it stored
             self.store._git("mktree", input="")
             self._tree_written = True
-        name, _, email = self.author.partition(" <")
-        env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"),
-               "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email.rstrip(">")}
-        parents = ["-p", parent] if parent else []
-        return self.store._git("commit-tree", EMPTY_TREE, *parents, "-F", "-", input=message, env=env).strip(), expires
+        took = f"{took_over.host} {took_over.expires}" if took_over is not None else ""
+        act = Act.claim(self.host, state, expires, took)
+        return self.store._commit_tree(EMPTY_TREE, [parent] if parent else [], message, act), expires
 
     def records(self, prefix: str = "") -> list[ClaimRecord]:
         """The claims of the last fetch (mirrored under refs/hermes/remote/), in one git call."""
@@ -392,10 +386,10 @@ def _parse(key: str, sha: str, timestamp: int, message: str) -> ClaimRecord:
 
     t = parse_trailers(message)
     try:
-        expires = float(t.get("Claim-Expires") or 0)
+        expires = float(t.get(CLAIM_EXPIRES) or 0)
     except ValueError:
         expires = 0.0
-    return ClaimRecord(key, sha, t.get("Hermes-Host", "?"), t.get("Claim-State", RUNNING), expires, timestamp)
+    return ClaimRecord(key, sha, t.get(HOST, "?"), t.get(CLAIM_STATE, RUNNING), expires, timestamp)
 
 
 __all__ = ["CLAIMS", "MIRROR", "ClaimRecord", "Claims", "Ledger", "RefClaims", "Take", "cron_key"]
