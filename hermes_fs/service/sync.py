@@ -337,13 +337,14 @@ class Syncer:
         theirs = self.store.rev(mirror_of(self.branch_ref))
         if theirs is not None and not self.store.is_ancestor(theirs, ours):
             return False  # not merged yet (a person was typing there): never push over published history
-        updates = self.claims.pending()
-        if ours != theirs:
-            updates = [RefUpdate(self.branch_ref, ours, theirs), *updates]
-        if not updates:
-            return True
-        result = self.remote.push(updates)
-        lost = self.claims.settle(result.accepted, [ref for ref, why in result.rejected.items() if "stale" in why])
+        with self.claims.push_lock:  # the renewer never moves a claim between `pending` and the push
+            updates = self.claims.pending()
+            if ours != theirs:
+                updates = [RefUpdate(self.branch_ref, ours, theirs), *updates]
+            if not updates:
+                return True
+            result = self.remote.push(updates)
+            lost = self.claims.settle(result.accepted, [ref for ref, why in result.rejected.items() if "stale" in why])
         if result.ok:
             r.pushed = r.pushed or self.branch_ref in result.accepted
             return True

@@ -146,6 +146,7 @@ class RefClaims:
         self.ledger = ledger
         self.state_path = state_path
         self.lock = threading.Lock()
+        self.push_lock = threading.RLock()  # one push of claims at a time (renewals, done with main)
         self.on_finish: Callable[[], None] | None = None  # the sync service: push now
         self._tree_written = False
         self.held: dict[str, _Held] = {}
@@ -250,8 +251,9 @@ class RefClaims:
             # a done claim waiting for its result's push is renewed too: main may not go up at once
             if held.orphan or held.expires - now > self.ttl_s * (1 - self.RENEW_EVERY):
                 continue
-            sha, expires = self._commit(key, RUNNING, "renewed", parent=held.sha)
-            result = self.remote.push([RefUpdate(CLAIMS + key, sha, held.sha)])
+            with self.push_lock:
+                sha, expires = self._commit(key, RUNNING, "renewed", parent=held.sha)
+                result = self.remote.push([RefUpdate(CLAIMS + key, sha, held.sha)])
             with self.lock:
                 if result.ok:
                     held.sha, held.expires = sha, expires
@@ -312,11 +314,19 @@ class RefClaims:
             for ref in rejected:
                 key = ref.removeprefix(CLAIMS)
                 held = self.held.get(key)
-                if held and held.done:
+                if held and held.done and not self._still_ours(key, held):
                     lost.append((key, held.paths))
                     del self.held[key]
             self._save()
         return lost
+
+    def _still_ours(self, key: str, held: _Held) -> bool:
+        """After a rejected `done`: is the remote's claim still the one this machine holds?"""
+        try:
+            current = self.holder(key)
+        except Unreachable:
+            return True  # cannot tell: keep it and try again
+        return current is not None and current.sha == held.sha
 
     def lost_to_takeover(self) -> list[tuple[str, list[str]]]:
         """Claims this machine holds that the last fetch shows in another machine's hands (this one

@@ -168,7 +168,7 @@ class Provenance:
 
     def trailers(self, act: Act) -> dict[str, str]:
         host = self.host()
-        return {**act.trailers, **({HOST: host} if host else {})}
+        return {**({HOST: host} if host else {}), **act.trailers}  # an act naming its host (a claim) wins
 
     def seal(self, message: str, act: Act) -> tuple[str, dict[str, str]]:
         """(the message with the act's trailers merged into its trailer block, git's author env)."""
