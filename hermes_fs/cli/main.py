@@ -15,6 +15,8 @@ import click
 
 from ..errors import HermesError, InputError
 from ..store.config import Policy
+from .gateway import doctor_checks as gateway_checks
+from .gateway import gateway as gateway_command
 from .sync import clone as clone_command
 from .sync import sync as sync_command
 from .term import colorize_diff, echo, safe
@@ -670,6 +672,7 @@ def doctor(ctx: click.Context, no_model: bool):
     v = _vault(ctx)
     checks = [] if no_model else [_check_model(v)]
     checks += _check_mcp(v)
+    checks += gateway_checks(v)
     cfg = v.config.sandbox
     if cfg.backend != "docker":
         checks.append(("sandbox", True, f"backend {cfg.backend}" + (
@@ -768,6 +771,7 @@ def chat(ctx: click.Context, resume: str | None, model: str | None, workspace: s
 main.add_command(web_command)
 main.add_command(sync_command)
 main.add_command(clone_command)
+main.add_command(gateway_command)
 
 if __name__ == "__main__":
     main(sys.argv[1:])

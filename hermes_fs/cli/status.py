@@ -27,6 +27,11 @@ def render(st: Status) -> str:
         lines.append(f"  {r['branch']}  {r['summary']}")
     d = st.daemon
     lines.append("daemon  " + (f"running (pid {d.get('pid')})" if d.get("running") else "not running"))
+    if st.gateway:
+        from .gateway import render_row
+
+        lines.append("gateway")
+        lines.extend(f"  {render_row(g)}" for g in st.gateway)
     if st.sync is not None:
         y = st.sync
         lines.append(f"sync  {y['remote'] or '(no url)'}  as host {y['host']}")

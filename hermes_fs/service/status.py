@@ -29,6 +29,7 @@ class Status:
     pending_reviews: list[dict] = field(default_factory=list)
     daemon: dict = field(default_factory=dict)
     sync: dict | None = None  # only when hermes.yaml has `remote:`
+    gateway: list[dict] = field(default_factory=list)  # each configured channel (gateway status)
     errors: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
@@ -59,6 +60,11 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
         from .sync import sync_status
 
         st.sync = sync_status(vault)
+    gw = vault.config.gateway
+    if gw.webhook or gw.matrix or gw.email:  # the gateway's modules load only when it is configured
+        from .gateway.status import collect as gateway_status
+
+        st.gateway = gateway_status(vault)
     # files the daemon left uncommitted (a secret, too big): a person must act on them
     st.errors += [e.split(" ", 1)[-1] for e in st.daemon.get("last_errors") or [] if " not committed: " in f" {e}"]
     return st

@@ -181,6 +181,10 @@ class GatewayConfig:
     matrix: MatrixConfig | None = None
     email: EmailConfig | None = None
     allow_local_shell: bool = False  # gateway sessions never get the host shell unless this says so
+    workers: int = 2  # chats answered at once (each chat's messages run one at a time, in order)
+    sender_rate_per_min: int = 20  # messages a minute from one sender; more are answered once, not run
+    commit_idle_s: float = 10.0  # chat results and transcripts are committed after this long without a message
+    retry_base_s: float = 2.0  # first wait before a reply that could not be sent is tried again (doubling)
 
 
 @dataclass

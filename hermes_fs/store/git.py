@@ -668,10 +668,26 @@ class GitStore:
             try:
                 self._git("update-ref", "-m", "hermes-fs", f"refs/heads/{MAIN}", new, old)
             except GitError:
-                self._write_paths(old, changed)  # lost a race: put the working tree back
                 raise GitError(f"{MAIN} moved while merging; nothing changed, try again") from None
-        finally:
-            self.journal.unlink(missing_ok=True)
+        except BaseException:
+            # Failed half-way (another git holds the index, main moved, a disk error): the working
+            # tree must not keep the branch's text, or it would be committed as a person's edit.
+            self._undo_advance(old, new, changed)
+            raise
+        self.journal.unlink(missing_ok=True)
+
+    def _undo_advance(self, old: str, new: str, paths: list[str]) -> None:
+        """Files still holding what the merge wrote get main's bytes back (the working tree needs no
+        git lock), then the index is restaged; if another git still holds the index, the journal
+        stays and the next commit of human edits finishes the job (`recover_interrupted_merge`)."""
+        wrote = self._ls_paths(new, paths)
+        self._write_tree(old, [rel for rel in paths
+                               if self._disk_bytes(rel) == (self.read_file(new, rel) if rel in wrote else None)])
+        try:
+            self._stage_from(old, paths)
+        except GitError:
+            return
+        self.journal.unlink(missing_ok=True)
 
     def recover_interrupted_merge(self) -> list[str]:
         """After a merge was killed between writing files and moving main: put back the files it
@@ -689,9 +705,30 @@ class GitStore:
                 wrote = self.read_file(j["new"], rel) if rel in listed else None
                 if disk == wrote:
                     restored.append(rel)
-            self._write_paths(j["old"], restored)
+            self._write_tree(j["old"], restored)
+            self._stage_from(j["old"], j["paths"])
         self.journal.unlink(missing_ok=True)
         return restored
+
+    def _write_tree(self, commit: str, paths: list[str]) -> None:
+        """The working tree shows `commit` at `paths` (the index is left alone)."""
+        listed = self._ls_paths(commit, paths)
+        for rel in paths:
+            self._refuse_symlinked_parent(rel)
+            target = self.root / rel
+            if rel not in listed:
+                target.unlink(missing_ok=True)
+                prune_empty_dirs(target.parent, self.root)
+            else:
+                data = self.read_file(commit, rel)
+                assert data is not None, f"{commit}:{rel} listed but unreadable"
+                atomic_write(target, data, mode=0o755 if listed[rel][0] == "100755" else None)
+
+    def _stage_from(self, commit: str, paths: list[str]) -> None:
+        """The index shows `commit` at `paths` (the working tree is left alone)."""
+        listed = self._ls_paths(commit, paths)
+        self._stage({p: sha for p, (_m, sha) in listed.items()}, [p for p in paths if p not in listed],
+                    {p: m for p, (m, _sha) in listed.items()})
 
     def _write_paths(self, commit: str, paths: list[str], expect: str | None = None) -> None:
         """Make the working tree and the index show `commit` at `paths` (and nowhere else).
