@@ -579,8 +579,14 @@ class SyncService:
         scheduler = self.daemon.scheduler
         if scheduler is not None and parsed[0] in scheduler.running:
             return  # this machine runs that job right now: not a dead machine's claim to take
-        if self.syncer.claims.take(rec.key) == Take.WON:
-            self._run(*parsed, f"took over from {rec.host}, whose claim expired")
+        if self.syncer.claims.take(rec.key) != Take.WON:
+            return
+        rel = result_of(rec.key)
+        mirror = self.syncer.store.rev(mirror_of(self.syncer.branch_ref))
+        if rel and any(self.syncer.store.read_file(c, rel) is not None for c in (self.syncer.store.head(), mirror) if c):
+            self.syncer.claims.finish(rec.key, [rel])  # its result is published: the claim is only closed
+            return
+        self._run(*parsed, f"took over from {rec.host}, whose claim expired")
 
     def _redrop(self, rec: ClaimRecord) -> None:
         """A request claimed by a machine that died: write it again, unchanged, so this daemon's
