@@ -426,7 +426,13 @@ INBOX_KEY = "inbox/"
 def request_key(vault: Vault, rel: str) -> str | None:
     """The claim key of an inbox request that arrived through git (tracked on main, so every
     machine sees it); None for one dropped on this machine (only this machine can take it)."""
-    blob = vault.git._git("rev-parse", "-q", "--verify", f"{MAIN}:{rel}", ok=(0, 1, 128)).strip()
+    blob = ""
+    # main, or the fetched remote main: a merge writes the file before main moves, and the watcher
+    # may see it in between; it is still a request that every machine sees
+    for commit in (MAIN, mirror_of("refs/heads/" + (vault.config.remote.branch if vault.config.remote else MAIN))):
+        blob = vault.git._git("rev-parse", "-q", "--verify", f"{commit}:{rel}", ok=(0, 1, 128)).strip()
+        if blob:
+            break
     if not blob:
         return None
     return f"{INBOX_KEY}{blob[:20]}-{quote(PurePosixPath(rel).name, safe='-_')}"
