@@ -131,3 +131,34 @@ def test_the_daemon_runs_the_gateway_and_a_kill_loses_nothing(agent_vault, model
     results = list((agent_vault.root / "outputs" / "requests").glob(f"*-{rid}.md"))
     assert len(results) == 1
     assert git(agent_vault, "status", "--porcelain") == ""
+
+
+def test_run_is_reviewed_every_turn_when_every_turns_is_1(agent_vault, model_server, run_cli, tmp_path):
+    """refine.every_turns applies to `run` too (it used to exist only in the terminal chat), and
+    reviews exactly the run's own session."""
+    (agent_vault.root / "hermes.yaml").write_text((agent_vault.root / "hermes.yaml").read_text()
+                                                   + "refine:\n  every_turns: 1\n")
+
+    def responder(body):
+        if "You review one conversation" in body["messages"][0]["content"]:
+            if any(m["role"] == "tool" for m in body["messages"]):
+                return {"content": "Summary: likes tea\n- memory/USER.md: tea (because said)"}
+            return {"tool_calls": [("memory", {"action": "add", "file": "USER.md", "text": "Drinks tea."})]}
+        return {"content": "noted"}
+
+    model_server.responder = responder
+    r = run_cli("--vault", str(agent_vault.root), "run", "I drink tea", cwd=tmp_path)
+    assert r.returncode == 0 and "noted" in r.stdout, r.stderr
+    [session] = [p.stem for p in (agent_vault.root / "sessions").rglob("*.md")]
+    branches = wait_for(lambda: agent_vault.git.branches("refine/"), 90)
+    assert branches, "no automatic review of the run"
+    assert f"Refine-Session: {session}" in git(agent_vault, "log", "-1", "--format=%B", branches[0].sha)
+
+
+def test_an_inbox_run_request_may_continue_a_session(agent_vault, model_server):
+    from hermes_fs.service.requests import ExecOptions
+
+    model_server.responder = lambda body: {"content": f"{sum(m['role'] == 'user' for m in body['messages'])} turns"}
+    first = execute(agent_vault, Request("run", "one"), ExecOptions())
+    again = execute(agent_vault, Request("run", "two", session=first.session), ExecOptions())
+    assert (first.body, again.body, again.session, again.user_turns) == ("1 turns", "2 turns", first.session, 2)

@@ -727,6 +727,7 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
     from pathlib import Path
 
     from .. import Conversation, ConversationOptions
+    from ..service.auto_review import AutoReview
 
     options = ConversationOptions(source="run", model=model, max_steps=max_steps,
                                   workspace=Path(workspace).resolve() if workspace else None)
@@ -741,10 +742,12 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
         finally:
             remote.end()
         echo(answer)
+        AutoReview(v, detached=True).after_turn(remote.id, 1)  # refine.every_turns: 1 reviews every run
         return
     with Conversation(v, options) as conversation, _spinner("thinking"):
         result = conversation.ask(" ".join(prompt))
     echo(result.answer)
+    AutoReview(v, detached=True).after_turn(conversation.id, conversation.user_turns)
 
 
 @main.command()
