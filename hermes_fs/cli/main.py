@@ -17,6 +17,7 @@ from ..errors import HermesError, InputError
 from ..store.config import Policy
 from .gateway import doctor_checks as gateway_checks
 from .gateway import gateway as gateway_command
+from .options import vault_option
 from .sync import clone as clone_command
 from .sync import sync as sync_command
 from .term import colorize_diff, echo, safe
@@ -91,16 +92,6 @@ def main(ctx: click.Context, vault: str | None, verbose: bool):
         logging.getLogger("hermes_fs").setLevel(logging.DEBUG)
 
 
-def vault_option(f):
-    """`--vault` after the subcommand too (`hermes-fs status --vault X`)."""
-
-    def store(ctx: click.Context, _param, value):
-        if value:
-            ctx.find_root().obj["vault"] = value
-        return value
-
-    return click.option("--vault", type=click.Path(file_okay=False), expose_value=False, callback=store,
-                        is_eager=True, help="Vault folder.")(f)
 
 
 @main.command()
