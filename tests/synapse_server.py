@@ -217,15 +217,12 @@ class Person:
         /messages (a sync after a long pause gives only the newest events: a "limited" timeline)."""
         from nio import MessageDirection
 
-        resp = self.run(self.client.sync(timeout=0))
-        room = resp.rooms.join.get(room_id)
-        if room is None:
-            return []
-        events = [dict(e.source) for e in room.timeline.events]
-        token = room.timeline.prev_batch
+        self.sync(0)  # the newest position; a sync token is also a /messages token
+        events: list[dict] = []
+        token = self.since
         while token:
             page = self.run(self.client.room_messages(room_id, token, direction=MessageDirection.back, limit=500))
-            chunk = getattr(page, "chunk", [])
+            chunk = getattr(page, "chunk", None)
             if not chunk:
                 break
             events = [dict(e.source) for e in reversed(chunk)] + events
