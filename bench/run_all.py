@@ -83,6 +83,15 @@ def rows(r: dict) -> list[tuple[str, str, str, str]]:
              "0 / 0 / 0", f"{f['lost']} / {f['answered_twice']} / {f['replies_sent_twice']}", ""),
             ("gateway: idle daemon CPU, Matrix connected", "<= 0.5%", f"{g['idle_cpu_percent_of_core']:.3f}%", ""),
         ]
+    if "email" in r:
+        e, ef = r["email"]["latency"], r["email"]["faults"]
+        out += [
+            ("e-mail: SMTP accepted -> request committed, p95", "<= 2 s", f"{e['p95_s']:.3f} s",
+             f"Dovecot's own IDLE notice: p95 {r['email']['idle_baseline']['p95_s']:.3f} s"),
+            (f"e-mail: {ef['mails']} mails, {ef['kills']} kill -9, {ef['sent_while_down']} sent while down: "
+             "lost / run twice / replies sent twice", "0 / 0 / 0",
+             f"{ef['lost']} / {ef['run_twice']} / {ef['replies_sent_twice']}", ""),
+        ]
     return out
 
 
@@ -98,6 +107,10 @@ def main(quick: bool = False) -> dict:
         "web": web.main(quick),
         "gateway": gateway.main(quick),
     }
+    import email_channel  # Dovecot from Debian (scripts/mail-test-env.sh); without it the rows are left out
+
+    if not email_channel.dovecot_missing():
+        results["email"] = email_channel.main(quick=quick)
     results["quick"] = quick
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     mode = "`python bench/run_all.py --quick`" if quick else "`python bench/run_all.py`"

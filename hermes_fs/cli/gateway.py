@@ -13,7 +13,7 @@ from .term import echo, safe
 
 
 def _vault(ctx: click.Context):
-    from ..store.vault import find_vault
+    from .. import open_vault as find_vault
 
     return find_vault(ctx.find_root().obj.get("vault"))
 

@@ -15,7 +15,8 @@ def render(st: Status) -> str:
     s = st.skills
     extra = [f"{s[k]} {k}" for k in ("invalid", "misplaced") if s.get(k)]
     lines.append(f"skills  {s.get('count', 0)}" + (f"  ({', '.join(extra)}: `hermes-fs skills validate`, then --fix)"
-                                                   if extra else ""))
+                                                   if extra else "")
+                 + (f"  ({s['stale']} stale: `hermes-fs skills list --usage`, `hermes-fs curate`)" if s.get("stale") else ""))
     lines.append("cron")
     for j in st.cron:
         nxt = j["next_run"] or ("disabled" if not j["enabled"] else "no future run")

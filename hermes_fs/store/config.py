@@ -26,6 +26,7 @@ class ModelsConfig:
     refine: str | None = None
     cron: str | None = None
     learn: str | None = None
+    curate: str | None = None
 
 
 class Policy(StrEnum):
@@ -210,6 +211,7 @@ class WebConfig:
 class CurateConfig:
     every: str | bool = "weekly"  # or a schedule as in cron jobs, or false
     stale_days: int = 30
+    policy: str = "review"  # review | auto: what becomes of the curate/ branch (the daemon's runs too)
 
 
 @dataclass
@@ -244,6 +246,7 @@ CHOICES = {
     "notify.events": {"refine_pending", "refine_failed", "cron_output", "cron_failure", "sync_conflict"},
     "refine.mode": {m.value for m in ReviewMode},
     "learn.mode": {m.value for m in ReviewMode},
+    "curate.policy": {Policy.REVIEW.value, Policy.AUTO.value},
 }
 RENAMED = {"from": "from_"}  # YAML keys that are Python keywords
 
