@@ -254,7 +254,7 @@ def test_the_daemon_after_kill_9_answers_each_message_once(world, agent_vault, d
         room = me.dm(world.bot)
         assert joined(world, me, room)
         me.say(room, "survive this")
-        assert wait_for(lambda: world.model_server.requests, 60)
+        assert wait_for(lambda: world.model_server.requests, 120)
         d.proc.send_signal(signal.SIGKILL)
         d.proc.wait(10)
     finally:

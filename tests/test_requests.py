@@ -109,7 +109,7 @@ def test_the_daemon_runs_the_gateway_and_a_kill_loses_nothing(agent_vault, model
         posted = httpx.post(f"{base}/hooks/deploys", content=b"deploy 9", headers=signed(b"deploy 9", "k1"), timeout=10)
         assert posted.status_code == 202
         rid = posted.json()["id"]
-        assert wait_for(lambda: model_server.requests, 30)  # the turn is running: kill -9 now
+        assert wait_for(lambda: model_server.requests, 120)  # the turn is running: kill -9 now
         d.proc.send_signal(signal.SIGKILL)
         d.proc.wait(10)
     finally:
