@@ -24,7 +24,7 @@ def vault_option(f):
 
 
 def _vault(ctx: click.Context):
-    from ..store.vault import find_vault
+    from .. import open_vault as find_vault
 
     return find_vault(ctx.find_root().obj.get("vault"))
 

@@ -18,6 +18,7 @@ from ..store.files import FileStore, clean_relpath
 SKILLS_DIR = "skills"
 SKILL_FILE = "SKILL.md"
 SUPPORT_DIRS = ("references", "scripts", "assets")
+ARCHIVE_DIR = ".archive"  # skills/.archive/<name>/: archived by the curator, out of the prompt and the index
 NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 
@@ -98,11 +99,11 @@ def _require_valid(name: str, text: str) -> None:
 def names(files: FileStore) -> list[str]:
     """Folders under skills/ holding a SKILL.md (one directory read when the store offers `children`)."""
     if hasattr(files, "children"):
-        return sorted(n for n in files.children(SKILLS_DIR, SKILL_FILE))
+        return sorted(n for n in files.children(SKILLS_DIR, SKILL_FILE) if not n.startswith("."))
     found = set()
     for p in files.list(SKILLS_DIR):
         parts = p.split("/")
-        if len(parts) == 3 and parts[2] == SKILL_FILE:
+        if len(parts) == 3 and parts[2] == SKILL_FILE and not parts[1].startswith("."):  # not .archive/
             found.add(parts[1])
     return sorted(found)
 
@@ -300,6 +301,8 @@ def misplaced(files: FileStore) -> list[tuple[str, str, str]]:
     for p in files.list(SKILLS_DIR):
         parts = p.split("/")
         if parts[-1].lower() != SKILL_FILE.lower() or (len(parts) == 3 and parts[-1] == SKILL_FILE):
+            continue
+        if parts[1] == ARCHIVE_DIR:  # archived skills are kept as they were, not moved back
             continue
         if len(parts) == 3:  # skills/<name>/skill.md: the wrong case
             found.append((p, "", normal_name(parts[1])))

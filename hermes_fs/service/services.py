@@ -33,6 +33,10 @@ def services_for(daemon: DaemonHost) -> list[DaemonService]:
         from .sync import SyncService
 
         found.append(SyncService(daemon))
+    if daemon.vault.config.curate.every is not False:
+        from .curator import CuratorService
+
+        found.append(CuratorService(daemon))
     from .gateway.core import configured
 
     if configured(daemon.vault):

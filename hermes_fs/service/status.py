@@ -112,7 +112,19 @@ def skill_counts(vault: Vault) -> dict:
                        lambda name=name: skills.valid_name(name) and not skills.validate(vault.files, name))
         invalid += ok is False
     cache.save()
-    return {"count": len(names), "invalid": invalid, "misplaced": len(skills.misplaced(vault.files))}
+    return {"count": len(names), "invalid": invalid, "misplaced": len(skills.misplaced(vault.files)),
+            "stale": _stale(vault, names)}
+
+
+def _stale(vault: Vault, names: list[str]) -> int:
+    """Skills the curator would archive now (usage from the record, cached in .hermes/cache/)."""
+    from ..errors import HermesError
+    from ..mind import usage
+
+    try:
+        return len(usage.stale(usage.refresh(vault), names, vault.config.curate.stale_days))
+    except HermesError:  # e.g. no commit yet: nothing is stale
+        return 0
 
 
 def memory_rows(vault: Vault) -> tuple[list[dict], list[str]]:

@@ -59,6 +59,7 @@ class ChatContext:
     session: str | None  # this chat's current session id
     clear_session: Callable[[], None]
     attachments: list[Path] = field(default_factory=list)  # files the channel saved for this message
+    text: str = ""  # the whole message: the command line, then the person's notes (a mail's body)
 
 
 def run(cmd: Command, ctx: ChatContext) -> tuple[str, str]:
@@ -91,12 +92,25 @@ def _refine(ctx: ChatContext, arg: str) -> tuple[str, str]:
 
 
 def _learn(ctx: ChatContext, arg: str) -> tuple[str, str]:
+    """Learn from the message's attachments through the learn pipeline, the rest of the message as
+    notes. A sender who is not an admin never gets an automatic merge, whatever the policy: merging
+    is for admins, and a merge by policy on their document would be one."""
     from ...learning.learn import LearnOptions, learn
 
+    notes = [ln for ln in ctx.text.splitlines()[1:] if not ln.startswith("(Attached files")]
+    refused = [ln for ln in notes if ln.startswith("[attachments refused")]  # the e-mail channel's note
     if not ctx.attachments:
-        return "error", "/learn needs documents attached to the same message (Markdown, text, HTML or PDF)."
-    outcome = learn(ctx.vault, LearnOptions(list(ctx.attachments), focus=arg or None))
-    return ("ok" if outcome.ok else "error"), outcome.line()
+        return "error", "\n".join(["/learn needs documents attached to the same message (Markdown, text, HTML or PDF).",
+                                    *refused])
+    body = "\n".join(ln for ln in notes if ln not in refused).strip()
+    outcome = learn(ctx.vault, LearnOptions(list(ctx.attachments), focus=arg or None, notes=body or None,
+                                            policy=None if ctx.admin else "review"))
+    lines = [outcome.line()]
+    if outcome.branch and outcome.summary:
+        lines.append(f"It proposes: {outcome.summary}")
+    if outcome.branch and outcome.status == "pending":
+        lines.append(f"See it with /show {outcome.branch}; an admin merges it with /merge {outcome.branch}.")
+    return ("ok" if outcome.ok else "error"), "\n".join(lines + refused)
 
 
 def _review(ctx: ChatContext, arg: str) -> tuple[str, str]:

@@ -497,7 +497,8 @@ class Gateway:
                        Inbound(req.origin, req.text)) is Verdict.ADMIN  # the settings now, not at submit
         folder = attachments_dir(vault.state_dir, req.origin)
         files = sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
-        ctx = commands.ChatContext(vault, admin, ledger.session(skey), lambda: ledger.set_session(skey, None), files)
+        ctx = commands.ChatContext(vault, admin, ledger.session(skey), lambda: ledger.set_session(skey, None), files,
+                                   req.text)
         status, answer = commands.run(cmd, ctx)
         return Result(status, answer, "command", outcome=cmd.name)
 
