@@ -11,7 +11,7 @@ Figures (issue 23):
   two replies or two results), replies sent twice (two reply events for one request id);
 - the idle daemon with the gateway connected: CPU over 30 s, as a share of one core.
 
-Usage: python bench/gateway.py [--quick]   (writes bench/results/gateway.json)
+Usage: python bench/gateway.py [--quick]   (writes bench/results/gateway_matrix.json)
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def main(quick: bool = False) -> dict:
         print(f"{fault['messages']} messages, {fault['kills']} kill -9: lost {fault['lost']}, answered twice "
               f"{fault['answered_twice']}, replies sent twice {fault['replies_sent_twice']}")
         results = {"latency": lat, "idle_cpu_percent_of_core": cpu, "faults": fault, "quick": quick}
-        write_results("gateway", results)
+        write_results("gateway_matrix", results)
         return results
     finally:
         if daemon and daemon.proc.poll() is None:
