@@ -27,6 +27,8 @@ lint: install
 
 test: install lint
 	bash scripts/docker-test-env.sh
+	bash scripts/mail-test-env.sh
+	bash scripts/browser-test-env.sh
 	$(BIN)/python -m pytest -q
 
 bench: install

@@ -23,6 +23,7 @@ class ModelServer:
         self.responder = responder
         self.requests: list[dict] = []
         self.raw_sizes: list[int] = []
+        self.headers: list[dict[str, str]] = []  # each request's HTTP headers (to check which key was sent)
         self._lock = threading.Lock()
         owner = self
 
@@ -38,6 +39,7 @@ class ModelServer:
                 with owner._lock:
                     owner.requests.append(body)
                     owner.raw_sizes.append(len(raw))
+                    owner.headers.append(dict(self.headers.items()))
                     item = owner._next(body)
                 status, payload = owner._render(item, body)
                 data = json.dumps(payload).encode()

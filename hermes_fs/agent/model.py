@@ -152,6 +152,8 @@ class LiteLLMModel:
             kwargs["max_tokens"] = self.settings.max_tokens
         if self.settings.api_base:
             kwargs["api_base"] = self.settings.api_base
+            if not key and self.settings.provider == "openai":
+                key = "no-key"  # a keyless OpenAI-compatible server (Ollama, vLLM): litellm's client wants one
         if key:
             kwargs["api_key"] = key
         attempt = 0

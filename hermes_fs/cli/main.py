@@ -16,6 +16,7 @@ import click
 from ..errors import HermesError, InputError
 from ..store.config import Policy
 from .term import colorize_diff, echo, safe
+from .web import web as web_command
 
 POLICIES = [p.value for p in Policy]
 
@@ -272,26 +273,35 @@ def import_group():
 @vault_option
 @click.argument("home", required=False, default="~/.hermes", type=click.Path(file_okay=False))
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@click.option("--take-model", is_flag=True, help="Replace the model hermes.yaml names (kept by default unless "
+              "it is the template's).")
 @click.pass_context
-def import_hermes_agent(ctx: click.Context, home: str, dry_run: bool):
+def import_hermes_agent(ctx: click.Context, home: str, dry_run: bool, take_model: bool):
     """A Hermes Agent home (default ~/.hermes) into this vault, in one commit; keys go to
     .hermes/secrets.env, never to git. Running it again changes nothing."""
-    from ..learning.importer import apply_import, plan_import
+    from ..learning.importer import plan_import, run_import
+    from .term import Progress
 
     v = _vault(ctx)
-    plan = plan_import(v, Path(home).expanduser())
+    progress = Progress()
+    try:
+        if dry_run:
+            plan, sha = plan_import(v, Path(home).expanduser(), take_model, progress), None
+        else:
+            result = run_import(v, Path(home).expanduser(), take_model, progress)
+            plan, sha = result.plan, result.sha
+    finally:
+        progress.done()
     for line in plan.lines:
         echo(("would write " if dry_run else "") + line)
     for note in plan.notes:
         echo(f"note: {note}")
     if plan.empty:
         echo("nothing to import: the vault already has all of it")
-        return
-    if dry_run:
+    elif dry_run:
         echo("(dry run: nothing written)")
-        return
-    sha = apply_import(v, plan)
-    echo(f"imported in {sha[:10]} (import: hermes-agent)" if sha else "keys stored in .hermes/secrets.env")
+    else:
+        echo(f"imported in {sha[:10]} (import: hermes-agent)" if sha else "keys stored in .hermes/secrets.env")
 
 
 @main.group()
@@ -336,7 +346,9 @@ def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait
     v = _vault(ctx)
     options = RefineOptions(session=session, focus=" ".join(focus) or None, policy=policy)
     if not wait:
-        pid, log_path = _refine_in_background(v, options)
+        from ..service.background import refine_in_background
+
+        pid, log_path = refine_in_background(v, options)
         echo(f"refine running in the background (pid {pid}); log: {log_path}; see `hermes-fs review`")
         return
     with _spinner("reviewing the conversation"):
@@ -344,21 +356,6 @@ def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait
     echo(result.line())
     if not result.ok:
         ctx.exit(1)
-
-
-def _refine_in_background(v, options) -> tuple[int, Path]:
-    """`hermes-fs refine --wait ...` as a detached process; its pid and log file."""
-    from ..service.background import spawn
-
-    log = v.state_dir / "logs" / f"refine-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}.log"
-    args = ["refine", "--wait"]
-    if options.session:
-        args += ["--session", options.session]
-    if options.policy:
-        args += ["--policy", options.policy]
-    if options.focus:
-        args += ["--", options.focus]
-    return spawn(v.root, args, log), log
 
 
 @main.command()
@@ -783,6 +780,9 @@ def chat(ctx: click.Context, resume: str | None, model: str | None, workspace: s
     if failed:
         echo(f"{failed} turn(s) failed", err=True)
         ctx.exit(1)
+
+
+main.add_command(web_command)
 
 
 if __name__ == "__main__":

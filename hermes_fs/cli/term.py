@@ -37,3 +37,35 @@ def colorize_diff(text: str) -> str:
         else:
             out.append(line)
     return "".join(out)
+
+
+class Progress:
+    """`what: done/total` on one rewritten line of stderr, for work that takes more than a second
+    or two; silent when stderr is not a terminal (piped, a log), so scripts see only the result."""
+
+    def __init__(self, after_s: float | None = None, stream=None):
+        import os
+        import sys
+        import time
+
+        self._time = time.monotonic
+        self.stream = stream or sys.stderr
+        self.after_s = float(os.environ.get("HERMES_PROGRESS_AFTER_S", "1.5")) if after_s is None else after_s
+        self.start = self._time()
+        self.enabled = self.stream.isatty()
+        self.shown = False
+        self.last = 0.0
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        now = self._time()
+        if not self.enabled or now - self.start < self.after_s or (now - self.last < 0.1 and done < total):
+            return
+        self.last = now
+        self.stream.write(f"\r{safe(what)}: {done}/{total}\x1b[K")
+        self.stream.flush()
+        self.shown = True
+
+    def done(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()

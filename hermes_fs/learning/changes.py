@@ -86,11 +86,9 @@ def _check_branch(store: GitStore, branch: str) -> str:
 
 def pending(store: GitStore) -> list[Pending]:
     now = int(time.time())
-    rows = []
-    for prefix in LEARNED_PREFIXES:
-        for b in store.branches(prefix):
-            parent = store.commit_info(b.sha).parents[0]
-            rows.append(Pending(b.name, now - b.timestamp, store.changed_paths(parent, b.sha), b.summary))
+    tips = [b for prefix in LEARNED_PREFIXES for b in store.branches(prefix)]
+    paths = store.changed_paths_of([b.sha for b in tips])  # one git call for all of them
+    rows = [Pending(b.name, now - b.timestamp, paths.get(b.sha, []), b.summary) for b in tips]
     return sorted(rows, key=lambda p: p.age_s)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 
@@ -18,3 +19,17 @@ def spawn(vault_root: Path, args: list[str], log: Path) -> int:
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     return proc.pid
+
+
+def refine_in_background(vault, options) -> tuple[int, Path]:
+    """`hermes-fs refine --wait ...` as a detached process (the CLI's `refine`, the web page's
+    "refine this session"); its pid and log file."""
+    log = vault.state_dir / "logs" / f"refine-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}.log"
+    args = ["refine", "--wait"]
+    if options.session:
+        args += ["--session", options.session]
+    if options.policy:
+        args += ["--policy", options.policy]
+    if options.focus:
+        args += ["--", options.focus]
+    return spawn(vault.root, args, log), log

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 from ..errors import HermesError
 from ..store.config import CONFIG_NAME
 from ..store.files import atomic_write
-from ..store.lock import VaultLock
 from ..store.vault import Vault
 from . import inbox  # light: the job code it runs is imported per request
+from .daemon_state import daemon_lock, is_running, status
 from .watcher import Debouncer, Settler, Watcher, ignored
 
 if TYPE_CHECKING:
@@ -43,14 +43,6 @@ __all__ = ["Daemon", "DaemonOptions", "ignored", "is_running", "status", "stop"]
 class DaemonOptions:
     debounce_s: float = 1.0
     workers: int = 2
-
-
-def daemon_lock(vault: Vault) -> VaultLock:
-    return VaultLock(vault.state_dir / "daemon.lock")
-
-
-def is_running(vault: Vault) -> bool:
-    return daemon_lock(vault).is_held()
 
 
 class DaemonState:
@@ -352,22 +344,6 @@ class Daemon:
             self.vault.notifier.send(sorted(self.vault.config.notify.targets), title, body)
         except Exception:
             self.log.exception("notification failed")
-
-
-def status(vault: Vault) -> dict:
-    try:
-        state = json.loads((vault.state_dir / "daemon.json").read_text())
-    except (OSError, ValueError):
-        state = {}
-    running = is_running(vault)
-    state["running"] = running
-    if running:
-        holder = daemon_lock(vault).holder()
-        if holder and state.get("pid") != holder:  # the file is a previous daemon's: this one is starting
-            state = {"running": True, "pid": holder, "starting": True, "queue": [], "last_events": [], "last_errors": []}
-        elif state.get("started"):
-            state["uptime_s"] = round(time.time() - state["started"], 1)
-    return state
 
 
 def wait_started(vault: Vault, pid: int, timeout: float = 15.0) -> bool:

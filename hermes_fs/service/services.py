@@ -7,10 +7,19 @@ the daemon's own code never names a platform.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .daemon import Daemon
+from ..store.vault import Vault
+
+
+class DaemonHost(Protocol):
+    """What a part may use of the daemon that starts it (a protocol, so parts never import the daemon)."""
+
+    vault: Vault
+
+    def note(self, message: str) -> None: ...
+
+    def error(self, message: str) -> None: ...
 
 
 class DaemonService(Protocol):
@@ -21,7 +30,11 @@ class DaemonService(Protocol):
     def stop(self) -> None: ...
 
 
-def services_for(daemon: Daemon) -> list[DaemonService]:
+def services_for(daemon: DaemonHost) -> list[DaemonService]:
     """The parts this vault's settings ask for; each import is lazy so an unused part costs nothing."""
     found: list[DaemonService] = []
+    if daemon.vault.config.web.enabled:
+        from .web.server import WebService
+
+        found.append(WebService(daemon.vault))
     return found

@@ -9,6 +9,7 @@ come back through `Channel.send`, addressed by the same `Origin`.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -31,6 +32,13 @@ class Origin:
         if per_sender:
             parts.append(self.sender)
         return "|".join(parts)
+
+
+def attachments_dir(state_dir: Path, origin: Origin) -> Path:
+    """Where a channel saves a message's files (under the workspace, one folder per message, so a
+    resubmission rewrites the same files and a command such as /learn finds them by the origin)."""
+    key = hashlib.sha256(f"{origin.platform}|{origin.chat}|{origin.message}".encode()).hexdigest()[:16]
+    return state_dir / "workspace" / origin.platform / key
 
 
 @dataclass

@@ -1,0 +1,130 @@
+"""The vault at a glance, for `hermes-fs status` and the web page's status: a cheap overview. Reads
+memory, skills and job files and one `for-each-ref`; it never walks sessions/ or outputs/, so it
+stays flat as history grows."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+
+from ..errors import InputError
+from ..learning.changes import LEARNED_PREFIXES
+from ..mind import jobs as cron
+from ..mind import memory, skills
+from ..store.files import atomic_write
+from ..store.vault import Vault
+from .scheduler import next_runs
+
+
+@dataclass
+class Status:
+    vault: str
+    model: str
+    memory: list[dict] = field(default_factory=list)
+    skills: dict = field(default_factory=dict)
+    cron: list[dict] = field(default_factory=list)
+    pending_reviews: list[dict] = field(default_factory=list)
+    daemon: dict = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+
+def collect(vault: Vault, now: datetime | None = None) -> Status:
+    now = now or datetime.now(UTC)
+    cfg = vault.config
+    st = Status(vault=str(vault.root), model=cfg.model)
+    rows, errors = memory_rows(vault)
+    st.memory, st.errors = rows, st.errors + errors
+    st.skills = skill_counts(vault)
+    jobs, job_errors = cron.load_jobs(vault.files, cfg)
+    upcoming = next_runs(vault, jobs, now)
+    for job in jobs:
+        nxt = upcoming[job.name]
+        st.cron.append({"job": job.name, "schedule": job.schedule.describe(), "enabled": job.enabled,
+                        "next_run": nxt.isoformat(timespec="seconds") if nxt else None})
+    st.errors += [str(e) for e in job_errors]
+    for prefix in LEARNED_PREFIXES:
+        for b in vault.git.branches(prefix):
+            st.pending_reviews.append({"branch": b.name, "age_s": int(time.time()) - b.timestamp, "summary": b.summary})
+    from .daemon_state import status as daemon_status
+
+    st.daemon = daemon_status(vault)  # daemon.json checked against the daemon's lock
+    # files the daemon left uncommitted (a secret, too big): a person must act on them
+    st.errors += [e.split(" ", 1)[-1] for e in st.daemon.get("last_errors") or [] if " not committed: " in f" {e}"]
+    return st
+
+
+class StatCache:
+    """Per-file results in .hermes/cache/<name>, valid while the file's (mtime, size) is unchanged.
+    A cache in the DESIGN sense: delete it and it is rebuilt from the files."""
+
+    def __init__(self, vault: Vault, name: str):
+        self.path = vault.state_dir / "cache" / name
+        self.root = vault.root
+        try:
+            self.old = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.old = {}
+        self.fresh: dict[str, dict] = {}
+
+    def get(self, rel: str, compute):
+        """The cached value for `rel`, else `compute()` (kept); None when the file is gone.
+        An exception from `compute` passes through and nothing is kept for that file."""
+        try:
+            stat = os.stat(self.root / rel)
+        except OSError:
+            return None
+        key = [stat.st_mtime_ns, stat.st_size]
+        hit = self.old.get(rel)
+        value = hit["value"] if hit and hit.get("key") == key and "value" in hit else compute()
+        self.fresh[rel] = {"key": key, "value": value}
+        return value
+
+    def save(self) -> None:
+        if self.fresh != self.old:
+            atomic_write(self.path, json.dumps(self.fresh))
+
+
+def skill_counts(vault: Vault) -> dict:
+    """How many skills, how many fail the reference validator, how many sit outside
+    skills/<name>/SKILL.md. Validation results are cached by (mtime, size)."""
+    cache = StatCache(vault, "skill-checks.json")
+    names = skills.names(vault.files)
+    invalid = 0
+    for name in names:
+        ok = cache.get(f"skills/{name}/SKILL.md",
+                       lambda name=name: skills.valid_name(name) and not skills.validate(vault.files, name))
+        invalid += ok is False
+    cache.save()
+    return {"count": len(names), "invalid": invalid, "misplaced": len(skills.misplaced(vault.files))}
+
+
+def memory_rows(vault: Vault) -> tuple[list[dict], list[str]]:
+    """Size, entries and budget per memory file, parsed only when (mtime, size) changed."""
+    cache = StatCache(vault, "memory-stats.json")
+    rows, errors = [], []
+    for name in memory.list_memory(vault.files):
+        try:
+            row = cache.get(f"{memory.MEMORY_DIR}/{name}", lambda name=name: _memory_row(vault, name))
+        except InputError as exc:
+            errors.append(str(exc))
+            continue
+        if row is None:
+            continue
+        budget = memory.budget_for(name, {"budget": row["own_budget"]}, vault.config)
+        rows.append({"file": row["file"], "chars": row["chars"], "budget": budget,
+                     "over_budget": row["chars"] > budget, "entries": row["entries"]})
+    cache.save()
+    return rows, errors
+
+
+def _memory_row(vault: Vault, name: str) -> dict:
+    m = memory.load(vault.files, name, vault.config)
+    own = m.doc.meta.get("budget")
+    return {"file": m.path, "chars": m.size, "entries": len(m.entries),
+            "own_budget": own if isinstance(own, int) and not isinstance(own, bool) else None}

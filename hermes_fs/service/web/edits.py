@@ -1,0 +1,67 @@
+"""Saving a memory file or a skill file from the page: a person's edit, as if typed in an editor.
+
+Compare-and-swap: the page sends the digest of the bytes it loaded; when the file on disk is no
+longer those bytes (an editor, the agent, another tab wrote it), nothing is written and the page
+shows both texts, so a newer edit made elsewhere is never overwritten. Otherwise the file is written
+and committed the way the daemon commits an editor's save (`edit: <path>`, trailer
+`Hermes-Change: human-edit`, authored by the person), through the same secret scanner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from ...errors import InputError
+from ...store import secrets
+from ...store.docs import decode
+from ...store.vault import Vault
+
+MAX_EDIT_CHARS = 2_000_000
+
+
+def digest(data: bytes | None) -> str:
+    return "absent" if data is None else hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class Saved:
+    ok: bool
+    sha: str | None = None  # the commit (None: nothing changed, or not saved)
+    current: str | None = None  # the text on disk now, when it moved since the page loaded it
+    current_digest: str = ""
+    message: str = ""
+
+
+def as_bytes(text: str, like: bytes | None) -> bytes:
+    """A browser sends a textarea with CRLF line ends; the file keeps the ones it had."""
+    text = text.replace("\r\n", "\n")
+    if like is not None and b"\r\n" in like:
+        text = text.replace("\n", "\r\n")
+    return text.encode("utf-8")
+
+
+def save(vault: Vault, rel: str, text: str, base: str) -> Saved:
+    """Write `text` to `rel` if the file still holds what the page loaded (`base`), and commit it."""
+    if len(text) > MAX_EDIT_CHARS:
+        raise InputError(f"the text is over {MAX_EDIT_CHARS} characters", rel)
+    store = vault.git
+    with store.lock.hold():  # no merge or commit of hermes-fs moves the file between check and write
+        on_disk = vault.files.read(rel)
+        if digest(on_disk) != base:
+            current = decode(on_disk, rel) if on_disk is not None else ""
+            return Saved(False, current=current, current_digest=digest(on_disk),
+                         message="the file changed since this page loaded it; nothing was saved. Both versions are "
+                                 "shown: copy what you need into the editor and save again to replace the file.")
+        data = as_bytes(text, on_disk)
+        findings = secrets.scan(rel, data)
+        if findings:
+            raise InputError("refusing to save a secret: " + "; ".join(f"line {f.line}: {f.kind}" for f in findings)
+                             + ". Put it in .hermes/secrets.env instead.", rel)
+        if data == on_disk:
+            return Saved(True, message="no change")
+        vault.files.write(rel, data)
+        result = store.commit_human_edits([rel])
+    if result.refused:
+        return Saved(True, message=f"saved but not committed: {result.refused[0]}")
+    return Saved(True, result.sha, message=f"saved and committed as your edit ({(result.sha or '')[:10]})")

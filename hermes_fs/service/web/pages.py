@@ -1,0 +1,359 @@
+"""The pages: each one a thin view over the library calls the CLI makes.
+
+Pending changes and their pages (`learning.changes`, `learning.review`), the log with revert,
+memory and skills (read, edit with compare-and-swap, validation), jobs (schedule in words, next
+run, last runs, run now: the CLI's `cron run` in a process of its own), sessions (the FTS index,
+"refine this session": the CLI's background refine), status (`service.status.collect`).
+
+GET never changes anything; every action is a POST (checked for its CSRF token by `security.Guard`)
+that answers with a redirect carrying a one-time message. Jinja2 escapes every value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from ...errors import HermesError, InputError
+from ...learning import changes, review
+from ...mind import memory, skills
+from ...mind.sessions import SESSIONS_DIR, parse_messages, session_path
+from ...store.docs import decode, parse_doc
+from ...store.vault import Vault
+from . import edits
+from .security import CSRF_FIELD, Keys
+
+STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
+SESSION_LIST = 100  # newest sessions listed without a query
+RUNS_SHOWN = 5  # last runs per job
+_SESSION_TITLE = re.compile(r"^title:\s*(.*)$", re.M)
+_PARTS = re.compile(r"gateway|web page|sync|curat|matrix|email|webhook", re.I)  # the daemon's optional parts
+
+
+def age(seconds: float) -> str:
+    seconds = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+def when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def diff_class(line: str) -> str:
+    if line.startswith(("+++", "---")):
+        return "fname"
+    return {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "")
+
+
+class Site:
+    def __init__(self, vault: Vault, keys: Keys):
+        self.vault = vault
+        self.keys = keys
+        self.flashes: dict[str, tuple[str, str]] = {}
+        self.env = Environment(loader=PackageLoader("hermes_fs.service.web", "templates"),
+                               autoescape=select_autoescape(default=True, default_for_string=True),
+                               trim_blocks=True, lstrip_blocks=True)
+        self.env.filters.update(age=age, when=when, diff_class=diff_class)
+        self.env.globals.update(csrf=keys.csrf, csrf_field=CSRF_FIELD)
+
+    @property
+    def store(self):
+        return self.vault.git
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/", self.pending_page),
+            Route("/changes/{branch:path}/merge", self.merge, methods=["POST"]),
+            Route("/changes/{branch:path}/reject", self.reject, methods=["POST"]),
+            Route("/changes/{branch:path}", self.change_page),
+            Route("/log", self.log_page),
+            Route("/log/revert", self.revert, methods=["POST"]),
+            Route("/memory", self.memory_page),
+            Route("/memory/{name:path}", self.memory_file, methods=["GET", "POST"]),
+            Route("/skills", self.skills_page),
+            Route("/skills/{name}", self.skill_page, methods=["GET", "POST"]),
+            Route("/jobs", self.jobs_page),
+            Route("/jobs/{name}/run", self.run_job, methods=["POST"]),
+            Route("/sessions", self.sessions_page),
+            Route("/sessions/{sid}/refine", self.refine_session, methods=["POST"]),
+            Route("/sessions/{sid}", self.session_page),
+            Route("/status", self.status_page),
+            Route("/static/{name}", self.static),
+            Route("/favicon.ico", lambda request: Response(status_code=204)),
+        ]
+
+    # -- rendering ---------------------------------------------------------------------------------
+    def render(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        flash = self.flashes.pop(request.query_params.get("flash", ""), None)
+        pending_count = sum(len(self.store.branches(p)) for p in changes.LEARNED_PREFIXES)
+        html = self.env.get_template(template).render(request_path=request.url.path, flash=flash,
+                                                      pending_count=pending_count, **context)
+        return HTMLResponse(html, status)
+
+    def redirect(self, to: str, kind: str, text: str) -> RedirectResponse:
+        key = secrets.token_hex(8)
+        self.flashes[key] = (kind, text)
+        while len(self.flashes) > 200:  # messages nobody came back for
+            self.flashes.pop(next(iter(self.flashes)))
+        return RedirectResponse(f"{to}{'&' if '?' in to else '?'}flash={key}", 303)
+
+    def failed(self, request: Request, exc: HermesError) -> HTMLResponse:
+        status = 404 if "no " in str(exc)[:12] else 400
+        return self.render(request, "error.html", status, error=str(exc))
+
+    async def act(self, request: Request, work: Callable[[], tuple[str, str]], back: str) -> Response:
+        """Run one decision (a library call) off the event loop; its message goes to the next page,
+        an error back to `back` (a conflict keeps its whole text: entry, versions, next steps)."""
+        try:
+            to, text = await run_in_threadpool(work)
+        except HermesError as exc:
+            return self.redirect(back, "error", str(exc))
+        return self.redirect(to, "ok", text)
+
+    # -- pending changes ---------------------------------------------------------------------------
+    def pending_page(self, request: Request) -> Response:
+        return self.render(request, "pending.html", rows=changes.pending(self.store))
+
+    def change_page(self, request: Request) -> Response:
+        try:
+            d = review.detail(self.store, request.path_params["branch"])
+        except HermesError as exc:
+            return self.failed(request, exc)
+        return self.render(request, "change.html", d=d)
+
+    async def merge(self, request: Request) -> Response:
+        branch = request.path_params["branch"]
+        form = await request.form()
+        ticked = form.get("how") == "ticked"
+        only = [str(f) for f in form.getlist("file")]
+        page = f"/changes/{branch}"
+
+        def work() -> tuple[str, str]:
+            name = changes.resolve_name(self.store, branch)
+            if ticked and not only:
+                raise InputError("tick at least one file to merge only those")
+            sha = changes.merge(self.store, name, only=only if ticked else None)  # authored by you: your decision
+            left = self.store.rev(f"refs/heads/{name}")
+            return (page if left else "/"), f"merged {name} ({sha[:10]})" + (
+                "; the rest stays pending under the same name" if left else "")
+
+        return await self.act(request, work, page)
+
+    async def reject(self, request: Request) -> Response:
+        branch = request.path_params["branch"]
+
+        def work() -> tuple[str, str]:
+            name = changes.resolve_name(self.store, branch)
+            return "/", f"rejected {name} (kept as {changes.reject(self.store, name)})"
+
+        return await self.act(request, work, f"/changes/{branch}")
+
+    # -- log ---------------------------------------------------------------------------------------
+    def log_page(self, request: Request) -> Response:
+        return self.render(request, "log.html", rows=changes.learned_log(self.store))
+
+    async def revert(self, request: Request) -> Response:
+        branch = str((await request.form()).get("branch", ""))
+
+        def work() -> tuple[str, str]:
+            sha = changes.revert(self.store, branch)  # authored by you: your decision
+            return "/log", f"reverted {branch} ({sha[:10]})"
+
+        return await self.act(request, work, "/log")
+
+    # -- memory and skills -------------------------------------------------------------------------
+    def memory_page(self, request: Request) -> Response:
+        from ..status import memory_rows
+
+        rows, errors = memory_rows(self.vault)
+        return self.render(request, "memory.html", rows=rows, errors=errors)
+
+    async def memory_file(self, request: Request) -> Response:
+        try:
+            rel = f"{memory.MEMORY_DIR}/{memory.memory_name(request.path_params['name'])}"
+        except HermesError as exc:
+            return self.failed(request, exc)
+        return await self.editor(request, rel, "memory_file.html", lambda: self._memory_context(rel))
+
+    def _memory_context(self, rel: str) -> dict:
+        try:
+            m = memory.load(self.vault.files, rel, self.vault.config)
+        except InputError as exc:
+            return {"problems": [str(exc)], "entries": [], "size": None, "budget": None}
+        return {"problems": [f"over budget: {m.size} of {m.budget} characters; refine will consolidate it"]
+                if m.over_budget else [], "entries": m.entries, "size": m.size, "budget": m.budget}
+
+    def skills_page(self, request: Request) -> Response:
+        loaded, errors = skills.load_all(self.vault.files)
+        report = skills.check_all(self.vault.files)
+        return self.render(request, "skills.html", skills=loaded, errors=[str(e) for e in errors], report=report)
+
+    async def skill_page(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        file = request.query_params.get("file") or skills.SKILL_FILE
+        try:
+            rel = skills.skill_path(name) if file == skills.SKILL_FILE else skills.support_path(name, file, any_file=True)
+            if self.vault.files.read(skills.skill_path(name)) is None:
+                raise InputError(f"no skill named {name!r}", skills.skill_path(name))
+        except HermesError as exc:
+            return self.failed(request, exc)
+
+        def context() -> dict:
+            files = [p.split("/", 2)[2] for p in self.vault.files.list(f"{skills.SKILLS_DIR}/{name}")]
+            return {"name": name, "file": file, "files": files, "problems": skills.validate(self.vault.files, name)}
+
+        return await self.editor(request, rel, "skill.html", context)
+
+    async def editor(self, request: Request, rel: str, template: str, context: Callable[[], dict]) -> Response:
+        """Show a file in an editor; on POST save it (compare-and-swap) and show the result."""
+        saved = None
+        yours = None
+        if request.method == "POST":
+            form = await request.form()
+            yours = str(form.get("text", ""))
+            try:
+                saved = await run_in_threadpool(edits.save, self.vault, rel, yours, str(form.get("base", "")))
+            except HermesError as exc:
+                saved = edits.Saved(False, message=str(exc))
+            if saved.ok:
+                return self.redirect(request.url.path + (f"?file={request.query_params['file']}"
+                                                         if request.query_params.get("file") else ""), "ok", saved.message)
+        try:
+            data = self.vault.files.read(rel)
+            text = decode(data, rel) if data is not None else ""
+        except HermesError as exc:
+            return self.failed(request, exc)
+        base = edits.digest(data)
+        if saved is not None and saved.current is not None:
+            base = saved.current_digest  # saving again replaces the newer text, on purpose, after seeing it
+        return self.render(request, template, 409 if saved else 200, rel=rel, text=yours if saved else text,
+                           on_disk=text, base=base, saved=saved, **context())
+
+    # -- jobs --------------------------------------------------------------------------------------
+    def jobs_page(self, request: Request) -> Response:
+        from ...mind import jobs as cron
+        from ..scheduler import next_runs
+
+        jobs, errors = cron.load_jobs(self.vault.files, self.vault.config)
+        upcoming = next_runs(self.vault, jobs, datetime.now(UTC))
+        rows = [{"job": j, "schedule": j.schedule.describe(), "next": upcoming.get(j.name),
+                 "runs": self._runs(j.name)} for j in jobs]
+        return self.render(request, "jobs.html", rows=rows, errors=[str(e) for e in errors])
+
+    def _runs(self, job: str) -> list[dict]:
+        folder = self.vault.root / "outputs" / "cron" / job
+        if not folder.is_dir():
+            return []
+        runs = []
+        for path in sorted(folder.glob("*.md"), reverse=True)[:RUNS_SHOWN]:
+            rel = path.relative_to(self.vault.root).as_posix()
+            try:
+                doc = parse_doc(decode(path.read_bytes(), rel), rel)
+            except (InputError, OSError) as exc:
+                runs.append({"rel": rel, "meta": {"status": "unreadable"}, "body": str(exc)})
+                continue
+            runs.append({"rel": rel, "meta": doc.meta, "body": doc.body.strip()})
+        return runs
+
+    async def run_job(self, request: Request) -> Response:
+        name = request.path_params["name"]
+
+        def work() -> tuple[str, str]:
+            from ...mind import jobs as cron
+            from ..background import spawn
+
+            jobs, _errors = cron.load_jobs(self.vault.files, self.vault.config)
+            if name not in {j.name for j in jobs}:
+                raise InputError(f"no valid job {name!r} in cron/")
+            log = self.vault.state_dir / "logs" / f"cron-{name}-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}.log"
+            pid = spawn(self.vault.root, ["cron", "run", name], log)  # the CLI's `cron run`, in its own process
+            return "/jobs", f"{name} started (pid {pid}); its output appears here when it finishes (log: {log})"
+
+        return await self.act(request, work, "/jobs")
+
+    # -- sessions ----------------------------------------------------------------------------------
+    def sessions_page(self, request: Request) -> Response:
+        query = request.query_params.get("q", "").strip()
+        if query:
+            from ...mind.search import search
+
+            hits = search(self.vault.root, "sessions", query, limit=50)
+            rows = [{"id": h.path.rsplit("/", 1)[-1].removesuffix(".md"), "title": h.name, "snippet": h.snippet}
+                    for h in hits]
+        else:
+            rows = self._recent_sessions()
+        return self.render(request, "sessions.html", rows=rows, query=query)
+
+    def _recent_sessions(self) -> list[dict]:
+        base = self.vault.root / SESSIONS_DIR
+        found: list[tuple[str, str]] = []
+        if base.is_dir():
+            for dirpath, _dirs, names in os.walk(base):
+                found += [(n.removesuffix(".md"), os.path.join(dirpath, n)) for n in names if n.endswith(".md")]
+        rows = []
+        for sid, path in sorted(found, reverse=True)[:SESSION_LIST]:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    head = f.read(2048)
+            except OSError:
+                continue
+            m = _SESSION_TITLE.search(head.split("\n---", 1)[0])
+            rows.append({"id": sid, "title": m.group(1).strip().strip("'\"") if m else "", "snippet": ""})
+        return rows
+
+    def session_page(self, request: Request) -> Response:
+        sid = request.path_params["sid"]
+        try:
+            rel = session_path(sid)
+            data = self.vault.files.read(rel)
+            if data is None:
+                raise InputError(f"no session {sid}", rel)
+            doc = parse_doc(decode(data, rel), rel, required=True)
+            messages = parse_messages(doc.body.lstrip("\n"), rel)
+        except HermesError as exc:
+            return self.failed(request, exc)
+        return self.render(request, "session.html", sid=sid, meta=doc.meta, messages=messages)
+
+    async def refine_session(self, request: Request) -> Response:
+        sid = request.path_params["sid"]
+        focus = str((await request.form()).get("focus", "")).strip() or None
+
+        def work() -> tuple[str, str]:
+            from ...learning.refine import RefineOptions
+            from ..background import refine_in_background
+
+            if self.vault.files.read(session_path(sid)) is None:
+                raise InputError(f"no session {sid}")
+            pid, log = refine_in_background(self.vault, RefineOptions(session=sid, focus=focus))
+            return "/", f"refine of {sid} running in the background (pid {pid}); its change appears here (log: {log})"
+
+        return await self.act(request, work, f"/sessions/{sid}")
+
+    # -- status ------------------------------------------------------------------------------------
+    def status_page(self, request: Request) -> Response:
+        from ..status import collect
+
+        st = collect(self.vault)
+        parts = [e for e in st.daemon.get("last_events") or [] if _PARTS.search(e)]
+        return self.render(request, "status.html", st=st, parts=parts)
+
+    def static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC:
+            return Response("not found\n", 404, media_type="text/plain")
+        data = resources.files("hermes_fs.service.web").joinpath("static", name).read_bytes()
+        return Response(data, media_type=STATIC[name])

@@ -1,0 +1,114 @@
+"""Helpers for the web page's tests: a real `hermes-fs web` process, learned changes made by the
+real refine pipeline (scripted reviewer over HTTP), and Debian's Chromium driven by Playwright."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+CHROMIUM = "/usr/bin/chromium"
+# The flags this machine needs (no background networking: its connections are refused here).
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SKILL = """---
+name: deploy-fly
+description: Deploy the web app to fly.io with a rolling strategy and check it is healthy. Use when the user asks to ship or deploy.
+---
+# Deploy to fly.io
+
+1. Run `fly deploy --strategy rolling`.
+2. Check `fly status` shows all machines healthy.
+"""
+
+
+@dataclass
+class WebProc:
+    proc: subprocess.Popen
+    url: str  # the sign-in URL, token included
+    base: str  # http://127.0.0.1:PORT/
+    token: str
+    host: str  # 127.0.0.1:PORT
+
+    def request(self, method: str, path: str, body: str | None = None, headers: dict | None = None,
+                cookie: bool = True) -> tuple[int, dict, str]:
+        conn = http.client.HTTPConnection(self.host, timeout=30)
+        h = {"Host": self.host, **(headers or {})}
+        if cookie:
+            h.setdefault("Authorization", f"Bearer {self.token}")
+        if body is not None:
+            h.setdefault("Content-Type", "application/x-www-form-urlencoded")
+        conn.request(method, path, body=body, headers=h)
+        r = conn.getresponse()
+        data = r.read().decode("utf-8", "replace")
+        conn.close()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_web(root: Path, *args: str, timeout: float = 30) -> WebProc:
+    """`hermes-fs web --listen 127.0.0.1:0` (a free port), waiting for the URL it prints."""
+    err = tempfile.NamedTemporaryFile("w+", delete=False, suffix=".log")
+    proc = subprocess.Popen([sys.executable, "-m", "hermes_fs", "--vault", str(root), "web",
+                             "--listen", "127.0.0.1:0", *args], stdout=subprocess.DEVNULL, stderr=err, text=True)
+    deadline = time.time() + timeout
+    text = ""
+    while time.time() < deadline:
+        text = Path(err.name).read_text()
+        m = re.search(r"open (http://(127\.0\.0\.1:\d+)/\?token=(\S+))", text)
+        if m:
+            return WebProc(proc, m.group(1), f"http://{m.group(2)}/", m.group(3), m.group(2))
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"hermes-fs web did not start: {text}")
+
+
+def make_session(vault, model_server, workspace: Path, text: str = "I always use tabs, not spaces. Now deploy the app to fly.io please.") -> str:
+    from hermes_fs.agent.conversation import Conversation, ConversationOptions
+
+    model_server.add({"content": "Deployed with `fly deploy --strategy rolling`; all machines healthy."})
+    with Conversation(vault, ConversationOptions(source="run", workspace=workspace)) as c:
+        c.ask(text)
+        return c.id
+
+
+def refine_change(vault, model_server, workspace: Path, summary: str = "remember tabs and the fly.io deploy",
+                  entry: str = "Prefers tabs over spaces.", skill: bool = True, focus: str | None = None) -> str:
+    """A real refine: a session, then the scripted reviewer adds a USER.md entry (and a skill)."""
+    from hermes_fs.learning.refine import RefineOptions, refine
+
+    make_session(vault, model_server, workspace)
+    calls = [("memory", {"action": "add", "file": "USER.md", "text": entry})]
+    lines = f"Summary: {summary}\n- memory/USER.md: {entry} (because the user said so twice)"
+    if skill:
+        calls.append(("skill_manage", {"action": "create", "name": "deploy-fly", "content": SKILL}))
+        lines += "\n- skills/deploy-fly/SKILL.md: new skill (because the rolling deploy worked)"
+    model_server.add({"tool_calls": calls}, {"content": lines})
+    result = refine(vault, RefineOptions(focus=focus))
+    assert result.status == "pending", result.reason
+    return result.branch
+
+
+def browser_context(playwright, **kwargs):
+    """Debian's Chromium with a fresh profile; never a downloaded browser."""
+    if not os.access(CHROMIUM, os.X_OK):
+        raise AssertionError(f"{CHROMIUM} is missing: run scripts/browser-test-env.sh (make test does)")
+    return playwright.chromium.launch_persistent_context(
+        tempfile.mkdtemp(prefix="hermes-chromium-"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
+        viewport={"width": 1200, "height": 900}, **kwargs)
