@@ -312,12 +312,15 @@ def summarize(results: list[CaseResult], s: Settings, min_recall: float = 0.8, m
 
 def evaluate(s: Settings, cases: list[Case], min_recall: float = 0.8, max_trap_rate: float = 0.0,
              refine_model: Model | None = None, probe_model: Model | None = None,
-             progress=print) -> tuple[Summary, list[CaseResult]]:
+             progress=print, on_result=None) -> tuple[Summary, list[CaseResult]]:
+    """Run and score every case; `on_result(results)` after each (a slow model's partial figures survive)."""
     results = []
     with tempfile.TemporaryDirectory(prefix="hermes-learning-") as tmp:
         for case in cases:
             r = run_case(case, s, Path(tmp), refine_model, probe_model)
             results.append(r)
+            if on_result:
+                on_result(results)
             got = sum(r.lessons.values())
             progress(f"{case.name:<34} {r.status:<8} lessons {got}/{len(r.lessons)} traps {sum(r.traps.values())}"
                      f"/{len(r.traps)} probe {r.probe} {r.seconds:.0f}s+{r.probe_seconds:.0f}s {r.tokens} tok"
@@ -344,16 +347,22 @@ def main(argv: list[str] | None = None) -> dict:
         key_env = "HERMES_BENCH_API_KEY"
     s = Settings(a.model, a.api_base, key_env, a.mode, not a.no_probe, a.timeout)
     cases = load_cases(only=a.cases.split(",") if a.cases else None)
-    t0 = time.perf_counter()
-    summary, results = evaluate(s, cases, a.min_recall, a.max_trap_rate)
-    data = {"summary": asdict(summary), "cases": [asdict(r) for r in results],
-            "command": "python bench/learning_eval.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "wall_seconds": round(time.perf_counter() - t0, 1)}
-    print(json.dumps(asdict(summary), indent=2))
     slug = re.sub(r"[^a-z0-9.]+", "-", a.model.lower()).strip("-")
     out = Path(a.out) if a.out else HERE / "results" / f"learning_eval-{slug}-{a.mode}.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(data, indent=2) + "\n")
+    command = "python bench/learning_eval.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    t0 = time.perf_counter()
+
+    def write(results: list[CaseResult], done: bool = False) -> dict:
+        data = {"summary": asdict(summarize(results, s, a.min_recall, a.max_trap_rate)),
+                "cases": [asdict(r) for r in results], "command": command, "complete": done,
+                "cases_planned": len(cases), "wall_seconds": round(time.perf_counter() - t0, 1)}
+        out.write_text(json.dumps(data, indent=2) + "\n")
+        return data
+
+    summary, results = evaluate(s, cases, a.min_recall, a.max_trap_rate, on_result=write)
+    data = write(results, done=True)
+    print(json.dumps(asdict(summary), indent=2))
     print(f"wrote {out}")
     return data
 

@@ -165,7 +165,21 @@ def test_doctor_says_which_mode_suits_the_model(agent_vault, model_server, run_c
             "set refine.mode: structured and learn.mode: structured in hermes.yaml") in r.stdout
     probe = model_server.requests[1]
     assert [t["function"]["name"] for t in probe["tools"]] == ["note"]
-    structured(agent_vault)
-    model_server.add({"content": "ok"}, {"content": "noted"})
-    r = run_cli("--vault", str(agent_vault.root), "doctor")
-    assert r.returncode == 0 and "ok  review mode: structured suits openai/test-model" in r.stdout
+    structured(agent_vault)  # configured as the probe suggests: fine (in-process: one CLI start is enough)
+    from hermes_fs.cli.main import _check_mode
+
+    model_server.add({"content": "noted"})
+    assert _check_mode(agent_vault) == ("review mode", True, "structured suits openai/test-model: asked to call a "
+                                        "tool, it answered in words")
+
+
+def test_doctor_names_the_missing_embeddings_extra(agent_vault, run_cli):
+    from hermes_fs.mind import embeddings
+
+    (agent_vault.root / "hermes.yaml").write_text((agent_vault.root / "hermes.yaml").read_text().replace(
+        "backend: local", "backend: none") + "skills:\n  embeddings: true\n")
+    r = run_cli("--vault", str(agent_vault.root), "doctor", "--no-model")
+    if embeddings.available():
+        assert "ok  skill embeddings: model at" in r.stdout
+    else:
+        assert r.returncode == 1 and "skills.embeddings is on but not installed: pip install torch==2.13.0" in r.stdout

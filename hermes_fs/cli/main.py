@@ -664,6 +664,11 @@ def doctor(ctx: click.Context, no_model: bool):
     checks = [] if no_model else [_check_model(v)]
     if checks and checks[0][1]:
         checks.append(_check_mode(v))
+    if v.config.skills.embeddings:
+        from ..mind import embeddings
+
+        checks.append(("skill embeddings", embeddings.available(), f"model at {embeddings.model_dir()}"
+                       if embeddings.available() else f"skills.embeddings is on but not installed: {embeddings.EXTRA}"))
     checks += _check_mcp(v)
     cfg = v.config.sandbox
     if cfg.backend != "docker":
