@@ -20,6 +20,7 @@ import prompt_overhead  # noqa: E402
 import refine_overhead  # noqa: E402
 import startup  # noqa: E402
 import stress  # noqa: E402
+import web  # noqa: E402
 
 
 def rows(r: dict) -> list[tuple[str, str, str, str]]:
@@ -60,6 +61,16 @@ def rows(r: dict) -> list[tuple[str, str, str, str]]:
         ("stress: fsck clean, locks free, stranded branches", "yes, yes, 0",
          f"{'yes' if st['fsck_clean'] else 'NO'}, {'yes' if st['locks_free'] else 'NO'}, {st['stranded_branches']}", ""),
     ]
+    if "web" in r:
+        w = r["web"]
+        out += [
+            ("web: pending page, 200 pending changes, server time (median)", "<= 300 ms",
+             f"{w['pending_200']['median_s'] * 1000:.0f} ms", ""),
+            ("web: change page, 1,000-entry memory file, server time (median)", "<= 300 ms",
+             f"{w['change_1000_entries']['median_s'] * 1000:.0f} ms", ""),
+            ("web: `hermes-fs web` start to first answer (median)", "<= 1 s", f"{w['start']['median_s']:.2f} s",
+             "imports litellm" if w["start"]["imports_litellm"] else ""),
+        ]
     return out
 
 
@@ -72,6 +83,7 @@ def main(quick: bool = False) -> dict:
         "cron_lateness": cron_lateness.main(),
         "faults": faults.main(12 if quick else 50),
         "stress": stress.main(60 if quick else 180),
+        "web": web.main(quick),
     }
     results["quick"] = quick
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")

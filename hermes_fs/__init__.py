@@ -1,9 +1,79 @@
-"""hermes-fs: a persistent agent whose mind is a git repository of Markdown files.
+"""hermes-fs: a persistent agent whose whole mind is a git repository of Markdown files.
 
-The package is a library first; `cli` is a thin layer over it. Modules, one per concept:
-`config` (hermes.yaml), `vault` (finding and creating vaults, confined paths), `docs`
-(frontmatter documents), `memory`, `skills`, `schedule`/`cron` (job files), `secrets`
-(the commit-time scanner), `gitstore` (every git operation), `notify` (Apprise), `status`.
+The package is a library first: the CLI (`hermes_fs.cli`), the MCP server
+(`hermes_fs.service.mcp_server`) and the gateway drive the names in `__all__` below, and so can
+any script. The layers beneath them, each importing only downward (docs/architecture.md):
+`store` (vault, settings, files, git, provenance, secrets, notify), `mind` (memory, skills,
+sessions, search, job files), `agent` (the loop, model, tools, prompt, sandbox), `learning` (one
+pipeline for refine and learn, review of learned changes, import) and `service` (daemon, watcher,
+inbox, scheduler, cron runner, MCP server).
+
+Names load on first use (PEP 562), so `import hermes_fs` — and `hermes-fs --help` — never pays
+for litellm, GitPython or the MCP SDK.
+
+    import hermes_fs
+    vault = hermes_fs.open_vault("~/hermes-vault")
+    with hermes_fs.Conversation(vault, hermes_fs.ConversationOptions(source="run")) as c:
+        print(c.ask("what is on my list today?").answer)
+    outcome = hermes_fs.refine(vault, hermes_fs.RefineOptions(focus="deploys"))
+    hermes_fs.review.merge(vault.git, outcome.branch)
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConflictError, GitError, HermesError, InputError, SecretError
+
 __version__ = "0.1.0"
+
+# public name -> (module, attribute; None: the module itself)
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "Vault": ("hermes_fs.store.vault", "Vault"),
+    "open_vault": ("hermes_fs.store.vault", "find_vault"),
+    "init_vault": ("hermes_fs.store.vault", "init_vault"),
+    "Act": ("hermes_fs.store.provenance", "Act"),
+    "Conversation": ("hermes_fs.agent.conversation", "Conversation"),
+    "ConversationOptions": ("hermes_fs.agent.conversation", "ConversationOptions"),
+    "refine": ("hermes_fs.learning.refine", "refine"),
+    "RefineOptions": ("hermes_fs.learning.refine", "RefineOptions"),
+    "learn": ("hermes_fs.learning.learn", "learn"),
+    "LearnOptions": ("hermes_fs.learning.learn", "LearnOptions"),
+    "Outcome": ("hermes_fs.learning.pipeline", "Outcome"),
+    "review": ("hermes_fs.learning.changes", None),  # pending, show, merge, reject, revert, learned_log
+    "run_job": ("hermes_fs.service.cron_runner", "run_job"),
+    "CronRun": ("hermes_fs.service.cron_runner", "CronRun"),
+}
+
+__all__ = [  # spelled out (not built from _LAZY) so linters and readers see the API at a glance
+    "__version__", "HermesError", "InputError", "ConflictError", "GitError", "SecretError",
+    "Vault", "open_vault", "init_vault", "Act", "Conversation", "ConversationOptions",
+    "refine", "RefineOptions", "learn", "LearnOptions", "Outcome", "review", "run_job", "CronRun",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'hermes_fs' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = importlib.import_module(module)
+    value = value if attr is None else getattr(value, attr)
+    globals()[name] = value  # the next use is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers
+    from .agent.conversation import Conversation, ConversationOptions
+    from .learning import changes as review
+    from .learning.learn import LearnOptions, learn
+    from .learning.pipeline import Outcome
+    from .learning.refine import RefineOptions, refine
+    from .service.cron_runner import CronRun, run_job
+    from .store.provenance import Act
+    from .store.vault import Vault, init_vault
+    from .store.vault import find_vault as open_vault

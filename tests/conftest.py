@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault, init_vault
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -103,7 +104,7 @@ def agent_vault(vault, model_server):
     from model_server import configure_vault
 
     configure_vault(vault.root, model_server)
-    vault.git.commit_paths(["hermes.yaml"], "test: point at the model server")
+    vault.git.commit_paths(["hermes.yaml"], "test: point at the model server", Act.person())
     vault._config = None
     return vault
 

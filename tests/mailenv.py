@@ -178,6 +178,14 @@ class MailEnv:
                 self.proc.kill()
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def restart_imap(self, down_s: float = 0.0) -> None:
+        """Stop Dovecot (connections drop, as in a server restart), then start it on the same ports."""
+        assert self.proc
+        self.proc.terminate()
+        self.proc.wait(10)
+        time.sleep(down_s)
+        self._start_dovecot()
+
     def _mail_owner(self) -> tuple[str, int, int]:
         if os.getuid() == 0:
             pw = pwd.getpwnam("mail")

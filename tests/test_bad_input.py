@@ -15,6 +15,7 @@ from hermes_fs.mind import jobs as cron
 from hermes_fs.mind import memory, skills
 from hermes_fs.service import inbox
 from hermes_fs.store.config import parse_config
+from hermes_fs.store.provenance import Act
 
 
 def snapshot(vault) -> str:
@@ -208,7 +209,7 @@ def test_bad_model_tool_calls(vault, tool, args, expected):
     from hermes_fs.agent.tools import ToolBox, VaultCommitter
 
     before = snapshot(vault)
-    box = ToolBox(files=vault.files, config=vault.config, committer=VaultCommitter(vault.git, {"Hermes-Session": "s"}),
+    box = ToolBox(files=vault.files, config=vault.config, committer=VaultCommitter(vault.git, Act.session("s")),
                   vault_root=vault.root, sandbox=NoSandbox())
     result = box.call(tool, args)
     assert result.startswith("error:") and expected in result

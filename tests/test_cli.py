@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+from hermes_fs.store.provenance import Act
+
 
 def test_help_and_status_do_not_import_litellm_or_docker(vault):
     code = (
@@ -90,10 +92,10 @@ def test_log_lists_learned_changes(vault, run_cli):
     assert "no learned changes yet" in run_cli("--vault", str(vault.root), "log").stdout
     s = vault.git.head()
     old = vault.git.read_file(s, "memory/USER.md")
-    vault.git.commit_overlay(s, "refine/20261130-a", {"memory/USER.md": old + b"- a\n"}, "add a")
-    vault.git.merge("refine/20261130-a", "merge refine/20261130-a: add a")
-    vault.git.commit_overlay(vault.git.head(), "refine/20261130-b", {"memory/USER.md": old + b"- a\n- b\n"}, "add b")
-    vault.git.commit_overlay(vault.git.head(), "learn/20261130-c", {"memory/MEMORY.md": b"- c\n"}, "add c")
+    vault.git.commit_overlay(s, "refine/20261130-a", {"memory/USER.md": old + b"- a\n"}, "add a", Act.learned())
+    vault.git.merge("refine/20261130-a", "merge refine/20261130-a: add a", Act.person())
+    vault.git.commit_overlay(vault.git.head(), "refine/20261130-b", {"memory/USER.md": old + b"- a\n- b\n"}, "add b", Act.learned())
+    vault.git.commit_overlay(vault.git.head(), "learn/20261130-c", {"memory/MEMORY.md": b"- c\n"}, "add c", Act.learned())
     vault.git.reject("learn/20261130-c")
     r = run_cli("--vault", str(vault.root), "log", "--json")
     states = {c["branch"]: c["state"] for c in json.loads(r.stdout)}

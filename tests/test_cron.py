@@ -11,6 +11,8 @@ from hermes_fs.mind import jobs as cron
 from hermes_fs.mind.schedule import parse_schedule
 from hermes_fs.service import cron_runner
 from hermes_fs.service.scheduler import Ledger, Scheduler, catch_up_runs, next_runs
+from hermes_fs.store.notify import Delivery
+from hermes_fs.store.provenance import Act
 
 UTC = ZoneInfo("UTC")
 PARIS = ZoneInfo("Europe/Paris")
@@ -193,7 +195,7 @@ def cron_vault(agent_vault, receiver):
     cfg = (agent_vault.root / "hermes.yaml").read_text()
     cfg += f"notify:\n  targets: {{desk: '{receiver.url('desk')}', dead: 'json://127.0.0.1:9/x'}}\n"
     (agent_vault.root / "hermes.yaml").write_text(cfg)
-    agent_vault.git.commit_paths(["hermes.yaml"], "notify")
+    agent_vault.git.commit_paths(["hermes.yaml"], "notify", Act.person())
     agent_vault._config = None
     return agent_vault
 
@@ -209,8 +211,9 @@ def write_job(vault, name, schedule, notify="[desk]", extra=""):
 def test_run_job_stores_commits_and_delivers(cron_vault, model_server, receiver):
     model_server.add({"content": "Three things to do today."})
     j = write_job(cron_vault, "brief", "every day at 07:00")
-    meta = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 7, tzinfo=UTC))
-    assert meta["status"] == "ok" and meta["delivered"] == [{"target": "desk", "status": "ok"}]
+    run = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 7, tzinfo=UTC))
+    assert run.status == "ok" and run.delivered == [Delivery("desk", True)]
+    assert run.rel == "outputs/cron/brief/20261130-070000.md" and run.session and run.tokens
     [got] = receiver.received
     assert got["body"]["message"] == "Three things to do today." and "brief" in got["body"]["title"]
     out = cron_vault.root / "outputs/cron/brief/20261130-070000.md"
@@ -222,16 +225,16 @@ def test_run_job_stores_commits_and_delivers(cron_vault, model_server, receiver)
 def test_silent_result_is_stored_not_sent(cron_vault, model_server, receiver):
     model_server.add({"content": "Nothing today. [SILENT]"})
     j = write_job(cron_vault, "quiet", "every 2h")
-    meta = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 8, tzinfo=UTC))
-    assert meta["silent"] is True and receiver.received == []
+    run = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 8, tzinfo=UTC))
+    assert run.silent is True and receiver.received == []
     assert "[SILENT]" in (cron_vault.root / "outputs/cron/quiet/20261130-080000.md").read_text()
 
 
 def test_failing_model_is_stored_and_sent_as_failure(cron_vault, model_server, receiver):
     model_server.add({"status": 400, "body": {"error": {"message": "model exploded", "type": "invalid_request_error"}}})
     j = write_job(cron_vault, "broken", "every 2h")
-    meta = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 9, tzinfo=UTC))
-    assert meta["status"] == "error" and "model exploded" in meta["error"]
+    run = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 9, tzinfo=UTC))
+    assert run.status == "error" and "model exploded" in run.error
     assert "failed" in receiver.received[0]["body"]["title"] and "model exploded" in receiver.received[0]["body"]["message"]
     assert cron_vault.git.commit_info("HEAD").summary == "cron: broken (error)"
 
@@ -239,9 +242,32 @@ def test_failing_model_is_stored_and_sent_as_failure(cron_vault, model_server, r
 def test_unreachable_target_is_recorded(cron_vault, model_server, receiver):
     model_server.add({"content": "hello"})
     j = write_job(cron_vault, "both", "every 2h", notify="[desk, dead]")
-    meta = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 10, tzinfo=UTC), retry_base_s=0.01)
-    assert {d["target"]: d["status"] for d in meta["delivered"]} == {"desk": "ok", "dead": "error"}
+    run = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 10, tzinfo=UTC), retry_base_s=0.01)
+    assert {d.target: d.ok for d in run.delivered} == {"desk": True, "dead": False}
     assert "target: dead" in (cron_vault.root / "outputs/cron/both/20261130-100000.md").read_text()
+    # read back from the file, as `cron list` does: the same record
+    again = cron_runner.last_runs(cron_vault)["both"]
+    assert (again.status, again.rel, [d.target for d in again.delivered]) == ("ok", run.rel, ["desk", "dead"])
+    assert again.delivered[1].error and not again.delivered[1].ok
+
+
+def test_an_unexpected_error_keeps_its_traceback_then_writes_the_error_result(cron_vault, model_server, receiver,
+                                                                               caplog):
+    """A bug (here: sessions/<year> is a file, so the transcript cannot be created) is logged with
+    its traceback before the error result is stored, committed and sent."""
+    (cron_vault.root / "sessions").mkdir(exist_ok=True)
+    (cron_vault.root / "sessions" / f"{datetime.now(UTC):%Y}").write_text("not a folder\n")
+    j = write_job(cron_vault, "buggy", "every 2h")
+    with caplog.at_level("ERROR", logger="hermes_fs"):
+        run = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 11, tzinfo=UTC))
+    [record] = [r for r in caplog.records if r.name == "hermes_fs.service.cron_runner"]
+    assert record.exc_info and "cron buggy: unexpected error" in record.getMessage()
+    assert "mkdir" in caplog.text and "Traceback" in caplog.text
+    assert run.status == "error" and run.error.startswith("unexpected ") and "traceback in" in run.error
+    out = (cron_vault.root / run.rel).read_text()
+    assert "status: error" in out and "unexpected" in out
+    assert cron_vault.git.commit_info("HEAD").summary == "cron: buggy (error)"
+    assert "failed" in receiver.received[0]["body"]["title"]
 
 
 def test_one_shot_in_the_real_daemon_delivers_and_disables_itself(cron_vault, model_server, receiver):

@@ -13,6 +13,7 @@ from conftest import git, wait_for
 
 from hermes_fs.agent.conversation import Conversation, ConversationOptions
 from hermes_fs.agent.model import ModelError
+from hermes_fs.store.provenance import Act
 
 
 def commits(vault) -> int:
@@ -202,14 +203,14 @@ def test_a_cron_run_is_one_commit(agent_vault, model_server):
 
     (agent_vault.root / "cron" / "tick.md").write_text("---\nschedule: every 1m\n---\nSay ok.\n")
     jobs, _ = load_jobs(agent_vault.files, agent_vault.config)
-    agent_vault.git.commit_paths(["cron/tick.md"], "job")
+    agent_vault.git.commit_paths(["cron/tick.md"], "job", Act.person())
     n = commits(agent_vault)
     model_server.add({"content": "ok"})
     meta = run_job(agent_vault, {j.name: j for j in jobs}["tick"], datetime.now(UTC))
     assert commits(agent_vault) == n + 1
     files = git(agent_vault, "show", "--name-only", "--format=", "HEAD").split()
     assert any(f.startswith("outputs/cron/tick/") for f in files) and any(f.startswith("sessions/") for f in files)
-    assert meta["status"] == "ok"
+    assert meta.status == "ok"
 
 
 def test_doctor_checks_the_model_with_one_tiny_call(agent_vault, model_server, run_cli):

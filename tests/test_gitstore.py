@@ -8,6 +8,7 @@ from conftest import git
 
 from hermes_fs.errors import ConflictError, GitError, InputError, SecretError
 from hermes_fs.store.git import GitStore, format_message, parse_trailers
+from hermes_fs.store.provenance import Act, Provenance
 
 USER = "memory/USER.md"
 
@@ -25,28 +26,28 @@ def test_commit_paths_with_trailers_and_author(vault):
     store = vault.git
     (vault.root / "memory" / "MEMORY.md").write_text("---\ntitle: M\n---\n- learned\n")
     (vault.root / "notes.md").write_text("untouched\n")
-    sha = store.commit_paths(["memory/MEMORY.md"], "remember: learned", {"Hermes-Session": "s1"},
-                             author="Bot <bot@x>")
+    store.provenance = Provenance(agent=lambda: "Bot <bot@x>")
+    sha = store.commit_paths(["memory/MEMORY.md"], "remember: learned", Act.session("s1"))
     info = store.commit_info(sha)
     assert info.summary == "remember: learned" and info.trailers == {"Hermes-Session": "s1"}
     assert info.author == "Bot <bot@x>"
     assert git(vault, "show", "--name-only", "--format=", sha).split() == ["memory/MEMORY.md"]
     assert "?? notes.md" in git(vault, "status", "--porcelain")
-    assert store.commit_paths(["memory/MEMORY.md"], "again") is None  # nothing changed
+    assert store.commit_paths(["memory/MEMORY.md"], "again", Act.person()) is None  # nothing changed
 
 
 def test_commit_paths_leaves_other_staged_work_alone(vault):
     (vault.root / "a.md").write_text("a\n")
     (vault.root / "b.md").write_text("b\n")
     git(vault, "add", "b.md")  # the person staged b.md themselves
-    vault.git.commit_paths(["a.md"], "add a")
+    vault.git.commit_paths(["a.md"], "add a", Act.person())
     assert git(vault, "show", "--name-only", "--format=", "HEAD").split() == ["a.md"]
     assert "A  b.md" in git(vault, "status", "--porcelain")
 
 
 def test_commit_deletion(vault):
     (vault.root / "cron" / "morning-brief.md").unlink()
-    vault.git.commit_paths(["cron/morning-brief.md"], "remove job")
+    vault.git.commit_paths(["cron/morning-brief.md"], "remove job", Act.person())
     assert "cron/morning-brief.md" not in git(vault, "ls-files")
 
 
@@ -66,7 +67,7 @@ def test_commit_paths_refuses_secret_without_staging(vault):
     (vault.root / "memory" / "MEMORY.md").write_text("token ghp_1234567890abcdefghijABCDEFGHIJklmnop\n")
     head = vault.git.head()
     with pytest.raises(SecretError, match="memory/MEMORY.md:1: GitHub token"):
-        vault.git.commit_paths(["memory/MEMORY.md"], "oops")
+        vault.git.commit_paths(["memory/MEMORY.md"], "oops", Act.person())
     assert vault.git.head() == head
     assert git(vault, "diff", "--cached", "--name-only") == ""
 
@@ -81,7 +82,7 @@ def test_overlay_commit_touches_neither_worktree_nor_index(vault):
         "memory/MEMORY.md": b"---\ntitle: M\n---\n- new lesson\n",
         "skills/new-skill/SKILL.md": b"---\nname: new-skill\ndescription: d\n---\nbody\n",
         "cron/morning-brief.md": None,
-    }, format_message("learned things", ["- a", "- b"], {"Refine-Session": "s1"}))
+    }, format_message("learned things", ["- a", "- b"], {"Refine-Session": "s1"}), Act.learned())
     assert git(vault, "status", "--porcelain") == status_before
     assert index_digest(vault) == index_before
     assert (vault.root / USER).read_bytes() == disk_before
@@ -100,37 +101,37 @@ def test_overlay_commit_touches_neither_worktree_nor_index(vault):
 def test_overlay_no_change_and_existing_branch(vault):
     s = vault.git.head()
     same = vault.git.read_file(s, USER)
-    assert vault.git.commit_overlay(s, "refine/a", {USER: same}, "noop") is None
+    assert vault.git.commit_overlay(s, "refine/a", {USER: same}, "noop", Act.learned()) is None
     assert vault.git.rev("refs/heads/refine/a") is None
-    vault.git.commit_overlay(s, "refine/a", {USER: same + b"- x\n"}, "one")
+    vault.git.commit_overlay(s, "refine/a", {USER: same + b"- x\n"}, "one", Act.learned())
     with pytest.raises(GitError):  # update-ref with the zero old value: never overwrite a branch
-        vault.git.commit_overlay(s, "refine/a", {USER: same + b"- y\n"}, "two")
+        vault.git.commit_overlay(s, "refine/a", {USER: same + b"- y\n"}, "two", Act.learned())
     assert vault.git.read_file("refine/a", USER).endswith(b"- x\n")
 
 
 @pytest.mark.parametrize("path", ["../escape.md", ".git/hooks/pre-commit", ".hermes/x", "/etc/passwd", "a/../../b", ""])
 def test_overlay_rejects_bad_paths(vault, path):
     with pytest.raises(InputError):
-        vault.git.commit_overlay(vault.git.head(), "refine/bad", {path: b"x"}, "bad")
+        vault.git.commit_overlay(vault.git.head(), "refine/bad", {path: b"x"}, "bad", Act.learned())
     assert vault.git.rev("refs/heads/refine/bad") is None
 
 
 def test_overlay_refuses_secret(vault):
     with pytest.raises(SecretError):
-        vault.git.commit_overlay(vault.git.head(), "refine/s", {USER: b"key sk-ant-api03-abcdefghijklmnopqrstuvwxyz\n"}, "s")
+        vault.git.commit_overlay(vault.git.head(), "refine/s", {USER: b"key sk-ant-api03-abcdefghijklmnopqrstuvwxyz\n"}, "s", Act.learned())
     assert vault.git.rev("refs/heads/refine/s") is None
 
 
 def _branch_adding_line(vault, name, line=b"- Prefers tabs over spaces.\n"):
     s = vault.git.head()
     new = vault.git.read_file(s, USER) + line
-    return vault.git.commit_overlay(s, name, {USER: new}, f"add {line!r}")
+    return vault.git.commit_overlay(s, name, {USER: new}, f"add {line!r}", Act.learned())
 
 
 def test_merge_keeps_uncommitted_human_edit_on_another_line(vault):
     _branch_adding_line(vault, "refine/1")
     edit(vault, USER, "# About the user", "# About me")  # not committed, a few lines above
-    new = vault.git.merge("refine/1", "merge refine/1: tabs")
+    new = vault.git.merge("refine/1", "merge refine/1: tabs", Act.person())
     text = (vault.root / USER).read_text()
     assert "# About me" in text and "Prefers tabs over spaces." in text
     assert git(vault, "status", "--porcelain") == ""  # merged paths written and staged
@@ -143,10 +144,10 @@ def test_merge_keeps_uncommitted_human_edit_on_another_line(vault):
 def test_merge_conflict_changes_nothing(vault):
     s = vault.git.head()
     old = vault.git.read_file(s, USER)
-    vault.git.commit_overlay(s, "refine/c", {USER: old.replace(b"concise", b"long")}, "c")
+    vault.git.commit_overlay(s, "refine/c", {USER: old.replace(b"concise", b"long")}, "c", Act.learned())
     edit(vault, USER, "concise", "short")  # same line, by a person, uncommitted
     with pytest.raises(ConflictError) as exc:
-        vault.git.merge("refine/c", "merge refine/c: c")
+        vault.git.merge("refine/c", "merge refine/c: c", Act.person())
     assert exc.value.files == [USER]
     assert "short" in (vault.root / USER).read_text()  # the person's text survives
     assert vault.git.rev("refs/heads/refine/c")  # branch stays pending
@@ -155,17 +156,17 @@ def test_merge_conflict_changes_nothing(vault):
 
 def test_revert_merge_and_refusal_after_human_edit(vault):
     _branch_adding_line(vault, "refine/r1")
-    m1 = vault.git.merge("refine/r1", "merge refine/r1: tabs")
-    vault.git.revert_merge(m1, "revert refine/r1")
+    m1 = vault.git.merge("refine/r1", "merge refine/r1: tabs", Act.person())
+    vault.git.revert_merge(m1, "revert refine/r1", Act.person())
     assert "tabs" not in (vault.root / USER).read_text()
     with pytest.raises(GitError, match="already undone"):
-        vault.git.revert_merge(m1, "again")
+        vault.git.revert_merge(m1, "again", Act.person())
 
     _branch_adding_line(vault, "refine/r2", b"- Likes dark mode.\n")
-    m2 = vault.git.merge("refine/r2", "merge refine/r2: dark")
+    m2 = vault.git.merge("refine/r2", "merge refine/r2: dark", Act.person())
     edit(vault, USER, "- Likes dark mode.", "- Likes dark mode, except in the morning.")
     with pytest.raises(ConflictError) as exc:
-        vault.git.revert_merge(m2, "revert refine/r2")
+        vault.git.revert_merge(m2, "revert refine/r2", Act.person())
     assert exc.value.files == [USER]
     assert "except in the morning" in (vault.root / USER).read_text()
     assert git(vault, "status", "--porcelain") == ""  # the edit was committed first, and kept
@@ -193,9 +194,9 @@ def test_lost_ref_race_is_detected(vault):
     store = vault.git
     old = store.head()
     (vault.root / "x.md").write_text("x\n")
-    newer = store.commit_paths(["x.md"], "meanwhile")  # main moved since `old`
+    newer = store.commit_paths(["x.md"], "meanwhile", Act.person())  # main moved since `old`
     merged_tree = store._git("rev-parse", "refine/race^{tree}").strip()
-    stale = store._commit_tree(merged_tree, [old], "stale")
+    stale = store._commit_tree(merged_tree, [old], "stale", Act.person())
     with pytest.raises(GitError, match="moved while merging"):
         store._advance_main(old, stale)
     assert store.head() == newer
@@ -257,15 +258,15 @@ def test_one_store_shared_by_threads_reads_conflicts_right(vault):
     base = store.head()
     skill = "skills/shared/SKILL.md"
     for i in range(6):  # six branches that each add the file main adds too, differently
-        store.commit_overlay(base, f"refine/conflict-{i}", {skill: f"branch {i}\n".encode()}, "c")
+        store.commit_overlay(base, f"refine/conflict-{i}", {skill: f"branch {i}\n".encode()}, "c", Act.learned())
     (vault.root / skill).parent.mkdir(parents=True)
     (vault.root / skill).write_text("main's own line\n")
-    store.commit_paths([skill], "main edit")
+    store.commit_paths([skill], "main edit", Act.person())
     results, errors = [], []
 
     def merge(i):
         try:
-            store.merge(f"refine/conflict-{i}", "merge")
+            store.merge(f"refine/conflict-{i}", "merge", Act.person())
             results.append(("merged", i))
         except ConflictError:
             results.append(("conflict", i))

@@ -220,7 +220,7 @@ def test_a_cron_job_uses_an_mcp_tool_end_to_end(agent_vault, model_server):
                      lambda body: {"content": "It is " + json.loads(
                          [m for m in body["messages"] if m["role"] == "tool"][-1]["content"])["datetime"]})
     meta = run_job(agent_vault, {j.name: j for j in jobs}["clock"], datetime.now(UTC))
-    assert meta["status"] == "ok"
+    assert meta.status == "ok"
     out = next((agent_vault.root / "outputs" / "cron" / "clock").glob("*.md")).read_text()
     assert "It is 20" in out
 

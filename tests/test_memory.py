@@ -3,6 +3,7 @@ import pytest
 from hermes_fs.errors import InputError
 from hermes_fs.mind import memory
 from hermes_fs.store.config import Config
+from hermes_fs.store.docs import parse_doc
 from hermes_fs.store.files import DiskFiles
 
 CFG = Config()
@@ -130,3 +131,40 @@ def test_malformed_frontmatter_and_binary(tmp_path):
     (tmp_path / "memory" / "USER.md").write_bytes(b"- caf\xe9\n")
     with pytest.raises(InputError, match=r"memory/USER.md:1: not UTF-8"):
         memory.load(files, "USER.md", CFG)
+
+
+# -- one parser of the memory format (issue 21 item 15) ------------------------------------------
+TRICKY = [
+    "---\ntitle: U\n---\n## Prefs\n\n- Likes tea,\n  not coffee.\n* Uses vim   \n\ttabbed continuation\n\n## \n- untitled section\n",
+    "---\ntitle: U\n---\r\n- crlf entry\r\n  more\r\n## Work\r\n- b\r\nplain text\r\n  indented text, not a continuation\n",
+    "---\ntitle: U\n---\n-not a bullet\n- real\n   \n- after a blank-ish line\n# H1\n###### H6 \n- six\n- no final newline",
+]
+
+
+def test_edits_and_merges_read_memory_through_one_parser():
+    from hermes_fs.mind import merge
+
+    assert merge.units is memory.units and merge.Unit is memory.Unit
+    assert not hasattr(merge, "_BULLET") and not hasattr(merge, "_HEADING")
+    for text in TRICKY:
+        doc = parse_doc(text, "memory/USER.md")
+        body_units = memory.units(doc.body)
+        assert "".join(u.raw for u in body_units) == doc.body
+        entries = memory.parse_entries(doc)
+        assert [e.text for e in entries] == [u.raw.rstrip("\r\n") for u in body_units if u.kind == "entry"]
+        assert [e.section for e in entries] == [u.section for u in body_units if u.kind == "entry"]
+        assert all(text[e.start:e.end].rstrip("\r\n") == e.text for e in entries)
+
+
+def test_a_change_of_format_reaches_edits_and_merges_alike(monkeypatch):
+    """Say `+ ` starts an entry too: the editor and the merge must both see `+ B.` as an entry."""
+    import re
+
+    from hermes_fs.mind.merge import merge_memory
+
+    monkeypatch.setattr(memory, "_BULLET", re.compile(r"^[-*+] "))
+    base = "---\ntitle: U\n---\n- A.\n"
+    ours, theirs = base + "+ B.\n", base + "+ C.\n"
+    assert [e.text for e in memory.parse_entries(parse_doc(ours, "memory/USER.md"))] == ["- A.", "+ B."]
+    merged = merge_memory("memory/USER.md", base, ours, theirs)
+    assert merged.clean and merged.text == base + "+ B.\n+ C.\n"

@@ -12,9 +12,9 @@ from conftest import git
 from hermes_fs.errors import ConflictError
 from hermes_fs.learning import changes
 from hermes_fs.mind.merge import merge_memory, merge_skill
+from hermes_fs.store.provenance import Act
 
 USER = "memory/USER.md"
-AGENT = "hermes-fs <agent@hermes-fs.invalid>"
 
 
 def text(vault, path=USER):
@@ -30,7 +30,7 @@ def learned(vault, name, edits, base=None):
         old = store.read_file(base, path)
         overlay[path] = fn(old.decode() if old else "").encode()
     branch = f"refine/20261130-000000-{name}"
-    store.commit_overlay(base, branch, overlay, f"{name}\n\n- {path}: because\n", author=AGENT)
+    store.commit_overlay(base, branch, overlay, f"{name}\n\n- {path}: because\n", Act.learned())
     return branch
 
 
@@ -63,7 +63,7 @@ def test_learned_entry_merges_over_an_agent_write_on_main_and_a_persons_uncommit
     branch = learned(vault, "iso", {USER: add_entry("- Wants dates in ISO 8601.")})
     # the agent writes on main (a REMEMBER in chat), then the person types a note and does not commit
     (vault.root / USER).write_text(text(vault) + "- Uses fish as the shell.\n")
-    vault.git.commit_paths([USER], "memory: add entry", {"Hermes-Session": "s1"}, author=AGENT)
+    vault.git.commit_paths([USER], "memory: add entry", Act.session("s1"))
     (vault.root / USER).write_text(text(vault) + "- Person's own note, not committed yet.\n")
     changes.merge(vault.git, branch)
     body = text(vault)

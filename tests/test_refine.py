@@ -13,6 +13,7 @@ from hermes_fs.errors import ConflictError
 from hermes_fs.learning import changes as review
 from hermes_fs.learning.checks import similar_skill
 from hermes_fs.learning.refine import RefineOptions, refine
+from hermes_fs.store.provenance import Act
 
 USER = "memory/USER.md"
 SKILL = """---
@@ -276,7 +277,7 @@ def test_two_refines_at_once(agent_vault, model_server, session):
 def test_refine_pending_is_notified(agent_vault, model_server, session, receiver):
     cfg = (agent_vault.root / "hermes.yaml").read_text()
     (agent_vault.root / "hermes.yaml").write_text(cfg + f"notify:\n  targets: {{desk: '{receiver.url('desk')}'}}\n  events: [refine_pending, refine_failed]\n")
-    agent_vault.git.commit_paths(["hermes.yaml"], "notify")
+    agent_vault.git.commit_paths(["hermes.yaml"], "notify", Act.person())
     agent_vault._config = None
     good_review(model_server)
     r = refine(agent_vault, RefineOptions())
@@ -345,8 +346,8 @@ def test_branch_names_are_never_reused_even_after_a_merge(vault):
 
     s = vault.git.head()
     first = unique_branch(vault, "refine", "same focus")
-    vault.git.commit_overlay(s, first, {USER: vault.git.read_file(s, USER) + b"- a\n"}, "a")
-    vault.git.merge(first, f"merge {first}: a")  # the merged branch ref is deleted...
+    vault.git.commit_overlay(s, first, {USER: vault.git.read_file(s, USER) + b"- a\n"}, "a", Act.learned())
+    vault.git.merge(first, f"merge {first}: a", Act.person())  # the merged branch ref is deleted...
     second = unique_branch(vault, "refine", "same focus")
     assert second != first  # ...but its name stays taken, so `log` and `revert` stay unambiguous
 

@@ -19,6 +19,7 @@ from hermes_fs.mind.sessions import parse_messages, render_message
 from hermes_fs.service import inbox
 from hermes_fs.store import secrets
 from hermes_fs.store.docs import parse_doc
+from hermes_fs.store.provenance import Act
 
 USER = "memory/USER.md"
 
@@ -131,7 +132,7 @@ def test_review_and_log_escape_control_sequences(vault, run_cli):
     evil = "sum\x1b]52;c;ZXZpbA==\x07 \x1b[2J\x1b[Hall good"
     base = vault.git.head()
     old = vault.git.read_file(base, USER)
-    vault.git.commit_overlay(base, "refine/20261130-000000-evil", {USER: old + b"- \x1b[31mred\n"}, evil + "\n")
+    vault.git.commit_overlay(base, "refine/20261130-000000-evil", {USER: old + b"- \x1b[31mred\n"}, evil + "\n", Act.learned())
     for args in (["review"], ["log"], ["review", "show", "refine/20261130-000000-evil"]):
         out = run_cli(*args, "--vault", str(vault.root)).stdout
         assert "\x1b" not in out and "\x07" not in out, args
@@ -172,13 +173,13 @@ def test_documentation_placeholders_are_not_secrets(text):
 def test_commit_messages_branch_names_and_file_names_are_scanned(vault):
     key = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
     base = vault.git.head()
-    sha = vault.git.derive(base, {"memory/MEMORY.md": b"- fine\n"}, f"summary with {key}\n")
+    sha = vault.git.derive(base, {"memory/MEMORY.md": b"- fine\n"}, f"summary with {key}\n", Act.learned())
     assert key not in vault.git.message(sha) and "[REDACTED GitHub token]" in vault.git.message(sha)
     with pytest.raises(SecretError):
         vault.git.move_ref(f"refs/heads/refine/x-{key.lower()}", sha, None)
     (vault.root / f"notes-{key}.md").write_text("harmless\n")
     with pytest.raises(SecretError, match="file name"):
-        vault.git.commit_paths([f"notes-{key}.md"], "add")
+        vault.git.commit_paths([f"notes-{key}.md"], "add", Act.person())
     from hermes_fs.learning.pipeline import unique_branch
 
     assert key.lower() not in unique_branch(vault, "refine", f"focus {key}")
@@ -236,7 +237,7 @@ def test_ten_thousand_requests_cost_one_thread():
 def test_merge_compares_each_file_before_replacing_it(vault):
     base = vault.git.head()
     old = vault.git.read_file(base, USER).decode()
-    vault.git.commit_overlay(base, "refine/20261130-000000-a", {USER: (old + "- learned\n").encode()}, "a")
+    vault.git.commit_overlay(base, "refine/20261130-000000-a", {USER: (old + "- learned\n").encode()}, "a", Act.learned())
     store = vault.git
     original_dirty = store.dirty_paths
 
@@ -270,8 +271,8 @@ def test_interrupted_merge_is_rolled_back_not_committed_as_a_human_edit(vault):
     store = vault.git
     base = store.head()
     old = store.read_file(base, USER)
-    tip = store.commit_overlay(base, "refine/20261130-000000-a", {USER: old + b"- learned\n"}, "a")
-    merged = store._commit_tree(store.merged_tree(base, tip), [base, tip], "merge")
+    tip = store.commit_overlay(base, "refine/20261130-000000-a", {USER: old + b"- learned\n"}, "a", Act.learned())
+    merged = store._commit_tree(store.merged_tree(base, tip), [base, tip], "merge", Act.person())
     # what a kill -9 between writing the files and moving main leaves behind
     store.journal.write_text(json.dumps({"old": base, "new": merged, "paths": [USER]}))
     (vault.root / USER).write_bytes(old + b"- learned\n")
@@ -296,7 +297,7 @@ def test_daemon_pauses_during_a_persons_merge(vault, daemon):
 def test_hermes_merge_refuses_during_a_persons_rebase(vault):
     (vault.root / ".git" / "rebase-merge").mkdir()
     with pytest.raises(GitError, match="rebase"):
-        vault.git.commit_paths([USER], "x")
+        vault.git.commit_paths([USER], "x", Act.person())
 
 
 # robustness ------------------------------------------------------------------------------------
@@ -340,7 +341,7 @@ def test_merge_never_writes_through_a_symlinked_folder(vault, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     base = vault.git.head()
-    vault.git.commit_overlay(base, "refine/20261130-000000-s", {"skills/evil/SKILL.md": b"x\n"}, "s")
+    vault.git.commit_overlay(base, "refine/20261130-000000-s", {"skills/evil/SKILL.md": b"x\n"}, "s", Act.learned())
     os.symlink(outside, vault.root / "skills" / "evil")
     with pytest.raises(GitError, match="symlink"):
         changes.merge(vault.git, "refine/20261130-000000-s")

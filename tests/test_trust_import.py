@@ -13,6 +13,8 @@ import pytest
 import yaml
 from conftest import git
 
+from hermes_fs.store.provenance import Act
+
 HOME = __import__("pathlib").Path(__file__).parent / "data" / "hermes-home"
 
 
@@ -254,7 +256,7 @@ def test_every_provider_maps_to_a_litellm_route(vault, home, run_cli, provider, 
 def test_a_persons_own_model_is_kept_unless_take_model(vault, home, run_cli):
     text = (vault.root / "hermes.yaml").read_text().replace("model: openai/gpt-4o-mini", "model: ollama_chat/llama3.1")
     (vault.root / "hermes.yaml").write_text(text)
-    vault.git.commit_paths(["hermes.yaml"], "my model")
+    vault.git.commit_paths(["hermes.yaml"], "my model", Act.person())
     r = imp(run_cli, vault, home)
     assert "kept it" in r.stdout and "--take-model" in r.stdout
     assert "model: ollama_chat/llama3.1" in (vault.root / "hermes.yaml").read_text()

@@ -17,6 +17,7 @@ from web_helpers import refine_change, start_web
 from hermes_fs.learning import changes, review
 from hermes_fs.service.web.security import TOKEN_NAME, Keys, load_token
 from hermes_fs.store.notify import read_secrets_env
+from hermes_fs.store.provenance import Act
 
 USER = "memory/USER.md"
 
@@ -47,6 +48,7 @@ def test_token_made_once_in_secrets_env_and_the_sign_in_cookie(vault, web):
     assert "HERMES_WEB_TOKEN" not in git(vault, "log", "-p", "--all")  # never committed
     code, headers, _ = w.request("GET", f"/memory?token={w.token}", cookie=False)
     assert code == 303 and headers["location"] == "/memory"  # the token leaves the address bar
+    assert w.request("GET", f"//evil.example/?token={w.token}", cookie=False)[1]["location"] == "/evil.example/"
     cookie = headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and w.token not in cookie
     value = cookie.split(";")[0]
@@ -88,6 +90,9 @@ def test_non_loopback_bind_without_a_token_is_refused(vault, run_cli, tmp_path):
         load_token(env, "127.0.0.1")
     env.write_text(f"{TOKEN_NAME}={'x' * 40}\n")
     assert load_token(env, "192.0.2.10") == "x" * 40  # a person's own token allows any bind
+    (vault.root / ".hermes/secrets.env").write_text(f"{TOKEN_NAME}={'y' * 40}\n")
+    r = run_cli("--vault", str(vault.root), "web", "--listen", "0.0.0.0:0")  # every address: no Host to check
+    assert r.returncode == 1 and "Host header" in r.stderr
 
 
 def test_conflict_shows_entry_both_versions_and_the_cli_next_steps(agent_vault, model_server, tmp_path, web, run_cli):
@@ -209,7 +214,7 @@ def test_the_daemon_serves_the_page_when_enabled(vault, daemon):
         port = s.getsockname()[1]
     cfg = vault.root / "hermes.yaml"
     cfg.write_text(cfg.read_text() + f"\nweb:\n  enabled: true\n  listen: 127.0.0.1:{port}\n")
-    vault.git.commit_paths(["hermes.yaml"], "test: web page on")
+    vault.git.commit_paths(["hermes.yaml"], "test: web page on", Act.person())
     d = daemon()
     assert wait_for(lambda: any("web page started" in e for e in d.state().get("last_events", [])), 30), d.output()
     token = read_secrets_env(vault.root / ".hermes/secrets.env")[TOKEN_NAME]

@@ -11,6 +11,7 @@ from conftest import git, wait_for
 from web_helpers import browser_context, refine_change, start_web
 
 from hermes_fs.learning import changes
+from hermes_fs.store.provenance import Act
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 USER = "memory/USER.md"
@@ -212,7 +213,7 @@ def test_page_updates_itself_when_a_change_arrives(agent_vault, model_server, tm
 def test_run_a_job_now_and_see_its_output(agent_vault, model_server, web, page):
     (agent_vault.root / "cron").mkdir(exist_ok=True)
     (agent_vault.root / "cron/brief.md").write_text("---\nschedule: every day at 07:00\n---\nSay good morning.\n")
-    agent_vault.git.commit_paths(["cron/brief.md"], "test: a job")
+    agent_vault.git.commit_paths(["cron/brief.md"], "test: a job", Act.person())
     model_server.add({"content": "Good morning from the job."})
     w = web()
     page.goto(w.url)

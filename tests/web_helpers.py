@@ -13,19 +13,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from test_refine import SKILL  # noqa: F401  (one skill text for the refine and web tests)
+
 CHROMIUM = "/usr/bin/chromium"
 # The flags this machine needs (no background networking: its connections are refused here).
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SKILL = """---
-name: deploy-fly
-description: Deploy the web app to fly.io with a rolling strategy and check it is healthy. Use when the user asks to ship or deploy.
----
-# Deploy to fly.io
-
-1. Run `fly deploy --strategy rolling`.
-2. Check `fly status` shows all machines healthy.
-"""
 
 
 @dataclass

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..mind.search import search
 from ..mind.sessions import Transcript
+from ..store.provenance import Act
 from ..store.vault import Vault
 from .boundary import choose_workspace
 from .loop import Agent, AgentConfig, TurnCancelled, TurnResult
@@ -67,7 +68,7 @@ class Conversation:
         self.project = self.options.project or current_project(vault, self.workspace)
         self.sandbox = make_sandbox(vault.config.sandbox, self.workspace, self.transcript.id)
         self.tools = ToolBox(
-            files=vault.files, config=vault.config, committer=VaultCommitter(vault.git, {"Hermes-Session": self.transcript.id}, vault.config.git.author),
+            files=vault.files, config=vault.config, committer=VaultCommitter(vault.git, Act.session(self.transcript.id)),
             vault_root=vault.root, workspace=self.workspace,
             sandbox=self.sandbox, searcher=partial(search, vault.root), mcp=self._mcp_hub(),
         )
@@ -151,8 +152,7 @@ class Conversation:
         if not self.options.commit_on_end:
             return None
         title = self.transcript.meta.get("title") or self.id
-        return self.vault.git.commit_paths([self.transcript.rel], f"session: {title}", {"Hermes-Session": self.id},
-                                           author=self.vault.config.git.author)
+        return self.vault.git.commit_paths([self.transcript.rel], f"session: {title}", Act.session(self.id))
 
     def __enter__(self) -> Conversation:
         return self

@@ -19,6 +19,7 @@ from ..mind import memory, skills
 from ..store.config import Config
 from ..store.docs import decode
 from ..store.files import FileStore, clean_relpath
+from ..store.provenance import Act
 from .boundary import check_vault_write, check_workspace_write
 from .model import parse_arguments
 
@@ -63,12 +64,11 @@ class Committer(Protocol):
 @dataclass
 class VaultCommitter:
     """Live writes (the agent in a session, an MCP client): pending human edits in those paths are
-    committed first (so they keep their author), then the write is committed with `trailers`
-    (`Hermes-Session: <id>`, `Hermes-Client: <name>`)."""
+    committed first (so they keep their author), then the write is committed as `act`
+    (`Act.session(id)`, `Act.client(name)`: the agent authors it, the person stays the committer)."""
 
     git: GitStore
-    trailers: dict[str, str]
-    author: str | None = None  # the agent (hermes.yaml git.author); the person stays the committer
+    act: Act
 
     def before_write(self, paths: list[str]) -> None:
         result = self.git.commit_human_edits(paths)
@@ -78,7 +78,7 @@ class VaultCommitter:
                              "committed); not overwriting it: ask the person to fix that file first")
 
     def after_write(self, paths: list[str], message: str) -> None:
-        self.git.commit_paths(paths, message, self.trailers, author=self.author)
+        self.git.commit_paths(paths, message, self.act)
 
 
 @dataclass

@@ -12,10 +12,9 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 
-from ..agent.conversation import Conversation, ConversationOptions
+from .. import Conversation, ConversationOptions, Vault
 from ..errors import HermesError
 from ..mind import memory, skills
-from ..store.vault import Vault
 from .remote import RemoteConversation, RemoteError, options_for
 from .term import safe
 
@@ -86,7 +85,7 @@ class Repl:
     # -- slash commands ---------------------------------------------------------------------------
     def cmd_refine(self, focus: str) -> bool:
         """Review this conversation in a background thread; the chat goes on."""
-        from ..learning.refine import RefineOptions, refine
+        from .. import RefineOptions, refine
 
         options = RefineOptions(session=self.conversation.id, focus=focus or None)
         return self._background("refine", lambda: refine(self.vault, options))
@@ -94,7 +93,7 @@ class Repl:
     def cmd_learn(self, source: str) -> bool:
         from pathlib import Path
 
-        from ..learning.learn import LearnOptions, learn
+        from .. import LearnOptions, learn
 
         if not source:
             self.out("usage: /learn SOURCE (a file or folder)")
@@ -140,9 +139,9 @@ class Repl:
         return True
 
     def cmd_review(self, _arg: str) -> bool:
-        from ..learning.changes import pending
+        from .. import review as learned
 
-        rows = pending(self.vault.git)
+        rows = learned.pending(self.vault.git)
         if not rows:
             self.out("no pending changes")
         for p in rows:

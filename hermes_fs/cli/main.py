@@ -15,6 +15,8 @@ import click
 
 from ..errors import HermesError, InputError
 from ..store.config import Policy
+from .sync import clone as clone_command
+from .sync import sync as sync_command
 from .term import colorize_diff, echo, safe
 from .web import web as web_command
 
@@ -33,7 +35,7 @@ class HermesGroup(click.Group):
 
 
 def _vault(ctx: click.Context):
-    from ..store.vault import find_vault
+    from .. import open_vault as find_vault
 
     vault = find_vault(ctx.find_root().obj.get("vault"))
     _log_errors_to(vault.state_dir / "logs" / "errors.log")
@@ -105,7 +107,7 @@ def init(path: str):
     """Create a vault from the template: files, `git init -b main`, first commit."""
     from pathlib import Path
 
-    from ..store.vault import init_vault
+    from .. import init_vault
 
     result = init_vault(Path(path))
     root = result.vault.root
@@ -203,6 +205,7 @@ def skills_show(ctx: click.Context, name: str, file: str | None):
 def skills_validate(ctx: click.Context, names: tuple[str, ...], fix: bool):
     """Check skills against the Agent Skills reference validator (all by default): one line per
     problem, then a summary. --fix rewrites them to the reference form, as one commit."""
+    from .. import Act
     from ..mind import skills as sk
 
     v = _vault(ctx)
@@ -211,7 +214,7 @@ def skills_validate(ctx: click.Context, names: tuple[str, ...], fix: bool):
         for rel, data in changes.items():
             v.files.write(rel, data) if data is not None else v.files.delete(rel)
         sha = v.git.commit_paths(sorted(changes), f"skills: {len({p.split('/')[1] for p, d in changes.items() if d})} "
-                                                  "skill(s) to the reference form") if changes else None
+                                                  "skill(s) to the reference form", Act.person()) if changes else None
         for line in skipped:
             echo(f"not fixed: {line}")
         echo(f"fixed {len({p.split('/')[1] for p, d in changes.items() if d})} skill(s)"
@@ -340,8 +343,8 @@ def notify_test(ctx: click.Context, target: str | None):
 @click.pass_context
 def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait: bool, policy: str | None):
     """Review a conversation and propose memory/skill changes on a refine/ branch."""
-    from ..learning.refine import RefineOptions
-    from ..learning.refine import refine as run_refine
+    from .. import RefineOptions
+    from .. import refine as run_refine
 
     v = _vault(ctx)
     options = RefineOptions(session=session, focus=" ".join(focus) or None, policy=policy)
@@ -369,8 +372,8 @@ def learn(ctx: click.Context, sources: tuple[str, ...], focus: str | None, updat
     """Turn documents (Markdown, text, HTML, PDF, folders) into skills on a learn/ branch."""
     from pathlib import Path
 
-    from ..learning.learn import LearnOptions
-    from ..learning.learn import learn as run_learn
+    from .. import LearnOptions
+    from .. import learn as run_learn
 
     options = LearnOptions([Path(p).expanduser().resolve() for p in sources], focus=focus, update=update, policy=policy)
     with _spinner("reading and drafting skills"):
@@ -407,9 +410,9 @@ def review(ctx: click.Context):
     """Pending learned changes: list, `show B`, `merge B`, `reject B`."""
     if ctx.invoked_subcommand:
         return
-    from ..learning.changes import pending
+    from .. import review as learned
 
-    rows = pending(_vault(ctx).git)
+    rows = learned.pending(_vault(ctx).git)
     if not rows:
         echo("no pending changes")
     for p in rows:
@@ -430,10 +433,10 @@ def _age(seconds: int) -> str:
 def review_show(ctx: click.Context, branch: str):
     """What merging it would do to main now (or why it conflicts), and its message. Takes a
     unique prefix or slug; works for merged, reverted and rejected changes too."""
-    from ..learning.changes import resolve_name, show
+    from .. import review as learned
 
     store = _vault(ctx).git
-    text = safe(show(store, resolve_name(store, branch, include_decided=True)))
+    text = safe(learned.show(store, learned.resolve_name(store, branch, include_decided=True)))
     click.echo(colorize_diff(text) if sys.stdout.isatty() else text, nl=False)
 
 
@@ -446,11 +449,13 @@ def review_show(ctx: click.Context, branch: str):
 def review_merge(ctx: click.Context, branch: str, only: tuple[str, ...], skip: tuple[str, ...]):
     """Accept: merge into main, entry by entry for memory (your uncommitted edits are committed
     first, never overwritten). Takes a unique prefix or slug."""
-    from ..learning.changes import merge, resolve_name
+    from .. import review as learned
+    from ..service.sync import deciding
 
     v = _vault(ctx)
-    branch = resolve_name(v.git, branch)
-    sha = merge(v.git, branch, only=list(only), skip=list(skip))  # authored by you: it is your decision
+    branch = learned.resolve_name(v.git, branch)
+    with deciding(v, branch):  # with a remote: exactly one machine decides
+        sha = learned.merge(v.git, branch, only=list(only), skip=list(skip))  # authored by you: it is your decision
     left = v.git.rev(f"refs/heads/{branch}")
     echo(f"merged {branch} ({sha[:10]})" + ("; the rest stays pending under the same name" if left else ""))
 
@@ -461,11 +466,14 @@ def review_merge(ctx: click.Context, branch: str, only: tuple[str, ...], skip: t
 @click.pass_context
 def review_reject(ctx: click.Context, branch: str):
     """Refuse: the branch is hidden under refs/hermes/rejected/ (recoverable)."""
-    from ..learning.changes import reject, resolve_name
+    from .. import review as learned
+    from ..service.sync import deciding
 
-    store = _vault(ctx).git
-    branch = resolve_name(store, branch)
-    ref = reject(store, branch)
+    v = _vault(ctx)
+    store = v.git
+    branch = learned.resolve_name(store, branch)
+    with deciding(v, branch):
+        ref = learned.reject(store, branch)
     echo(f"rejected {branch} (kept as {ref})")
 
 
@@ -475,15 +483,14 @@ def review_reject(ctx: click.Context, branch: str):
 @click.pass_context
 def revert(ctx: click.Context, branch: str):
     """Undo a merged learned change, entry by entry; refuses only entries a person has changed since."""
-    from ..learning.changes import resolve_name
-    from ..learning.changes import revert as do_revert
+    from .. import review as learned
 
     v = _vault(ctx)
     try:
-        branch = resolve_name(v.git, branch, include_decided=True)
+        branch = learned.resolve_name(v.git, branch, include_decided=True)
     except InputError:
         pass  # revert names the problem itself (never merged, already reverted)
-    sha = do_revert(v.git, branch)  # authored by you: it is your decision
+    sha = learned.revert(v.git, branch)  # authored by you: it is your decision
     echo(f"reverted {branch} ({sha[:10]})")
 
 
@@ -603,7 +610,7 @@ def cron_list(ctx: click.Context, as_json: bool):
     for j in jobs:
         nxt = upcoming[j.name]
         rows.append({"job": j.name, "schedule": j.schedule.describe(), "enabled": j.enabled,
-                     "next_run": nxt.isoformat(timespec="seconds") if nxt else None, "last_status": last.get(j.name, {}).get("status")})
+                     "next_run": nxt.isoformat(timespec="seconds") if nxt else None, "last_status": last[j.name].status if j.name in last else None})
     if as_json:
         _emit_json(rows)
     for r in rows if not as_json else []:
@@ -619,17 +626,17 @@ def cron_list(ctx: click.Context, as_json: bool):
 def cron_run(ctx: click.Context, job: str):
     """Run a job now (its output is stored, committed and delivered as on schedule)."""
 
+    from .. import run_job
     from ..mind import jobs as cron
-    from ..service.cron_runner import output_rel, run_job
 
     v = _vault(ctx)
     jobs, _errors = cron.load_jobs(v.files, v.config)
     found = {j.name: j for j in jobs}.get(job)
     if not found:
         raise InputError(f"no valid job {job!r} in cron/ (see `hermes-fs cron list`)")
-    meta = run_job(v, found, datetime.now(UTC))
-    echo(f"{job}: {meta['status']} -> {output_rel(found, datetime.fromisoformat(meta['due']))}")
-    if meta["status"] != "ok":
+    run = run_job(v, found, datetime.now(UTC))
+    echo(f"{job}: {run.status} -> {run.rel}")
+    if not run.ok:
         ctx.exit(1)
 
 
@@ -639,9 +646,9 @@ def cron_run(ctx: click.Context, job: str):
 @click.pass_context
 def log(ctx: click.Context, as_json: bool):
     """Learned changes (merged, pending, rejected), newest first."""
-    from ..learning.changes import learned_log
+    from .. import review as learned
 
-    changes = learned_log(_vault(ctx).git)
+    changes = learned.learned_log(_vault(ctx).git)
     if as_json:
         from dataclasses import asdict
 
@@ -745,7 +752,7 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
     """Run one agent task and print the answer; the transcript goes to sessions/."""
     from pathlib import Path
 
-    from ..agent.conversation import Conversation, ConversationOptions
+    from .. import Conversation, ConversationOptions
 
     options = ConversationOptions(source="run", model=model, max_steps=max_steps,
                                   workspace=Path(workspace).resolve() if workspace else None)
@@ -776,7 +783,7 @@ def chat(ctx: click.Context, resume: str | None, model: str | None, workspace: s
     """Interactive session with slash commands (/help). Reads one message per line when piped."""
     from pathlib import Path
 
-    from ..agent.conversation import ConversationOptions
+    from .. import ConversationOptions
     from .chat import chat as run_chat
 
     options = ConversationOptions(source="cli", model=model, resume=resume,
@@ -788,7 +795,8 @@ def chat(ctx: click.Context, resume: str | None, model: str | None, workspace: s
 
 
 main.add_command(web_command)
-
+main.add_command(sync_command)
+main.add_command(clone_command)
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -27,6 +27,13 @@ def render(st: Status) -> str:
         lines.append(f"  {r['branch']}  {r['summary']}")
     d = st.daemon
     lines.append("daemon  " + (f"running (pid {d.get('pid')})" if d.get("running") else "not running"))
+    if st.sync is not None:
+        y = st.sync
+        lines.append(f"sync  {y['remote'] or '(no url)'}  as host {y['host']}")
+        for path in y["conflicts"]:
+            lines.append(f"  conflict kept beside: {path} (merge it into the original, then delete it)")
+        for job, due in y["missed"].items():
+            lines.append(f"  missed while offline: {job} due {due} (runs here if nobody ran it, once the remote answers)")
     for e in st.errors:
         lines.append(f"error  {e}")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from .term import echo
 @click.pass_context
 def web(ctx: click.Context, listen: str | None, print_url: bool, vault: str | None):
     """Review learned changes, memory, skills, jobs and sessions in a browser (loopback by default)."""
-    from ..store.vault import find_vault
+    from .. import open_vault as find_vault
 
     v = find_vault(vault or ctx.find_root().obj.get("vault"))
     listen = listen or v.config.web.listen

@@ -1,7 +1,9 @@
 """Deciding on learned changes: list, show, merge (whole or in part), reject, revert, and `log`.
 
 A learned change is one commit on `refine/...` or `learn/...`; merged ones are `merge <branch>:`
-commits on main's first-parent line (reverted ones have a `revert <branch>` commit after them);
+commits (trailers `Hermes-Change: merge`, `Hermes-Branch`) anywhere in main's history, on every
+parent: a merge made on another machine arrives on a sync merge's second parent (reverted ones
+have a `revert <branch>` commit after them);
 rejected ones live under refs/hermes/rejected/. Merges and reverts use the format-aware merge of
 `mind.merge`, so two learned entries added to the same file, or a learned entry beside a person's
 note, never conflict. The person's decisions (merge, reject, revert) are authored by the person;
@@ -16,7 +18,8 @@ from dataclasses import dataclass
 
 from ..errors import ConflictError, GitError, InputError
 from ..mind.merge import resolver
-from ..store.git import GitStore
+from ..store.git import GitStore, format_message
+from ..store.provenance import BRANCH, CHANGE, Act
 
 LEARNED_PREFIXES = ("refine/", "learn/")
 MERGE_GREP = r"^merge (refine|learn)/"
@@ -44,12 +47,19 @@ def format_resolver(store: GitStore):
     return resolver(store.merge_text)
 
 
+def _history(store: GitStore, grep: str):
+    """Commits matching `grep` on every parent of main, all of them (no first-parent, no cap)."""
+    return store.log(grep=grep, first_parent=False, limit=0)
+
+
 def learned_log(store: GitStore) -> list[LearnedChange]:
     """Merged, reverted, pending and rejected learned changes, newest first."""
-    reverted = {c.summary.removeprefix("revert ") for c in store.log(grep=REVERT_GREP)}
+    reverted = {c.trailers.get(BRANCH) or c.summary.removeprefix("revert ")
+                for c in _history(store, REVERT_GREP)}
     changes = []
-    for c in store.log(grep=MERGE_GREP):
+    for c in _history(store, MERGE_GREP):
         branch, _, summary = c.summary.removeprefix("merge ").partition(": ")
+        branch = c.trailers.get(BRANCH) or branch
         changes.append(LearnedChange(branch, "reverted" if branch in reverted else "merged", c.timestamp, summary, c.sha))
     for prefix in LEARNED_PREFIXES:
         changes += [LearnedChange(b.name, "pending", b.timestamp, b.summary, b.sha) for b in store.branches(prefix)]
@@ -86,7 +96,7 @@ def _check_branch(store: GitStore, branch: str) -> str:
 
 def pending(store: GitStore) -> list[Pending]:
     now = int(time.time())
-    tips = [b for prefix in LEARNED_PREFIXES for b in store.branches(prefix)]
+    tips = store.branches(*LEARNED_PREFIXES)
     paths = store.changed_paths_of([b.sha for b in tips])  # one git call for all of them
     rows = [Pending(b.name, now - b.timestamp, paths.get(b.sha, []), b.summary) for b in tips]
     return sorted(rows, key=lambda p: p.age_s)
@@ -123,7 +133,7 @@ def next_steps(branch: str, files: list[str]) -> str:
             f"`hermes-fs review reject {branch}`, or edit those files on main and merge again.")
 
 
-def merge(store: GitStore, branch: str, author: str | None = None, only: list[str] | None = None,
+def merge(store: GitStore, branch: str, act: Act | None = None, only: list[str] | None = None,
           skip: list[str] | None = None) -> str:
     """Accept a pending change, or the part of it `only`/`skip` selects; what is left out stays
     pending under the same name as a smaller change. A conflict raises ConflictError naming the
@@ -133,16 +143,17 @@ def merge(store: GitStore, branch: str, author: str | None = None, only: list[st
     paths = store.changed_paths(info.parents[0], sha)
     chosen = _select(paths, only, skip)
     if chosen == paths:
-        return _merge_whole(store, branch, info.summary, author)
+        return _merge_whole(store, branch, info.summary, act)
     if not chosen:
         raise InputError(f"--only/--skip leave nothing of {branch} to merge (it changes {', '.join(paths)})")
     rest = [p for p in paths if p not in chosen]
-    part = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in chosen}, store.message(sha))
-    rest_commit = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in rest}, store.message(sha))
+    part = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in chosen}, store.message(sha), Act.learned())
+    rest_commit = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in rest}, store.message(sha),
+                               Act.learned())
     assert part and rest_commit, "each part changes files, so each is a commit"
     store.move_ref(f"refs/heads/{branch}", part, sha)
     try:
-        merged = _merge_whole(store, branch, f"{info.summary} (part: {', '.join(chosen)})", author)
+        merged = _merge_whole(store, branch, f"{info.summary} (part: {', '.join(chosen)})", act)
     except Exception:
         store.move_ref(f"refs/heads/{branch}", sha, part)  # nothing changed: the whole change is pending again
         raise
@@ -150,9 +161,15 @@ def merge(store: GitStore, branch: str, author: str | None = None, only: list[st
     return merged
 
 
-def _merge_whole(store: GitStore, branch: str, summary: str, author: str | None) -> str:
+def merge_message(branch: str, summary: str) -> str:
+    """`merge <branch>: <summary>` with the trailers `log` and `revert` find it by, on any parent."""
+    return format_message(f"merge {branch}: {summary}", "", {CHANGE: "merge", BRANCH: branch})
+
+
+def _merge_whole(store: GitStore, branch: str, summary: str, act: Act | None) -> str:
+    message = merge_message(branch, summary)
     try:
-        return store.merge(branch, f"merge {branch}: {summary}", author=author, resolve=format_resolver(store))
+        return store.merge(branch, message, act or Act.person(), resolve=format_resolver(store))
     except ConflictError as exc:
         raise ConflictError(_conflict_text(exc, branch), exc.files, exc.details) from None
 
@@ -181,20 +198,22 @@ def reject(store: GitStore, branch: str) -> str:
 
 
 def merge_commit_of(store: GitStore, branch: str) -> str:
-    hits = store.log(grep=f"^merge {re.escape(branch)}: ")
+    hits = _history(store, f"^merge {re.escape(branch)}: ")
     if not hits:
         raise InputError(f"{branch!r} was never merged into main; see `hermes-fs log`")
     return hits[0].sha
 
 
-def revert(store: GitStore, branch: str, author: str | None = None) -> str:
+def revert(store: GitStore, branch: str, act: Act | None = None) -> str:
     """Undo a merged change, entry by entry; refuses (ConflictError naming the entry) only where a
     person changed the same entries since."""
     sha = merge_commit_of(store, branch)
-    if any(c.summary == f"revert {branch}" for c in store.log(grep=REVERT_GREP)):
+    if any(c.summary == f"revert {branch}" for c in _history(store, REVERT_GREP)):
         raise GitError(f"{branch} was already reverted")
+    message = format_message(f"revert {branch}", f"This reverts merge {sha}.",
+                             {CHANGE: "revert", BRANCH: branch})
     try:
-        return store.revert_merge(sha, f"revert {branch}\n\nThis reverts merge {sha}.", author=author,
+        return store.revert_merge(sha, message, act or Act.person(),
                                   resolve=format_resolver(store))
     except ConflictError as exc:
         details = ("\n" + "\n".join(exc.details)) if exc.details else ""

@@ -36,6 +36,7 @@ from ..store.config import Config
 from ..store.docs import dump_doc
 from ..store.files import atomic_write, clean_relpath
 from ..store.notify import read_secrets_env
+from ..store.provenance import Act
 from ..store.vault import TEMPLATE_DIR, Vault
 from .providers import ModelRoute, route_for
 
@@ -520,8 +521,7 @@ def apply_import(vault: Vault, plan: ImportPlan) -> str | None:
                 vault.files.write(rel, data)
                 written.append(rel)
             body = "\n".join(f"- {line}" for line in plan.lines if not line.startswith(".hermes/"))
-            sha = vault.git.commit_paths(sorted(plan.writes), "import: hermes-agent", {"Hermes-Change": "import"},
-                                         body=body)
+            sha = vault.git.commit_paths(sorted(plan.writes), "import: hermes-agent", Act.imported(), body=body)
         except BaseException:
             for rel in written:
                 if vault.files.read(rel) == plan.writes[rel]:

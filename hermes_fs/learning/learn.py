@@ -20,6 +20,7 @@ from ..agent.tools import ToolBox
 from ..mind import skills
 from ..store.config import ReviewMode
 from ..store.overlay import OverlayFiles
+from ..store.provenance import learn_trailers
 from ..store.vault import Vault
 from . import pipeline
 from .checks import duplicate_guard, skills_at
@@ -100,8 +101,7 @@ class Drafter:
         touched = sorted({p.split("/")[1] for p in changes})
         summary = f"learn {', '.join(touched)} from {titles}"[:120]
         lines = [f"- {p}: {'removed' if d is None else 'written'} (from {titles})" for p, d in sorted(changes.items())]
-        trailers = {"Learn-Source": ", ".join(src.path for src in self.sources),
-                    "Learn-Model": self.model.name if self.model else ""}
+        trailers = learn_trailers([src.path for src in self.sources], self.model.name if self.model else None)
         return Description(summary, lines, trailers, self.options.focus or titles)
 
     def context(self) -> dict:

@@ -23,11 +23,11 @@ from typing import Protocol
 from ..agent.loop import Agent
 from ..errors import ConflictError, HermesError
 from ..store.config import Policy
-from ..store.git import format_message
 from ..store.overlay import OverlayFiles
+from ..store.provenance import Act, format_message
 from ..store.secrets import redact
 from ..store.vault import Vault
-from .changes import format_resolver
+from .changes import format_resolver, merge_message
 from .checks import check
 
 log = logging.getLogger(__name__)
@@ -145,8 +145,8 @@ def run(vault: Vault, proposer: Proposer, policy: str | None = None) -> Outcome:
         else:
             d = proposer.describe(changes)
             branch = unique_branch(vault, proposer.kind, d.slug)
-            message = format_message(d.summary, d.lines, d.trailers)
-            vault.git.commit_overlay(base, branch, changes, message, author=vault.config.git.author)
+            message = format_message(d.summary, d.lines)
+            vault.git.commit_overlay(base, branch, changes, message, Act.learned(d.trailers))
             outcome = apply_policy(vault, branch, d.summary, policy or vault.config.refine.policy)
     except Exception as exc:  # any failure: no partial branch, a clear report
         outcome = failure(vault, branch, exc, proposer.kind)
@@ -188,13 +188,18 @@ def slugify(text: str, limit: int = 40) -> str:
 
 
 def unique_branch(vault: Vault, kind: str, text: str) -> str:
-    """`<kind>/<stamp>-<slug>`, suffixed when a pending, rejected or merged change has that name.
-    (Slugs hold only [a-z0-9-], so the name is safe inside the grep pattern.)"""
+    """`<kind>/<stamp>-<slug>`, suffixed when a pending, rejected or merged change has that name;
+    `<kind>/<stamp>-<host>-<slug>` when the vault syncs, so two machines never mint one name.
+    (Slugs and host ids hold only [a-z0-9-], so the name is safe inside the grep pattern.)"""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    if vault.config.remote is not None:
+        from ..store.host import host_id
+
+        stamp += f"-{host_id(vault.state_dir)}"
     base = f"{kind}/{stamp}-{slugify(redact(text)[0])}"  # a focus may hold a key: never in a branch name
     name, n = base, 1
     while (vault.git.rev(f"refs/heads/{name}") or vault.git.rev(f"refs/hermes/rejected/{name}")
-           or vault.git.log(grep=f"^merge {name}: ", limit=1)):  # a merged branch is gone but its name is taken
+           or vault.git.log(grep=f"^merge {name}: ", limit=1, first_parent=False)):  # merged: gone, name taken
         n += 1
         name = f"{base}-{n}"
     return name
@@ -217,7 +222,7 @@ def apply_policy(vault: Vault, branch: str, summary: str, policy: str) -> Outcom
         return outcome
     try:
         # a merge by policy is the agent's act, so the agent authors it; entry-aware like any merge
-        store.merge(branch, f"merge {branch}: {summary}", author=vault.config.git.author, resolve=format_resolver(store))
+        store.merge(branch, merge_message(branch, summary), Act.policy_merge(), resolve=format_resolver(store))
     except ConflictError as exc:
         outcome.status, outcome.conflicts = "conflict", exc.files
         outcome.reason = f"conflicts with edits in {', '.join(exc.files)}; left for review"

@@ -24,6 +24,7 @@ from ..mind.sessions import latest_session, parse_messages, session_path
 from ..store.config import ReviewMode
 from ..store.docs import decode, parse_doc
 from ..store.overlay import OverlayFiles
+from ..store.provenance import Act, refine_trailers
 from ..store.vault import Vault
 from . import pipeline
 from .checks import duplicate_guard, skills_at, tokens
@@ -121,8 +122,7 @@ def snapshot(vault: Vault, session_id: str) -> str:
     rel = session_path(session_id)
     store = vault.git
     with store.lock.hold():
-        store.commit_paths([rel], f"session: snapshot {session_id}", {"Hermes-Session": session_id},
-                           author=vault.config.git.author)
+        store.commit_paths([rel], f"session: snapshot {session_id}", Act.session(session_id))
         s = store.head()
     if store.read_file(s, rel) is None:
         raise InputError(f"no session {session_id}", rel)
@@ -171,9 +171,8 @@ class Reviewer:
 
     def describe(self, changes: dict[str, bytes | None]) -> Description:
         summary, lines = parse_report(self.task.answer, changes, self.overlay)
-        trailers = {"Refine-Session": self.session or "", "Refine-Snapshot": self.snapshot or "",
-                    "Refine-Focus": self.options.focus or "", "Refine-Model": self.model.name if self.model else "",
-                    "Refine-Client": self.options.client or ""}
+        trailers = refine_trailers(self.session, self.snapshot, self.options.focus,
+                                   self.model.name if self.model else None, self.options.client)
         return Description(summary, lines, trailers, self.options.focus or summary)
 
     def context(self) -> dict:

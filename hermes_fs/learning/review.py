@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConflictError, InputError
-from ..mind.merge import Unit, side_changes, units
+from ..mind.memory import Unit, units
+from ..mind.merge import side_changes
 from ..mind.sessions import parse_messages, session_path
 from ..store.docs import decode, parse_doc
 from ..store.git import GitStore
+from ..store.provenance import LEARN_MODEL, LEARN_SOURCE, REFINE_FOCUS, REFINE_MODEL, REFINE_SESSION, REFINE_SNAPSHOT
 from .changes import LEARNED_PREFIXES, format_resolver, learned_log, next_steps
 
 EXCERPT_MESSAGES = 12  # the newest messages of the conversation shown beside a refine
@@ -210,13 +212,13 @@ def unified(path: str, old: str, new: str, created: bool, deleted: bool) -> str:
 
 
 def origin(store: GitStore, trailers: dict[str, str]) -> Origin:
-    if "Refine-Session" in trailers:
-        o = Origin("refine", trailers.get("Refine-Session"), trailers.get("Refine-Focus"), trailers.get("Refine-Model"))
-        _conversation(store, o, trailers.get("Refine-Snapshot", ""))
+    if REFINE_SESSION in trailers:
+        o = Origin("refine", trailers.get(REFINE_SESSION), trailers.get(REFINE_FOCUS), trailers.get(REFINE_MODEL))
+        _conversation(store, o, trailers.get(REFINE_SNAPSHOT, ""))
         return o
-    if "Learn-Source" in trailers:
-        o = Origin("learn", model=trailers.get("Learn-Model"),
-                   sources=[s.strip() for s in trailers["Learn-Source"].split(",") if s.strip()])
+    if LEARN_SOURCE in trailers:
+        o = Origin("learn", model=trailers.get(LEARN_MODEL),
+                   sources=[s.strip() for s in trailers[LEARN_SOURCE].split(",") if s.strip()])
         _document(store, o)
         return o
     return Origin("other")

@@ -1,7 +1,9 @@
 """Memory files: frontmatter plus a body of bullet entries under optional `## Section` headings.
 
-Edits work on one entry, found by a unique substring, and splice the original text: every byte
-outside the edited entry stays as it was.
+`units` is the one parser of that format (entries with their continuation lines, and the text
+between them): edits here and the entry-aware merge (`mind.merge`) both read memory through it,
+so a change of format cannot make them disagree. Edits work on one entry, found by a unique
+substring, and splice the original text: every byte outside the edited entry stays as it was.
 """
 
 from __future__ import annotations
@@ -18,6 +20,51 @@ from ..store.files import FileStore, clean_relpath
 MEMORY_DIR = "memory"
 _BULLET = re.compile(r"^[-*] ")
 _HEADING = re.compile(r"^#{1,6} (.*?)\s*$")
+
+
+def heading(line: str) -> str | None:
+    """The title of a `# ...` to `###### ...` heading line, else None."""
+    m = _HEADING.match(line.rstrip("\r\n"))
+    return m.group(1) if m else None
+
+
+@dataclass
+class Unit:
+    """One piece of a memory body: an entry (a bullet line and its indented continuation lines) or
+    one line of other text (headings, blank lines, comments), in the section it sits in."""
+
+    kind: str  # entry | text
+    raw: str  # the exact text, with its line endings
+    section: str | None
+    start: int = 0  # offset of `raw` in the text that was parsed (plus the offset given to `units`)
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.raw)
+
+    @property
+    def key(self) -> str:
+        """What identifies an entry: its words, whatever the bullet or trailing whitespace."""
+        return " ".join(self.raw.strip()[2:].split()) if self.kind == "entry" else self.raw
+
+
+def units(body: str, offset: int = 0) -> list[Unit]:
+    """The body as entries and text lines, in order; `"".join(u.raw for u in units(b)) == b`."""
+    out: list[Unit] = []
+    section = None
+    pos = offset
+    for line in body.splitlines(keepends=True):
+        bare = line.rstrip("\r\n")
+        if out and out[-1].kind == "entry" and bare[:1] in (" ", "\t") and bare.strip():
+            out[-1].raw += line  # a continuation line belongs to its entry
+        elif _BULLET.match(bare):
+            out.append(Unit("entry", line, section, pos))
+        else:
+            title = heading(bare)
+            section = section if title is None else title
+            out.append(Unit("text", line, section, pos))
+        pos += len(line)
+    return out
 
 
 class BudgetError(InputError):
@@ -82,26 +129,9 @@ def budget_for(name: str, meta: dict, config: Config) -> int:
 
 
 def parse_entries(doc: Doc) -> list[Entry]:
-    entries: list[Entry] = []
-    section = None
-    pos = doc.body_start
-    current: Entry | None = None
-    for line in doc.text[doc.body_start :].splitlines(keepends=True):
-        bare = line.rstrip("\r\n")
-        if current and bare[:1] in (" ", "\t") and bare.strip():
-            current.end = pos + len(line)
-            current.text += line
-        else:
-            current = None
-            if _BULLET.match(bare):
-                current = Entry(pos, pos + len(line), line, section)
-                entries.append(current)
-            elif m := _HEADING.match(bare):
-                section = m.group(1)
-        pos += len(line)
-    for e in entries:
-        e.text = e.text.rstrip("\r\n")
-    return entries
+    """The entries of a memory file, with offsets into its whole text (for splicing edits)."""
+    return [Entry(u.start, u.end, u.raw.rstrip("\r\n"), u.section)
+            for u in units(doc.text[doc.body_start :], doc.body_start) if u.kind == "entry"]
 
 
 def load(files: FileStore, file: str, config: Config) -> MemoryFile:
@@ -179,7 +209,7 @@ def remove(files: FileStore, config: Config, file: str, old_text: str) -> Memory
 
 
 def _has_heading(mem: MemoryFile, section: str) -> bool:
-    return any((m := _HEADING.match(ln)) and m.group(1) == section for ln in mem.doc.body.splitlines())
+    return any(heading(ln) == section for ln in mem.doc.body.splitlines())
 
 
 def _insert_point(mem: MemoryFile, section: str | None) -> int:
@@ -191,7 +221,7 @@ def _insert_point(mem: MemoryFile, section: str | None) -> int:
         offset = mem.doc.body_start
         for line in mem.doc.body.splitlines(keepends=True):
             offset += len(line)
-            if (m := _HEADING.match(line.rstrip("\r\n"))) and m.group(1) == section:
+            if heading(line) == section:
                 return offset
     return len(mem.doc.text)
 

@@ -19,16 +19,13 @@ Only files that `git merge-tree` reported as conflicted come here, so a merge st
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import yaml
 
 from ..store.docs import dump_doc, parse_doc
-
-_BULLET = re.compile(r"^[-*] ")
-_HEADING = re.compile(r"^#{1,6} (.*?)\s*$")
+from .memory import Unit, heading, units
 
 LineMerge = Callable[[str, str, str], "tuple[bool, str]"]  # (base, ours, theirs) -> (clean, text)
 
@@ -57,35 +54,7 @@ class FileMerge:
         return not self.conflicts and self.text is not None
 
 
-# -- parsing a memory body into units -----------------------------------------------------------
-@dataclass
-class Unit:
-    kind: str  # entry | text
-    raw: str  # the exact text, with its line endings
-    section: str | None
-
-    @property
-    def key(self) -> str:
-        """What identifies an entry: its words, whatever the bullet or trailing whitespace."""
-        return " ".join(self.raw.strip()[2:].split()) if self.kind == "entry" else self.raw
-
-
-def units(body: str) -> list[Unit]:
-    out: list[Unit] = []
-    section = None
-    for line in body.splitlines(keepends=True):
-        bare = line.rstrip("\r\n")
-        if out and out[-1].kind == "entry" and bare[:1] in (" ", "\t") and bare.strip():
-            out[-1].raw += line  # a continuation line belongs to its entry
-        elif _BULLET.match(bare):
-            out.append(Unit("entry", line, section))
-        else:
-            if m := _HEADING.match(bare):
-                section = m.group(1)
-            out.append(Unit("text", line, section))
-    return out
-
-
+# -- a memory body as units (parsed by mind.memory.units, the one parser of the format) ---------
 def _skeleton(us: list[Unit]) -> list[str]:
     return [u.raw.strip() for u in us if u.kind == "text" and u.raw.strip()]
 
@@ -232,10 +201,10 @@ def _insert(result: list[Unit], unit: Unit) -> None:
     if last_entry is not None:
         result.insert(last_entry + 1, new)
         return
-    heading = next((k for k, u in enumerate(result) if u.kind == "text" and u.section == unit.section
-                    and (unit.section is None or _HEADING.match(u.raw.strip()))), None)
-    if heading is not None:
-        result.insert(heading + 1, new)
+    at_heading = next((k for k, u in enumerate(result) if u.kind == "text" and u.section == unit.section
+                       and (unit.section is None or heading(u.raw.strip()) is not None)), None)
+    if at_heading is not None:
+        result.insert(at_heading + 1, new)
         return
     if result and not result[-1].raw.endswith("\n"):
         result[-1].raw += "\n"

@@ -70,7 +70,8 @@ class Schedule:
             return None
 
     def describe(self) -> str:
-        """In words: `every day at 07:00 (Europe/Paris)`, `every 30 minutes`, `cron '0 7 * * 1-5' (UTC)`."""
+        """In words: `every day at 07:00 (Europe/Paris)`, `every 30 minutes`,
+        `at 07:00, Monday through Friday (UTC; cron '0 7 * * 1-5')`."""
         if self.at is not None:
             return f"once at {self.at.isoformat(timespec='minutes')}"
         if self.interval is not None:
@@ -78,7 +79,20 @@ class Schedule:
         written = " ".join(self.text.strip().lower().split())
         if written.startswith("every "):
             return f"{written} ({self.tz.key})"
-        return f"cron '{self.cron}' ({self.tz.key})"
+        return f"{_cron_words(self.cron)}({self.tz.key}; cron '{self.cron}')"
+
+
+def _cron_words(expr: str | None) -> str:
+    """`0 7 * * 1-5` -> `at 07:00, Monday through Friday ` (cron-descriptor); empty when it cannot say."""
+    try:
+        from cron_descriptor import Options, get_description
+
+        options = Options()
+        options.use_24hour_time_format = True
+        words = get_description(expr or "", options)
+    except Exception:  # an expression croniter takes but the describer does not: the expression says it
+        return ""
+    return words[:1].lower() + words[1:] + " "
 
 
 def _wall(t: datetime, tz) -> datetime:

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..store.docs import decode, dump_doc, parse_doc
 from ..store.files import atomic_write
+from ..store.host import host_hex, host_id
 
 SESSIONS_DIR = "sessions"
 _MARKER_LINE = re.compile(
@@ -27,9 +28,12 @@ _ESCAPED = re.compile(r"^(\\*)(<!-- hermes:)")
 _HEADINGS = {"user": "## User", "assistant": "## Assistant", "note": "## Note"}
 
 
-def new_id(now: datetime | None = None) -> str:
+def new_id(now: datetime | None = None, host: str | None = None) -> str:
+    """`<stamp>-<hex>`; with a host id, the hex starts with that host's tag, so sessions started on
+    two machines in the same second never share an id."""
     now = now or datetime.now(UTC)
-    return f"{now:%Y%m%d-%H%M%S}-{_random.token_hex(2)}"
+    tag = host_hex(host) if host else ""
+    return f"{now:%Y%m%d-%H%M%S}-{tag}{_random.token_hex(2)}"
 
 
 def session_path(session_id: str) -> str:
@@ -135,7 +139,7 @@ class Transcript:
     @classmethod
     def start(cls, root: Path, model: str, source: str, title: str = "") -> Transcript:
         now = datetime.now(UTC)
-        sid = new_id(now)
+        sid = new_id(now, host_id(Path(root) / ".hermes"))
         meta = {"id": sid, "started": now.isoformat(timespec="seconds"), "model": model, "source": source,
                 "title": title or "untitled"}
         t = cls(Path(root), sid, meta)

@@ -6,36 +6,96 @@ Deliveries are made before the output is written, so the file records them in th
 
 from __future__ import annotations
 
+import logging
 import re
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ..agent.conversation import Conversation, ConversationOptions
-from ..errors import InputError
+from ..errors import HermesError, InputError
 from ..mind.jobs import CronJob
 from ..store.docs import dump_doc, parse_doc
 from ..store.files import atomic_write
+from ..store.notify import Delivery
+from ..store.provenance import Act
 from ..store.secrets import redact
 from ..store.vault import Vault
+
+log = logging.getLogger(__name__)
 
 OUTPUTS_DIR = "outputs/cron"
 SILENT = "[SILENT]"
 DELIVERY_TRIES = 3
 
 
+@dataclass
+class CronRun:
+    """One run of a job: what its output file's frontmatter records, and where that file is."""
+
+    job: str
+    due: str  # ISO 8601, as scheduled
+    started: str
+    rel: str = ""  # the output file, outputs/cron/<job>/<due>.md
+    status: str = "ok"  # ok | error
+    model: str | None = None
+    tokens: int | None = None
+    session: str | None = None
+    error: str | None = None
+    silent: bool = False  # the answer said [SILENT]: stored, not sent
+    delivered: list[Delivery] = field(default_factory=list)
+    finished: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def meta(self) -> dict:
+        """The output file's frontmatter (absent fields left out)."""
+        meta: dict = {"status": self.status, "job": self.job, "due": self.due, "started": self.started}
+        for key in ("model", "tokens", "session", "error"):
+            if getattr(self, key) is not None:
+                meta[key] = getattr(self, key)
+        if self.silent:
+            meta["silent"] = True
+        meta["delivered"] = [d.as_dict() for d in self.delivered]
+        if self.finished:
+            meta["finished"] = self.finished
+        return meta
+
+    @classmethod
+    def from_meta(cls, meta: dict, rel: str) -> CronRun:
+        """Read back an output file's frontmatter (a person may have edited it: tolerant)."""
+        def text(key: str) -> str | None:
+            value = meta.get(key)
+            return None if value is None else str(value)
+
+        delivered = [Delivery(str(d.get("target")), d.get("status") == "ok", d.get("error"))
+                     for d in meta.get("delivered") or [] if isinstance(d, dict)]
+        tokens = meta.get("tokens")
+        return cls(job=text("job") or "", due=text("due") or "", started=text("started") or "", rel=rel,
+                   status=text("status") or "ok", model=text("model"),
+                   tokens=tokens if isinstance(tokens, int) else None, session=text("session"),
+                   error=text("error"), silent=meta.get("silent") is True, delivered=delivered,
+                   finished=text("finished"))
+
+
 def output_rel(job: CronJob, due: datetime) -> str:
-    return f"{OUTPUTS_DIR}/{job.name}/{due.astimezone(UTC):%Y%m%d-%H%M%S}.md"
+    return output_path(job.name, due)
 
 
-def run_job(vault: Vault, job: CronJob, due: datetime, retry_base_s: float = 1.0) -> dict:
-    """One run: ask, deliver, store and commit the output. Returns the output's frontmatter.
+def output_path(job_name: str, due: datetime) -> str:
+    """Where the run of `job_name` due at `due` is stored: one file per due time, on every machine."""
+    return f"{OUTPUTS_DIR}/{job_name}/{due.astimezone(UTC):%Y%m%d-%H%M%S}.md"
 
-    A failure is stored (status: error) and sent as cron_failure; a delivery failure is retried a
-    few times, then recorded in the output file.
+
+def run_job(vault: Vault, job: CronJob, due: datetime, retry_base_s: float = 1.0) -> CronRun:
+    """One run: ask, deliver, store and commit the output.
+
+    A failure is stored (status: error) and sent as cron_failure; an unexpected one (a bug) first
+    logs its traceback. A delivery failure is retried a few times, then recorded in the output file.
     """
-    started = datetime.now(UTC)
-    meta: dict = {"status": "ok", "job": job.name, "due": due.isoformat(),
-                  "started": started.isoformat(timespec="seconds")}
+    run = CronRun(job.name, due.isoformat(), datetime.now(UTC).isoformat(timespec="seconds"), output_rel(job, due))
     body = ""
     paths: list[str] = []
     try:
@@ -44,29 +104,29 @@ def run_job(vault: Vault, job: CronJob, due: datetime, retry_base_s: float = 1.0
         with Conversation(vault, options) as conv:
             paths.append(conv.transcript.rel)
             result = conv.ask(job.prompt)
-        meta.update(model=conv.model.name, tokens=result.usage.total_tokens, session=conv.id)
+        run.model, run.tokens, run.session = conv.model.name, result.usage.total_tokens, conv.id
         body = result.answer
     except Exception as exc:  # a failed run is stored and reported, never lost
-        meta["status"] = "error"
-        meta["error"] = str(exc)
-        body = f"The job failed: {exc}"
-    meta["delivered"] = deliver(vault, job, meta, body, retry_base_s)
-    meta["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
-    rel = output_rel(job, due)
-    atomic_write(vault.root / rel, redact(dump_doc(meta, f"\n{body.strip()}\n"))[0])  # outputs are committed
-    paths.insert(0, rel)
+        run.status, run.error = "error", str(exc)
+        if not isinstance(exc, HermesError):  # a bug, not a refusal: keep the traceback where someone can read it
+            log.error(f"cron {job.name}: unexpected error", exc_info=exc)
+            run.error = f"unexpected {type(exc).__name__}: {exc} (traceback in daemon.log or .hermes/logs/errors.log)"
+        body = f"The job failed: {run.error}"
+    run.delivered = deliver(vault, job, run, body, retry_base_s)
+    run.finished = datetime.now(UTC).isoformat(timespec="seconds")
+    atomic_write(vault.root / run.rel, redact(dump_doc(run.meta(), f"\n{body.strip()}\n"))[0])  # outputs are committed
+    paths.insert(0, run.rel)
     if job.schedule.at is not None:
         paths.append(disable_job(vault, job))
-    vault.git.commit_paths(paths, f"cron: {job.name} ({meta['status']})", {"Hermes-Job": job.name},
-                           author=vault.config.git.author)
-    return meta
+    vault.git.commit_paths(paths, f"cron: {job.name} ({run.status})", Act.job(job.name))
+    return run
 
 
-def deliver(vault: Vault, job: CronJob, meta: dict, body: str, retry_base_s: float) -> list[dict]:
+def deliver(vault: Vault, job: CronJob, run: CronRun, body: str, retry_base_s: float) -> list[Delivery]:
     """Send the result to the job's targets (unless [SILENT]); each target's outcome, for the file."""
-    event = "cron_failure" if meta["status"] == "error" else "cron_output"
-    if meta["status"] == "ok" and SILENT in body:
-        meta["silent"] = True
+    event = "cron_output" if run.ok else "cron_failure"
+    if run.ok and SILENT in body:
+        run.silent = True
         return []
     if not job.notify or event not in vault.config.notify.events:
         return []
@@ -78,7 +138,7 @@ def deliver(vault: Vault, job: CronJob, meta: dict, body: str, retry_base_s: flo
             if d.ok or attempt == DELIVERY_TRIES - 1:
                 break
             time.sleep(retry_base_s * 2**attempt)
-        deliveries.append(d.as_dict())
+        deliveries.append(d)
     return deliveries
 
 
@@ -97,9 +157,9 @@ def disable_job(vault: Vault, job: CronJob) -> str:
     return job.path
 
 
-def last_runs(vault: Vault) -> dict[str, dict]:
-    """job -> the frontmatter of its newest committed or written output (for `cron list`)."""
-    out: dict[str, dict] = {}
+def last_runs(vault: Vault) -> dict[str, CronRun]:
+    """job -> its newest committed or written run, read from the output file (for `cron list`)."""
+    out: dict[str, CronRun] = {}
     base = vault.root / OUTPUTS_DIR
     if not base.is_dir():
         return out
@@ -107,7 +167,8 @@ def last_runs(vault: Vault) -> dict[str, dict]:
         files = sorted(d.glob("*.md"))
         if files:
             try:
-                out[d.name] = parse_doc(files[-1].read_text(encoding="utf-8"), str(files[-1])).meta
-            except InputError:
+                meta = parse_doc(files[-1].read_text(encoding="utf-8"), str(files[-1])).meta
+            except (InputError, OSError, UnicodeDecodeError):
                 continue
+            out[d.name] = CronRun.from_meta(meta, files[-1].relative_to(vault.root).as_posix())
     return out

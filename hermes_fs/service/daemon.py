@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from ..errors import HermesError
 from ..store.config import CONFIG_NAME
 from ..store.files import atomic_write
+from ..store.provenance import Act
 from ..store.vault import Vault
 from . import inbox  # light: the job code it runs is imported per request
 from .daemon_state import daemon_lock, is_running, status
@@ -155,8 +156,8 @@ class Daemon:
             self.note("removed a stale .git/index.lock left by a crash")
         orphans = self.vault.git.changed_under("sessions")
         if orphans:  # transcripts of conversations cut short (a killed run): keep them in history
-            self.vault.git.commit_paths(orphans, "session: saved after an interruption", {"Hermes-Change": "recovered"},
-                                        author=self.vault.config.git.author)
+            self.vault.git.commit_paths(orphans, "session: saved after an interruption",
+                                        Act.recovered())
             self.note(f"committed {len(orphans)} interrupted session transcript(s)")
         edited = [p for p in self.vault.git.dirty_paths() if not p.startswith(OWN_DIRS) and not ignored(p)]
         if edited:  # edits made while no daemon was watching (or lost in a crash before the debounce)
@@ -201,11 +202,11 @@ class Daemon:
 
         self.note(f"cron started: {job.name} (due {due.isoformat()})")
         try:
-            meta = run_job(self.vault, job, due)
-            self.note(f"cron finished: {job.name} ({meta['status']})")
-            for d in meta.get("delivered") or []:
-                if d["status"] != "ok":
-                    self.error(f"cron {job.name}: delivery to {d['target']} failed: {d.get('error')}")
+            run = run_job(self.vault, job, due)
+            self.note(f"cron finished: {job.name} ({run.status})")
+            for d in run.delivered:
+                if not d.ok:
+                    self.error(f"cron {job.name}: delivery to {d.target} failed: {d.error}")
         except HermesError as exc:
             self.error(f"cron {job.name} failed: {exc}")
         except Exception as exc:

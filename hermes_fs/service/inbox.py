@@ -17,6 +17,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..store.docs import decode, dump_doc, parse_doc
 from ..store.files import atomic_write
+from ..store.provenance import Act
 from ..store.vault import Vault
 
 INBOX_DIR = "inbox"
@@ -68,6 +69,10 @@ def claims_dir(vault: Vault) -> Path:
 
 def claim(vault: Vault, rel: str) -> Claim | None:
     """Atomically move a request out of the inbox (None if it is gone or someone took it)."""
+    from .sync import claim_request
+
+    if not claim_request(vault, rel):  # a request that came through git: one machine takes it
+        return None
     src = vault.root / rel
     name = src.name
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
@@ -208,7 +213,7 @@ def process(vault: Vault, c: Claim, log=lambda msg: None) -> str:
                 write_result(vault, c, original, "error", started, f"The request failed: {reason}")
     meta = parse_doc((vault.root / c.result_rel).read_text(encoding="utf-8"), c.result_rel).meta
     store.commit_paths([c.result_rel, c.inbox_rel], f"request: {c.name} ({meta.get('status')})",
-                       {"Hermes-Job": f"inbox/{c.name}"}, author=vault.config.git.author)
+                       Act.request(c.name))
     c.path.unlink(missing_ok=True)
     return str(meta.get("status"))
 

@@ -20,8 +20,8 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer  # this module is loaded only to serve MCP
 from mcp.server.mcpserver.exceptions import ToolError
 
+from .. import Act, Vault
 from ..errors import HermesError
-from ..store.vault import Vault
 
 TOKEN_NAME = "HERMES_MCP_TOKEN"
 INSTRUCTIONS = ("hermes-fs: a person's curated memory (USER.md, MEMORY.md, projects/) and skills, in a git "
@@ -49,7 +49,7 @@ def build_server(vault: Vault) -> MCPServer:
         from ..mind.search import search
 
         client = client_name(ctx)
-        committer = VaultCommitter(vault.git, {"Hermes-Client": client}, vault.config.git.author)
+        committer = VaultCommitter(vault.git, Act.client(client))
         box = ToolBox(files=vault.files, config=vault.config, enabled=[tool], vault_root=vault.root,
                       committer=committer, searcher=partial(search, vault.root), created_by=f"mcp:{client}")
         result = box.call(tool, json.dumps({k: v for k, v in args.items() if v is not None}))
@@ -90,8 +90,8 @@ def build_server(vault: Vault) -> MCPServer:
 
 def refine_transcript(vault: Vault, transcript: str, focus: str | None, client: str) -> str:
     """A client's conversation as a session (source mcp), then a refine of it under the vault's policy."""
-    from ..learning.refine import RefineOptions
-    from ..learning.refine import refine as run_refine
+    from .. import RefineOptions
+    from .. import refine as run_refine
     from ..mind.sessions import Transcript
 
     if not transcript.strip():
@@ -99,8 +99,7 @@ def refine_transcript(vault: Vault, transcript: str, focus: str | None, client: 
     t = Transcript.start(vault.root, client, "mcp", f"from {client}")
     t.append({"role": "note", "content": f"conversation sent by the MCP client {client}"})
     t.append({"role": "user", "content": transcript.strip()})
-    vault.git.commit_paths([t.rel], f"session: from {client}", {"Hermes-Session": t.id, "Hermes-Client": client},
-                           author=vault.config.git.author)
+    vault.git.commit_paths([t.rel], f"session: from {client}", Act.client(client, t.id))
     outcome = run_refine(vault, RefineOptions(session=t.id, focus=focus, client=client))
     if not outcome.ok:
         raise ToolError(outcome.line())

@@ -1,14 +1,15 @@
 """The cron scheduler: sleeps until the next due job (no minute ticker) and wakes on job changes.
 
-At most one run per job and due time, across restarts and crashes: a due time is written to the
-ledger (.hermes/cron-ledger.json, fsynced) before its run starts, and committed outputs record
-`due` too, so the ledger can be rebuilt from history. With `catch_up`, a due time missed while the
-daemon was down runs once on start; without it, the job waits for its next time.
+At most one run per job and due time, across restarts and crashes: a due time is claimed before
+its run starts (`store/claims.py`: the local ledger .hermes/cron-ledger.json, fsynced, or a claim
+ref on the shared remote when several machines sync one vault), and committed outputs record
+`due` too. With `catch_up`, a due time missed while the daemon was down runs once on start;
+without it, the job waits for its next time. A claim may go over the network, so it is never made
+while `running_lock` is held.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from ..mind.jobs import CronJob
-from ..store.files import atomic_write
+from ..store.claims import LEDGER_NAME, Claims, Ledger
 
 
 class Clock(Protocol):
@@ -32,36 +33,15 @@ class RealClock:
         return event.wait(max(0.0, seconds))
 
 
-class Ledger:
-    """job -> the latest due time started (ISO). Written atomically and fsynced before a run."""
-
-    def __init__(self, path):
-        self.path = path
-        self.lock = threading.Lock()
-        try:
-            self.data: dict[str, str] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            self.data = {}
-
-    def last(self, job: str) -> datetime | None:
-        value = self.data.get(job)
-        return datetime.fromisoformat(value) if value else None
-
-    def mark(self, job: str, due: datetime) -> bool:
-        """Claim (job, due); False if it was already claimed (never run twice)."""
-        with self.lock:
-            last = self.last(job)
-            if last is not None and due <= last:
-                return False
-            self.data[job] = due.isoformat()
-            atomic_write(self.path, json.dumps(self.data, indent=2), fsync=True)
-            return True
 
 
-LEDGER_NAME = "cron-ledger.json"
+def ledger_for(vault) -> Claims:
+    """The vault's claims: claim refs on the remote when `remote.url` is set, else the local ledger."""
+    if vault.config.remote is not None:
+        from .sync import claims_for, remote_url
 
-
-def ledger_for(vault) -> Ledger:
+        if remote_url(vault):
+            return claims_for(vault)
     return Ledger(vault.state_dir / LEDGER_NAME)
 
 
@@ -77,7 +57,7 @@ class Due:
     due: datetime
 
 
-def catch_up_runs(jobs: list[CronJob], ledger: Ledger, now: datetime) -> list[Due]:
+def catch_up_runs(jobs: list[CronJob], ledger: Claims, now: datetime) -> list[Due]:
     """At start: the latest due time each known job missed while the daemon was down. With
     catch_up it runs once; without, it is marked as passed and the job waits for its next time."""
     out = []
@@ -91,7 +71,7 @@ def catch_up_runs(jobs: list[CronJob], ledger: Ledger, now: datetime) -> list[Du
         if job.catch_up:
             out.append(Due(job, missed))
         else:
-            ledger.mark(job.name, missed)
+            ledger.passed(job.name, missed)
     return out
 
 
@@ -100,7 +80,7 @@ def start_thread(job: CronJob, work: Callable[[], None]) -> None:
 
 
 class Scheduler:
-    def __init__(self, ledger: Ledger, run: Callable[[CronJob, datetime], None], clock: Clock | None = None,
+    def __init__(self, ledger: Claims, run: Callable[[CronJob, datetime], None], clock: Clock | None = None,
                  start: Callable[[CronJob, Callable[[], None]], None] = start_thread,
                  on_error: Callable[[str], None] = lambda message: None):
         self.ledger = ledger
@@ -163,30 +143,54 @@ class Scheduler:
             return False
         last = self.ledger.last(job.name)
         if last is None and job.schedule.at is None:
-            self.ledger.mark(job.name, now)  # first seen: only times after now are due
+            self.ledger.passed(job.name, now)  # first seen: only times after now are due
             return False
         due = job.schedule.previous_due(now, last)
         return due is not None and self._fire(job, due)
 
     def _fire(self, job: CronJob, due: datetime) -> bool:
         with self.running_lock:
+            busy = job.name in self.running
+            if not busy:
+                self.running.add(job.name)  # reserved: a second tick cannot fire it meanwhile
+        if busy:
+            self.on_error(f"cron {job.name}: the run due {due.isoformat()} is skipped, the previous run is still going")
+            self.ledger.passed(job.name, due)  # that time is passed, not owed
+            return False
+        try:
+            claimed = self.ledger.mark(job.name, due)  # may ask the remote: outside running_lock
+        except BaseException:
+            self._release(job)
+            raise
+        if not claimed:
+            self._release(job)
+            return False
+        self._start(job, due)
+        return True
+
+    def run_claimed(self, job: CronJob, due: datetime) -> bool:
+        """Run a due time this machine has already claimed (a takeover, a catch-up after being
+        offline); False if the job is running right now (the claim then expires for someone else)."""
+        with self.running_lock:
             if job.name in self.running:
-                self.on_error(f"cron {job.name}: the run due {due.isoformat()} is skipped, the previous run is still going")
-                self.ledger.mark(job.name, due)  # that time is passed, not owed
-                return False
-            if not self.ledger.mark(job.name, due):
                 return False
             self.running.add(job.name)
+        self._start(job, due)
+        return True
 
+    def _release(self, job: CronJob) -> None:
+        with self.running_lock:
+            self.running.discard(job.name)
+
+    def _start(self, job: CronJob, due: datetime) -> None:
         def work() -> None:
             try:
                 self.run(job, due)
+                self.ledger.done(job.name, due)  # a shared claim becomes `done` with the next push
             finally:
-                with self.running_lock:
-                    self.running.discard(job.name)
+                self._release(job)
 
         self.start_run(job, work)
-        return True
 
     def _loop(self) -> None:
         while not self.stopped.is_set():

@@ -9,17 +9,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..store.vault import Vault
+from .host import DaemonHost  # what a part may use of the daemon (a protocol: parts never import the daemon)
 
-
-class DaemonHost(Protocol):
-    """What a part may use of the daemon that starts it (a protocol, so parts never import the daemon)."""
-
-    vault: Vault
-
-    def note(self, message: str) -> None: ...
-
-    def error(self, message: str) -> None: ...
+__all__ = ["DaemonHost", "DaemonService", "services_for"]
 
 
 class DaemonService(Protocol):
@@ -37,4 +29,8 @@ def services_for(daemon: DaemonHost) -> list[DaemonService]:
         from .web.server import WebService
 
         found.append(WebService(daemon.vault))
+    if daemon.vault.config.remote is not None:
+        from .sync import SyncService
+
+        found.append(SyncService(daemon))
     return found

@@ -28,6 +28,7 @@ class Status:
     cron: list[dict] = field(default_factory=list)
     pending_reviews: list[dict] = field(default_factory=list)
     daemon: dict = field(default_factory=dict)
+    sync: dict | None = None  # only when hermes.yaml has `remote:`
     errors: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
@@ -54,6 +55,10 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
     from .daemon_state import status as daemon_status
 
     st.daemon = daemon_status(vault)  # daemon.json checked against the daemon's lock
+    if vault.config.remote is not None:
+        from .sync import sync_status
+
+        st.sync = sync_status(vault)
     # files the daemon left uncommitted (a secret, too big): a person must act on them
     st.errors += [e.split(" ", 1)[-1] for e in st.daemon.get("last_errors") or [] if " not committed: " in f" {e}"]
     return st

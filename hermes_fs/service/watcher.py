@@ -32,9 +32,11 @@ class Watcher:
     thread). `kind` is created, modified, closed (the writer closed it), moved (renamed into place)
     or deleted."""
 
-    def __init__(self, root: Path, on_change: Callable[[str, str], None]):
+    def __init__(self, root: Path, on_change: Callable[[str, str], None],
+                 keep: Callable[[str], bool] | None = None):
         self.root = Path(root).resolve()
         self.on_change = on_change
+        self.keep = keep or (lambda rel: not ignored(rel))  # which vault paths are reported
         self.observer: Any = None  # watchdog's Observer, imported on start
         self.reports_close = False  # inotify says when a writer closed a file; other platforms do not
 
@@ -64,7 +66,7 @@ class Watcher:
             rel = Path(os.path.abspath(abs_path)).relative_to(self.root).as_posix()
         except ValueError:
             return
-        if not ignored(rel):
+        if self.keep(rel):
             self.on_change(rel, kind)
 
     def stop(self) -> None:

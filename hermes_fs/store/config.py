@@ -82,7 +82,7 @@ class SandboxConfig:
 class NotifyConfig:
     targets: dict[str, str] = field(default_factory=dict)
     events: list[str] = field(
-        default_factory=lambda: ["refine_pending", "cron_output", "cron_failure"]
+        default_factory=lambda: ["refine_pending", "cron_output", "cron_failure", "sync_conflict"]
     )
 
 
@@ -193,6 +193,8 @@ class RemoteConfig:
 @dataclass
 class SyncConfig:
     interval_s: float = 5.0
+    claim_ttl_s: float = 30.0  # a running claim not renewed this long belongs to a dead machine
+    lease_s: float = 15.0  # a channel lease (one gateway consumer per account) not renewed this long is free
 
 
 @dataclass
@@ -236,7 +238,7 @@ class Config:
 CHOICES = {
     "refine.policy": {p.value for p in Policy},
     "sandbox.backend": {"docker", "local", "none"},
-    "notify.events": {"refine_pending", "refine_failed", "cron_output", "cron_failure"},
+    "notify.events": {"refine_pending", "refine_failed", "cron_output", "cron_failure", "sync_conflict"},
     "refine.mode": {m.value for m in ReviewMode},
     "learn.mode": {m.value for m in ReviewMode},
 }

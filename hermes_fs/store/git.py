@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import threading
 import time
@@ -28,14 +27,17 @@ from pathlib import Path
 from ..errors import ConflictError, GitError, InputError
 from .files import atomic_write, clean_relpath, prune_empty_dirs, symlink_on_path
 from .lock import VaultLock
+from .provenance import Act, Provenance, format_message, parse_trailers
+
+__all__ = ["Act", "format_message", "parse_trailers"]  # re-exported: callers import them from here too
 
 MAIN = "main"
 ZERO = "0" * 40
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-HUMAN_EDIT = {"Hermes-Change": "human-edit"}
 # (path, base, ours, theirs) -> merged bytes; None when it cannot; ConflictError naming what conflicts.
 Resolver = Callable[[str, "bytes | None", "bytes | None", "bytes | None"], "bytes | None"]
-_TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.*)$")
+# (path, base, ours, theirs) -> the files to write instead of a conflict (e.g. both versions, side by side).
+KeepBoth = Callable[[str, "bytes | None", "bytes | None", "bytes | None"], "dict[str, bytes | None]"]
 
 
 @dataclass
@@ -64,46 +66,15 @@ class HumanEditResult:
     refused: list  # secrets.Finding: files left uncommitted because they hold a secret
 
 
-def format_message(summary: str, body: list[str] | str = "", trailers: dict[str, str] | None = None) -> str:
-    """One summary line, an optional body, then `Key: value` trailers (git's trailer format)."""
-    parts = [summary.strip().splitlines()[0] if summary.strip() else "(no summary)"]
-    body_text = body if isinstance(body, str) else "\n".join(body)
-    if body_text.strip():
-        parts.append(body_text.strip())
-    if trailers:
-        parts.append("\n".join(f"{k}: {' '.join(str(v).split())}" for k, v in trailers.items() if v))
-    return "\n\n".join(parts) + "\n"
-
-
-def parse_trailers(message: str) -> dict[str, str]:
-    paragraphs = message.strip().split("\n\n")
-    if len(paragraphs) < 2:
-        return {}
-    found = {}
-    for line in paragraphs[-1].splitlines():
-        m = _TRAILER.match(line)
-        if not m:
-            return {}
-        found[m.group(1)] = m.group(2)
-    return found
-
-
-def _split_author(author: str | None) -> dict[str, str]:
-    if not author:
-        return {}
-    m = re.match(r"^\s*(.+?)\s*<([^>]+)>\s*$", author)
-    if not m:
-        raise InputError(f"git author must look like 'Name <email>', got {author!r}")
-    return {"GIT_AUTHOR_NAME": m.group(1), "GIT_AUTHOR_EMAIL": m.group(2)}
-
-
 class GitStore:
-    def __init__(self, root: Path, lock_dir: Path | None = None):
+    def __init__(self, root: Path, lock_dir: Path | None = None, provenance: Provenance | None = None):
         from . import secrets  # imported here: its patterns cost compile time that `status` never needs
 
         self._secrets = secrets
         self._read_lock = threading.Lock()
+        self._paths_of: dict[str, list[str]] = {}  # commit -> paths it changed (see changed_paths_of)
         self.root = Path(root)
+        self.provenance = provenance or Provenance()  # every commit's author and trailers (store/provenance.py)
         self.lock = VaultLock((lock_dir or self.root / ".hermes" / "locks") / "main.lock")
         # Written before a merge touches the working tree, removed once main has moved: if a merge
         # is killed in between, the next commit of human edits first puts those files back.
@@ -205,8 +176,8 @@ class GitStore:
 
     def newest_paths(self, prefix: str) -> list[str]:
         """Files added or changed under `prefix` by the newest commit on main that touched it."""
-        out = self._git("log", "-1", "--first-parent", "--format=", "--name-only", "--diff-filter=AM", MAIN,
-                        "--", prefix)
+        # every parent: a commit another machine made arrives on a merge's second parent
+        out = self._git("log", "-1", "--format=", "--name-only", "--diff-filter=AM", MAIN, "--", prefix)
         return [p for p in out.splitlines() if p.strip()]
 
     def changed_paths(self, a: str, b: str) -> list[str]:
@@ -215,17 +186,16 @@ class GitStore:
 
     def changed_paths_of(self, commits: list[str]) -> dict[str, list[str]]:
         """Paths each commit changed against its first parent, for many commits in one git call
-        (the pending list of 200 changes costs one process, not 400)."""
-        if not commits:
-            return {}
-        out = self._git("log", "--no-walk=unsorted", "-z", "--format=%x01%H", "--name-only", "--no-renames",
-                        *commits, "--")
-        found: dict[str, list[str]] = {}
-        for record in out.split("\x01")[1:]:
-            sha, _, rest = record.partition("\0")
-            rest = rest[1:] if rest.startswith("\n") else rest
-            found[sha] = [p for p in rest.split("\0") if p]
-        return found
+        (the pending list of 200 changes costs one process, not 400); remembered per commit id."""
+        todo = [c for c in dict.fromkeys(commits) if c not in self._paths_of]
+        if todo:
+            out = self._git("log", "--no-walk=unsorted", "-z", "--format=%x01%H", "--name-only", "--no-renames",
+                            *todo, "--")
+            for record in out.split("\x01")[1:]:
+                sha, _, rest = record.partition("\0")
+                rest = rest[1:] if rest.startswith("\n") else rest
+                self._paths_of[sha] = [p for p in rest.split("\0") if p]  # a commit never changes: kept
+        return {c: self._paths_of[c] for c in commits if c in self._paths_of}
 
     def numstat(self, a: str, b: str) -> list[tuple[int, int, str]]:
         """(added, deleted, path) per changed file; binary files count as one line each way."""
@@ -251,8 +221,8 @@ class GitStore:
         return self._parse_log(self._git("show", "-s", self._LOG_FORMAT, ref))[0]
 
     def log(self, ref: str = MAIN, grep: str | None = None, first_parent: bool = True, limit: int = 500) -> list[CommitInfo]:
-        """Commits newest first, in one git process."""
-        args = ["log", f"-n{limit}", self._LOG_FORMAT]
+        """Commits newest first, in one git process (`limit=0`: all of them)."""
+        args = ["log", *([f"-n{limit}"] if limit else []), self._LOG_FORMAT]
         if first_parent:
             args.append("--first-parent")
         if grep:
@@ -272,16 +242,17 @@ class GitStore:
                                       lines[1].strip() if len(lines) > 1 else "", parse_trailers(message)))
         return commits
 
-    def branches(self, prefix: str) -> list[BranchInfo]:
-        """Branches under refs/heads/<prefix> (e.g. 'refine/'), newest first."""
-        return self._refs(f"refs/heads/{prefix}", "refs/heads/")
+    def branches(self, *prefixes: str) -> list[BranchInfo]:
+        """Branches under refs/heads/<prefix> (e.g. 'refine/'; several prefixes: one git call), newest first."""
+        return self._refs([f"refs/heads/{p}" for p in prefixes], "refs/heads/")
 
     def rejected(self) -> list[BranchInfo]:
         return self._refs("refs/hermes/rejected/", "refs/hermes/rejected/")
 
-    def _refs(self, pattern: str, strip: str) -> list[BranchInfo]:
+    def _refs(self, patterns: str | list[str], strip: str) -> list[BranchInfo]:
         fmt = "%(refname)%00%(objectname)%00%(committerdate:unix)%00%(contents:subject)"
-        out = self._git("for-each-ref", "--sort=-committerdate", f"--format={fmt}", pattern)
+        out = self._git("for-each-ref", "--sort=-committerdate", f"--format={fmt}",
+                        *([patterns] if isinstance(patterns, str) else patterns))
         result = []
         for line in out.splitlines():
             ref, sha, ts, subject = line.split("\0", 3)
@@ -341,8 +312,7 @@ class GitStore:
             raise GitError(f"{busy} in the vault; hermes-fs waits until it is finished (it works on {MAIN})")
 
     def commit_paths(
-        self, paths: list[str], message: str, trailers: dict[str, str] | None = None, author: str | None = None,
-        body: str = "",
+        self, paths: list[str], message: str, act: Act, body: str = "",
     ) -> str | None:
         """Commit exactly these paths (adds, edits, deletions) on main; None if they are unchanged.
 
@@ -355,9 +325,9 @@ class GitStore:
             if not changed:
                 return None
             self._secrets.check({p: self._disk_bytes(p) for p in changed})
-            return self._stage_and_commit(changed, format_message(message, body, trailers), author)
+            return self._stage_and_commit(changed, format_message(message, body), act)
 
-    def commit_all(self, message: str, trailers: dict[str, str] | None = None) -> str | None:
+    def commit_all(self, message: str, act: Act) -> str | None:
         """Everything not ignored (used by `init`), still through the secret scanner."""
         with self.lock.hold():
             changed = self.dirty_paths()
@@ -365,7 +335,8 @@ class GitStore:
                 return None
             self._secrets.check({p: self._disk_bytes(p) for p in changed})
             self._git("add", "-A", "--", *changed)
-            self._git("commit", "-q", "--no-verify", "-F", "-", input=format_message(message, "", trailers))
+            text, env = self.provenance.seal(message, act)
+            self._git("commit", "-q", "--no-verify", "-F", "-", input=text, env=env)
             return self.head()
 
     def commit_human_edits(self, paths: list[str] | None = None) -> HumanEditResult:
@@ -388,7 +359,7 @@ class GitStore:
             if not ok:
                 return HumanEditResult(None, [], refused)
             names = ", ".join(ok[:5]) + (f" and {len(ok) - 5} more" if len(ok) > 5 else "")
-            sha = self._stage_and_commit(ok, format_message(f"edit: {names}", "", HUMAN_EDIT), None)
+            sha = self._stage_and_commit(ok, f"edit: {names}", Act.human_edit())
             return HumanEditResult(sha, ok, refused)
 
     MAX_EDIT_BYTES = 20_000_000  # bigger files are a person's to commit (or to .gitignore)
@@ -412,7 +383,7 @@ class GitStore:
                                                  "automatically (commit it yourself, or add it to .gitignore)")
         return None
 
-    def _stage_and_commit(self, paths: list[str], message: str, author: str | None) -> str:
+    def _stage_and_commit(self, paths: list[str], message: str, act: Act) -> str:
         """Commit the working-tree state of `paths` on main by plumbing, then stage exactly that.
 
         Trees are rebuilt only along these paths and the index is updated with the committed blobs,
@@ -425,7 +396,7 @@ class GitStore:
         base_tree = self._git("rev-parse", f"{old}^{{tree}}").strip()
         blobs: dict[str, str] = {}
         tree = self._build_tree(base_tree, changes, modes, blobs) or EMPTY_TREE
-        new = self._commit_tree(tree, [old], message, author)
+        new = self._commit_tree(tree, [old], message, act)
         self._stage(blobs, [p for p, d in changes.items() if d is None], modes)
         self._git("update-ref", "-m", "hermes-fs", f"refs/heads/{MAIN}", new, old)
         return new
@@ -448,21 +419,20 @@ class GitStore:
         branch: str,
         overlay: dict[str, bytes | None],
         message: str,
-        author: str | None = None,
+        act: Act,
     ) -> str | None:
         """One commit with parent `parent` on new branch `branch`; None when nothing changes.
 
         `overlay` maps vault paths to new bytes, or None for a deletion. Only blobs and the trees
         along the changed paths are written; the working tree and the real index are untouched.
         """
-        sha = self.derive(parent, overlay, message, author)
+        sha = self.derive(parent, overlay, message, act)
         if sha is None:
             return None
         self.move_ref(f"refs/heads/{branch}", sha, None)  # None: fail if it exists
         return sha
 
-    def derive(self, parent: str, overlay: dict[str, bytes | None], message: str,
-               author: str | None = None) -> str | None:
+    def derive(self, parent: str, overlay: dict[str, bytes | None], message: str, act: Act) -> str | None:
         """A commit of `parent` with `overlay` applied, on no branch (plumbing only); None if unchanged.
         Refuses a secret (SecretError) before anything is written."""
         changes = {clean_relpath(p): d for p, d in overlay.items()}
@@ -474,7 +444,7 @@ class GitStore:
         tree = self._build_tree(base_tree, changes) or EMPTY_TREE
         if tree == base_tree:
             return None
-        return self._commit_tree(tree, [parent], message, author)
+        return self._commit_tree(tree, [parent], message, act)
 
     def move_ref(self, ref: str, new: str, old: str | None) -> None:
         """Point `ref` at `new` only if it is still at `old` (None: only if it does not exist yet)."""
@@ -535,17 +505,18 @@ class GitStore:
     def _hash_blob(self, data: bytes) -> str:
         return self._git("hash-object", "-w", "--stdin", input=data).strip()
 
-    def _commit_tree(self, tree: str, parents: list[str], message: str, author: str | None = None) -> str:
-        """Every commit is made here: its message (a model's summary, a focus, a file name in it) is
-        redacted of secrets on the way in."""
+    def _commit_tree(self, tree: str, parents: list[str], message: str, act: Act) -> str:
+        """Every commit is made here: provenance decides its author and trailers; its message (a
+        model's summary, a focus, a file name in it) is redacted of secrets on the way in."""
+        message, env = self.provenance.seal(message, act)
         message = self._secrets.redact(message)[0]
         args = ["commit-tree", tree]
         for p in parents:
             args += ["-p", p]
-        return self._git(*args, "-F", "-", input=message, env=_split_author(author)).strip()
+        return self._git(*args, "-F", "-", input=message, env=env).strip()
 
     # -- merging and reverting into main ------------------------------------------------------
-    def merge(self, branch: str, message: str, author: str | None = None, resolve: Resolver | None = None) -> str:
+    def merge(self, branch: str, message: str, act: Act, resolve: Resolver | None = None) -> str:
         """Merge a branch into main with --no-ff semantics, three-way, without a checkout; the
         merged branch is then deleted.
 
@@ -562,14 +533,38 @@ class GitStore:
             self._commit_touched_human_edits(touched)
             ours = self.head()
             tree = self.merged_tree(ours, theirs, resolve)
-            new = self._commit_tree(tree, [ours, theirs], message, author)
+            new = self._commit_tree(tree, [ours, theirs], message, act)
             self._advance_main(ours, new, touched)
             # The merge commit now holds the branch; `log` finds it there as "merged".
             self._git("update-ref", "-d", f"refs/heads/{branch}", theirs)
             return new
 
-    def revert_merge(self, merge_sha: str, message: str, author: str | None = None,
-                     resolve: Resolver | None = None) -> str:
+    def integrate(self, theirs: str, message: str, act: Act, resolve: Resolver | None = None,
+                  keep_both: KeepBoth | None = None) -> str | None:
+        """Bring another line of main (a fetched remote main) into main: a fast-forward when main
+        has nothing of its own, else a merge commit with parents [main, theirs]. Never a rebase:
+        published history is not rewritten. Like `merge`, pending human edits in the paths it
+        touches are committed first, and the working tree changes only by CAS, file by file.
+        Returns the new main, or None when main already has `theirs`."""
+        with self.lock.hold():
+            self._require_main_checked_out()
+            if self.is_ancestor(theirs, self.head()):
+                return None
+            base = self.merge_base(self.head(), theirs) or EMPTY_TREE
+            touched = self.changed_paths(base, theirs)
+            self._commit_touched_human_edits(touched)
+            ours = self.head()
+            if self.is_ancestor(ours, theirs):
+                new = theirs
+                candidates = self.changed_paths(ours, theirs)
+            else:
+                tree = self.merged_tree(ours, theirs, resolve, keep_both=keep_both)
+                new = self._commit_tree(tree, [ours, theirs], message, act)
+                candidates = sorted(set(touched) | set(self.changed_paths(ours, new)))
+            self._advance_main(ours, new, candidates)
+            return new
+
+    def revert_merge(self, merge_sha: str, message: str, act: Act, resolve: Resolver | None = None) -> str:
         """Undo a merged change (like `git revert -m 1`); refuses where people edited those lines since."""
         info = self.commit_info(merge_sha)
         if len(info.parents) != 2:
@@ -584,11 +579,11 @@ class GitStore:
             # A throwaway commit holding the pre-merge tree with the merge as parent: merging it
             # into main applies exactly "merge -> pre-merge" three-way, with the merge as base.
             pre_tree = self._git("rev-parse", f"{info.parents[0]}^{{tree}}").strip()
-            undo = self._commit_tree(pre_tree, [info.sha], "hermes-fs: revert helper")
+            undo = self._commit_tree(pre_tree, [info.sha], "hermes-fs: revert helper", act)
             tree = self.merged_tree(ours, undo, resolve, "a person has edited these lines since the merge")
             if tree == self._git("rev-parse", f"{ours}^{{tree}}").strip():
                 raise GitError(f"nothing to revert: {info.sha[:10]} is already undone")
-            new = self._commit_tree(tree, [ours], message, author)
+            new = self._commit_tree(tree, [ours], message, act)
             self._advance_main(ours, new, touched)
             return new
 
@@ -601,11 +596,12 @@ class GitStore:
             )
 
     def merged_tree(self, ours: str, theirs: str, resolve: Resolver | None = None,
-                    conflict_message: str = "merge would conflict") -> str:
+                    conflict_message: str = "merge would conflict", keep_both: KeepBoth | None = None) -> str:
         """The tree a three-way merge of two commits gives, without touching anything (O(change)).
 
         git's line merge first; the files it leaves conflicted go to `resolve` (a format-aware merge
-        from the three blobs). What is still conflicted raises ConflictError with the details.
+        from the three blobs). What is still conflicted raises ConflictError with the details, or,
+        with `keep_both`, is replaced by the files it returns (never by conflict markers).
         """
         code, out = self._run(
             "merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", ours, theirs, ok=(0, 1)
@@ -620,13 +616,16 @@ class GitStore:
         resolved: dict[str, bytes | None] = {}
         unresolved, details = [], []
         for path in conflicted:
+            blobs = (self.read_file(base, path) if base else None, self.read_file(ours, path),
+                     self.read_file(theirs, path))
             try:
-                data = resolve(path, self.read_file(base, path) if base else None, self.read_file(ours, path),
-                               self.read_file(theirs, path))
+                data = resolve(path, *blobs)
             except ConflictError as exc:
                 data = None
                 details += exc.details
-            if data is None:
+            if data is None and keep_both is not None:
+                resolved.update(keep_both(path, *blobs))
+            elif data is None:
                 unresolved.append(path)
             else:
                 resolved[path] = data

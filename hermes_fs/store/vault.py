@@ -65,7 +65,15 @@ class Vault:
     def git(self):
         from .git import GitStore  # GitPython loads only when git is needed
 
-        return GitStore(self.root, lock_dir=self.state_dir / "locks")
+        return GitStore(self.root, lock_dir=self.state_dir / "locks", provenance=self.provenance)
+
+    @cached_property
+    def provenance(self):
+        """Who authors this vault's commits and which trailers all of them carry (store/provenance.py);
+        the agent's name is read from hermes.yaml at each commit, so a reload takes effect."""
+        from .provenance import Provenance
+
+        return Provenance(agent=lambda: self.config.git.author)
 
 
 def find_vault(explicit: str | os.PathLike | None = None, cwd: Path | None = None) -> Vault:
@@ -111,6 +119,8 @@ def init_vault(path: Path, template: Path = TEMPLATE_DIR) -> InitResult:
         store.config_set("user.email", DEFAULT_IDENTITY[1])
     vault = Vault(path)
     vault.reload_config()  # the template must validate; fail loudly if it does not
-    vault.git.commit_all("init: new hermes-fs vault", trailers={"Hermes-Change": "init"})
+    from .provenance import Act
+
+    vault.git.commit_all("init: new hermes-fs vault", Act.init())
     return InitResult(vault, set_identity)
 

@@ -524,11 +524,20 @@ class EmailChannel:
         try:
             started = time.monotonic()
             while not self._stop.is_set() and time.monotonic() - started < IDLE_RENEW_S:
-                if box.idle.poll(timeout=1.0):
+                t0 = time.monotonic()
+                lines = box.idle.poll(timeout=1.0)
+                if lines:
                     self.idle_wakeups += 1
+                    if any(line.startswith(b"* BYE") for line in lines):
+                        raise ConnectionError("the IMAP server closed the connection (BYE)")
                     return
+                if time.monotonic() - t0 < 0.5:  # readable but nothing read: the socket is closed
+                    raise ConnectionError("the IMAP connection was closed")
         finally:
-            box.idle.stop()
+            try:
+                box.idle.stop()
+            except Exception:  # a dead connection cannot end IDLE; the reconnect handles it
+                pass
 
     # -- reading the mailbox
     def catch_up(self, box) -> int:

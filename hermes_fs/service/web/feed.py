@@ -1,6 +1,6 @@
-"""What changed in the vault, for the page's server-sent events: a watchdog observer over the vault
-(its files, the branch refs under .git/, the daemon's state file), coalesced for a short moment and
-handed to every open page, which then fetches itself again.
+"""What changed in the vault, for the page's server-sent events: the daemon's Watcher (watchdog) over
+the vault, keeping its files, the branch refs under .git/ and the daemon's state file, coalesced for
+a short moment and handed to every open page, which then fetches itself again.
 
 Event-driven (inotify), no polling; with no page open it only records nothing.
 """
@@ -8,13 +8,11 @@ Event-driven (inotify), no polling; with no page open it only records nothing.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from ..watcher import ignored
+from ..watcher import Watcher, ignored
 
 COALESCE_S = 0.25  # a commit touches many files at once: one event for all of them
 
@@ -37,43 +35,24 @@ class ChangeFeed:
     def __init__(self, root: Path, on_change: Callable[[list[str]], None] | None = None):
         self.root = Path(root).resolve()
         self.on_change = on_change  # called (from the timer thread) before pages are told
-        self.observer: Any = None
+        self.watcher: Watcher | None = None
         self.lock = threading.Lock()
         self.pending: set[str] = set()
         self.timer: threading.Timer | None = None
         self.clients: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = []
 
     def start(self) -> None:
-        from watchdog.events import FileSystemEventHandler
-        from watchdog.observers import Observer
-
-        feed = self
-
-        class Handler(FileSystemEventHandler):
-            def on_any_event(self, event):
-                if event.event_type in ("opened", "closed_no_write") or event.is_directory:
-                    return
-                for path in (event.src_path, getattr(event, "dest_path", "")):
-                    if path:
-                        feed.report(os.fsdecode(path))
-
-        self.observer = Observer()
-        self.observer.schedule(Handler(), str(self.root), recursive=True)
-        self.observer.start()
+        self.watcher = Watcher(self.root, self._changed, keep=lambda rel: interesting(rel) is not None)
+        self.watcher.start()
 
     def stop(self) -> None:
-        if self.observer:
-            self.observer.stop()
-            self.observer.join(5)
+        if self.watcher:
+            self.watcher.stop()
         with self.lock:
             if self.timer:
                 self.timer.cancel()
 
-    def report(self, abs_path: str) -> None:
-        try:
-            rel = Path(os.path.abspath(abs_path)).relative_to(self.root).as_posix()
-        except ValueError:
-            return
+    def _changed(self, rel: str, _kind: str) -> None:
         name = interesting(rel)
         if name is None:
             return
@@ -97,7 +76,7 @@ class ChangeFeed:
                 pass
 
     def subscribe(self) -> asyncio.Queue:
-        queue: asyncio.Queue = asyncio.Queue(maxsize=100)
+        queue: asyncio.Queue = asyncio.Queue()
         with self.lock:
             self.clients.append((asyncio.get_running_loop(), queue))
         return queue

@@ -74,6 +74,14 @@ class Site:
     def store(self):
         return self.vault.git
 
+    def warm(self) -> None:
+        """Compile the templates and open git's object reader once the server listens, so the first
+        page a person opens does not pay for them (and the start stays short)."""
+        for name in self.env.list_templates(filter_func=lambda n: n.endswith(".html")):
+            self.env.get_template(name)
+        self.store.read_file(self.store.head(), "hermes.yaml")
+        changes.pending(self.store)  # the files of each pending change, remembered per commit
+
     def routes(self) -> list[Route]:
         return [
             Route("/", self.pending_page),
@@ -99,9 +107,9 @@ class Site:
     # -- rendering ---------------------------------------------------------------------------------
     def render(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         flash = self.flashes.pop(request.query_params.get("flash", ""), None)
-        pending_count = sum(len(self.store.branches(p)) for p in changes.LEARNED_PREFIXES)
-        html = self.env.get_template(template).render(request_path=request.url.path, flash=flash,
-                                                      pending_count=pending_count, **context)
+        if "pending_count" not in context:
+            context["pending_count"] = len(self.store.branches(*changes.LEARNED_PREFIXES))
+        html = self.env.get_template(template).render(request_path=request.url.path, flash=flash, **context)
         return HTMLResponse(html, status)
 
     def redirect(self, to: str, kind: str, text: str) -> RedirectResponse:
@@ -112,7 +120,7 @@ class Site:
         return RedirectResponse(f"{to}{'&' if '?' in to else '?'}flash={key}", 303)
 
     def failed(self, request: Request, exc: HermesError) -> HTMLResponse:
-        status = 404 if "no " in str(exc)[:12] else 400
+        status = 404 if getattr(exc, "reason", str(exc)).startswith("no ") else 400  # "no skill named ..."
         return self.render(request, "error.html", status, error=str(exc))
 
     async def act(self, request: Request, work: Callable[[], tuple[str, str]], back: str) -> Response:
@@ -126,7 +134,8 @@ class Site:
 
     # -- pending changes ---------------------------------------------------------------------------
     def pending_page(self, request: Request) -> Response:
-        return self.render(request, "pending.html", rows=changes.pending(self.store))
+        rows = changes.pending(self.store)
+        return self.render(request, "pending.html", rows=rows, pending_count=len(rows))
 
     def change_page(self, request: Request) -> Response:
         try:

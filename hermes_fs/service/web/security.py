@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import ipaddress
 import secrets
+import time
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
 from pathlib import Path
@@ -120,9 +121,12 @@ class Guard:
         if headers.get(b"host", b"") not in self.hosts:
             return await _plain(send, 421, "wrong Host header: open the page by the address hermes-fs web printed")
 
+        started = time.perf_counter()
+
         async def send_with_headers(message):
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), *HEADERS]}
+                took = f"app;dur={(time.perf_counter() - started) * 1000:.1f}".encode()  # server time, for bench/web.py
+                message = {**message, "headers": [*message.get("headers", []), *HEADERS, (b"server-timing", took)]}
             await send(message)
 
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
@@ -130,7 +134,7 @@ class Guard:
             if not hmac.compare_digest(query["token"], self.keys.token):
                 return await _plain(send_with_headers, 401, "wrong token")
             rest = urlencode({k: v for k, v in query.items() if k != "token"})
-            location = scope.get("path", "/") + (f"?{rest}" if rest else "")
+            location = "/" + scope.get("path", "/").lstrip("/") + (f"?{rest}" if rest else "")  # never `//host`
             cookie = f"{COOKIE}={self.keys.cookie}; HttpOnly; SameSite=Strict; Path=/"
             return await _plain(send_with_headers, 303, "signed in", [(b"location", location.encode()),
                                                                        (b"set-cookie", cookie.encode())])

@@ -39,6 +39,9 @@ class WebApp:
 def build(vault: Vault, host: str, port: int) -> WebApp:
     """The app for one vault, bound (by name) to host:port; the token is made on first use."""
     keys = Keys(load_token(vault.secrets_env, host))
+    if host in ("0.0.0.0", "::", ""):
+        raise HermesError(f"listen on the address you will open in the browser, not {host or 'every address'}: "
+                          "the page answers only requests whose Host header names the address it is bound to")
     site = Site(vault, keys)
     feed = ChangeFeed(vault.root, on_change=lambda names: _reload_settings(vault, names))
 
@@ -95,9 +98,19 @@ class WebServer:
     def signin_url(self) -> str:
         return f"{self.url}?token={self.app.guard.keys.token}"
 
+    def _warm(self) -> None:
+        def work():
+            try:
+                self.app.site.warm()
+            except Exception:  # only a head start: the pages do the same work when asked
+                log.exception("warming the web page up failed")
+
+        threading.Thread(target=work, name="web-warm", daemon=True).start()
+
     def run(self) -> None:
         """Serve until Ctrl-C / SIGTERM (uvicorn's own signal handling)."""
         self.app.feed.start()
+        self._warm()
         try:
             self.server.run(sockets=[self.sock])
         finally:
@@ -105,6 +118,7 @@ class WebServer:
 
     def start(self) -> None:
         self.app.feed.start()
+        self._warm()
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, name="web", daemon=True)
         self.thread.start()
 

@@ -1,0 +1,51 @@
+"""`hermes-fs sync`: one sync round with the vault's git remote (the daemon syncs continuously)."""
+
+from __future__ import annotations
+
+import click
+
+from .term import echo
+
+_VAULT = click.option("--vault", type=click.Path(file_okay=False), help="Vault folder.")
+
+
+@click.command("sync")
+@_VAULT
+@click.option("--json", "as_json", is_flag=True, help="Print the round as JSON.")
+@click.pass_context
+def sync(ctx: click.Context, vault: str | None, as_json: bool):
+    """One round with the git remote of hermes.yaml: fetch, merge by entry, push.
+
+    Never a rebase; a conflict keeps both versions (the other machine's beside yours). Exit 1 if
+    the remote cannot be reached."""
+    import json
+    from dataclasses import asdict
+
+    from .. import open_vault as find_vault
+    from ..service.sync import Syncer
+
+    r = Syncer(find_vault(vault or ctx.find_root().obj.get("vault"))).round(work=False)  # due times: the daemon's
+    if as_json:
+        echo(json.dumps(asdict(r), indent=2, default=str))
+    else:
+        echo(f"sync: {r.line()}")
+        for path in r.conflicts:
+            echo(f"  kept the other machine's version beside yours: {path}")
+        for path in r.withdrawn:
+            echo(f"  withdrawn (another machine's result stands): {path}")
+    if r.offline:
+        ctx.exit(1)
+
+
+@click.command("clone")
+@click.argument("url")
+@click.argument("path", type=click.Path(file_okay=False))
+@click.option("--branch", default="main", show_default=True, help="The remote branch that is the vault's main.")
+def clone(url: str, path: str, branch: str):
+    """Copy a synced vault to this machine (git clone); then run `hermes-fs daemon`."""
+    from pathlib import Path
+
+    from ..service.sync import clone_vault
+
+    v = clone_vault(url, Path(path), branch)
+    echo(f"cloned {url} into {v.root}; start syncing with `hermes-fs --vault {v.root} daemon`")

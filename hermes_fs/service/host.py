@@ -1,0 +1,29 @@
+"""What the daemon's parts may use of the daemon that starts them: protocols, so a part never
+imports the daemon (nor services.py, which imports the parts)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Protocol
+
+from ..store.vault import Vault
+
+
+class JobRunner(Protocol):
+    """The cron scheduler as a part sees it: the jobs it knows and a way to run a claimed due time."""
+
+    @property
+    def jobs(self) -> dict[str, Any]: ...
+
+    def run_claimed(self, job: Any, due: datetime) -> bool: ...
+
+
+class DaemonHost(Protocol):
+    vault: Vault
+
+    @property
+    def scheduler(self) -> JobRunner | None: ...
+
+    def note(self, message: str) -> None: ...
+
+    def error(self, message: str) -> None: ...

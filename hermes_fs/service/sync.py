@@ -1,0 +1,590 @@
+"""Sync: one vault on several machines through a git remote. Orchestration only: the transport
+is store/remote.py, the claims store/claims.py, the merge GitStore.integrate.
+
+One round (`Syncer.round`, run by `hermes-fs sync` once and by the daemon continuously):
+
+1. ask the remote what it has (`ls-remote`, cheap) and fetch only if that differs from the mirror;
+2. withdraw a result whose claim another machine took over meanwhile (its result stands);
+3. merge the remote's main into main: a fast-forward, or a merge commit with the entry-aware
+   merge (memory by entry, skills by line with frontmatter by key). Never a rebase. A conflict
+   never leaves markers: this machine's version stays, the other's is written beside it
+   (`USER.conflict-<host>.md`), the person is notified once and `status` lists it. Uncommitted
+   text of a person is never touched (the same CAS as every merge);
+4. push main together with the claims marked `done` since, in one `--atomic` push whose lease is
+   the remote main that was merged; a lost race (someone pushed first) goes back to 1;
+5. publish and adopt learned branches (`refine/*`, `learn/*`) and rejected changes, three-way
+   against what both sides had at the last round (.hermes/sync/refs.json);
+6. renew this machine's running claims, claim due times it missed while offline, and list the
+   expired claims of dead machines for the daemon to take over.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import quote, unquote
+
+from ..errors import ConflictError, GitError, HermesError
+from ..store.claims import LEDGER_NAME, ClaimRecord, Ledger, RefClaims, parse_cron_key
+from ..store.files import atomic_write
+from ..store.git import MAIN, GitStore, format_message
+from ..store.host import host_id
+from ..store.provenance import HOST, Act
+from ..store.remote import MIRROR, RefUpdate, Remote, Unreachable, mirror_of
+from ..store.vault import Vault
+from .host import DaemonHost
+
+log = logging.getLogger("hermes_fs.sync")
+
+CONFLICT_MARK = ".conflict-"
+LEARNED_REFS = ("refs/heads/refine/", "refs/heads/learn/", "refs/hermes/rejected/")
+PUSH_TRIES = 4  # a push that lost a race fetches, merges and tries again, this many times per round
+
+_claims: dict[Path, RefClaims] = {}
+_claims_lock = threading.Lock()
+
+
+URL_KEY = "hermes.remoteUrl"  # git config of one clone: this machine reaches the remote by another URL
+
+
+def remote_url(vault: Vault) -> str | None:
+    """The remote's URL for this machine: `git config hermes.remoteUrl` (untracked, per clone),
+    else `remote.url` of hermes.yaml; None when the vault does not sync."""
+    if vault.config.remote is None:
+        return None
+    return vault.git.config_get(URL_KEY) or vault.config.remote.url or None
+
+
+def remote_for(vault: Vault) -> Remote:
+    url = remote_url(vault)
+    if not url:
+        raise HermesError("no remote configured: add `remote: {url: ..., branch: main}` to hermes.yaml "
+                          "(see README, \"Several machines\")")
+    return Remote(vault.root, url)
+
+
+def clone_vault(url: str, path: Path, branch: str = MAIN) -> Vault:
+    """A second machine's copy of a synced vault: `git clone`, main checked out, a local git
+    identity if none is set (like `init`)."""
+    import os
+    import subprocess
+
+    from ..store.vault import DEFAULT_IDENTITY
+
+    path = Path(path).expanduser().resolve()
+    if path.exists() and any(path.iterdir()):
+        raise HermesError(f"{path} is not empty; clone into a new folder")
+    proc = subprocess.run(["git", "clone", "-q", "--no-tags", "-b", branch, url, str(path)], capture_output=True,
+                          text=True, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+    if proc.returncode != 0:
+        raise GitError(f"git clone failed: {proc.stderr.strip()}")
+    store = GitStore(path, lock_dir=path / ".hermes" / "locks")
+    if branch != MAIN:
+        store._git("branch", "-m", branch, MAIN)
+    for key, value in (("core.splitIndex", "true"), ("feature.manyFiles", "true")):
+        store.config_set(key, value)
+    if not (store.config_get("user.name") and store.config_get("user.email")):
+        store.config_set("user.name", DEFAULT_IDENTITY[0])
+        store.config_set("user.email", DEFAULT_IDENTITY[1])
+    vault = Vault(path)
+    vault.reload_config()
+    if vault.config.remote is None:
+        raise HermesError(f"{path}/hermes.yaml has no `remote:`; add it there so every machine syncs")
+    return vault
+
+
+def sync_dir(vault: Vault) -> Path:
+    d = vault.state_dir / "sync"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def claims_for(vault: Vault) -> RefClaims:
+    """The vault's claim refs; one object per vault in a process (the scheduler, the sync service
+    and the inbox share what this machine holds)."""
+    root = vault.root.resolve()
+    with _claims_lock:
+        found = _claims.get(root)
+        if found is None:
+            found = RefClaims(vault.git, remote_for(vault), host_id(vault.state_dir), vault.config.sync.claim_ttl_s,
+                              Ledger(vault.state_dir / LEDGER_NAME), sync_dir(vault) / "claims.json")
+            _claims[root] = found
+        return found
+
+
+@contextmanager
+def deciding(vault: Vault, branch: str) -> Iterator[None]:
+    """Around a person's merge or reject of a learned change in a synced vault: the decision on
+    that exact change (branch and tip) is claimed on the remote first, so when two machines decide
+    at once exactly one does and the other is told who did. The decision is published at once.
+    Offline, no decision is made (nobody could be asked whether another machine made one)."""
+    from ..store.claims import Take
+
+    if remote_url(vault) is None:
+        yield
+        return
+    tip = vault.git.rev(f"refs/heads/{branch}") or "gone"
+    key = f"review/{branch}/{tip[:12]}"
+    claims = claims_for(vault)
+    outcome = claims.take(key)
+    if outcome == Take.OFFLINE:
+        raise HermesError(f"the remote cannot be reached, so {branch} stays pending: another machine may be "
+                          "deciding on it; try again when the remote answers")
+    if outcome == Take.TAKEN:
+        rec = claims.holder(key)
+        who = f"machine {rec.host}" if rec else "another machine"
+        raise HermesError(f"{branch} was already decided on {who}; `hermes-fs sync` shows the result")
+    try:
+        yield
+    except BaseException:
+        claims.release(key)
+        raise
+    claims.finish(key)
+    try:
+        Syncer(vault, claims).round(work=False)
+    except HermesError as exc:
+        log.warning("sync after deciding %s: %s", branch, exc)  # the daemon pushes it later
+
+
+def beside(path: str, host: str) -> str:
+    """Where the other machine's version of a conflicted file goes: `memory/USER.conflict-<host>.md`."""
+    p = PurePosixPath(path)
+    return str(p.with_name(f"{p.stem}{CONFLICT_MARK}{host}{p.suffix}"))
+
+
+CONFLICTS_FILE = "conflicts.json"
+
+
+def is_conflict_copy(path: str) -> bool:
+    return CONFLICT_MARK in PurePosixPath(path).name
+
+
+def conflict_files(vault: Vault) -> list[str]:
+    """Versions kept beside a file after a sync conflict (made here or arriving from another
+    machine) that are still in the vault: what `status` lists until a person deletes them.
+    Read from .hermes/sync/conflicts.json, which each merge updates: no walk of the vault."""
+    try:
+        known = json.loads((vault.state_dir / "sync" / CONFLICTS_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    return sorted(p for p in known if isinstance(p, str) and (vault.root / p).is_file())
+
+
+def _remember_conflicts(vault: Vault, paths: list[str]) -> None:
+    found = set(conflict_files(vault)) | {p for p in paths if is_conflict_copy(p)}
+    atomic_write(sync_dir(vault) / CONFLICTS_FILE, json.dumps(sorted(found), indent=1))
+
+
+def sync_status(vault: Vault) -> dict:
+    """For `status`: the remote, this machine's host id, conflicts kept, due times missed offline.
+    No network: what the last round left in .hermes/sync/."""
+    try:
+        missed = json.loads((vault.state_dir / "sync" / "claims.json").read_text()).get("missed", {})
+    except (OSError, ValueError, AttributeError):
+        missed = {}
+    return {"remote": remote_url(vault), "host": host_id(vault.state_dir), "conflicts": conflict_files(vault),
+            "missed": missed}
+
+
+@dataclass
+class Round:
+    offline: str | None = None  # why the remote could not be reached
+    fetched: bool = False
+    merged: str | None = None  # the new main, when the remote brought something
+    pushed: bool = False
+    conflicts: list[str] = field(default_factory=list)  # files written beside, this round
+    withdrawn: list[str] = field(default_factory=list)
+    refs: list[str] = field(default_factory=list)  # learned refs published or adopted
+    caught_up: list[tuple[str, datetime]] = field(default_factory=list)  # missed due times now claimed here
+    expired: list[ClaimRecord] = field(default_factory=list)  # claims of dead machines
+    lost: list[str] = field(default_factory=list)  # running claims this machine lost
+
+    def line(self) -> str:
+        if self.offline:
+            return f"offline: {self.offline}"
+        parts = [("fetched" if self.fetched else "up to date"), ("merged" if self.merged else ""),
+                 ("pushed" if self.pushed else ""), (f"{len(self.refs)} learned ref(s)" if self.refs else ""),
+                 (f"{len(self.conflicts)} conflict(s) kept beside: {', '.join(self.conflicts)}" if self.conflicts else "")]
+        return ", ".join(p for p in parts if p)
+
+
+class Syncer:
+    def __init__(self, vault: Vault, claims: RefClaims | None = None, notify: Callable[[str, str], None] | None = None):
+        self.vault = vault
+        self.store = vault.git
+        self.remote = remote_for(vault)
+        self.claims = claims or claims_for(vault)
+        self.host = host_id(vault.state_dir)
+        self.branch_ref = "refs/heads/" + (vault.config.remote.branch if vault.config.remote else MAIN)
+        self.notify = notify or self._notify
+        self.refs_path = sync_dir(vault) / "refs.json"
+        self.lock = threading.Lock()  # one round at a time (the daemon's timer and a push at once)
+
+    # -- one round -------------------------------------------------------------------------------
+    def round(self, work: bool = True) -> Round:
+        """One round; with `work` (the daemon), also claim missed due times and list dead
+        machines' claims, for the caller to run."""
+        with self.lock:
+            r = Round()
+            try:
+                for _attempt in range(PUSH_TRIES):
+                    self._fetch(r)
+                    self._withdraw_lost(r, self.claims.lost_to_takeover())
+                    self._integrate(r)
+                    if self._push_main(r):
+                        break
+                self._sync_learned(r)
+                r.lost = self.claims.renew()
+                if work:
+                    r.caught_up = self.claims.take_missed()
+                    r.expired = self.claims.expired()
+            except Unreachable as exc:
+                r.offline = str(exc)
+            return r
+
+    def _fetch(self, r: Round) -> None:
+        there = self.remote.refs()
+        here = {self._unmirror(ref): sha for ref, sha in self._refs(MIRROR).items()}
+        if there != here:
+            self.remote.fetch()
+            self.claims.refresh()
+            r.fetched = True
+
+    @staticmethod
+    def _unmirror(ref: str) -> str:
+        return "refs/" + ref.removeprefix(MIRROR)
+
+    def _refs(self, prefix: str) -> dict[str, str]:
+        out = self.store._git("for-each-ref", "--format=%(objectname) %(refname)", prefix)
+        found = {}
+        for line in out.splitlines():
+            sha, _, ref = line.partition(" ")
+            found[ref] = sha
+        return found
+
+    def _integrate(self, r: Round) -> None:
+        theirs = self.store.rev(mirror_of(self.branch_ref))
+        if theirs is None:
+            return
+        who = self._host_of(theirs)
+        before = self.store.head()
+        try:
+            message = format_message(f"sync: merge {who}'s main")
+            new = self.store.integrate(theirs, message, Act.sync(self.host),
+                                       resolve=_format_resolver(self.store), keep_both=self._keep_both(r, theirs))
+        except ConflictError as exc:  # a person is typing in those files: their text wins, try next round
+            log.info("sync: not merging now: %s", exc)
+            return
+        except GitError as exc:
+            if "in progress" in str(exc) or "checked out" in str(exc) or "moved while merging" in str(exc):
+                log.info("sync: not merging now: %s", exc)
+                return
+            raise
+        if new:
+            r.merged = new
+            _remember_conflicts(self.vault, self.store.changed_paths(before, new))
+        if r.conflicts:
+            self.notify("hermes-fs: sync kept both versions",
+                        "Another machine changed the same text. Its version is kept beside yours:\n"
+                        + "\n".join(f"- {p}" for p in r.conflicts)
+                        + "\nMerge what you want to keep into the original file, then delete the copy.")
+
+    def _host_of(self, sha: str) -> str:
+        return self.store.commit_info(sha).trailers.get(HOST) or "remote"
+
+    def _keep_both(self, r: Round, theirs: str):
+        def keep(path: str, base: bytes | None, ours: bytes | None, other: bytes | None) -> dict[str, bytes | None]:
+            if ours is None or other is None:  # deleted on one side, changed on the other: keep the change
+                return {path: ours if ours is not None else other}
+            host = self._last_host(theirs, path)
+            copy = beside(path, host)
+            r.conflicts.append(copy)
+            return {path: ours, copy: other}
+
+        return keep
+
+    def _last_host(self, sha: str, path: str) -> str:
+        out = self.store._git("log", "-1", "--format=%B", sha, "--", path)
+        from ..store.git import parse_trailers
+
+        return parse_trailers(out).get(HOST) or "remote"
+
+    def _finish_committed(self) -> None:
+        """A claim is done exactly when its result is on main: so the `done` claim always goes up
+        in the same atomic push as the result, even if the process died between the two."""
+        head = self.store.head()
+        for key in self.claims.running():
+            rel = result_of(key)
+            if rel and self.store.read_file(head, rel) is not None:
+                self.claims.finish(key, [rel])
+            elif key.startswith(INBOX_KEY) and _request_done(self.vault, key, head):
+                self.claims.finish(key)
+            elif self.claims.held[key].orphan:
+                self.claims.forget(key)
+
+    def _push_main(self, r: Round) -> bool:
+        """Push main with the pending `done` claims, atomically. False: lost a race, go again."""
+        self._finish_committed()
+        ours = self.store.head()
+        theirs = self.store.rev(mirror_of(self.branch_ref))
+        updates = self.claims.pending()
+        if ours != theirs:
+            updates = [RefUpdate(self.branch_ref, ours, theirs), *updates]
+        if not updates:
+            return True
+        result = self.remote.push(updates)
+        lost = self.claims.settle(result.accepted, [ref for ref, why in result.rejected.items() if "stale" in why])
+        if result.ok:
+            r.pushed = r.pushed or self.branch_ref in result.accepted
+            return True
+        self._withdraw_lost(r, lost)
+        return False
+
+    def _withdraw_lost(self, r: Round, lost: list[tuple[str, list[str]]]) -> None:
+        """A cron run whose claim expired and was taken over: the other machine's output stands,
+        this one's is removed from main (where it still holds exactly what was committed)."""
+        paths = []
+        for key, kept in lost:
+            paths += [p for p in [result_of(key), *kept] if p]
+        head = self.store.head()
+        gone = [p for p in paths if self.store.read_file(head, p) is not None
+                and (self.vault.root / p).is_file() and (self.vault.root / p).read_bytes() == self.store.read_file(head, p)]
+        if not gone:
+            return
+        for p in gone:
+            (self.vault.root / p).unlink()
+        self.store.commit_paths(gone, "sync: withdraw a result another machine also made", Act.sync(self.host),
+                                body="This machine's claim expired while it worked; the machine that took the claim over "
+                                     "published the result that stands.")
+        r.withdrawn += gone
+
+    # -- learned branches and rejected changes ---------------------------------------------------
+    def _sync_learned(self, r: Round) -> None:
+        base = self._load_base()
+        local: dict[str, str] = {}
+        mirror: dict[str, str] = {}
+        for prefix in LEARNED_REFS:
+            local.update(self._refs(prefix))
+            mirror.update({self._unmirror(k): v for k, v in self._refs(mirror_of(prefix)).items()})
+        updates = []
+        for ref in sorted(set(local) | set(mirror) | set(base)):
+            here, there, was = local.get(ref), mirror.get(ref), base.get(ref)
+            if here == there:
+                continue
+            if here == was:  # changed on the remote only: adopt it
+                self._set_local(ref, there, here)
+                r.refs.append(ref)
+            elif there == was:  # changed here only: publish it
+                updates.append(RefUpdate(ref, here, there))
+            else:  # both: the remote's stands (a branch name made on two machines, never by hermes-fs)
+                log.warning("sync: %s changed here and on the remote; keeping the remote's", ref)
+                self._set_local(ref, there, here)
+        if updates:
+            result = self.remote.push(updates, atomic=False)
+            r.refs += result.accepted
+            if result.accepted:
+                self.remote.fetch(*LEARNED_REFS)
+        agreed = {}
+        for prefix in LEARNED_REFS:
+            agreed.update({self._unmirror(k): v for k, v in self._refs(mirror_of(prefix)).items()})
+        atomic_write(self.refs_path, json.dumps(agreed, indent=1))
+
+    def _load_base(self) -> dict[str, str]:
+        try:
+            return json.loads(self.refs_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _set_local(self, ref: str, new: str | None, old: str | None) -> None:
+        if new is None:
+            if old:
+                self.store._git("update-ref", "-d", ref, old)
+        else:
+            self.store._git("update-ref", ref, new, old or "0" * 40)
+
+    def _notify(self, title: str, body: str) -> None:
+        try:
+            self.vault.notifier.event("sync_conflict", title, body)
+        except Exception:
+            log.exception("sync: notification failed")
+
+
+INBOX_KEY = "inbox/"
+
+
+def request_key(vault: Vault, rel: str) -> str | None:
+    """The claim key of an inbox request that arrived through git (tracked on main, so every
+    machine sees it); None for one dropped on this machine (only this machine can take it)."""
+    blob = vault.git._git("rev-parse", "-q", "--verify", f"{MAIN}:{rel}", ok=(0, 1, 128)).strip()
+    if not blob:
+        return None
+    return f"{INBOX_KEY}{blob[:20]}-{quote(PurePosixPath(rel).name, safe='-_')}"
+
+
+def claim_request(vault: Vault, rel: str) -> bool:
+    """May this machine take the inbox request `rel`? Yes for a request dropped here; for one that
+    came through git, only if this machine wins its claim on the remote (offline: not now — it is
+    taken when the remote answers again, or by a machine that can reach it)."""
+    if remote_url(vault) is None:
+        return True
+    key = request_key(vault, rel)
+    if key is None:
+        return True
+    from ..store.claims import Take
+
+    return claims_for(vault).take(key) == Take.WON
+
+
+def _request_done(vault: Vault, key: str, head: str) -> bool:
+    """A claimed request is done once main no longer holds it (its removal is committed with its result)."""
+    name = unquote(key.removeprefix(INBOX_KEY).split("-", 1)[1])
+    blob = key.removeprefix(INBOX_KEY).split("-", 1)[0]
+    data = vault.git._git("rev-parse", "-q", "--verify", f"{head}:inbox/{name}", ok=(0, 1, 128)).strip()
+    return not data.startswith(blob)
+
+
+def result_of(key: str) -> str | None:
+    """The file that holds the result of a claimed piece of work (a cron run's output)."""
+    parsed = parse_cron_key(key)
+    if parsed is None:
+        return None
+    from .cron_runner import output_path
+
+    return output_path(*parsed)
+
+
+def _format_resolver(store: GitStore):
+    from ..learning.changes import format_resolver
+
+    return format_resolver(store)
+
+
+__all__ = ["Round", "Syncer", "beside", "claims_for", "conflict_files", "format_message", "remote_for"]
+
+
+class SyncService:
+    """The daemon's continuous sync (a DaemonService): a round as soon as main moves here (so
+    this machine's commits go up at once) and every `sync.interval_s` (one cheap ls-remote), so
+    the interval, not git, sets the delay. After a round it takes over the claims of machines
+    that died and runs the due times this machine missed while offline."""
+
+    name = "sync"
+
+    def __init__(self, daemon: DaemonHost):
+        self.daemon = daemon
+        self.vault = daemon.vault
+        self.syncer = Syncer(self.vault)
+        self.syncer.claims.on_finish = self.poke
+        self.wake = threading.Event()
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.observer: Any = None  # watchdog's Observer, started with the service
+        self.offline: str | None = None
+
+    def poke(self) -> None:
+        self.wake.set()
+
+    def start(self) -> None:
+        from watchdog.events import FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        poke = self.poke
+
+        class MainMoved(FileSystemEventHandler):
+            def on_any_event(self, event) -> None:
+                if PurePosixPath(str(getattr(event, "dest_path", "") or event.src_path)).name == MAIN:
+                    poke()
+
+        observer = Observer()
+        observer.schedule(MainMoved(), str(self.vault.root / ".git" / "refs" / "heads"), recursive=False)
+        observer.start()
+        self.observer = observer
+        self.thread = threading.Thread(target=self._loop, name="sync", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.wake.set()
+        if self.observer is not None:
+            self.observer.stop()
+            self.observer.join(5)
+        if self.thread is not None:
+            self.thread.join(30)
+
+    def _loop(self) -> None:
+        while not self.stopped.is_set():
+            self.wake.clear()
+            try:
+                self._after(self.syncer.round())
+            except Exception as exc:  # the sync thread never dies: report, wait, try again
+                log.exception("sync: round failed")
+                self.daemon.error(f"sync failed: {type(exc).__name__}: {exc}")
+            self.wake.wait(self.vault.config.sync.interval_s)
+
+    def _after(self, r: Round) -> None:
+        if r.offline:
+            if self.offline is None:
+                self.daemon.error(f"sync: remote unreachable ({r.offline}); due jobs wait until it answers")
+            self.offline = r.offline
+            return
+        if self.offline is not None:
+            self.daemon.note("sync: remote reachable again")
+            self.offline = None
+        for path in r.conflicts:
+            self.daemon.note(f"sync: conflict, the other machine's version is kept beside: {path}")
+        for path in r.withdrawn:
+            self.daemon.error(f"sync: withdrew {path}: this machine's claim expired while it worked; the other result stands")
+        for key in r.lost:
+            self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
+        for job, due in r.caught_up:
+            self._run(job, due, "missed while offline, nobody ran it")
+        for rec in r.expired:
+            self._take_over(rec)
+
+    def _take_over(self, rec: ClaimRecord) -> None:
+        from ..store.claims import Take
+
+        if rec.key.startswith(INBOX_KEY):
+            self._redrop(rec)
+            return
+        parsed = parse_cron_key(rec.key)
+        if parsed is None or parsed[0] not in self._jobs():
+            return
+        if self.syncer.claims.take(rec.key) == Take.WON:
+            self._run(*parsed, f"took over from {rec.host}, whose claim expired")
+
+    def _redrop(self, rec: ClaimRecord) -> None:
+        """A request claimed by a machine that died: write it again, unchanged, so this daemon's
+        inbox takes it as if just dropped (its claim step takes the expired claim over)."""
+        name = unquote(rec.key.removeprefix(INBOX_KEY).split("-", 1)[1])
+        rel = f"inbox/{name}"
+        if request_key(self.vault, rel) != rec.key:
+            return  # answered meanwhile (main no longer holds that request)
+        path = self.vault.root / rel
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return  # already taken here
+        self.daemon.note(f"request {name}: its claimant {rec.host} stopped answering; taking it here")
+        with open(path, "wb") as f:  # a close-after-write event, exactly as a person's save
+            f.write(data)
+
+    def _jobs(self) -> dict:
+        scheduler = self.daemon.scheduler
+        return scheduler.jobs if scheduler is not None else {}
+
+    def _run(self, job_name: str, due: datetime, why: str) -> None:
+        job = self._jobs().get(job_name)
+        scheduler = self.daemon.scheduler
+        if job is None or scheduler is None:
+            return
+        self.daemon.note(f"cron {job_name} due {due.isoformat()}: {why}; running it here")
+        if not scheduler.run_claimed(job, due):
+            self.daemon.note(f"cron {job_name}: still running here; the claim will expire for another machine")

@@ -1,0 +1,384 @@
+"""Claims: which machine does a piece of work (a cron due time, a request, a review decision), once.
+
+One interface, two implementations:
+
+* `Ledger`: one machine. `.hermes/cron-ledger.json` (fsynced before a run) holds the latest due
+  time started per job; a due time at or before it is never run again, across restarts.
+* `RefClaims`: several machines sharing a remote. A claim is the ref `refs/hermes/claims/<key>`
+  on the remote, created by a push whose lease says "must not exist yet" (`store/remote.py`): the
+  remote's receive-pack lets exactly one of any number of racing machines create it. A claim
+  points at a tiny commit (empty tree) whose trailers say who holds it (`Hermes-Host`), whether the
+  work is `running` or `done`, and until when a running claim holds (`Claim-Expires`). A running
+  claim past its expiry belongs to a machine that died: anyone may take it over with a lease on
+  its exact old value (again exactly one wins). The holder renews its running claims well before
+  they expire, and marks one `done` in the same atomic push that publishes the result on main.
+  `RefClaims` keeps the local ledger too, so a restart never re-runs what this machine started.
+
+Machine-local state (what this machine holds, what it missed while offline) lives in
+`.hermes/sync/claims.json`. Nothing here decides *when* to claim: that is the scheduler's and the
+sync service's.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+from urllib.parse import quote, unquote
+
+from .files import atomic_write
+from .provenance import CLAIM_EXPIRES, CLAIM_STATE, HOST, Act
+from .remote import MIRROR, RefUpdate, Remote, Unreachable, mirror_of
+
+if TYPE_CHECKING:
+    from .git import GitStore
+
+CLAIMS = "refs/hermes/claims/"
+LEDGER_NAME = "cron-ledger.json"  # in .hermes/
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+RUNNING, DONE = "running", "done"
+
+
+class Claims(Protocol):
+    """The cron scheduler's view: `mark` claims a due time (False: never run it here), `passed`
+    records locally that a due time is not owed (first seen, no catch-up), `done` says its run
+    finished, `last` is the newest due time started anywhere this machine knows of."""
+
+    def last(self, job: str) -> datetime | None: ...
+
+    def mark(self, job: str, due: datetime) -> bool: ...
+
+    def passed(self, job: str, due: datetime) -> None: ...
+
+    def done(self, job: str, due: datetime) -> None: ...
+
+
+class Ledger:
+    """job -> the latest due time started (ISO). Written atomically and fsynced before a run."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.lock = threading.Lock()
+        try:
+            self.data: dict[str, str] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            self.data = {}
+
+    def last(self, job: str) -> datetime | None:
+        value = self.data.get(job)
+        return datetime.fromisoformat(value) if value else None
+
+    def mark(self, job: str, due: datetime) -> bool:
+        """Claim (job, due); False if it was already claimed (never run twice)."""
+        with self.lock:
+            last = self.last(job)
+            if last is not None and due <= last:
+                return False
+            self.data[job] = due.isoformat()
+            atomic_write(self.path, json.dumps(self.data, indent=2), fsync=True)
+            return True
+
+    def passed(self, job: str, due: datetime) -> None:
+        self.mark(job, due)
+
+    def done(self, job: str, due: datetime) -> None:
+        """Nothing to publish: on one machine the ledger entry made before the run is the record."""
+
+
+class Take(StrEnum):
+    WON = "won"  # this machine holds the claim now
+    TAKEN = "taken"  # another machine holds it (or finished the work)
+    OFFLINE = "offline"  # the remote could not be reached: nobody could be asked
+
+
+@dataclass
+class ClaimRecord:
+    key: str
+    sha: str
+    host: str
+    state: str
+    expires: float
+    timestamp: int = 0
+
+    def expired(self, now: float) -> bool:
+        return self.state == RUNNING and now > self.expires
+
+
+def cron_key(job: str, due: datetime) -> str:
+    """`cron/<job>/<due in UTC>`; the job name quoted so any file name makes a valid ref."""
+    return f"cron/{quote(job, safe='-_')}/{due.astimezone(UTC):%Y%m%dT%H%M%SZ}"
+
+
+def parse_cron_key(key: str) -> tuple[str, datetime] | None:
+    parts = key.split("/")
+    if len(parts) != 3 or parts[0] != "cron":
+        return None
+    try:
+        return unquote(parts[1]), datetime.strptime(parts[2], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+@dataclass
+class _Held:
+    sha: str  # the claim commit the remote has (as far as this machine knows)
+    expires: float
+    done: str | None = None  # the `done` commit waiting to go up with the result
+    paths: list[str] = field(default_factory=list)  # what the result wrote (to withdraw if it lost)
+    orphan: bool = False  # held by a previous process of this machine: not renewed; done only if its result is on main
+
+
+class RefClaims:
+    """Claims as refs on the remote (see the module docstring)."""
+
+    def __init__(self, store: GitStore, remote: Remote, host: str, ttl_s: float, ledger: Ledger,
+                 state_path: Path):
+        self.store = store
+        self.remote = remote
+        self.host = host
+        self.ttl_s = ttl_s
+        self.ledger = ledger
+        self.state_path = state_path
+        self.lock = threading.Lock()
+        self.on_finish: Callable[[], None] | None = None  # the sync service: push now
+        self._tree_written = False
+        self.held: dict[str, _Held] = {}
+        self.missed: dict[str, str] = {}  # job -> the latest due time (ISO) it could not claim, offline
+        self._load()
+        self.remote_last: dict[str, datetime] = {}
+        self.refresh()
+
+    # -- persisted state ------------------------------------------------------------------------
+    def _load(self) -> None:
+        try:
+            data = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return
+        # A running claim of a previous process is an orphan: its run is gone, so it is not renewed;
+        # if its result reached main it is finished, else it expires and is taken over like anyone's.
+        self.held = {k: _Held(**{**v, "orphan": not v.get("done")}) for k, v in data.get("held", {}).items()}
+        self.missed = dict(data.get("missed", {}))
+
+    def _save(self) -> None:
+        data = {"held": {k: vars(v) for k, v in self.held.items()}, "missed": self.missed}
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.state_path, json.dumps(data, indent=2), fsync=True)
+
+    # -- claim commits ----------------------------------------------------------------------------
+    def _commit(self, key: str, state: str, note: str = "") -> tuple[str, float]:
+        expires = round(time.time() + self.ttl_s, 3) if state == RUNNING else 0.0
+        message = f"claim {key}{': ' + note if note else ''}"
+        if not self._tree_written:  # git knows the empty tree without storing it; fsck wants it stored
+            self.store._git("mktree", input="")
+            self._tree_written = True
+        return self.store._commit_tree(EMPTY_TREE, [], message, Act.claim(self.host, state, expires)), expires
+
+    def records(self, prefix: str = "") -> list[ClaimRecord]:
+        """The claims of the last fetch (mirrored under refs/hermes/remote/), in one git call."""
+        fmt = "%(refname)%00%(objectname)%00%(committerdate:unix)%00%(contents)%1e"
+        base = mirror_of(CLAIMS)
+        out = self.store._git("for-each-ref", f"--format={fmt}", base + prefix)
+        found = []
+        for rec in out.split("\x1e"):
+            rec = rec.strip("\n")
+            if rec:
+                ref, sha, ts, message = rec.split("\0", 3)
+                found.append(_parse(ref[len(base):], sha, int(ts or 0), message))
+        return found
+
+    def holder(self, key: str) -> ClaimRecord | None:
+        """Who holds `key` on the remote now (fetched afresh); None if nobody."""
+        sha = self.remote.fetch_ref(CLAIMS + key)
+        if sha is None:
+            return None
+        return _parse(key, sha, 0, self.store.message(sha))
+
+    def refresh(self) -> None:
+        """Recompute `last` per job from the mirrored claim refs (after each fetch)."""
+        newest: dict[str, datetime] = {}
+        for r in self.records("cron/"):
+            parsed = parse_cron_key(r.key)
+            if parsed and (parsed[0] not in newest or parsed[1] > newest[parsed[0]]):
+                newest[parsed[0]] = parsed[1]
+        self.remote_last = newest
+
+    # -- taking, renewing, finishing ----------------------------------------------------------------
+    def take(self, key: str) -> Take:
+        """Create the claim; if it exists and its holder's time ran out, take it over. Exactly one
+        machine gets WON for a key (and again at most one per expiry)."""
+        ref = CLAIMS + key
+        try:
+            sha, expires = self._commit(key, RUNNING)
+            if self.remote.push([RefUpdate(ref, sha, None)]).ok:
+                return self._won(key, sha, expires)
+            current = self.holder(key)
+            if current is None or not current.expired(time.time()):
+                return Take.TAKEN
+            sha, expires = self._commit(key, RUNNING, f"taken over from {current.host}, whose claim expired")
+            if self.remote.push([RefUpdate(ref, sha, current.sha)]).ok:
+                return self._won(key, sha, expires)
+            return Take.TAKEN
+        except Unreachable:
+            return Take.OFFLINE
+
+    def _won(self, key: str, sha: str, expires: float) -> Take:
+        with self.lock:
+            self.held[key] = _Held(sha, expires)
+            self._save()
+        return Take.WON
+
+    def renew(self) -> list[str]:
+        """Push fresh expiries for running claims past a third of their time; the keys lost to a
+        takeover (this machine was too slow or cut off) are returned and forgotten."""
+        lost = []
+        now = time.time()
+        for key, held in list(self.held.items()):
+            if held.done or held.orphan or held.expires - now > self.ttl_s * 2 / 3:
+                continue
+            sha, expires = self._commit(key, RUNNING, "renewed")
+            result = self.remote.push([RefUpdate(CLAIMS + key, sha, held.sha)])
+            with self.lock:
+                if result.ok:
+                    held.sha, held.expires = sha, expires
+                else:
+                    self.held.pop(key, None)
+                    lost.append(key)
+                self._save()
+        return lost
+
+    def finish(self, key: str, paths: list[str] | None = None) -> None:
+        """The work is done: its `done` commit goes up with the next push of main (`pending`)."""
+        with self.lock:
+            held = self.held.get(key)
+            if held is None or held.done:
+                return
+            held.done = self._commit(key, DONE)[0]
+            held.paths = list(paths or [])
+            self._save()
+        if self.on_finish:
+            self.on_finish()
+
+    def running(self) -> list[str]:
+        """Keys this machine holds whose work is not marked done."""
+        return [k for k, h in self.held.items() if not h.done]
+
+    def forget(self, key: str) -> None:
+        """Stop tracking an orphan claim: it expires on the remote and is taken over there."""
+        with self.lock:
+            if self.held.pop(key, None):
+                self._save()
+
+    def release(self, key: str) -> None:
+        """Give a running claim back (the work was not done): delete the ref, with a lease."""
+        with self.lock:
+            held = self.held.pop(key, None)
+            self._save()
+        if held:
+            try:
+                self.remote.push([RefUpdate(CLAIMS + key, None, held.sha)])
+            except Unreachable:
+                pass  # it expires
+
+    def pending(self) -> list[RefUpdate]:
+        """`done` updates not yet on the remote; pushed atomically with main."""
+        return [RefUpdate(CLAIMS + k, h.done, h.sha) for k, h in self.held.items() if h.done]
+
+    def settle(self, accepted: list[str], rejected: list[str]) -> list[tuple[str, list[str]]]:
+        """After a push: forget what went up; return (key, paths) of done claims that were lost to
+        a takeover (their result must be withdrawn: the other machine's stands)."""
+        lost = []
+        with self.lock:
+            for ref in accepted:
+                key = ref.removeprefix(CLAIMS)
+                if key in self.held and self.held[key].done:
+                    del self.held[key]
+            for ref in rejected:
+                key = ref.removeprefix(CLAIMS)
+                held = self.held.get(key)
+                if held and held.done:
+                    lost.append((key, held.paths))
+                    del self.held[key]
+            self._save()
+        return lost
+
+    def lost_to_takeover(self) -> list[tuple[str, list[str]]]:
+        """Claims this machine holds that the last fetch shows in another machine's hands (this one
+        was cut off past the expiry): forgotten, and returned as (key, paths) like `settle`."""
+        mirrored = {r.key: r for r in self.records()}
+        lost = []
+        with self.lock:
+            for key, held in list(self.held.items()):
+                rec = mirrored.get(key)
+                if rec is not None and rec.sha not in (held.sha, held.done):
+                    lost.append((key, held.paths))
+                    del self.held[key]
+            if lost:
+                self._save()
+        return lost
+
+    # -- the scheduler's interface (Claims) ---------------------------------------------------------
+    def last(self, job: str) -> datetime | None:
+        known = [d for d in (self.ledger.last(job), self.remote_last.get(job)) if d is not None]
+        return max(known) if known else None
+
+    def mark(self, job: str, due: datetime) -> bool:
+        """Claim a due time on the remote. Offline, nothing runs: the due time is remembered as
+        missed and `catch_up` claims it once the remote answers (if nobody ran it meanwhile)."""
+        last = self.ledger.last(job)
+        if last is not None and due <= last:
+            return False
+        outcome = self.take(cron_key(job, due))
+        self.ledger.passed(job, due)
+        if outcome == Take.OFFLINE:
+            with self.lock:
+                self.missed[job] = due.isoformat()
+                self._save()
+        return outcome == Take.WON
+
+    def passed(self, job: str, due: datetime) -> None:
+        self.ledger.passed(job, due)
+
+    def done(self, job: str, due: datetime) -> None:
+        self.finish(cron_key(job, due))
+
+    def take_missed(self) -> list[tuple[str, datetime]]:
+        """Once the remote answers again: claim the due times missed while offline; those won are
+        returned, to be run now (a due time another machine ran meanwhile is dropped)."""
+        won = []
+        for job, due_iso in list(self.missed.items()):
+            due = datetime.fromisoformat(due_iso)
+            outcome = self.take(cron_key(job, due))
+            if outcome == Take.OFFLINE:
+                break
+            with self.lock:
+                self.missed.pop(job, None)
+                self._save()
+            if outcome == Take.WON:
+                won.append((job, due))
+        return won
+
+    def expired(self, prefix: str = "") -> list[ClaimRecord]:
+        """Running claims past their expiry, as of the last fetch: their holder died."""
+        now = time.time()
+        return [r for r in self.records(prefix) if r.expired(now)
+                and (r.key not in self.held or self.held[r.key].orphan)]
+
+
+def _parse(key: str, sha: str, timestamp: int, message: str) -> ClaimRecord:
+    from .git import parse_trailers
+
+    t = parse_trailers(message)
+    try:
+        expires = float(t.get(CLAIM_EXPIRES) or 0)
+    except ValueError:
+        expires = 0.0
+    return ClaimRecord(key, sha, t.get(HOST, "?"), t.get(CLAIM_STATE, RUNNING), expires, timestamp)
+
+
+__all__ = ["CLAIMS", "MIRROR", "ClaimRecord", "Claims", "Ledger", "RefClaims", "Take", "cron_key"]

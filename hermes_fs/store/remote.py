@@ -1,0 +1,146 @@
+"""Transport to the vault's git remote: list, fetch, and compare-and-swap pushes. Plumbing only.
+
+Every push names, for each ref it changes, the value that ref must have on the remote right now
+(`--force-with-lease=<ref>:<expected>`, empty for "must not exist"), so a push is a
+compare-and-swap done by the remote's receive-pack under its ref lock. A `+` refspec is never used
+(it would override the lease) and neither is a plain push (it would fast-forward over a ref
+someone else created). Several refs go up together with `--atomic`: all or none.
+
+The remote's refs are mirrored under `refs/hermes/remote/` (`refs/heads/main` ->
+`refs/hermes/remote/heads/main`), never under `refs/remotes/`, so a person's own `origin` and
+their `git fetch` are left alone. Credentials stay with git (credential helpers, ssh keys); no
+password is ever read or stored here. Policy (when to fetch, what to merge) is service/sync.py's.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import GitError
+
+MIRROR = "refs/hermes/remote/"
+# What a machine shares: main and the learned branches, claims and leases, rejected changes.
+SHARED = ("refs/heads/", "refs/hermes/claims/", "refs/hermes/leases/", "refs/hermes/rejected/")
+TIMEOUT_S = 30.0  # a remote that does not answer in this long counts as unreachable
+
+
+class Unreachable(GitError):
+    """The remote could not be reached (network, DNS, refused, timed out, authentication)."""
+
+
+def mirror_of(ref: str) -> str:
+    """The local mirror ref of a remote ref: refs/heads/main -> refs/hermes/remote/heads/main."""
+    return MIRROR + ref.removeprefix("refs/")
+
+
+@dataclass(frozen=True)
+class RefUpdate:
+    """Set `ref` on the remote to `new` (None deletes it) only if it is `expect` there now (None:
+    only if it does not exist)."""
+
+    ref: str
+    new: str | None
+    expect: str | None
+
+
+@dataclass
+class PushResult:
+    accepted: list[str] = field(default_factory=list)
+    rejected: dict[str, str] = field(default_factory=dict)  # ref -> git's reason ("stale info", ...)
+
+    @property
+    def ok(self) -> bool:
+        return not self.rejected
+
+
+class Remote:
+    """One remote URL seen from one local repository."""
+
+    def __init__(self, root: Path, url: str, timeout_s: float = TIMEOUT_S):
+        if not url:
+            raise GitError("no remote: set `remote.url` in hermes.yaml")
+        self.root = Path(root)
+        self.url = url
+        self.timeout_s = timeout_s
+
+    def _run(self, *args: str) -> tuple[int, str, str]:
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C",
+               # an ssh remote must never wait for a passphrase or a host-key question
+               "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")}
+        try:
+            proc = subprocess.run(["git", "-c", "core.quotepath=off", *args], cwd=self.root, capture_output=True,
+                                  env=env, timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            raise Unreachable(f"{self.url}: no answer within {self.timeout_s:.0f} s") from None
+        return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+
+    @staticmethod
+    def _failure(err: str) -> str:
+        lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
+        return lines[-1] if lines else "git failed without a message"
+
+    def refs(self, *prefixes: str) -> dict[str, str]:
+        """ref -> sha on the remote, for refs under `prefixes` (all shared ones by default)."""
+        code, out, err = self._run("ls-remote", "--refs", self.url, *[p + "*" for p in (prefixes or SHARED)])
+        if code != 0:
+            raise Unreachable(f"{self.url}: {self._failure(err)}")
+        refs = {}
+        for line in out.splitlines():
+            sha, _, ref = line.partition("\t")
+            if ref:
+                refs[ref] = sha
+        return refs
+
+    def fetch(self, *prefixes: str) -> None:
+        """Mirror the remote's refs under `prefixes` into refs/hermes/remote/ (deleted ones pruned)."""
+        specs = [f"+{p}*:{mirror_of(p)}*" for p in (prefixes or SHARED)]  # + only for the local mirror
+        code, _out, err = self._run("fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head",
+                                    self.url, *specs)
+        if code != 0:
+            raise Unreachable(f"{self.url}: {self._failure(err)}")
+
+    def fetch_ref(self, ref: str) -> str | None:
+        """Mirror one remote ref now; its sha, or None if the remote does not have it."""
+        found = self.refs(ref.rsplit("/", 1)[0] + "/").get(ref)
+        if found is None:
+            return None
+        code, _out, err = self._run("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", self.url,
+                                    f"+{ref}:{mirror_of(ref)}")
+        if code != 0:
+            if "couldn't find remote ref" in err:
+                return None
+            raise Unreachable(f"{self.url}: {self._failure(err)}")
+        return found
+
+    def push(self, updates: list[RefUpdate], atomic: bool = True) -> PushResult:
+        """Compare-and-swap each ref (see the module docstring); with `atomic`, all or none."""
+        if not updates:
+            return PushResult()
+        args = ["push", "--porcelain", "--no-verify"]
+        if atomic and len(updates) > 1:
+            args.append("--atomic")
+        for u in updates:
+            args.append(f"--force-with-lease={u.ref}:{u.expect or ''}")
+        args.append(self.url)
+        args += [f"{u.new or ''}:{u.ref}" for u in updates]  # never a leading +
+        code, out, err = self._run(*args)
+        result = PushResult()
+        for line in out.splitlines():
+            parts = line.split("\t")
+            if len(parts) < 3 or len(parts[0]) != 1:
+                continue
+            flag, spec, summary = parts[0], parts[1], parts[2]
+            ref = spec.rsplit(":", 1)[-1]
+            if flag == "!":
+                result.rejected[ref] = summary  # e.g. "[rejected] (stale info)", "[rejected] (atomic push failed)"
+            else:
+                result.accepted.append(ref)
+        if code != 0 and not result.rejected:
+            raise Unreachable(f"{self.url}: {self._failure(err)}")
+        for ref in (u.ref for u in updates):
+            if ref not in result.accepted and ref not in result.rejected:
+                result.rejected[ref] = "no status"
+        return result

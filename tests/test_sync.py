@@ -1,0 +1,232 @@
+"""Several machines, one vault: sync rounds, the entry-aware merge of another machine's main,
+conflicts kept side by side, and claims by ref on a real `git daemon` remote."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+
+import pytest
+from conftest import git
+from gitserver import GitDaemon, Proxy
+
+from hermes_fs.service.sync import Syncer, clone_vault, conflict_files
+from hermes_fs.store.claims import Ledger, RefClaims, Take
+from hermes_fs.store.provenance import Act
+from hermes_fs.store.remote import RefUpdate, Remote, Unreachable
+from hermes_fs.store.vault import Vault, init_vault
+
+
+@pytest.fixture
+def server(tmp_path):
+    d = GitDaemon(tmp_path / "srv")
+    yield d
+    d.close()
+
+
+def first_machine(tmp_path, server: GitDaemon, name="a") -> Vault:
+    server.bare()
+    v = init_vault(tmp_path / name).vault
+    cfg = v.root / "hermes.yaml"
+    cfg.write_text(cfg.read_text() + f"\nremote:\n  url: {server.url()}\n  branch: main\n")
+    v.git.commit_paths(["hermes.yaml"], "edit: hermes.yaml", Act.human_edit())
+    v.reload_config()
+    assert Syncer(v).round(work=False).pushed
+    return v
+
+
+def machine(tmp_path, server, name, port=None) -> Vault:
+    v = clone_vault(server.url(), tmp_path / name)
+    if port:
+        v.git.config_set("hermes.remoteUrl", server.url(port=port))
+    return v
+
+
+def add_entry(v: Vault, text: str, file="memory/USER.md") -> None:
+    p = v.root / file
+    p.write_text(p.read_text().rstrip("\n") + f"\n- {text}\n")
+    v.git.commit_human_edits([file])
+
+
+def test_two_machines_merge_by_entry_and_never_rewrite(tmp_path, server, run_cli):
+    a = first_machine(tmp_path, server)
+    b = machine(tmp_path, server, "b")
+    add_entry(a, "Prefers tabs")
+    add_entry(b, "Lives in Lyon")
+    a_before = a.git.head()
+    out = run_cli("--vault", str(a.root), "sync")
+    assert out.returncode == 0, out.stderr
+    assert "pushed" in out.stdout
+    assert Syncer(b).round(work=False).merged
+    assert Syncer(a).round(work=False).merged  # B's merge comes back to A as a fast-forward
+    for v in (a, b):
+        text = (v.root / "memory/USER.md").read_text()
+        assert text.count("- Prefers tabs") == 1 and text.count("- Lives in Lyon") == 1
+        assert "<<<<<<<" not in text
+    assert a.git.head() == b.git.head()
+    assert a.git.is_ancestor(a_before, a.git.head())  # merged, never rebased: A's commit is still there
+    merge = a.git.commit_info(a.git.head())
+    assert len(merge.parents) == 2 and merge.trailers.get("Hermes-Host")
+    git(a, "fsck", "--no-progress")  # raises if the repository is not clean
+
+
+def test_conflict_keeps_both_versions_and_status_lists_it(tmp_path, server, run_cli):
+    a = first_machine(tmp_path, server)
+    add_entry(a, "Editor: vim")
+    Syncer(a).round(work=False)
+    b = machine(tmp_path, server, "b")
+    for v, new in ((a, "Editor: helix"), (b, "Editor: emacs")):
+        p = v.root / "memory/USER.md"
+        p.write_text(p.read_text().replace("- Editor: vim", f"- {new}"))
+        v.git.commit_human_edits(["memory/USER.md"])
+    Syncer(a).round(work=False)
+    r = Syncer(b).round(work=False)
+    assert len(r.conflicts) == 1
+    copy = r.conflicts[0]
+    assert copy.startswith("memory/USER.conflict-") and copy.endswith(".md")
+    assert "Editor: emacs" in (b.root / "memory/USER.md").read_text()  # this machine's stays
+    assert "Editor: helix" in (b.root / copy).read_text()  # the other's is beside it
+    Syncer(a).round(work=False)
+    for v in (a, b):
+        for path in git(v, "ls-files").split():
+            assert "<<<<<<<" not in (v.root / path).read_text(errors="replace")
+        assert conflict_files(v) == [copy]
+    status = run_cli("--vault", str(a.root), "status")
+    assert copy in status.stdout
+
+
+def test_a_persons_uncommitted_text_is_never_touched(tmp_path, server):
+    a = first_machine(tmp_path, server)
+    b = machine(tmp_path, server, "b")
+    add_entry(a, "From A")
+    Syncer(a).round(work=False)
+    p = b.root / "memory/USER.md"
+    p.write_text(p.read_text() + "- typing on B, not saved by git yet\n")
+    r = Syncer(b).round(work=False)
+    text = p.read_text()
+    assert "typing on B" in text and "From A" in text  # committed first as B's edit, then merged
+    assert r.merged
+
+
+def test_three_racing_claims_have_exactly_one_winner(tmp_path, server):
+    a = first_machine(tmp_path, server)
+    vaults = [a] + [machine(tmp_path, server, n) for n in ("b", "c")]
+    claims = [RefClaims(v.git, Remote(v.root, server.url()), f"h{i}", 30, Ledger(tmp_path / f"l{i}.json"),
+                        tmp_path / f"c{i}.json") for i, v in enumerate(vaults)]
+    for n in range(40):
+        results: list[Take] = []
+        barrier = threading.Barrier(3)
+
+        def race(c: RefClaims, key: str, results: list[Take], barrier: threading.Barrier) -> None:
+            barrier.wait()
+            results.append(c.take(key))
+
+        threads = [threading.Thread(target=race, args=(c, f"test/round-{n}", results, barrier)) for c in claims]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results.count(Take.WON) == 1, (n, results)
+        assert results.count(Take.TAKEN) == 2
+
+
+def test_a_dead_claimants_claim_is_taken_over_after_expiry(tmp_path, server):
+    a = first_machine(tmp_path, server)
+    b = machine(tmp_path, server, "b")
+    dead = RefClaims(a.git, Remote(a.root, server.url()), "dead", 1.0, Ledger(tmp_path / "l1"), tmp_path / "c1")
+    live = RefClaims(b.git, Remote(b.root, server.url()), "live", 1.0, Ledger(tmp_path / "l2"), tmp_path / "c2")
+    assert dead.take("cron/x/1") == Take.WON
+    assert live.take("cron/x/1") == Take.TAKEN  # still within its expiry
+    time.sleep(1.2)
+    assert live.take("cron/x/1") == Take.WON  # expired: taken over with a lease on its old value
+    assert live.holder("cron/x/1").host == "live"
+    live.finish("cron/x/1")
+    [update] = live.pending()
+    assert Remote(b.root, server.url()).push([update]).ok
+    time.sleep(1.2)
+    assert dead.take("cron/x/1") == Take.TAKEN  # done claims never expire
+
+
+def test_a_plain_push_or_stale_lease_never_moves_a_claim(tmp_path, server):
+    a = first_machine(tmp_path, server)
+    remote = Remote(a.root, server.url())
+    head = a.git.head()
+    assert remote.push([RefUpdate("refs/hermes/claims/k", head, None)]).ok
+    other = a.git.commit_info(head).parents[0]
+    r = remote.push([RefUpdate("refs/hermes/claims/k", other, None)])  # "must not exist": refused
+    assert not r.ok and "stale" in r.rejected["refs/hermes/claims/k"]
+    assert remote.refs("refs/hermes/claims/")["refs/hermes/claims/k"] == head
+
+
+def test_offline_runs_nothing_and_catches_up_when_back(tmp_path, server):
+    a = first_machine(tmp_path, server)
+    proxy = Proxy(server.port)
+    try:
+        c = RefClaims(a.git, Remote(a.root, server.url(port=proxy.port), timeout_s=10), "a", 30,
+                      Ledger(tmp_path / "l"), tmp_path / "c.json")
+        due = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+        proxy.cut()
+        assert c.mark("brief", due) is False  # cannot claim: does not run
+        assert c.missed == {"brief": due.isoformat()}
+        with pytest.raises(Unreachable):
+            c.remote.refs()
+        proxy.heal()
+        assert c.take_missed() == [("brief", due)]  # nobody ran it: claimed here, to run now
+        assert c.missed == {}
+    finally:
+        proxy.close()
+
+
+def learned_branch(v: Vault, name: str, entry: str) -> str:
+    """A learned change on its own branch, as refine makes it (plumbing, from main)."""
+    head = v.git.head()
+    text = (v.git.read_file(head, "memory/USER.md") or b"").decode() + f"- {entry}\n"
+    v.git.commit_overlay(head, name, {"memory/USER.md": text.encode()}, f"{entry}\n\nRefine-Session: s1\n", Act.learned())
+    return name
+
+
+def test_review_from_any_machine_and_one_decision(tmp_path, server, run_cli):
+    import concurrent.futures
+
+    a = first_machine(tmp_path, server)
+    b = machine(tmp_path, server, "b")
+    branch = learned_branch(b, "refine/20261201-100000-bhost-tabs", "Prefers tabs")
+    Syncer(b).round(work=False)  # the branch goes up
+    Syncer(a).round(work=False)  # and A adopts it
+    listed = run_cli("--vault", str(a.root), "review")
+    assert branch in listed.stdout
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # both machines accept it at once
+        results = list(pool.map(lambda v: run_cli("--vault", str(v.root), "review", "merge", branch), (a, b)))
+    assert sorted(r.returncode for r in results) == [0, 1], [r.stderr for r in results]
+    loser = next(r for r in results if r.returncode == 1)
+    assert "already decided on machine" in loser.stderr
+    for v in (a, b):
+        Syncer(v).round(work=False)
+    for v in (a, b):
+        Syncer(v).round(work=False)
+        assert (v.root / "memory/USER.md").read_text().count("- Prefers tabs") == 1
+        merges = v.git.log(grep=f"^merge {branch}: ", first_parent=False, limit=0)
+        assert len(merges) == 1  # exactly one merge, on both machines
+        assert v.git.rev(f"refs/heads/{branch}") is None
+        log = run_cli("--vault", str(v.root), "log")
+        assert branch in log.stdout and "merged" in log.stdout, log.stdout
+    # the machine that did not merge finds the merge on a second parent and can revert it
+    other = b if results[0].returncode == 0 else a
+    out = run_cli("--vault", str(other.root), "revert", branch)
+    assert out.returncode == 0, out.stderr
+    assert "Prefers tabs" not in (other.root / "memory/USER.md").read_text()
+
+
+def test_session_ids_and_branch_names_carry_the_host(tmp_path, server):
+    from hermes_fs.learning.pipeline import unique_branch
+    from hermes_fs.mind.sessions import Transcript
+    from hermes_fs.store.host import host_hex, host_id
+
+    a = first_machine(tmp_path, server)
+    b = machine(tmp_path, server, "b")
+    assert host_id(a.state_dir) != host_id(b.state_dir)
+    ta, tb = Transcript.start(a.root, "m", "cli"), Transcript.start(b.root, "m", "cli")
+    assert ta.id.split("-")[-1].startswith(host_hex(host_id(a.state_dir)))
+    assert ta.id != tb.id
+    assert host_id(a.state_dir) in unique_branch(a, "refine", "tabs")

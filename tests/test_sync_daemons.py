@@ -1,0 +1,151 @@
+"""Several machines for real: a bare remote served by `git daemon`, vaults each with its own
+daemon process, edits carried between them, a one-shot cron job run exactly once, and a killed
+machine's claim taken over by another."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from conftest import DaemonProc, git, wait_for
+from gitserver import GitDaemon
+
+from hermes_fs.service.sync import Syncer, clone_vault
+from hermes_fs.store.provenance import Act
+from hermes_fs.store.vault import Vault, init_vault
+
+SYNC = "remote:\n  url: {url}\n  branch: main\nsync:\n  interval_s: 0.5\n  claim_ttl_s: {ttl}\n"
+
+
+@pytest.fixture
+def server(tmp_path):
+    d = GitDaemon(tmp_path / "srv")
+    d.bare()
+    yield d
+    d.close()
+
+
+@pytest.fixture
+def machines(tmp_path, server, model_server):
+    """Three clones of one vault (a, b, c), each with `remote:` pointing at the git daemon."""
+    from model_server import configure_vault
+
+    model_server.responder = lambda body: {"content": "the morning brief"}
+    a = init_vault(tmp_path / "a").vault
+    configure_vault(a.root, model_server, SYNC.format(url=server.url(), ttl=3))
+    a.git.commit_paths(["hermes.yaml"], "test: model server and remote", Act.person())
+    a.reload_config()
+    assert Syncer(a).round(work=False).pushed
+    vaults = [a] + [clone_vault(server.url(), tmp_path / n) for n in ("b", "c")]
+    procs: list[DaemonProc] = []
+    yield vaults, procs
+    for d in procs:
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()
+
+
+def main_has(v: Vault, path: str, text: str | None = None) -> bool:
+    data = v.git.read_file(v.git.head(), path)
+    return data is not None and (text is None or text.encode() in data)
+
+
+def outputs(v: Vault, job: str) -> list[str]:
+    return [p for p in v.git.list_files(v.git.head(), f"outputs/cron/{job}/")]
+
+
+def test_an_edit_on_one_machine_reaches_every_other(machines):
+    vaults, procs = machines
+    procs += [DaemonProc(v.root) for v in vaults]
+    a, b, c = vaults
+    p = b.root / "memory/USER.md"
+    p.write_text(p.read_text() + "- Written on B\n")
+    assert wait_for(lambda: all(main_has(v, "memory/USER.md", "- Written on B") for v in vaults), 60)
+    assert wait_for(lambda: "Written on B" in (a.root / "memory/USER.md").read_text(), 30)
+
+
+def test_a_one_shot_job_runs_once_on_three_machines(machines, server):
+    vaults, procs = machines
+    procs += [DaemonProc(v.root) for v in vaults]
+    a = vaults[0]
+    due = (datetime.now(UTC) + timedelta(seconds=8)).replace(microsecond=0)
+    (a.root / "cron/once.md").write_text(f"---\nschedule: \"at {due.isoformat()}\"\n---\nBrief me.\n")
+    assert wait_for(lambda: all(main_has(v, "cron/once.md") for v in vaults), 60)
+    assert wait_for(lambda: all(outputs(v, "once") for v in vaults), 90)
+    assert wait_for(lambda: all(main_has(v, "cron/once.md", "enabled: false") for v in vaults), 60)
+    for v in vaults:
+        assert len(outputs(v, "once")) == 1
+    claims = git(a, "ls-remote", vaults[0].config.remote.url, "refs/hermes/claims/*").splitlines()
+    assert len(claims) == 1  # one claim for the one due time
+    sha = claims[0].split()[0]
+    git(a, "fetch", "-q", a.config.remote.url, "refs/hermes/claims/*:refs/hermes/check/*")
+    assert "Claim-State: done" in git(a, "show", "-s", "--format=%B", sha)
+    for v in vaults:
+        git(v, "fsck", "--no-progress")
+    subprocess.run(["git", "fsck", "--no-progress"], cwd=server.base / "vault.git", check=True)
+
+
+def test_a_killed_machines_claim_is_taken_over(machines, model_server):
+    """A machine that claimed a due time and died (kill -9) mid-run: after the claim's expiry
+    another machine takes it over and the job runs there, once."""
+    import threading
+
+    vaults, procs = machines
+    gate = threading.Event()
+    calls: list[int] = []
+
+    def respond(body):
+        calls.append(1)
+        if len(calls) == 1:
+            return {"content": "never delivered", "wait": gate}  # the first machine hangs mid-run
+        return {"content": "the brief, by the machine that took over"}
+
+    model_server.responder = respond
+    a, b, _c = vaults
+    procs += [DaemonProc(a.root), DaemonProc(b.root)]
+    due = (datetime.now(UTC) + timedelta(seconds=8)).replace(microsecond=0)
+    (a.root / "cron/once.md").write_text(f"---\nschedule: \"at {due.isoformat()}\"\n---\nBrief me.\n")
+    assert wait_for(lambda: all(main_has(v, "cron/once.md") for v in (a, b)), 60)
+    assert wait_for(lambda: len(calls) == 1, 60)  # one machine claimed it and is running it
+    runner = next(d for d in procs if "cron started: once" in d.output())
+    runner.stop(9)
+    survivor = next(d for d in procs if d is not runner)
+    v = next(v for v in (a, b) if v.root == survivor.root)
+    assert wait_for(lambda: outputs(v, "once"), 90), survivor.output()
+    gate.set()
+    assert "took over" in survivor.output()
+    assert len(outputs(v, "once")) == 1
+    assert b"the machine that took over" in v.git.read_file(v.git.head(), outputs(v, "once")[0])
+
+
+def phone_push(tmp_path, url: str, rel: str, text: str) -> None:
+    """A fourth writer that is only a git client (a phone app): clone, commit, push, retrying
+    with a merge (never a force) when the remote moved."""
+    phone = tmp_path / "phone"
+    if not phone.exists():
+        subprocess.run(["git", "clone", "-q", url, str(phone)], check=True)
+        for k, val in (("user.name", "phone"), ("user.email", "phone@example.org")):
+            subprocess.run(["git", "-C", str(phone), "config", k, val], check=True)
+    (phone / rel).parent.mkdir(parents=True, exist_ok=True)
+    (phone / rel).write_text(text)
+    subprocess.run(["git", "-C", str(phone), "add", rel], check=True)
+    subprocess.run(["git", "-C", str(phone), "commit", "-qm", f"phone: {rel}"], check=True)
+    for _ in range(20):
+        if subprocess.run(["git", "-C", str(phone), "push", "-q", "origin", "main"], capture_output=True).returncode == 0:
+            return
+        subprocess.run(["git", "-C", str(phone), "pull", "-q", "--no-rebase", "--no-edit", "origin", "main"],
+                       capture_output=True)
+    raise AssertionError("the phone could not push")
+
+
+def test_a_request_pushed_by_a_phone_is_answered_once(machines, tmp_path, server):
+    vaults, procs = machines
+    procs += [DaemonProc(v.root) for v in vaults]
+    phone_push(tmp_path, server.url(), "inbox/ask.md", "---\ntype: run\n---\nWhat is on today?\n")
+    assert wait_for(lambda: all(v.git.list_files(v.git.head(), "outputs/requests/") for v in vaults), 90), \
+        [d.output()[-2000:] for d in procs]
+    assert wait_for(lambda: all(not main_has(v, "inbox/ask.md") for v in vaults), 60)
+    for v in vaults:
+        assert len(v.git.list_files(v.git.head(), "outputs/requests/")) == 1
+    assert sum("request taken: ask.md" in d.output() for d in procs) == 1
