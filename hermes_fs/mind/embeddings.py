@@ -14,6 +14,7 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 from ..errors import HermesError
 
@@ -66,7 +67,7 @@ class SkillVectors:
         self.db = db
         db.execute("CREATE TABLE IF NOT EXISTS vectors(path TEXT PRIMARY KEY, mtime_ns INTEGER, size INTEGER, vec BLOB)")
 
-    def refresh(self, current: dict[str, tuple[int, int]], read) -> dict[str, object]:
+    def refresh(self, current: dict[str, tuple[int, int]], read) -> dict[str, Any]:
         """path -> vector for every path in `current` ((mtime, size)); `read(path)` gives the text to embed."""
         import numpy as np
 
@@ -78,12 +79,12 @@ class SkillVectors:
             self.db.executemany("DELETE FROM vectors WHERE path=?", [(p,) for p in gone + stale])
             self.db.executemany("INSERT INTO vectors VALUES (?,?,?,?)",
                                 [(p, *current[p], v.tobytes()) for p, v in fresh.items()])
-        out: dict[str, object] = {p: np.frombuffer(known[p][2], dtype="float32") for p in current if p not in fresh}
+        out: dict[str, Any] = {p: np.frombuffer(known[p][2], dtype="float32") for p in current if p not in fresh}
         out.update(fresh)
         return out
 
 
-def rank(vectors: dict[str, object], query: str, limit: int = 50) -> list[str]:
+def rank(vectors: dict[str, Any], query: str, limit: int = 50) -> list[str]:
     """Paths by cosine similarity to the query, best first."""
     import numpy as np
 
