@@ -45,6 +45,7 @@ from hermes_fs.learning.checks import similar_skill, skills_at  # noqa: E402
 from hermes_fs.learning.refine import RefineOptions, Reviewer  # noqa: E402
 from hermes_fs.mind.sessions import session_path  # noqa: E402
 from hermes_fs.store.docs import parse_doc  # noqa: E402
+from hermes_fs.store.provenance import Act  # noqa: E402
 from hermes_fs.store.vault import Vault, init_vault  # noqa: E402
 
 
@@ -175,7 +176,7 @@ def make_vault(root: Path, case: Case, s: Settings) -> Vault:
     rel = session_path(case.session)
     (root / rel).parent.mkdir(parents=True, exist_ok=True)
     (root / rel).write_text(case.transcript)
-    vault.git.commit_paths(paths + [rel], f"bench: case {case.name}")
+    vault.git.commit_paths(paths + [rel], f"bench: case {case.name}", Act.person())
     vault._config = None
     return vault
 
@@ -230,7 +231,7 @@ def run_case(case: Case, s: Settings, workdir: Path, refine_model: Model | None 
         assert tip
         added = added_text(vault, outcome.snapshot, tip)
         dups = count_duplicates(vault, outcome.snapshot, tip, added, case)
-        changes.merge(vault.git, outcome.branch, author=vault.config.git.author)
+        changes.merge(vault.git, outcome.branch)
     invalid = getattr(getattr(reviewer, "task", None), "invalid_answers", 0)
     result = CaseResult(case.name, case.kind, outcome.status, outcome.reason, outcome.files,
                         {c.id: c.hit(added) for c in case.expect},

@@ -9,6 +9,7 @@ from test_refine import SKILL, session  # noqa: F401  (the fixture: a real sessi
 from hermes_fs.learning.learn import LearnOptions, learn
 from hermes_fs.learning.refine import RefineOptions, refine
 from hermes_fs.learning.structured import ReviewDocument, json_schema, parse_document
+from hermes_fs.store.provenance import Act
 
 USER = "memory/USER.md"
 
@@ -29,7 +30,7 @@ def skill(name, content="", action="create", old_text="", new_text="", file="", 
 def structured(vault):
     (vault.root / "hermes.yaml").write_text((vault.root / "hermes.yaml").read_text()
                                             + "refine:\n  mode: structured\nlearn:\n  mode: structured\n")
-    vault.git.commit_paths(["hermes.yaml"], "test: structured mode")
+    vault.git.commit_paths(["hermes.yaml"], "test: structured mode", Act.person())
     vault._config = None
 
 
