@@ -137,6 +137,8 @@ class CaseResult:
     probe_answer: str = ""
     probe_seconds: float = 0.0
     probe_error: str = ""
+    answers: list[str] = field(default_factory=list)  # what the reviewer model answered (for reading why)
+    refused: list[str] = field(default_factory=list)  # structured mode: entries the tools refused, and why
 
 
 @dataclass
@@ -232,11 +234,17 @@ def run_case(case: Case, s: Settings, workdir: Path, refine_model: Model | None 
         added = added_text(vault, outcome.snapshot, tip)
         dups = count_duplicates(vault, outcome.snapshot, tip, added, case)
         changes.merge(vault.git, outcome.branch)
-    invalid = getattr(getattr(reviewer, "task", None), "invalid_answers", 0)
+    task = getattr(reviewer, "task", None)
+    invalid = getattr(task, "invalid_answers", 0)
+    answers = [str(m.get("content") or "")[:1500] + "".join(
+        f"\n[tool call {c['function']['name']}: {c['function']['arguments'][:300]}]" for c in m.get("tool_calls") or [])
+        for m in getattr(task, "messages", []) if m["role"] == "assistant"]
+    refused = [f"{a.path} ({a.what}): {a.result[:200]}" for a in getattr(task, "applied", []) if not a.ok]
     result = CaseResult(case.name, case.kind, outcome.status, outcome.reason, outcome.files,
                         {c.id: c.hit(added) for c in case.expect},
                         {f"{c.kind}:{c.example[:40]}": c.hit(added) for c in case.traps}, dups,
-                        outcome.status in ("pending", "merged", "nothing"), invalid, tokens, round(seconds, 2))
+                        outcome.status in ("pending", "merged", "nothing"), invalid, tokens, round(seconds, 2),
+                        answers=answers, refused=refused)
     if s.probe and case.probe:
         run_probe(vault, case.probe, s, probe_model or s.new_model(s.probe_max_tokens), workdir / "ws", result)
     return result
