@@ -20,6 +20,9 @@ vault that the user can read and edit. Save durable facts about the user with th
 Before a task a skill covers, read it with `skill_view`. Never put secrets in files."""
 
 
+LEXICAL_TOP = 5  # with embeddings on: full-text hits past these are mostly incidental words (bench/routing_heldout.py)
+
+
 @dataclass
 class SkillsIndex:
     text: str
@@ -41,8 +44,8 @@ def skills_index(vault: Vault, query: str, budget: int, semantic: bool | None = 
         if fits(entries, budget) or not query:
             return select_skills(entries, [], budget)
         ranked = [h.path.split("/")[1] for h in index.search("skills", query, limit=50)]
-        if use_meaning:
-            ranked = fuse(ranked, [p.split("/")[1] for p in index.semantic(query)])
+        if use_meaning:  # full-text's few best hits, fused with the ranking by meaning
+            ranked = fuse(ranked[:LEXICAL_TOP], [p.split("/")[1] for p in index.semantic(query)])
     finally:
         index.close()
     return select_skills(entries, ranked, budget)

@@ -48,9 +48,10 @@ def model():
         return _MODEL
 
 
-def skill_text(name: str, description: str, body: str, body_words: int = 60) -> str:
-    """What a skill is known by: its name in words, its description and the start of its body."""
-    return f"{name.replace('-', ' ')}: {description}\n" + " ".join(body.split()[:body_words])
+def skill_text(name: str, description: str, body: str, body_words: int = 0) -> str:
+    """What a skill is known by: its name in words and its description (words of the body blur it;
+    full-text search covers the body)."""
+    return f"{name.replace('-', ' ')}: {description}" + ("\n" + " ".join(body.split()[:body_words]) if body_words else "")
 
 
 def encode(texts: list[str]):
