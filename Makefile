@@ -29,6 +29,7 @@ test: install lint
 	bash scripts/docker-test-env.sh
 	bash scripts/mail-test-env.sh
 	bash scripts/browser-test-env.sh
+	bash scripts/synapse-test-env.sh
 	$(BIN)/python -m pytest -q
 
 bench: install

@@ -71,6 +71,15 @@ def rows(r: dict) -> list[tuple[str, str, str, str]]:
             ("web: `hermes-fs web` start to first answer (median)", "<= 1 s", f"{w['start']['median_s']:.2f} s",
              "imports litellm" if w["start"]["imports_litellm"] else ""),
         ]
+    if "email" in r:
+        e, ef = r["email"]["latency"], r["email"]["faults"]
+        out += [
+            ("e-mail: SMTP accepted -> request committed, p95", "<= 2 s", f"{e['p95_s']:.3f} s",
+             f"Dovecot's own IDLE notice: p95 {r['email']['idle_baseline']['p95_s']:.3f} s"),
+            (f"e-mail: {ef['mails']} mails, {ef['kills']} kill -9, {ef['sent_while_down']} sent while down: "
+             "lost / run twice / replies sent twice", "0 / 0 / 0",
+             f"{ef['lost']} / {ef['run_twice']} / {ef['replies_sent_twice']}", ""),
+        ]
     return out
 
 
@@ -85,6 +94,10 @@ def main(quick: bool = False) -> dict:
         "stress": stress.main(60 if quick else 180),
         "web": web.main(quick),
     }
+    import email_channel  # Dovecot from Debian (scripts/mail-test-env.sh); without it the rows are left out
+
+    if not email_channel.dovecot_missing():
+        results["email"] = email_channel.main(quick=quick)
     results["quick"] = quick
     (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     mode = "`python bench/run_all.py --quick`" if quick else "`python bench/run_all.py`"

@@ -25,6 +25,7 @@ sys.path.insert(0, str(HERE))
 from common import median, percentile, write_results  # noqa: E402
 
 from hermes_fs.store.git import format_message  # noqa: E402
+from hermes_fs.store.provenance import Act  # noqa: E402
 from hermes_fs.store.vault import Vault, init_vault  # noqa: E402
 
 PENDING = 200
@@ -44,7 +45,7 @@ def pending_vault(root: Path, n: int = PENDING) -> Vault:
                              {"Refine-Session": "20261201-000000-abcd", "Refine-Snapshot": head})
         v.git.commit_overlay(head, f"refine/20261201-{i:06d}-bench-{i}",
                              {"memory/USER.md": user + f"- Bench preference {i}.\n".encode(),
-                              f"skills/bench-{i}/SKILL.md": SKILL.format(i=i).encode()}, msg)
+                              f"skills/bench-{i}/SKILL.md": SKILL.format(i=i).encode()}, msg, Act.learned())
     return v
 
 
@@ -54,7 +55,7 @@ def big_memory_vault(root: Path, entries: int = ENTRIES) -> tuple[Vault, str]:
     head_text = "---\ntitle: Memory\nbudget: 50000\n---\n# Notes\n\n"
     body = [f"- Lesson {i}: deploys of service {i} need the rolling strategy and a health check." for i in range(entries)]
     (v.root / "memory/MEMORY.md").write_text(head_text + "\n".join(body) + "\n")
-    v.git.commit_paths(["memory/MEMORY.md"], "bench: a big memory file")
+    v.git.commit_paths(["memory/MEMORY.md"], "bench: a big memory file", Act.person())
     head = v.git.head()
     changed = list(body)
     for k in range(10):
@@ -67,7 +68,7 @@ def big_memory_vault(root: Path, entries: int = ENTRIES) -> tuple[Vault, str]:
     branch = "refine/20261201-000000-big-memory"
     v.git.commit_overlay(head, branch, {"memory/MEMORY.md": (head_text + "\n".join(changed) + "\n").encode()},
                          format_message("consolidate memory", lines, {"Refine-Session": "20261201-000000-abcd",
-                                                                       "Refine-Snapshot": head}))
+                                                                       "Refine-Snapshot": head}), Act.learned())
     return v, branch
 
 

@@ -26,6 +26,7 @@ from model_server import ModelServer, configure_vault  # noqa: E402
 from web_helpers import SKILL, browser_context  # noqa: E402
 
 from hermes_fs.learning import changes  # noqa: E402
+from hermes_fs.store.provenance import Act  # noqa: E402
 from hermes_fs.store.vault import Vault, init_vault  # noqa: E402
 
 OUT = ROOT / "docs" / "web"
@@ -53,7 +54,7 @@ def refine(vault: Vault, model: ModelServer, calls: list, report: str, focus: st
 def build(root: Path, model: ModelServer, workspace: Path) -> dict[str, str]:
     vault = init_vault(root).vault
     configure_vault(vault.root, model)
-    vault.git.commit_paths(["hermes.yaml"], "point at the model")
+    vault.git.commit_paths(["hermes.yaml"], "point at the model", Act.person())
     vault._config = None
     session(vault, model, workspace, "Remember that the staging cluster is called kestrel and lives in eu-west-1.",
             "Noted: staging is `kestrel` in eu-west-1.")
@@ -87,7 +88,7 @@ def build(root: Path, model: ModelServer, workspace: Path) -> dict[str, str]:
     (vault.root / "cron").mkdir(exist_ok=True)
     (vault.root / "cron/morning-brief.md").write_text(
         "---\nschedule: \"0 7 * * 1-5\"\ntimezone: Europe/Paris\n---\nSummarise what changed in the repos I follow.\n")
-    vault.git.commit_paths(["cron/morning-brief.md"], "a job")
+    vault.git.commit_paths(["cron/morning-brief.md"], "a job", Act.person())
     from hermes_fs.mind.jobs import load_jobs
     from hermes_fs.service.cron_runner import run_job
 

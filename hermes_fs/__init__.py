@@ -4,9 +4,9 @@ The package is a library first: the CLI (`hermes_fs.cli`), the MCP server
 (`hermes_fs.service.mcp_server`) and the gateway drive the names in `__all__` below, and so can
 any script. The layers beneath them, each importing only downward (docs/architecture.md):
 `store` (vault, settings, files, git, provenance, secrets, notify), `mind` (memory, skills,
-sessions, search, job files), `agent` (the loop, model, tools, prompt, sandbox), `learning` (one
-pipeline for refine and learn, review of learned changes, import) and `service` (daemon, watcher,
-inbox, scheduler, cron runner, MCP server).
+sessions, usage, search, job files), `agent` (the loop, model, tools, prompt, sandbox), `learning`
+(one pipeline for refine, learn and curate, review of learned changes, import) and `service`
+(daemon, watcher, inbox, scheduler, cron runner, curator, MCP server).
 
 Names load on first use (PEP 562), so `import hermes_fs` — and `hermes-fs --help` — never pays
 for litellm, GitPython or the MCP SDK.
@@ -40,6 +40,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "RefineOptions": ("hermes_fs.learning.refine", "RefineOptions"),
     "learn": ("hermes_fs.learning.learn", "learn"),
     "LearnOptions": ("hermes_fs.learning.learn", "LearnOptions"),
+    "curate": ("hermes_fs.learning.curate", "curate"),
+    "CurateOptions": ("hermes_fs.learning.curate", "CurateOptions"),
     "Outcome": ("hermes_fs.learning.pipeline", "Outcome"),
     "review": ("hermes_fs.learning.changes", None),  # pending, show, merge, reject, revert, learned_log
     "run_job": ("hermes_fs.service.cron_runner", "run_job"),
@@ -49,7 +51,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 __all__ = [  # spelled out (not built from _LAZY) so linters and readers see the API at a glance
     "__version__", "HermesError", "InputError", "ConflictError", "GitError", "SecretError",
     "Vault", "open_vault", "init_vault", "Act", "Conversation", "ConversationOptions",
-    "refine", "RefineOptions", "learn", "LearnOptions", "Outcome", "review", "run_job", "CronRun",
+    "refine", "RefineOptions", "learn", "LearnOptions", "curate", "CurateOptions", "Outcome", "review",
+    "run_job", "CronRun",
 ]
 
 
@@ -70,6 +73,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what the lazy names are, for type checkers
     from .agent.conversation import Conversation, ConversationOptions
     from .learning import changes as review
+    from .learning.curate import CurateOptions, curate
     from .learning.learn import LearnOptions, learn
     from .learning.pipeline import Outcome
     from .learning.refine import RefineOptions, refine

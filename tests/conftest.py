@@ -158,3 +158,14 @@ def daemon(vault):
         if d.proc.poll() is None:
             d.proc.kill()
             d.proc.wait()
+
+
+@pytest.fixture
+def daemons():
+    """DaemonProc objects a test starts itself (several, or after a kill): none outlives the test."""
+    made: list[DaemonProc] = []
+    yield made
+    for d in made:
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()

@@ -322,7 +322,7 @@ protocol lmtp {{
 
         return MailBoxUnencrypted("127.0.0.1", self.imap_port).login(user, PASSWORD)
 
-    def wait_for(self, user: str, count: int, timeout: float = 30.0, folder: str = "INBOX") -> list:
+    def wait_for(self, user: str, count: int, timeout: float = 120.0, folder: str = "INBOX") -> list:
         """The user's messages once there are at least `count` of them (raw MailMessage objects)."""
         deadline = time.monotonic() + timeout
         while True:

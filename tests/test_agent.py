@@ -192,8 +192,9 @@ def test_secret_written_by_agent_is_refused_and_not_committed(agent_vault, model
     result = [m for m in model_server.requests[1]["messages"] if m["role"] == "tool"][0]["content"]
     assert "refusing to commit a secret" in result and "sk-proj-abc" not in result
     assert "sk-proj" not in git(agent_vault, "log", "-p", "--all")
-    # The memory file keeps the text uncommitted (nothing lost); the transcript is redacted and committed.
-    assert "sk-proj" in (agent_vault.root / "memory/MEMORY.md").read_text()
+    # A refused write leaves the file as it was (issue 22); the transcript is redacted and committed.
+    assert "sk-proj" not in (agent_vault.root / "memory/MEMORY.md").read_text()
+    assert git(agent_vault, "status", "--porcelain", "memory") == ""
     assert "[REDACTED OpenAI API key]" in transcript.path.read_text()
     assert transcript.rel in git(agent_vault, "ls-files")
 

@@ -66,7 +66,7 @@ class RecordingSink:
                 self.cond.notify_all()
             return self.ids[message.origin.message]
 
-    def wait(self, n: int, timeout: float = 20) -> list[Inbound]:
+    def wait(self, n: int, timeout: float = 90) -> list[Inbound]:
         with self.cond:
             self.cond.wait_for(lambda: len(self.got) >= n, timeout)
             return list(self.got)
@@ -110,7 +110,7 @@ def started(vault, env, sink, **kw) -> EmailChannel:
     return ch
 
 
-def wait_outcomes(ch: EmailChannel, n: int, timeout: float = 20) -> dict[str, int]:
+def wait_outcomes(ch: EmailChannel, n: int, timeout: float = 90) -> dict[str, int]:
     deadline = time.monotonic() + timeout
     while sum(v for k, v in ch.state.counts().items() if k != "pending") < n and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -355,6 +355,27 @@ def test_threads_map_to_sessions_and_replies_stay_in_the_thread(vault, env, keys
         ch.stop()
 
 
+@needs_dovecot
+def test_8bit_headers_through_the_servers_and_back(vault, env, keys):
+    """Raw UTF-8 in Subject and From (RFC 6532, as many clients send): read right, proven, and the
+    reply's subject is the same text, properly encoded."""
+    sink = RecordingSink()
+    ch = started(vault, env, sink)
+    try:
+        raw = (f"From: Jürgen Groß <{ME}>\r\nTo: {AGENT}\r\nSubject: Grüße aus Köln\r\n"
+               f"Date: {email.utils.formatdate()}\r\nMessage-ID: <8bit-1@people.example>\r\n"
+               "Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\n"
+               "Schöne Grüße, was steht heute an?\r\n").encode()
+        env.send(keys["people.example"].sign(raw), ME, [AGENT])
+        got = sink.wait(1)[0]
+        assert got.origin.sender == ME and got.text == "Grüße aus Köln\n\nSchöne Grüße, was steht heute an?"
+        ch.send(Outbound(got.origin, "Nichts Besonderes.", reply_id="r-8bit"))
+        reply = env.wait_for(ME, 1)[0]
+        assert reply.subject == "Re: Grüße aus Köln" and reply.text.strip() == "Nichts Besonderes."
+    finally:
+        ch.stop()
+
+
 def _zip_bomb() -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
@@ -479,6 +500,21 @@ def test_server_restart_reconnects_and_reads_what_came_meanwhile(vault, env, key
         assert ch.status.connected
     finally:
         ch.stop()
+
+
+@needs_dovecot
+def test_check_logs_in_to_both_servers_and_says_what_is_wrong(vault, env):
+    from hermes_fs.errors import HermesError
+
+    line = channel(vault, env).check()
+    assert f"IMAP {AGENT}@127.0.0.1" in line and "0 message(s), IDLE" in line and "SMTP 127.0.0.1" in line
+    bad = EmailChannel(vault, config(env), secrets={"MAIL_PASSWORD": "wrong"})
+    with pytest.raises(HermesError, match="IMAP 127.0.0.1"):
+        bad.check()
+    far = config(env)
+    far.smtp.host, far.smtp.user = "smtp.example.org", AGENT
+    with pytest.raises(HermesError, match="never sent in clear"):
+        EmailChannel(vault, far, secrets={"MAIL_PASSWORD": PASSWORD}).check()
 
 
 def test_origin_is_what_the_core_keys_sessions_by():

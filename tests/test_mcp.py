@@ -99,7 +99,7 @@ def free_port() -> int:
 def test_server_over_http_needs_the_token(vault, run_cli):
     r = run_cli("--vault", str(vault.root), "mcp", "--http", "127.0.0.1:1")
     assert r.returncode == 1 and "HERMES_MCP_TOKEN" in r.stderr
-    (vault.root / ".hermes" / "secrets.env").write_text("HERMES_MCP_TOKEN=t0k3n-for-the-test-0123456789\n")
+    (vault.root / ".hermes" / "secrets.env").write_text("HERMES_MCP_TOKEN=Xq7pL2vR9sK4mN8tW3yB6hJ1cF5gD0zA-uE\n")
     port = free_port()
     proc = subprocess.Popen([str(BIN / "hermes-fs"), "--vault", str(vault.root), "mcp", "--http", f"127.0.0.1:{port}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -114,7 +114,7 @@ def test_server_over_http_needs_the_token(vault, run_cli):
         async def steps(c):
             return sorted(t.name for t in (await c.list_tools()).tools)
 
-        names = sdk_call(url, steps, headers={"Authorization": "Bearer t0k3n-for-the-test-0123456789"})
+        names = sdk_call(url, steps, headers={"Authorization": "Bearer Xq7pL2vR9sK4mN8tW3yB6hJ1cF5gD0zA-uE"})
         assert "memory" in names and "refine" in names
     finally:
         proc.terminate()

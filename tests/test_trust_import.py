@@ -198,6 +198,17 @@ def test_memory_entries_already_bulleted_import_once_and_again_cleanly(vault, ho
 
 
 # -- issue 21 item 4: the imported model works ---------------------------------------------------
+def run_after_import(run_cli, vault, model_server, answer: str) -> str:
+    """`hermes-fs run` as a person would right after the import (no model key in the environment)."""
+    (vault.root / "hermes.yaml").write_text((vault.root / "hermes.yaml").read_text() + "sandbox:\n  backend: local\n")
+    model_server.add({"content": answer})
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["HERMES_NO_DAEMON"] = "1"
+    out = run_cli("--vault", str(vault.root), "run", "say hello", env=env)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_custom_provider_imports_a_route_that_runs(vault, home, run_cli, model_server):
     key = "sk-local-" + "9f8e7d6c5b4a" * 3
     config(home, {"default": "qwen3:8b", "provider": "custom", "base_url": model_server.api_base, "api_key": key})
@@ -208,13 +219,7 @@ def test_custom_provider_imports_a_route_that_runs(vault, home, run_cli, model_s
     assert settings["model"] == "openai/qwen3:8b" and settings["api_base"] == model_server.api_base
     assert key not in git(vault, "log", "-p", "--all") and key not in r.stdout
     assert key in (vault.root / ".hermes/secrets.env").read_text()
-    (vault.root / "hermes.yaml").write_text((vault.root / "hermes.yaml").read_text() + "sandbox:\n  backend: local\n")
-    model_server.add({"content": "hello from the endpoint"})
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env["HERMES_NO_DAEMON"] = "1"
-    out = run_cli("--vault", str(vault.root), "run", "say hello", env=env)
-    assert out.returncode == 0, out.stderr
-    assert "hello from the endpoint" in out.stdout
+    assert "hello from the endpoint" in run_after_import(run_cli, vault, model_server, "hello from the endpoint")
     assert model_server.requests[-1]["model"] == "qwen3:8b"
     headers = {k.lower(): v for k, v in model_server.headers[-1].items()}
     assert headers.get("authorization") == f"Bearer {key}"
@@ -224,13 +229,8 @@ def test_named_custom_provider_and_a_keyless_local_server(vault, home, run_cli, 
     config(home, {"default": "llama3.1", "provider": "custom:local"},
            providers={"local": {"api": model_server.api_base, "transport": "chat_completions"}})
     assert imp(run_cli, vault, home).returncode == 0
-    (vault.root / "hermes.yaml").write_text((vault.root / "hermes.yaml").read_text() + "sandbox:\n  backend: local\n")
-    model_server.add({"content": "keyless answer"})
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env["HERMES_NO_DAEMON"] = "1"
-    out = run_cli("--vault", str(vault.root), "run", "say hello", env=env)
-    assert out.returncode == 0, out.stderr
-    assert "keyless answer" in out.stdout and model_server.requests[-1]["model"] == "llama3.1"
+    assert "keyless answer" in run_after_import(run_cli, vault, model_server, "keyless answer")
+    assert model_server.requests[-1]["model"] == "llama3.1"
 
 
 @pytest.mark.parametrize("provider,default,model,api_base", [

@@ -117,6 +117,7 @@ def test_conflict_shows_entry_both_versions_and_the_cli_next_steps(agent_vault, 
     w = web(agent_vault.root)
     code, _, body = w.request("GET", f"/changes/{branch}")
     assert code == 200 and "Merging now would conflict" in body
+    assert f"<code>Refine-Session</code></td><td><code>{d.trailers['Refine-Session']}</code>" in body  # every trailer
     assert "Prefers terse answers" in body and "Prefers long, detailed answers." in body  # both versions
     import html
 

@@ -10,6 +10,7 @@ holding one), and a daemon's jobs always work in .hermes/workspace.
 from __future__ import annotations
 
 import os
+from enum import StrEnum
 from pathlib import Path
 
 from ..errors import InputError
@@ -17,7 +18,49 @@ from ..store.files import symlink_on_path
 
 AGENT_VAULT_TOPS = ("memory", "skills")
 PROTECTED_NAMES = {".gitignore", ".gitattributes", ".gitmodules", ".git"}
-UNATTENDED = ("inbox", "cron", "mcp")  # sources that run with no person at the terminal
+
+
+class Source(StrEnum):
+    """Where a session comes from. Only a person at this machine's terminal is attended; every
+    other source, and any name this code does not know, is unattended (fail closed)."""
+
+    CLI = "cli"  # `hermes-fs chat`
+    RUN = "run"  # `hermes-fs run`
+    CRON = "cron"
+    INBOX = "inbox"
+    MCP = "mcp"
+    GATEWAY = "gateway"  # a chat platform or a signed webhook: a remote sender
+
+    @property
+    def attended(self) -> bool:
+        return self in (Source.CLI, Source.RUN)
+
+    @property
+    def remote(self) -> bool:
+        """A sender who is not on this machine at all."""
+        return self is Source.GATEWAY
+
+
+def is_attended(source: str | None) -> bool:
+    """True only for a known attended source; unknown names are unattended."""
+    try:
+        return Source(source or "").attended
+    except ValueError:
+        return False
+
+
+def sandbox_for(config, source: str | None, allow_local_shell: bool = False):
+    """The sandbox settings a session gets: a remote sender never gets the host shell
+    (`backend: local`) unless `gateway.allow_local_shell` says so; it gets no shell instead."""
+    import dataclasses
+
+    try:
+        remote = Source(source or "").remote
+    except ValueError:
+        remote = True  # unknown: treated as the least trusted kind
+    if remote and config.backend == "local" and not allow_local_shell:
+        return dataclasses.replace(config, backend="none")
+    return config
 
 
 def check_vault_write(root: Path | None, rel: str) -> None:
@@ -55,6 +98,6 @@ def choose_workspace(cwd: Path, vault_root: Path, scratch: Path, source: str) ->
     """The current folder for a person at a terminal (when it is outside the vault and safe);
     otherwise the vault's scratch folder, .hermes/workspace."""
     cwd = Path(os.path.realpath(cwd))
-    if source in UNATTENDED or cwd == vault_root or vault_root in cwd.parents or is_unsafe_workspace(cwd):
+    if not is_attended(source) or cwd == vault_root or vault_root in cwd.parents or is_unsafe_workspace(cwd):
         return scratch
     return cwd

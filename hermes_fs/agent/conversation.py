@@ -17,7 +17,7 @@ from ..mind.search import search
 from ..mind.sessions import Transcript
 from ..store.provenance import Act
 from ..store.vault import Vault
-from .boundary import choose_workspace
+from .boundary import choose_workspace, sandbox_for
 from .loop import Agent, AgentConfig, TurnCancelled, TurnResult
 from .model import LiteLLMModel, Model, ModelError, ModelSettings
 from .prompt import current_project, system_prompt
@@ -29,7 +29,7 @@ MODEL_ROLES = ("user", "assistant", "tool")
 
 @dataclass
 class ConversationOptions:
-    source: str = "cli"  # cli | run | cron | inbox | mcp
+    source: str = "cli"  # a boundary.Source: cli | run | cron | inbox | mcp | gateway (unknown = unattended)
     task: str | None = None  # picks a per-task model (refine, cron, learn)
     model: str | None = None  # explicit model override
     workspace: Path | None = None
@@ -62,11 +62,12 @@ class Conversation:
         if self.options.resume:
             self.transcript = Transcript.load(vault.root, self.options.resume)
         else:
-            self.transcript = Transcript.start(vault.root, self.model.name, self.options.source)
+            self.transcript = Transcript.start(vault.root, self.model.name, str(self.options.source))
         self.workspace = self.options.workspace or choose_workspace(
             self.options.cwd or Path.cwd(), vault.root, vault.state_dir / "workspace", self.options.source)
         self.project = self.options.project or current_project(vault, self.workspace)
-        self.sandbox = make_sandbox(vault.config.sandbox, self.workspace, self.transcript.id)
+        sandbox = sandbox_for(vault.config.sandbox, self.options.source, vault.config.gateway.allow_local_shell)
+        self.sandbox = make_sandbox(sandbox, self.workspace, self.transcript.id)
         self.tools = ToolBox(
             files=vault.files, config=vault.config, committer=VaultCommitter(vault.git, Act.session(self.transcript.id)),
             vault_root=vault.root, workspace=self.workspace,

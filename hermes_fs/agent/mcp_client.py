@@ -24,6 +24,10 @@ from ..store.notify import expand
 log = logging.getLogger(__name__)
 SEP = "__"
 START_TIMEOUT_S = 20.0
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what providers accept (OpenAI, Anthropic)
+MAX_SCHEMA_BYTES = 16_000  # one tool's parameters, sent with every request of the session
+MAX_SCHEMAS_BYTES = 64_000  # all MCP tools together
+MAX_RESULT_CHARS = 50_000  # one tool result, sent to the model and kept in the transcript
 
 
 @dataclass
@@ -32,6 +36,9 @@ class ServerState:
     config: McpServerConfig
     client: Any = None
     tools: list[dict] = field(default_factory=list)  # OpenAI-style schemas, names prefixed
+    names: dict[str, str] = field(default_factory=dict)  # the name the model sees -> the server's own
+    notes: list[str] = field(default_factory=list)  # tools dropped or renamed, and why
+    pids: list[int] = field(default_factory=list)  # the server's process (stdio), to stop its children too
     error: str | None = None
     task: Any = None  # the task that holds the connection open (anyio wants one task to enter and exit)
     stop: Any = None  # asyncio.Event: set to close the connection
@@ -103,11 +110,39 @@ class McpHub:
             target: Any = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=env)
         else:
             target = _http_transport(cfg, self.secrets)
+        before = _children(os.getpid())
         client = await stack.enter_async_context(Client(target, client_info=info, read_timeout_seconds=cfg.timeout_s))
+        state.pids = sorted(_children(os.getpid()) - before)
         listed = await client.list_tools()
         allowed = set(cfg.tools) if cfg.tools is not None else None
-        state.tools = [_schema(state.name, t) for t in listed.tools if allowed is None or t.name in allowed]
+        self._offer(state, [t for t in listed.tools if allowed is None or t.name in allowed])
         state.client = client
+
+    def _offer(self, state: ServerState, tools: list) -> None:
+        """The server's tools as the model may see them: names reduced to what providers accept
+        (one name each; a duplicate is dropped), schemas within the caps. What is cut is noted."""
+        total = sum(len(json.dumps(t)) for s in self.servers.values() for t in s.tools)
+        for tool in tools:
+            raw = str(getattr(tool, "name", "") or "")
+            name = safe_tool_name(state.name, raw)
+            schema = _schema(name, tool)
+            size = len(json.dumps(schema))
+            why = None
+            if name in state.names or any(name in s.names for s in self.servers.values()):
+                why = "its name is the same as another tool's once made safe"
+            elif json.dumps(schema["function"]["parameters"]).__len__() > MAX_SCHEMA_BYTES:
+                why = f"its schema is {size // 1000} KB, over the {MAX_SCHEMA_BYTES // 1000} KB sent per tool"
+            elif total + size > MAX_SCHEMAS_BYTES:
+                why = f"the MCP tools already take {total // 1000} KB of each request (at most {MAX_SCHEMAS_BYTES // 1000} KB)"
+            if why:
+                state.notes.append(f"tool {raw[:80]!r} of MCP server {state.name!r} not offered: {why}")
+                log.warning("%s", state.notes[-1])
+                continue
+            if f"{state.name}{SEP}{raw}" != name:
+                state.notes.append(f"tool {raw[:80]!r} of MCP server {state.name!r} offered as {name}")
+            state.names[name] = raw
+            state.tools.append(schema)
+            total += size
 
     def stop(self) -> None:
         with self.lock:
@@ -124,11 +159,13 @@ class McpHub:
 
     async def _close(self) -> None:
         tasks = [s.task for s in self.servers.values() if s.task is not None]
+        family = _family([pid for s in self.servers.values() for pid in s.pids])
         for s in self.servers.values():
             if s.stop is not None:
                 s.stop.set()
         if tasks:
             await asyncio.wait(tasks, timeout=8)
+        _kill(family)  # what a server started (even in a session of its own) ends with it
 
     def _run(self, coro, timeout: float):
         assert self.loop is not None
@@ -154,11 +191,11 @@ class McpHub:
         self.start()
         if state.client is None:
             return f"error: MCP server {server!r} is not available ({state.error or 'not started'})"
-        if not any(t["function"]["name"] == name for t in state.tools):
+        if name not in state.names:
             return f"error: {tool!r} is not a tool of MCP server {server!r} (or not allowed in hermes.yaml)"
         timeout = state.config.timeout_s or START_TIMEOUT_S
         try:
-            result = self._run(state.client.call_tool(tool, arguments), timeout)
+            result = self._run(state.client.call_tool(state.names[name], arguments), timeout)
         except TimeoutError:
             return f"error: MCP server {server!r} did not answer within {timeout:g} s"
         except Exception as exc:  # a crash, a broken pipe, garbage on the wire
@@ -168,16 +205,24 @@ class McpHub:
     def status(self) -> list[tuple[str, bool, str]]:
         """For `doctor`: each server, whether it started, and its tool count or error."""
         self.start()
-        return [(s.name, s.client is not None, f"{len(s.tools)} tool(s)" if s.client is not None else (s.error or "?"))
+        return [(s.name, s.client is not None,
+                 (f"{len(s.tools)} tool(s)" + "".join(f"; {n}" for n in s.notes)) if s.client is not None
+                 else (s.error or "?"))
                 for s in self.servers.values()]
 
 
-def _schema(server: str, tool) -> dict:
+def safe_tool_name(server: str, tool: str) -> str:
+    """`<server>__<tool>` in the characters providers accept, at most 64: a name holding a line
+    break, spaces or markup would make a provider refuse every request of the session."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", f"{server}{SEP}{tool}")[:64]
+    return name if TOOL_NAME.match(name) else f"{server}{SEP}tool"
+
+
+def _schema(name: str, tool) -> dict:
     schema = getattr(tool, "input_schema", None)
     params = schema if isinstance(schema, dict) else {"type": "object", "properties": {}}
-    description = " ".join((tool.description or "").split())[:300]
-    return {"type": "function", "function": {"name": f"{server}{SEP}{tool.name}"[:64], "description": description,
-                                             "parameters": params}}
+    description = " ".join(str(getattr(tool, "description", "") or "").split())[:300]
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": params}}
 
 
 def _render(result) -> str:
@@ -187,9 +232,62 @@ def _render(result) -> str:
         parts.append(text if isinstance(text, str) else f"[{getattr(item, 'type', 'content')} omitted]")
     structured = getattr(result, "structured_content", None)
     text = "\n".join(parts) or (json.dumps(structured) if structured else "")
+    if len(text) > MAX_RESULT_CHARS:
+        text = text[:MAX_RESULT_CHARS] + f"\n[... cut: the tool returned {len(text)} characters, the first {MAX_RESULT_CHARS} are kept]"
     if getattr(result, "is_error", False):
         return f"error: {text or 'the tool reported an error'}"
     return text or "(no output)"
+
+
+def _children(pid: int) -> set[int]:
+    return {p for p, (parent, _start) in _procs().items() if parent == pid}
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below `pid` (by parent links in /proc; empty where there is no /proc)."""
+    procs = _procs()
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {p for p, (parent, _start) in procs.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _procs() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, start time): the start time tells a process from a later one given its pid."""
+    out: dict[int, tuple[int, str]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    fields = f.read().decode(errors="replace").rsplit(")", 1)[1].split()
+                out[int(entry)] = (int(fields[1]), fields[19])
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def _family(pids: list[int]) -> dict[int, str]:
+    procs = _procs()
+    return {p: procs[p][1] for pid in pids for p in (pid, *_descendants(pid)) if p in procs}
+
+
+def _kill(family: dict[int, str]) -> None:
+    """SIGKILL each process still running with the start time it had (never a pid reused since)."""
+    import signal
+
+    procs = _procs()
+    for pid, start in family.items():
+        if pid in procs and procs[pid][1] == start:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def _one_line(exc: BaseException) -> str:

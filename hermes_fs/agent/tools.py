@@ -18,13 +18,15 @@ from ..errors import HermesError, InputError
 from ..mind import memory, skills
 from ..store.config import Config
 from ..store.docs import decode
-from ..store.files import FileStore, clean_relpath
+from ..store.edit import edit
+from ..store.files import DiskFiles, FileStore, clean_relpath
 from ..store.provenance import Act
 from .boundary import check_vault_write, check_workspace_write
 from .model import parse_arguments
 
 if TYPE_CHECKING:  # only for types: the CLI's fast paths never load git or the sandbox here
     from ..store.git import GitStore
+    from ..store.lock import VaultLock
     from .mcp_client import McpHub
     from .sandbox import Sandbox
 
@@ -57,6 +59,9 @@ REVIEW_TOOLS = ["memory", "skill_view", "skill_manage", "read_file"]  # on an ov
 
 
 class Committer(Protocol):
+    @property
+    def lock(self) -> VaultLock: ...  # held from the first read of a write to its commit
+
     def before_write(self, paths: list[str]) -> None: ...
     def after_write(self, paths: list[str], message: str) -> None: ...
 
@@ -69,6 +74,10 @@ class VaultCommitter:
 
     git: GitStore
     act: Act
+
+    @property
+    def lock(self) -> VaultLock:
+        return self.git.lock
 
     def before_write(self, paths: list[str]) -> None:
         result = self.git.commit_human_edits(paths)
@@ -121,17 +130,31 @@ class ToolBox:
             return f"error: {exc.strerror or exc}"
 
     # -- writing with commits ------------------------------------------------------------------
-    def _write(self, paths: list[str], message: str, action: Callable[[], object]):
-        if self.committer:  # the live vault: the trust boundary applies (an overlay is checked at commit)
+    def _write(self, paths: list[str], message: str, action: Callable[[FileStore], object]):
+        """Every vault write of a tool: on an overlay, just the change (checked at its commit); live,
+        under the vault's lock from the first read to the commit, checked before anything is written
+        (size, secrets), swapped in so that no concurrent writer's text is lost, and put back if the
+        commit fails, so a refused write leaves the file as it was."""
+        if not self.committer:
+            result = action(self.files)
+        else:
+            if not isinstance(self.files, DiskFiles):
+                raise InputError("live writes need the vault's working tree")
             for p in paths:
                 check_vault_write(self.vault_root, p)
-            self.committer.before_write(paths)
-        result = action()
+            with self.committer.lock.hold():
+                self.committer.before_write(paths)
+                done = edit(self.files, self.committer.lock, action, check_writes)
+                try:
+                    self.committer.after_write(paths, message)
+                except BaseException:
+                    done.undo()
+                    raise
+                done.settle()
+                result = done.result
         for p in paths:
             if p not in self.changed:
                 self.changed.append(p)
-        if self.committer:
-            self.committer.after_write(paths, message)
         return result
 
     # -- the tools ----------------------------------------------------------------------------------
@@ -139,11 +162,11 @@ class ToolBox:
         name = memory.memory_name(file)
         path = f"{memory.MEMORY_DIR}/{name}"
         if action == "add":
-            op = lambda: memory.add(self.files, self.config, name, text)  # noqa: E731
+            op = lambda f: memory.add(f, self.config, name, text)  # noqa: E731
         elif action == "replace":
-            op = lambda: memory.replace(self.files, self.config, name, old_text, text)  # noqa: E731
+            op = lambda f: memory.replace(f, self.config, name, old_text, text)  # noqa: E731
         elif action == "remove":
-            op = lambda: memory.remove(self.files, self.config, name, old_text)  # noqa: E731
+            op = lambda f: memory.remove(f, self.config, name, old_text)  # noqa: E731
         else:
             raise ValueError("action must be add, replace or remove")
         if action != "remove" and not text.strip():
@@ -178,27 +201,27 @@ class ToolBox:
                 self.skill_guard(name, content)
             meta = {"created-by": self.created_by or ("session" if self.committer else "refine"), "version": "1"}
             self._write([skills.skill_path(name)], f"skill: create {name}",
-                        lambda: skills.create(self.files, name, content, metadata=meta))
+                        lambda f: skills.create(f, name, content, metadata=meta))
             return f"ok: created skill {name}"
         if action == "patch":
             rel = skills.skill_path(name, file) if file else skills.skill_path(name)
-            self._write([rel], f"skill: patch {name}", lambda: skills.patch(self.files, name, old_text, new_text, file))
+            self._write([rel], f"skill: patch {name}", lambda f: skills.patch(f, name, old_text, new_text, file))
             return f"ok: patched {rel}"
         if action == "write_file":
             if not file:
                 raise ValueError("file is required for write_file")
             rel = skills.support_path(name, file)
-            self._write([rel], f"skill: write {rel}", lambda: skills.write_file(self.files, name, file, content))
+            self._write([rel], f"skill: write {rel}", lambda f: skills.write_file(f, name, file, content))
             return f"ok: wrote {rel}"
         if action == "remove_file":
             if not file:
                 raise ValueError("file is required for remove_file")
             rel = skills.support_path(name, file)
-            self._write([rel], f"skill: remove {rel}", lambda: skills.remove_file(self.files, name, file))
+            self._write([rel], f"skill: remove {rel}", lambda f: skills.remove_file(f, name, file))
             return f"ok: removed {rel}"
         if action == "delete":
             paths = self.files.list(folder)
-            self._write(paths, f"skill: delete {name}", lambda: skills.delete(self.files, name, merged_into))
+            self._write(paths, f"skill: delete {name}", lambda f: skills.delete(f, name, merged_into))
             return f"ok: deleted skill {name}" + (f" (merged into {merged_into})" if merged_into else "")
         raise ValueError("action must be create, patch, write_file, remove_file or delete")
 
@@ -213,7 +236,7 @@ class ToolBox:
     def _t_write_file(self, path: str, content: str) -> str:
         where, target = self._resolve(path)
         if where == "vault":
-            self._write([target], f"write: {target}", lambda: self.files.write(target, content.encode("utf-8")))
+            self._write([target], f"write: {target}", lambda f: f.write(target, content.encode("utf-8")))
         else:
             assert self.workspace is not None
             check_workspace_write(target, self.workspace)
@@ -254,6 +277,23 @@ class ToolBox:
                     raise InputError(f"path is inside {top}/, which tools may not touch", path)
                 return "workspace", real
         raise InputError("path is outside the vault and the workspace", path)
+
+
+MAX_VAULT_WRITE = 1_000_000  # any one file a tool writes; skill files have their own, smaller cap
+
+
+def check_writes(writes: dict[str, bytes | None]) -> None:
+    """What a tool would write, refused before it touches the disk: a skill file over the skills cap
+    (SKILL.md included), any file over 1 MB, or anything holding a secret."""
+    from ..store import secrets
+
+    for rel, data in writes.items():
+        if data is None:
+            continue
+        cap = skills.MAX_FILE_BYTES if rel.startswith(f"{skills.SKILLS_DIR}/") else MAX_VAULT_WRITE
+        if len(data) > cap:
+            raise InputError(f"{len(data)} bytes is over the {cap} a file written here may hold; split it", rel)
+    secrets.check(writes)
 
 
 def _read_host(path: str) -> bytes | None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from .. import Conversation, ConversationOptions, Vault
 from ..errors import HermesError
 from ..mind import memory, skills
+from ..service.auto_review import AutoReview
 from .remote import RemoteConversation, RemoteError, options_for
 from .term import safe
 
@@ -42,6 +43,7 @@ class Repl:
             options.on_tool = lambda call: self.out(f"  · {call}")
         self.conversation = self._open()
         self.background: list[threading.Thread] = []
+        self.reviews = AutoReview(vault, lambda _session, line: self.announce(line))
         self.commands = {"/memory": self.cmd_memory, "/skills": self.cmd_skills, "/new": self.cmd_new,
                          "/exit": self.cmd_exit, "/quit": self.cmd_exit, "/help": self.cmd_help,
                          "/refine": self.cmd_refine, "/review": self.cmd_review, "/learn": self.cmd_learn}
@@ -76,10 +78,8 @@ class Repl:
             if isinstance(exc, RemoteError) and exc.gone:  # the daemon restarted: carry on with the same session
                 self.options.resume = self.conversation.id
                 self.conversation = self._open()
-        every = self.vault.config.refine.every_turns
-        if every and self.conversation.user_turns % every == 0:
-            self.out(f"(automatic review after {every} turns)")
-            self.cmd_refine("")
+        if self.reviews.after_turn(self.conversation.id, self.conversation.user_turns):
+            self.out(f"(automatic review after {self.vault.config.refine.every_turns} turns)")
         return True
 
     # -- slash commands ---------------------------------------------------------------------------
@@ -227,6 +227,7 @@ class Repl:
     def close(self) -> None:
         for thread in self.background:
             thread.join()  # a review in flight finishes (and reports) before we leave
+        self.reviews.join()
         sha = self.conversation.end()
         if sha:
             self.out(f"session {self.conversation.id} saved ({self.conversation.rel})")

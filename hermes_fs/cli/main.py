@@ -15,6 +15,10 @@ import click
 
 from ..errors import HermesError, InputError
 from ..store.config import Policy
+from .curate import curate as curate_command
+from .curate import print_usage, skills_restore
+from .gateway import doctor_checks as gateway_checks
+from .gateway import gateway as gateway_command
 from .sync import clone as clone_command
 from .sync import sync as sync_command
 from .term import colorize_diff, echo, safe
@@ -168,11 +172,17 @@ def skills():
 @skills.command("list")
 @vault_option
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--usage", is_flag=True, help="Uses, last used, created by, age and staleness (from the sessions).")
 @click.pass_context
-def skills_list(ctx: click.Context, as_json: bool):
-    """Each skill with its description."""
+def skills_list(ctx: click.Context, as_json: bool, usage: bool):
+    """Each skill with its description (--usage: how it is used)."""
     from ..mind import skills as sk
 
+    if usage:
+        rows = print_usage(_vault(ctx), as_json)
+        if as_json:
+            _emit_json(rows)
+        return
     loaded, errors = sk.load_all(_vault(ctx).files)
     if as_json:
         _emit_json([{"name": s.name, "description": s.description, "files": s.files} for s in loaded])
@@ -677,6 +687,7 @@ def doctor(ctx: click.Context, no_model: bool):
         checks.append(("skill embeddings", embeddings.available(), f"model at {embeddings.model_dir()}"
                        if embeddings.available() else f"skills.embeddings is on but not installed: {embeddings.EXTRA}"))
     checks += _check_mcp(v)
+    checks += gateway_checks(v)
     cfg = v.config.sandbox
     if cfg.backend != "docker":
         checks.append(("sandbox", True, f"backend {cfg.backend}" + (
@@ -797,6 +808,9 @@ def chat(ctx: click.Context, resume: str | None, model: str | None, workspace: s
 main.add_command(web_command)
 main.add_command(sync_command)
 main.add_command(clone_command)
+main.add_command(curate_command)
+skills.add_command(skills_restore)
+main.add_command(gateway_command)
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -15,7 +15,8 @@ def render(st: Status) -> str:
     s = st.skills
     extra = [f"{s[k]} {k}" for k in ("invalid", "misplaced") if s.get(k)]
     lines.append(f"skills  {s.get('count', 0)}" + (f"  ({', '.join(extra)}: `hermes-fs skills validate`, then --fix)"
-                                                   if extra else ""))
+                                                   if extra else "")
+                 + (f"  ({s['stale']} stale: `hermes-fs skills list --usage`, `hermes-fs curate`)" if s.get("stale") else ""))
     lines.append("cron")
     for j in st.cron:
         nxt = j["next_run"] or ("disabled" if not j["enabled"] else "no future run")
@@ -27,6 +28,11 @@ def render(st: Status) -> str:
         lines.append(f"  {r['branch']}  {r['summary']}")
     d = st.daemon
     lines.append("daemon  " + (f"running (pid {d.get('pid')})" if d.get("running") else "not running"))
+    if st.gateway:
+        from .gateway import render_row
+
+        lines.append("gateway")
+        lines.extend(f"  {render_row(g)}" for g in st.gateway)
     if st.sync is not None:
         y = st.sync
         lines.append(f"sync  {y['remote'] or '(no url)'}  as host {y['host']}")

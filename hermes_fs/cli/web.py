@@ -34,4 +34,7 @@ def web(ctx: click.Context, listen: str | None, print_url: bool, vault: str | No
     server = WebServer(v, listen)
     echo(f"hermes-fs web: {v.root}\nopen {server.signin_url()}\n(the token signs this browser in once; "
          "Ctrl-C to stop)", err=True)
-    server.run()
+    try:
+        server.run()
+    except KeyboardInterrupt:  # uvicorn shut down cleanly, then passed Ctrl-C on
+        echo("hermes-fs web stopped", err=True)

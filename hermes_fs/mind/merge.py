@@ -132,22 +132,65 @@ def _split(text: str, path: str) -> tuple[dict, str, str]:
     return dict(doc.meta), text[: doc.body_start], doc.body
 
 
-def _with_meta(path: str, base: str, ours: str, theirs: str) -> tuple[str, str, str, str, list[EntryConflict]]:
-    """Merge the frontmatter; returns (merged head, base body, ours body, theirs body, conflicts)."""
-    (bm, _bh, bb), (om, oh, ob), (tm, th, tb) = _split(base, path), _split(ours, path), _split(theirs, path)
+def _with_meta(path: str, base: str, ours: str, theirs: str,
+               line_merge: LineMerge | None = None) -> tuple[str, str, str, str, list[EntryConflict]]:
+    """Merge the frontmatter; returns (merged head, base body, ours body, theirs body, conflicts).
+
+    A side whose frontmatter text is unchanged takes the other's bytes; when both changed it (a
+    comment a person added on main, a key the branch changed), the texts are merged by line so that
+    neither side's comments are lost, and the result must parse to the keys merged by key."""
+    (bm, bh, bb), (om, oh, ob), (tm, th, tb) = _split(base, path), _split(ours, path), _split(theirs, path)
     meta, conflicts = merge_meta(path, bm, om, tm)
-    if meta == om:
-        head = oh  # main's frontmatter bytes, untouched
-    elif meta == tm:
-        head = th
+    if th == bh or (meta == om and th.strip() == oh.strip()):
+        head = oh  # the branch left the frontmatter's text alone: main's bytes, untouched
+    elif oh == bh:
+        head = th if meta == tm else _dumped(meta)
     else:
-        head = dump_doc(meta, "").rstrip("\n")  # the body starts with the newline after the fence
+        clean, text = line_merge(bh, oh, th) if line_merge else (False, "")
+        if clean and _meta_of(text, path) == meta:
+            head = text
+        else:  # the side whose keys won, with the other side's comments put back before the fence
+            head = oh if meta == om else th if meta == tm else _dumped(meta)
+            head = _plus_comments(head, [c for c in _comment_lines(oh) + _comment_lines(th)
+                                         if c not in _comment_lines(bh)])
     return head, bb, ob, tb, conflicts
 
 
+def _dumped(meta: dict) -> str:
+    return dump_doc(meta, "").rstrip("\n")  # the body starts with the newline after the fence
+
+
+def _meta_of(head: str, path: str) -> dict | None:
+    try:
+        return dict(parse_doc(head + "\n", path).meta)
+    except Exception:  # a line merge can produce text that is no longer YAML
+        return None
+
+
+def _comment_lines(head: str) -> list[str]:
+    """The comments of a frontmatter, each as a whole line (an inline one moved to its own line)."""
+    out = []
+    for ln in head.splitlines():
+        stripped = ln.strip()
+        if stripped.startswith("#"):
+            out.append(stripped)
+        elif " #" in ln and not any(q in ln.split(" #", 1)[0] for q in "'\""):
+            out.append("#" + ln.split(" #", 1)[1])
+    return out
+
+
+def _plus_comments(head: str, comments: list[str]) -> str:
+    have = set(_comment_lines(head))
+    missing = list(dict.fromkeys(c for c in comments if c not in have))
+    if not missing:
+        return head
+    end = head.rstrip().rfind("\n---")
+    return head[: end + 1] + "".join(f"{c}\n" for c in missing) + head[end + 1:]
+
+
 # -- memory files ------------------------------------------------------------------------------
-def merge_memory(path: str, base: str, ours: str, theirs: str) -> FileMerge:
-    head, base_body, ours_body, theirs_body, conflicts = _with_meta(path, base, ours, theirs)
+def merge_memory(path: str, base: str, ours: str, theirs: str, line_merge: LineMerge | None = None) -> FileMerge:
+    head, base_body, ours_body, theirs_body, conflicts = _with_meta(path, base, ours, theirs, line_merge)
     b, o, t = units(base_body), units(ours_body), units(theirs_body)
     if _skeleton(t)[: len(_skeleton(b))] != _skeleton(b) or (
         _skeleton(o) != _skeleton(b) and _skeleton(t) != _skeleton(b)
@@ -218,7 +261,7 @@ def merge_skill(path: str, base: str, ours: str, theirs: str, line_merge: LineMe
     if not path.endswith("/SKILL.md"):
         clean, text = line_merge(base, ours, theirs)
         return FileMerge(path, text) if clean else FileMerge(path, None, [_line_conflict(path)])
-    head, bb, ob, tb, conflicts = _with_meta(path, base, ours, theirs)
+    head, bb, ob, tb, conflicts = _with_meta(path, base, ours, theirs, line_merge)
     clean, body = line_merge(bb, ob, tb)
     if not clean:
         conflicts.append(_line_conflict(path))
@@ -232,7 +275,7 @@ def _line_conflict(path: str) -> EntryConflict:
 def merge_file(path: str, base: str, ours: str, theirs: str, line_merge: LineMerge) -> FileMerge | None:
     """The format-aware merge for a vault path, or None when git's line merge is all there is."""
     if path.startswith("memory/") and path.endswith(".md"):
-        return merge_memory(path, base, ours, theirs)
+        return merge_memory(path, base, ours, theirs, line_merge)
     if path.startswith("skills/"):
         return merge_skill(path, base, ours, theirs, line_merge)
     return None

@@ -72,7 +72,7 @@ class SearchIndex:
         if kind == "skills":
             for entry in os.scandir(base):
                 f = os.path.join(entry.path, SKILL_FILE)
-                if entry.is_dir(follow_symlinks=False) and os.path.isfile(f):
+                if entry.is_dir(follow_symlinks=False) and not entry.name.startswith(".") and os.path.isfile(f):
                     st = os.stat(f)
                     yield f"{SKILLS_DIR}/{entry.name}/{SKILL_FILE}", (st.st_mtime_ns, st.st_size)
             return

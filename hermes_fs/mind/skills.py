@@ -18,6 +18,7 @@ from ..store.files import FileStore, clean_relpath
 SKILLS_DIR = "skills"
 SKILL_FILE = "SKILL.md"
 SUPPORT_DIRS = ("references", "scripts", "assets")
+ARCHIVE_DIR = ".archive"  # skills/.archive/<name>/: archived by the curator, out of the prompt and the index
 NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 
@@ -98,11 +99,11 @@ def _require_valid(name: str, text: str) -> None:
 def names(files: FileStore) -> list[str]:
     """Folders under skills/ holding a SKILL.md (one directory read when the store offers `children`)."""
     if hasattr(files, "children"):
-        return sorted(n for n in files.children(SKILLS_DIR, SKILL_FILE))
+        return sorted(n for n in files.children(SKILLS_DIR, SKILL_FILE) if not n.startswith("."))
     found = set()
     for p in files.list(SKILLS_DIR):
         parts = p.split("/")
-        if len(parts) == 3 and parts[2] == SKILL_FILE:
+        if len(parts) == 3 and parts[2] == SKILL_FILE and not parts[1].startswith("."):  # not .archive/
             found.add(parts[1])
     return sorted(found)
 
@@ -271,7 +272,26 @@ def reference_form(text: str, name: str, extra: dict[str, str] | None = None) ->
     metadata.update(extra or {})
     if metadata:
         out["metadata"] = metadata
-    return dump_doc(out, doc.body)
+    if out == meta:
+        return text  # already in the reference form: every byte kept
+    head = text[: doc.body_start]
+    gap = head[len(head.rstrip("\r\n")):]  # the blank line(s) between the fence and the body
+    return _with_comments(dump_doc(out, gap + doc.body), head)
+
+
+_COMMENT = re.compile(r"^\s*(#.*)$")
+_INLINE_COMMENT = re.compile(r"^[^'\"#]*?\s(#\s.*)$")
+
+
+def _with_comments(text: str, old_head: str) -> str:
+    """`text` with the comments a person wrote in the old frontmatter (YAML drops them on a
+    rewrite) put back, in their order, just before the closing fence."""
+    lines = old_head.splitlines()[1:-1] if old_head.startswith("---") else []
+    comments = [m.group(1) for ln in lines if (m := _COMMENT.match(ln) or _INLINE_COMMENT.match(ln))]
+    if not comments:
+        return text
+    end = text.index("\n---", 3) + 1
+    return text[:end] + "".join(f"{c}\n" for c in comments) + text[end:]
 
 
 def misplaced(files: FileStore) -> list[tuple[str, str, str]]:
@@ -281,6 +301,8 @@ def misplaced(files: FileStore) -> list[tuple[str, str, str]]:
     for p in files.list(SKILLS_DIR):
         parts = p.split("/")
         if parts[-1].lower() != SKILL_FILE.lower() or (len(parts) == 3 and parts[-1] == SKILL_FILE):
+            continue
+        if parts[1] == ARCHIVE_DIR:  # archived skills are kept as they were, not moved back
             continue
         if len(parts) == 3:  # skills/<name>/skill.md: the wrong case
             found.append((p, "", normal_name(parts[1])))
@@ -329,7 +351,8 @@ def fixes(files: FileStore) -> tuple[dict[str, bytes | None], list[str]]:
     changes: dict[str, bytes | None] = {}
     skipped: list[str] = []
     taken = set(names(files))
-    moves = [(f"{SKILLS_DIR}/{n}", "", n) for n in sorted(taken) if validate(files, n)]
+    # a folder whose name is not a valid skill name is one more skill to fix (renamed), not an error for all
+    moves = [(f"{SKILLS_DIR}/{n}", "", n) for n in sorted(taken) if not valid_name(n) or validate(files, n)]
     moves += [(p.rsplit("/", 1)[0], cat, new) for p, cat, new in misplaced(files)]
     for folder, category, old_name in moves:
         name = normal_name(old_name)

@@ -330,7 +330,7 @@ class Daemon:
     def _run_claim(self, c: inbox.Claim) -> None:
         self.note(f"request started: {c.name}")
         try:
-            status = inbox.process(self.vault, c, self.note)
+            status = inbox.process(self.vault, c, self.note).status
             self.note(f"request finished: {c.name} ({status})")
         except Exception as exc:
             self.log.exception(f"request {c.name}: unexpected error")

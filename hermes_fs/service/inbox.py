@@ -8,8 +8,10 @@ keeps the original text.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,11 +21,16 @@ from ..store.docs import decode, dump_doc, parse_doc
 from ..store.files import atomic_write
 from ..store.provenance import Act
 from ..store.vault import Vault
+from .requests import JOB_TYPES, ExecOptions, Handler, Request, Result, confined_source, execute, origin_from_meta
+
+__all__ = ["Claim", "confined_source", "parse_request", "process", "read_result", "write_result"]
 
 INBOX_DIR = "inbox"
 RESULTS_DIR = "outputs/requests"
-TYPES = ("refine", "learn", "run")
+TYPES = JOB_TYPES
 FIELDS = {"type", "focus", "session", "source"}
+CHAT_FIELDS = FIELDS | {"origin", "context"}  # a gateway's request files also say where they came from
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -33,6 +40,7 @@ class Claim:
     path: Path  # .hermes/inbox/<stamp>--<name>
     name: str  # original file name, e.g. deploy.md
     stamp: str
+    producer: str = INBOX_DIR  # who made the request: inbox (a file), or gateway (a chat message)
 
     @property
     def result_rel(self) -> str:
@@ -43,16 +51,7 @@ class Claim:
 
     @property
     def inbox_rel(self) -> str:
-        return f"{INBOX_DIR}/{self.name}"
-
-
-@dataclass
-class Request:
-    type: str
-    text: str
-    focus: str | None = None
-    session: str | None = None
-    source: str | None = None
+        return f"{self.producer}/{self.name}"
 
 
 def is_request(rel: str) -> bool:
@@ -67,6 +66,10 @@ def claims_dir(vault: Vault) -> Path:
     return d
 
 
+def new_stamp() -> str:
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
+
+
 def claim(vault: Vault, rel: str) -> Claim | None:
     """Atomically move a request out of the inbox (None if it is gone or someone took it)."""
     from .sync import claim_request
@@ -75,7 +78,7 @@ def claim(vault: Vault, rel: str) -> Claim | None:
         return None
     src = vault.root / rel
     name = src.name
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
+    stamp = new_stamp()
     dest = claims_dir(vault) / f"{stamp}--{name}"
     try:
         os.rename(src, dest)
@@ -84,26 +87,29 @@ def claim(vault: Vault, rel: str) -> Claim | None:
     return Claim(dest, name, stamp)
 
 
-def pending_claims(vault: Vault) -> list[Claim]:
+def pending_claims(vault: Vault, directory: Path | None = None, producer: str = INBOX_DIR) -> list[Claim]:
     """Requests claimed before a crash or stop, oldest first."""
     out = []
-    for p in sorted(claims_dir(vault).iterdir()):
-        if "--" in p.name:
+    for p in sorted((directory or claims_dir(vault)).iterdir()):
+        if "--" in p.name and not p.name.startswith("."):
             stamp, name = p.name.split("--", 1)
-            out.append(Claim(p, name, stamp))
+            out.append(Claim(p, name, stamp, producer))
     return out
 
 
-def parse_request(text: str, rel: str) -> Request:
+def parse_request(text: str, rel: str, types: tuple[str, ...] = TYPES, chat: bool = False) -> Request:
+    """A request file's frontmatter and body. `chat`: a gateway's own file, which may carry
+    `origin` and `context` (a file a person drops in inbox/ may not claim to come from a chat)."""
     doc = parse_doc(text, rel)
     meta = doc.meta
-    unknown = set(meta) - FIELDS
+    known = CHAT_FIELDS if chat else FIELDS
+    unknown = set(meta) - known
     if unknown:
-        raise InputError(f"unknown field(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(FIELDS))})", rel)
+        raise InputError(f"unknown field(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(known))})", rel)
     kind = meta.get("type") or ("run" if not meta else None)
-    if kind not in TYPES:
-        raise InputError(f"type must be one of {', '.join(TYPES)}, got {meta.get('type')!r}", rel)
-    for key in ("focus", "session", "source"):
+    if kind not in types:
+        raise InputError(f"type must be one of {', '.join(types)}, got {meta.get('type')!r}", rel)
+    for key in ("focus", "session", "source", "context"):
         if meta.get(key) is not None and not isinstance(meta.get(key), str):
             raise InputError(f"'{key}' must be text", rel)
     body = doc.body.strip()
@@ -111,16 +117,21 @@ def parse_request(text: str, rel: str) -> Request:
         raise InputError("a run request needs a prompt in its body", rel)
     if kind == "learn" and not meta.get("source"):
         raise InputError("a learn request needs a `source`", rel)
+    origin = origin_from_meta(meta["origin"], rel) if "origin" in meta else None
     return Request(kind, body, meta.get("focus") or (body if kind == "refine" and body else None),
-                   meta.get("session"), meta.get("source"))
+                   meta.get("session"), meta.get("source"), origin, meta.get("context"))
 
 
-def write_result(vault: Vault, c: Claim, original: str, status: str, started: float, body: str,
+def write_result(vault: Vault, c: Claim, original: str, result: Result, started: float,
                  extra: dict | None = None) -> None:
-    meta = {"status": status, "request": c.inbox_rel,
+    """outputs/requests/<stamp>-<name>.md: the result's fields, timings, the answer and the
+    original request (fsynced: the file is what says "answered" after a crash)."""
+    fields = result.meta()
+    meta = {"status": fields.pop("status"), "request": c.inbox_rel,
             "started": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
             "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-            "duration_s": round(time.time() - started, 3), **(extra or {})}
+            "duration_s": round(time.time() - started, 3), **fields, **(extra or {})}
+    body = result.body
     from ..store.secrets import redact
 
     longest = max([len(r) for r in original.split("\n") if set(r) == {"`"}] + [2])
@@ -129,30 +140,16 @@ def write_result(vault: Vault, c: Claim, original: str, status: str, started: fl
     text, hidden = redact(text)  # a result is committed: secrets in it are replaced, never stored
     if hidden:
         text = text.replace("\n## Original request\n", f"\n## Original request ({hidden} secret(s) redacted)\n", 1)
-    atomic_write(vault.root / c.result_rel, text)
+    atomic_write(vault.root / c.result_rel, text, fsync=True)
 
 
-def execute(vault: Vault, req: Request) -> tuple[str, str, dict]:
-    """Run one request: (status, body, extra frontmatter)."""
-    if req.type == "run":
-        from ..agent.conversation import Conversation, ConversationOptions
-
-        with Conversation(vault, ConversationOptions(source="inbox")) as conv:
-            result = conv.ask(req.text)
-        return "ok", result.answer, {"session": conv.id, "tokens": result.usage.total_tokens}
-    if req.type == "refine":
-        from ..learning.refine import RefineOptions, refine
-
-        r = refine(vault, RefineOptions(session=req.session, focus=req.focus))
-        extra = {"branch": r.branch, "refine": r.status}
-        return ("ok" if r.ok else "error"), r.line(), extra
-    if req.type == "learn":
-        from ..learning.learn import LearnOptions, learn
-
-        source = confined_source(vault, req.source or "")
-        r = learn(vault, LearnOptions([source], focus=req.focus, notes=req.text or None))
-        return ("ok" if r.ok else "error"), r.line(), {"branch": r.branch, "learn": r.status}
-    raise InputError(f"unknown request type {req.type!r}")
+def read_result(vault: Vault, c: Claim) -> Result:
+    """A result written before a crash, read back to finish the request (commit, reply)."""
+    text = (vault.root / c.result_rel).read_text(encoding="utf-8") if (vault.root / c.result_rel).exists() \
+        else (vault.git.read_file(vault.git.head(), c.result_rel) or b"").decode("utf-8", errors="replace")
+    doc = parse_doc(text, c.result_rel)
+    body = doc.body.split("\n## Original request", 1)[0].strip()
+    return Result.from_meta(doc.meta, body)
 
 
 MAX_REQUEST_BYTES = 1_000_000
@@ -170,50 +167,55 @@ def read_request(path: Path) -> tuple[bytes, str | None]:
     return raw, None
 
 
-def confined_source(vault: Vault, source: str) -> Path:
-    """A learn source named by a request (which anyone or anything able to write inbox/ can drop)
-    must be inside the vault or its workspace, never .git/ or .hermes/ secrets: a person's own CLI
-    may name any path, a request may not."""
-    raw = Path(source).expanduser()
-    target = Path(os.path.realpath(raw if raw.is_absolute() else vault.root / raw))
-    workspace = Path(os.path.realpath(vault.state_dir / "workspace"))
-    root = Path(os.path.realpath(vault.root))
-    if target.is_relative_to(workspace):
-        return target
-    if target.is_relative_to(root):
-        top = target.relative_to(root).parts[:1]
-        if top and top[0] in (".git", ".hermes"):
-            raise InputError(f"a request may not read {top[0]}/", source)
-        return target
-    raise InputError("a request's source must be inside the vault or .hermes/workspace "
-                     "(to learn from elsewhere, run `hermes-fs learn PATH` yourself)", source)
-
-
-def process(vault: Vault, c: Claim, log=lambda msg: None) -> str:
-    """Run a claimed request and commit its result with the request's removal; exactly once."""
+def process(vault: Vault, c: Claim, log_line: Callable[[str], None] = lambda msg: None,
+            options: ExecOptions | None = None, on_done: Callable[[Result], None] | None = None,
+            chat: bool = False, commit: bool = True, handlers: dict[str, Handler] | None = None) -> Result:
+    """Run a claimed request, write its result and commit it with the request's removal; exactly
+    once. After a crash the result already written is read back instead of running again.
+    `on_done(result)` runs last (the gateway's reply goes out there); `commit=False` leaves the
+    commit to the caller's cadence (Result.paths then lists what to commit). `handlers` replaces
+    the handler table (the gateway runs chat messages and commands with its own)."""
     store = vault.git
     if store.read_file(store.head(), c.result_rel) is not None or (vault.root / c.result_rel).exists():
-        log(f"request {c.name}: result already written, finishing up")
+        log_line(f"request {c.name}: result already written, finishing up")
+        result = read_result(vault, c)
     else:
-        started = time.time()
-        raw, problem = read_request(c.path)
-        try:
-            original = decode(raw, c.inbox_rel)
-        except InputError as exc:
-            original, problem = raw.decode("utf-8", errors="replace"), problem or f"Could not read the request: {exc}"
-        if problem:
-            write_result(vault, c, original, "error", started, problem)
-        else:
-            try:
-                req = parse_request(original, c.inbox_rel)
-                status, body, extra = execute(vault, req)
-                write_result(vault, c, original, status, started, body, {"type": req.type, **extra})
-            except Exception as exc:  # every failure becomes a result file, never a lost request
-                reason = str(exc) if hasattr(exc, "exit_code") else f"{type(exc).__name__}: {exc}"
-                write_result(vault, c, original, "error", started, f"The request failed: {reason}")
-    meta = parse_doc((vault.root / c.result_rel).read_text(encoding="utf-8"), c.result_rel).meta
-    store.commit_paths([c.result_rel, c.inbox_rel], f"request: {c.name} ({meta.get('status')})",
-                       Act.request(c.name))
+        result = _run(vault, c, options, chat, handlers)
+    if commit:
+        store.commit_paths([c.result_rel, c.inbox_rel, *result.paths], f"request: {c.name} ({result.status})",
+                           Act.request(c.name))
+    else:
+        result.paths = [c.result_rel, *result.paths]
+    if on_done:
+        on_done(result)
     c.path.unlink(missing_ok=True)
-    return str(meta.get("status"))
+    return result
 
+
+def _run(vault: Vault, c: Claim, options: ExecOptions | None, chat: bool, handlers: dict[str, Handler] | None) -> Result:
+    started = time.time()
+    raw, problem = read_request(c.path)
+    try:
+        original = decode(raw, c.inbox_rel)
+    except InputError as exc:
+        original, problem = raw.decode("utf-8", errors="replace"), problem or f"Could not read the request: {exc}"
+    if problem:
+        result = Result("error", problem)
+    else:
+        try:
+            req = parse_request(original, c.inbox_rel, tuple(handlers) if handlers else TYPES, chat=chat)
+        except InputError as exc:
+            result = Result("error", f"The request failed: {exc}")
+        else:
+            result = execute(vault, req, options or _default_options(vault, chat), handlers)
+            if result.type is None:
+                result.type = req.type
+    write_result(vault, c, original, result, started)
+    return result
+
+
+def _default_options(vault: Vault, chat: bool) -> ExecOptions:
+    from ..agent.boundary import Source
+    from .auto_review import AutoReview
+
+    return ExecOptions(source=Source.GATEWAY if chat else Source.INBOX, auto_review=AutoReview(vault))

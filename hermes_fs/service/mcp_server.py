@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hmac
 import json
+import math
+from collections import Counter
 from functools import partial
 from typing import Any
 
@@ -40,8 +42,38 @@ def client_name(ctx: Any) -> str:
     return "".join(c if c.isalnum() or c in "-_. " else "_" for c in name)[:60] or "unknown"
 
 
+class VaultServer(MCPServer):
+    """The SDK's server, with resources listed from the vault as it is now (a skill created during a
+    session is offered at once; a deleted one is gone), not as it was at start."""
+
+    def __init__(self, vault: Vault, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.vault = vault
+        self.offered: set[str] = set()
+
+    def sync_resources(self) -> None:
+        wanted = dict(_resource_files(self.vault))
+        registry = getattr(self._resource_manager, "_resources", None)
+        for uri in self.offered - set(wanted):
+            if isinstance(registry, dict):
+                registry.pop(uri, None)
+        for uri, rel in wanted.items():
+            if uri not in self.offered:
+                self.resource(uri, name=rel, mime_type="text/markdown" if rel.endswith(".md") else "text/plain")(
+                    _reader(self.vault, rel))
+        self.offered = set(wanted)
+
+    async def list_resources(self):
+        self.sync_resources()
+        return await super().list_resources()
+
+    async def read_resource(self, uri, context=None):
+        self.sync_resources()
+        return await super().read_resource(uri, context)
+
+
 def build_server(vault: Vault) -> MCPServer:
-    server = MCPServer("hermes-fs", instructions=INSTRUCTIONS)
+    server = VaultServer(vault, "hermes-fs", instructions=INSTRUCTIONS)
 
     def run(ctx: Context, tool: str, **args) -> str:
         """The agent's own tool, committed like the agent's writes but naming the client."""
@@ -84,7 +116,7 @@ def build_server(vault: Vault) -> MCPServer:
     def refine(transcript: str, ctx: Context, focus: str | None = None) -> str:
         return refine_transcript(vault, transcript, focus, client_name(ctx))
 
-    _resources(server, vault)
+    server.sync_resources()
     return server
 
 
@@ -106,23 +138,22 @@ def refine_transcript(vault: Vault, transcript: str, focus: str | None, client: 
     return outcome.line()
 
 
-def _resources(server, vault: Vault) -> None:
+def _resource_files(vault: Vault) -> list[tuple[str, str]]:
+    """(uri, vault path) of every memory file and every skill file."""
     from ..mind import memory, skills
 
-    def reader(rel: str):
-        def read() -> str:
-            data = vault.files.read(rel)
-            if data is None:
-                raise ValueError(f"{rel} no longer exists")
-            return data.decode("utf-8", errors="replace")
-        return read
+    rels = [f"memory/{name}" for name in memory.list_memory(vault.files)]
+    rels += [rel for name in skills.names(vault.files) for rel in vault.files.list(f"skills/{name}")]
+    return [(f"hermes://{rel}", rel) for rel in rels]
 
-    for name in memory.list_memory(vault.files):
-        rel = f"memory/{name}"
-        server.resource(f"hermes://{rel}", name=rel, mime_type="text/markdown")(reader(rel))
-    for name in skills.names(vault.files):
-        for rel in vault.files.list(f"skills/{name}"):
-            server.resource(f"hermes://{rel}", name=rel, mime_type="text/markdown" if rel.endswith(".md") else "text/plain")(reader(rel))
+
+def _reader(vault: Vault, rel: str):
+    def read() -> str:
+        data = vault.files.read(rel)
+        if data is None:
+            raise ValueError(f"{rel} no longer exists")
+        return data.decode("utf-8", errors="replace")
+    return read
 
 
 # -- running ---------------------------------------------------------------------------------------
@@ -134,13 +165,35 @@ def serve_stdio(vault: Vault) -> None:
 
 def serve_http(vault: Vault, host: str, port: int) -> None:
     token = vault.secrets().get(TOKEN_NAME)
-    if not token:
-        raise HermesError(f"--http needs a bearer token: put {TOKEN_NAME}=<a long random string> in "
-                          f"{vault.secrets_env} (clients send it as `Authorization: Bearer ...`)")
+    problem = weak_token(token)
+    if problem:
+        raise HermesError(f"--http needs a strong bearer token: {TOKEN_NAME} {problem}. Put "
+                          f"{TOKEN_NAME}=<token> in {vault.secrets_env}, made with e.g. "
+                          "`python3 -c 'import secrets; print(secrets.token_urlsafe(32))'` "
+                          "(clients send it as `Authorization: Bearer ...`)")
+    assert token is not None
     import uvicorn
 
     app = BearerAuth(build_server(vault).streamable_http_app(host=host), token)
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+MIN_TOKEN_CHARS = 32
+MIN_TOKEN_BITS = 96.0
+
+
+def weak_token(token: str | None) -> str | None:
+    """Why a token could be guessed (None when it is strong enough): at least 32 characters whose
+    character frequencies carry at least 96 bits (Shannon), so `aaaa...` or `abab...` is refused."""
+    if not token:
+        return "is not set"
+    if len(token) < MIN_TOKEN_CHARS:
+        return f"has {len(token)} characters; at least {MIN_TOKEN_CHARS} random ones are needed"
+    counts = Counter(token)
+    bits = -sum(n * math.log2(n / len(token)) for n in counts.values())
+    if bits < MIN_TOKEN_BITS:
+        return f"is too regular ({bits:.0f} bits of entropy, at least {MIN_TOKEN_BITS:.0f} needed)"
+    return None
 
 
 class BearerAuth:

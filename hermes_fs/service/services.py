@@ -33,4 +33,14 @@ def services_for(daemon: DaemonHost) -> list[DaemonService]:
         from .sync import SyncService
 
         found.append(SyncService(daemon))
+    if daemon.vault.config.curate.every is not False:
+        from .curator import CuratorService
+
+        found.append(CuratorService(daemon))
+    from .gateway.core import configured
+
+    if configured(daemon.vault):
+        from .gateway.core import Gateway
+
+        found.append(Gateway(daemon.vault, note=daemon.note, error=daemon.error))
     return found

@@ -29,6 +29,7 @@ class Status:
     pending_reviews: list[dict] = field(default_factory=list)
     daemon: dict = field(default_factory=dict)
     sync: dict | None = None  # only when hermes.yaml has `remote:`
+    gateway: list[dict] = field(default_factory=list)  # each configured channel (gateway status)
     errors: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
@@ -59,6 +60,11 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
         from .sync import sync_status
 
         st.sync = sync_status(vault)
+    gw = vault.config.gateway
+    if gw.webhook or gw.matrix or gw.email:  # the gateway's modules load only when it is configured
+        from .gateway.status import collect as gateway_status
+
+        st.gateway = gateway_status(vault)
     # files the daemon left uncommitted (a secret, too big): a person must act on them
     st.errors += [e.split(" ", 1)[-1] for e in st.daemon.get("last_errors") or [] if " not committed: " in f" {e}"]
     return st
@@ -106,7 +112,19 @@ def skill_counts(vault: Vault) -> dict:
                        lambda name=name: skills.valid_name(name) and not skills.validate(vault.files, name))
         invalid += ok is False
     cache.save()
-    return {"count": len(names), "invalid": invalid, "misplaced": len(skills.misplaced(vault.files))}
+    return {"count": len(names), "invalid": invalid, "misplaced": len(skills.misplaced(vault.files)),
+            "stale": _stale(vault, names)}
+
+
+def _stale(vault: Vault, names: list[str]) -> int:
+    """Skills the curator would archive now (usage from the record, cached in .hermes/cache/)."""
+    from ..errors import HermesError
+    from ..mind import usage
+
+    try:
+        return len(usage.stale(usage.refresh(vault), names, vault.config.curate.stale_days))
+    except HermesError:  # e.g. no commit yet: nothing is stale
+        return 0
 
 
 def memory_rows(vault: Vault) -> tuple[list[dict], list[str]]:

@@ -44,7 +44,7 @@ from .host import DaemonHost
 log = logging.getLogger("hermes_fs.sync")
 
 CONFLICT_MARK = ".conflict-"
-LEARNED_REFS = ("refs/heads/refine/", "refs/heads/learn/", "refs/hermes/rejected/")
+LEARNED_REFS = ("refs/heads/refine/", "refs/heads/learn/", "refs/heads/curate/", "refs/hermes/rejected/")
 PUSH_TRIES = 4  # a push that lost a race fetches, merges and tries again, this many times per round
 
 _claims: dict[Path, RefClaims] = {}

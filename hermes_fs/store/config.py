@@ -26,6 +26,7 @@ class ModelsConfig:
     refine: str | None = None
     cron: str | None = None
     learn: str | None = None
+    curate: str | None = None
 
 
 class Policy(StrEnum):
@@ -182,6 +183,10 @@ class GatewayConfig:
     matrix: MatrixConfig | None = None
     email: EmailConfig | None = None
     allow_local_shell: bool = False  # gateway sessions never get the host shell unless this says so
+    workers: int = 2  # chats answered at once (each chat's messages run one at a time, in order)
+    sender_rate_per_min: int = 20  # messages a minute from one sender; more are answered once, not run
+    commit_idle_s: float = 10.0  # chat results and transcripts are committed after this long without a message
+    retry_base_s: float = 2.0  # first wait before a reply that could not be sent is tried again (doubling)
 
 
 @dataclass
@@ -207,6 +212,7 @@ class WebConfig:
 class CurateConfig:
     every: str | bool = "weekly"  # or a schedule as in cron jobs, or false
     stale_days: int = 30
+    policy: str = "review"  # review | auto: what becomes of the curate/ branch (the daemon's runs too)
 
 
 @dataclass
@@ -241,6 +247,7 @@ CHOICES = {
     "notify.events": {"refine_pending", "refine_failed", "cron_output", "cron_failure", "sync_conflict"},
     "refine.mode": {m.value for m in ReviewMode},
     "learn.mode": {m.value for m in ReviewMode},
+    "curate.policy": {Policy.REVIEW.value, Policy.AUTO.value},
 }
 RENAMED = {"from": "from_"}  # YAML keys that are Python keywords
 

@@ -34,22 +34,138 @@ def clean_relpath(rel: str) -> str:
     return "/".join(parts)
 
 
-def atomic_write(target: Path, data: bytes | str, mode: int | None = None, fsync: bool = False) -> None:
-    """Write a file so that a reader (or a crash) sees the old bytes or the new ones, never half.
+def temp_name(target: Path) -> Path:
+    """A temp file beside `target`, unique to this process and call (two writers never share one).
 
-    The temp name matches the daemon's ignore list (`.*.hermes-tmp`), so it is never taken for an edit.
-    """
+    The name matches the daemon's ignore list (`.*.hermes-tmp`), so it is never taken for an edit."""
+    return target.with_name(f".{target.name}.{os.getpid()}-{os.urandom(4).hex()}.hermes-tmp")
+
+
+def atomic_write(target: Path, data: bytes | str, mode: int | None = None, fsync: bool = False) -> None:
+    """Write a file so that a reader (or a crash) sees the old bytes or the new ones, never half."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.hermes-tmp")
-    with open(tmp, "wb") as f:
-        f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
-    if mode is not None:
-        tmp.chmod(mode)
-    os.replace(tmp, target)
+    tmp = temp_name(target)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        if mode is not None:
+            tmp.chmod(mode)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _renameat2():
+    """libc's renameat2 (Linux 3.15+, glibc 2.28+), or None where it is missing."""
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return fn
+
+
+_EXCHANGE = _renameat2()
+
+
+def swap_in(target: Path, data: bytes | None, keep: list[Path] | None = None) -> bytes | None:
+    """Put `data` at `target` (None: remove it) in one step and return the bytes that were there at
+    that instant (None: no file). With the old bytes in hand, a caller can tell whether someone
+    (a person's editor) wrote since it read, and redo its change on their text instead of losing it.
+
+    Linux swaps the two names atomically (renameat2 RENAME_EXCHANGE); elsewhere the old bytes are
+    read right before the replace (a few microseconds in which a write can still be missed). With
+    `keep`, the old file itself is kept (its path appended) so that a write through a descriptor
+    opened before the swap (`echo >>`) can still be found there (`late_append`)."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_name(target)
+    kept = False
+    try:
+        if data is None:
+            try:
+                os.rename(target, tmp)
+            except FileNotFoundError:
+                return None
+            old = _read_link_or_file(tmp)
+            kept = _keep(tmp, keep)
+            return old
+        with open(tmp, "wb") as f:
+            f.write(data)
+        if _EXCHANGE is not None:
+            if _EXCHANGE(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(target), _RENAME_EXCHANGE) == 0:
+                old = _read_link_or_file(tmp)
+                kept = _keep(tmp, keep)
+                return old
+            import ctypes
+
+            err = ctypes.get_errno()
+            if err == 2:  # ENOENT: no file there yet; link() creates it only if it is still absent
+                try:
+                    os.link(tmp, target)
+                    return None
+                except FileExistsError:
+                    return swap_in(target, data, keep)
+            if err not in (22, 38, 95):  # EINVAL/ENOSYS/EOPNOTSUPP: this filesystem cannot; fall back
+                raise OSError(err, os.strerror(err), str(target))
+        old = _read_link_or_file(target)
+        os.replace(tmp, target)
+        return old
+    finally:
+        if not kept:
+            tmp.unlink(missing_ok=True)
+
+
+def _keep(tmp: Path, keep: list[Path] | None) -> bool:
+    if keep is None or tmp.is_symlink():
+        return False
+    keep.append(tmp)
+    return True
+
+
+def late_append(old_file: Path, seen: bytes | None, target: Path) -> bytes:
+    """Bytes appended to a file swapped out (`old_file`) after its contents `seen` were read: moved
+    to the end of `target`, where the writer meant them to be. The old file is then removed."""
+    try:
+        now = old_file.read_bytes()
+    except FileNotFoundError:
+        return b""
+    finally:
+        old_file.unlink(missing_ok=True)
+    extra = now[len(seen):] if seen is not None and now.startswith(seen) else b""
+    append(target, extra)
+    return extra
+
+
+def append(target: Path, data: bytes) -> None:
+    """Append in one write(2) with O_APPEND: concurrent appenders never overwrite each other."""
+    if data:
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+
+def _read_link_or_file(p: Path) -> bytes | None:
+    if p.is_symlink():
+        return b"symlink:" + os.fsencode(os.readlink(p))
+    try:
+        return p.read_bytes()
+    except FileNotFoundError:
+        return None
 
 
 def symlink_on_path(root: Path, rel: str, include_last: bool = False) -> Path | None:
@@ -98,16 +214,32 @@ class DiskFiles:
             raise InputError(f"path resolves into {top}/: {rel!r}")
         return Path(target)
 
+    def entry(self, rel: str) -> Path:
+        """Where `rel` itself lives (its folder resolved and confined, its last part not followed):
+        writing or deleting a symlink replaces or removes the link, never the file it points to."""
+        rel = clean_relpath(rel)
+        folder, _, name = rel.rpartition("/")
+        parent = self.path(folder) if folder else self.root
+        return parent / name
+
     def read(self, rel: str) -> bytes | None:
         p = self.path(rel)
         return p.read_bytes() if p.is_file() else None
 
     def write(self, rel: str, data: bytes) -> None:
-        atomic_write(self.path(rel), data)
+        atomic_write(self.entry(rel), data)
+
+    def swap(self, rel: str, data: bytes | None, keep: list[Path] | None = None) -> bytes | None:
+        """`swap_in` at `rel`: put `data` there (None: remove) and return what was there."""
+        p = self.entry(rel)
+        old = swap_in(p, data, keep)
+        if data is None:
+            prune_empty_dirs(p.parent, self.root)
+        return old
 
     def delete(self, rel: str) -> None:
-        p = self.path(rel)
-        if p.exists():
+        p = self.entry(rel)
+        if p.is_symlink() or p.exists():
             p.unlink()
         prune_empty_dirs(p.parent, self.root)
 

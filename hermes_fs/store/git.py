@@ -52,6 +52,16 @@ class CommitInfo:
 
 
 @dataclass
+class PathCommit:
+    """A commit as `path_history` sees it: when, by whom, and (status, path) per changed file."""
+
+    sha: str
+    timestamp: int
+    author: str
+    changes: list[tuple[str, str]]  # ("A" | "M" | "D", path)
+
+
+@dataclass
 class BranchInfo:
     name: str
     sha: str
@@ -214,6 +224,38 @@ class GitStore:
     def is_ancestor(self, a: str, b: str) -> bool:
         code, _ = self._run("merge-base", "--is-ancestor", a, b, ok=(0, 1))
         return code == 0
+
+    def path_history(self, since: str | None, prefixes: list[str], until: str = MAIN) -> list[PathCommit]:
+        """Non-merge commits after `since` (None: all) up to `until` touching `prefixes`, oldest
+        first, with the paths each added, modified or deleted: one git process, O(those commits)."""
+        span = f"{since}..{until}" if since else until
+        out = self._git("log", "--no-merges", "--reverse", "-z", "--no-renames", "--name-status",
+                        "--format=%x01%H%x00%ct%x00%an <%ae>", span, "--", *prefixes)
+        commits = []
+        for record in out.split("\x01")[1:]:
+            head, _, rest = record.partition("\n")
+            sha, ts, author = head.split("\0", 2)
+            fields = [f for f in rest.lstrip("\n").split("\0") if f]
+            changes = [(fields[i], fields[i + 1]) for i in range(0, len(fields) - 1, 2)]
+            commits.append(PathCommit(sha, int(ts), author.rstrip("\0"), changes))
+        return commits
+
+    def blame_authors(self, commit: str, path: str) -> list[tuple[str, int]]:
+        """(author `Name <email>`, author time) of each line of a file at a commit."""
+        out = self._git("blame", "--line-porcelain", commit, "--", path)
+        lines: list[tuple[str, int]] = []
+        name = mail = ""
+        ts = 0
+        for line in out.split("\n"):
+            if line.startswith("author "):
+                name = line[7:]
+            elif line.startswith("author-mail "):
+                mail = line[12:]
+            elif line.startswith("author-time "):
+                ts = int(line[12:])
+            elif line.startswith("\t"):
+                lines.append((f"{name} {mail}", ts))
+        return lines
 
     _LOG_FORMAT = "--format=%H%x00%P%x00%an <%ae>%x00%ct%x00%B%x1e"
 
@@ -668,10 +710,26 @@ class GitStore:
             try:
                 self._git("update-ref", "-m", "hermes-fs", f"refs/heads/{MAIN}", new, old)
             except GitError:
-                self._write_paths(old, changed)  # lost a race: put the working tree back
                 raise GitError(f"{MAIN} moved while merging; nothing changed, try again") from None
-        finally:
-            self.journal.unlink(missing_ok=True)
+        except BaseException:
+            # Failed half-way (another git holds the index, main moved, a disk error): the working
+            # tree must not keep the branch's text, or it would be committed as a person's edit.
+            self._undo_advance(old, new, changed)
+            raise
+        self.journal.unlink(missing_ok=True)
+
+    def _undo_advance(self, old: str, new: str, paths: list[str]) -> None:
+        """Files still holding what the merge wrote get main's bytes back (the working tree needs no
+        git lock), then the index is restaged; if another git still holds the index, the journal
+        stays and the next commit of human edits finishes the job (`recover_interrupted_merge`)."""
+        wrote = self._ls_paths(new, paths)
+        self._write_tree(old, [rel for rel in paths
+                               if self._disk_bytes(rel) == (self.read_file(new, rel) if rel in wrote else None)])
+        try:
+            self._stage_from(old, paths)
+        except GitError:
+            return
+        self.journal.unlink(missing_ok=True)
 
     def recover_interrupted_merge(self) -> list[str]:
         """After a merge was killed between writing files and moving main: put back the files it
@@ -689,9 +747,30 @@ class GitStore:
                 wrote = self.read_file(j["new"], rel) if rel in listed else None
                 if disk == wrote:
                     restored.append(rel)
-            self._write_paths(j["old"], restored)
+            self._write_tree(j["old"], restored)
+            self._stage_from(j["old"], j["paths"])
         self.journal.unlink(missing_ok=True)
         return restored
+
+    def _write_tree(self, commit: str, paths: list[str]) -> None:
+        """The working tree shows `commit` at `paths` (the index is left alone)."""
+        listed = self._ls_paths(commit, paths)
+        for rel in paths:
+            self._refuse_symlinked_parent(rel)
+            target = self.root / rel
+            if rel not in listed:
+                target.unlink(missing_ok=True)
+                prune_empty_dirs(target.parent, self.root)
+            else:
+                data = self.read_file(commit, rel)
+                assert data is not None, f"{commit}:{rel} listed but unreadable"
+                atomic_write(target, data, mode=0o755 if listed[rel][0] == "100755" else None)
+
+    def _stage_from(self, commit: str, paths: list[str]) -> None:
+        """The index shows `commit` at `paths` (the working tree is left alone)."""
+        listed = self._ls_paths(commit, paths)
+        self._stage({p: sha for p, (_m, sha) in listed.items()}, [p for p in paths if p not in listed],
+                    {p: m for p, (m, _sha) in listed.items()})
 
     def _write_paths(self, commit: str, paths: list[str], expect: str | None = None) -> None:
         """Make the working tree and the index show `commit` at `paths` (and nowhere else).

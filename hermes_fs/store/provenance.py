@@ -11,6 +11,7 @@ Every commit GitStore makes passes through `Provenance.seal` (in `GitStore._comm
 | the agent in a session                   | the agent  | Hermes-Session                        |
 | an MCP client's write                    | the agent  | Hermes-Client (+ Hermes-Session)      |
 | a cron run / an inbox request            | the agent  | Hermes-Job: <job> / inbox/<name>      |
+| chat turns' results and transcripts      | the agent  | Hermes-Change: gateway                |
 | a session saved after a crash            | the agent  | Hermes-Change: recovered              |
 | a learned change on its branch           | the agent  | Refine-* / Learn-* / Curate-*         |
 | a merge made by policy                   | the agent  | Hermes-Change: merge, Hermes-Branch   |
@@ -103,6 +104,11 @@ class Act:
     def request(cls, name: str) -> Act:
         """An inbox request `inbox/<name>` (answered like a job)."""
         return cls(By.AGENT, {JOB: f"inbox/{name}"})
+
+    @classmethod
+    def gateway(cls) -> Act:
+        """Gateway chat turns: their results and transcripts, committed together by the cadence."""
+        return cls(By.AGENT, {CHANGE: "gateway"})
 
     @classmethod
     def recovered(cls) -> Act:

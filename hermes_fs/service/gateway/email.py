@@ -33,6 +33,7 @@ from email.message import EmailMessage, Message
 from email.parser import BytesParser
 from pathlib import Path
 
+from ...errors import ConfigError, HermesError
 from ...store.config import EmailConfig
 from ...store.files import atomic_write
 from ...store.vault import Vault
@@ -404,8 +405,8 @@ class ChannelStatus:
     handled: int = 0
 
 
-class MailConfigError(Exception):
-    pass
+class MailConfigError(ConfigError):
+    """A setting the channel cannot work with (a missing password, clear text to another host)."""
 
 
 def _is_loopback(host: str) -> bool:
@@ -466,6 +467,30 @@ class EmailChannel:
             self._thread.join(15)
         self.status.connected = False
 
+    def check(self) -> str:
+        """`gateway test email`: log in to IMAP (the mailbox, its size, IDLE) and to SMTP (EHLO,
+        STARTTLS, login as configured); nothing is sent, nothing is read."""
+        try:
+            with self._connect() as box:
+                status = box.folder.status(self.config.imap.mailbox, ["MESSAGES", "UIDVALIDITY"])
+                idle = "IDLE" in box.client.capabilities
+        except MailConfigError:
+            raise
+        except Exception as exc:
+            raise HermesError(f"IMAP {self.config.imap.host}:{self.config.imap.port}: {type(exc).__name__}: {exc}") from exc
+        if not idle:
+            raise HermesError(f"IMAP {self.config.imap.host} does not offer IDLE (the channel needs it)")
+        s = self.config.smtp
+        try:
+            with self._smtp() as client:
+                client.noop()
+        except MailConfigError:
+            raise
+        except Exception as exc:
+            raise HermesError(f"SMTP {s.host}:{s.port}: {type(exc).__name__}: {exc}") from exc
+        return (f"IMAP {self.mailbox_key}: {status['MESSAGES']} message(s), IDLE; "
+                f"SMTP {s.host}:{s.port}{' (TLS)' if s.tls or s.starttls else ''}: ready, from {self.from_address}")
+
     def _connect(self):
         from imap_tools import BaseMailBox, MailBox, MailBoxStartTls, MailBoxUnencrypted
 
@@ -485,6 +510,12 @@ class EmailChannel:
         return box.login(i.user, password, initial_folder=i.mailbox)
 
     def _run(self) -> None:
+        # Import the mail libraries now, in the channel's thread, so the first mail is not slowed by it.
+        import authres  # noqa: F401
+        import dkim  # noqa: F401
+        import html2text  # noqa: F401
+        import mailparser_reply  # noqa: F401
+
         backoff = 1.0
         while not self._stop.is_set():
             try:
@@ -618,11 +649,14 @@ class EmailChannel:
         assert self._sink is not None, "start(sink) first"
         root = self.state.root_for(mail)
         origin = Origin(PLATFORM, chat=sender, sender=sender, message=mail.message_id, thread=root)
+        listed = {a.strip().lower() for a in self.config.allow + self.config.admins}
+        # Files reach the disk only from senders the settings name; anyone else's mail is submitted
+        # without them and the core ignores it (a proven stranger cannot fill the workspace).
         files = save_attachments(mail.parts, attachments_dir(self.vault.state_dir, origin),
-                                 self.config.max_attachment_bytes)
+                                 self.config.max_attachment_bytes) if sender in listed else []
         text = command_text(mail)  # empty (no text part, no subject): the core answers that
         refused = [f"{a.name}: {a.refused}" for a in files if a.refused]
-        if refused:
+        if refused and text.strip():  # a mail of only refused files stays empty: the core answers that
             text += "\n\n[attachments refused: " + "; ".join(refused) + "]"
         self.state.remember(mail, root, sender)
         request_id = self._sink.submit(Inbound(origin, text, True, [a.path for a in files if a.path]))
@@ -662,19 +696,27 @@ class EmailChannel:
         msg.set_content(reply.text or "(no answer)")
         return msg
 
-    def _smtp_send(self, msg: EmailMessage, to: str) -> None:
+    def _smtp(self) -> smtplib.SMTP:
+        """A logged-in SMTP connection, TLS as configured; never a password in clear to another host."""
         s = self.config.smtp
         password = self._secret(s.password_env)
+        if s.user and not (s.tls or s.starttls) and not _is_loopback(s.host):
+            raise MailConfigError(f"{s.host}: the password is never sent in clear (set smtp.starttls)")
         ctx = ssl.create_default_context()
         client: smtplib.SMTP = smtplib.SMTP_SSL(s.host, s.port, timeout=60, context=ctx) if s.tls \
             else smtplib.SMTP(s.host, s.port, timeout=60)
-        with client:
+        try:
             client.ehlo()
             if s.starttls and not s.tls:
                 client.starttls(context=ctx)
                 client.ehlo()
             if s.user:
-                if not (s.tls or s.starttls) and not _is_loopback(s.host):
-                    raise MailConfigError(f"{s.host}: the password is never sent in clear (set smtp.starttls)")
                 client.login(s.user, password or "")
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    def _smtp_send(self, msg: EmailMessage, to: str) -> None:
+        with self._smtp() as client:
             client.send_message(msg, from_addr=email.utils.parseaddr(self.from_address)[1], to_addrs=[to])

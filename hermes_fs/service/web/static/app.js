@@ -19,6 +19,8 @@
       const fresh = doc.getElementById("content");
       const ticked = new Set([...document.querySelectorAll("input[name=file]:checked")].map((i) => i.value));
       const untouched = document.querySelectorAll("input[name=file]").length === 0;
+      const flash = document.querySelector("#content > .flash");  // the answer to the person's last action stays
+      if (flash && !fresh.querySelector(".flash")) fresh.prepend(flash);
       document.getElementById("content").replaceWith(fresh);
       if (!untouched) {
         document.querySelectorAll("input[name=file]").forEach((i) => { i.checked = ticked.has(i.value); });

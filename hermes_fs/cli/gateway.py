@@ -1,0 +1,163 @@
+"""`hermes-fs gateway`: the channels' state, pairing approvals, and a test of one channel."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from ..errors import InputError
+from .term import echo, safe
+
+
+def vault_option(f):
+    """`--vault` after the subcommand too (`hermes-fs gateway status --vault X`)."""
+
+    def keep(ctx: click.Context, _param, value):
+        if value:
+            ctx.find_root().obj["vault"] = value
+        return value
+
+    return click.option("--vault", type=click.Path(file_okay=False), expose_value=False, callback=keep,
+                        is_eager=True, help="Vault folder.")(f)
+
+
+def _vault(ctx: click.Context):
+    from .. import open_vault as find_vault
+
+    return find_vault(ctx.find_root().obj.get("vault"))
+
+
+@click.group()
+def gateway():
+    """Chat platforms and signed webhooks: status, pairing, tests."""
+
+
+@gateway.command("status")
+@vault_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def gateway_status(ctx: click.Context, as_json: bool):
+    """Each channel: connected / error, its last message, replies pending or failed."""
+    from ..service.gateway.status import collect
+
+    rows = collect(_vault(ctx))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        echo("no gateway channels in hermes.yaml (gateway: {matrix: ..., webhook: ...})")
+        return
+    for r in rows:
+        echo(render_row(r))
+
+
+def render_row(r: dict) -> str:
+    last = f"last message {_ago(r['last_message'])}" if r.get("last_message") else "no message yet"
+    d = r.get("deliveries") or {}
+    replies = ", ".join(f"{n} {state}" for state, n in sorted(d.items()) if n) or "no replies"
+    detail = f" ({r['detail']})" if r.get("detail") else ""
+    return safe(f"{r['channel']:<8} {r['state']}{detail}; {last}; {replies}")
+
+
+def _ago(when: float) -> str:
+    s = int(time.time() - when)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit} ago"
+    return f"{s}s ago"
+
+
+@gateway.group("pair")
+def pair():
+    """Pairing: unknown senders in a DM get a code; approve it here."""
+
+
+@pair.command("list")
+@vault_option
+@click.pass_context
+def pair_list(ctx: click.Context):
+    """Senders waiting for approval (codes are never shown: the sender has theirs)."""
+    from ..service.gateway.access import CODE_TTL_S
+    from ..service.gateway.ledger import Ledger, ledger_path
+
+    ledger = Ledger(ledger_path(_vault(ctx).state_dir))
+    waiting = ledger.pairings(time.time() - CODE_TTL_S)
+    for p in waiting:
+        echo(f"{p.platform:<8} {p.sender}  asked {_ago(p.created)}, expires in {int(p.created + CODE_TTL_S - time.time()) // 60} min")
+    if not waiting:
+        echo("no pending pairings")
+    approved = ledger.approved()
+    if approved:
+        echo("approved: " + ", ".join(f"{s} ({p})" for p, s in approved))
+
+
+@pair.command("approve")
+@vault_option
+@click.argument("code")
+@click.pass_context
+def pair_approve(ctx: click.Context, code: str):
+    """Let the sender who was given CODE talk to the agent."""
+    from ..service.gateway.access import approve
+    from ..service.gateway.ledger import Ledger, ledger_path
+
+    found = approve(Ledger(ledger_path(_vault(ctx).state_dir)), code)
+    echo(f"approved {found.sender} on {found.platform}")
+
+
+@pair.command("deny")
+@vault_option
+@click.argument("code")
+@click.pass_context
+def pair_deny(ctx: click.Context, code: str):
+    """Drop a pending pairing (the sender gets no new code for 10 minutes)."""
+    from ..service.gateway.access import deny
+    from ..service.gateway.ledger import Ledger, ledger_path
+
+    found = deny(Ledger(ledger_path(_vault(ctx).state_dir)), code)
+    echo(f"denied {found.sender} on {found.platform}")
+
+
+@gateway.command("test")
+@vault_option
+@click.argument("channel")
+@click.pass_context
+def gateway_test(ctx: click.Context, channel: str):
+    """Connect CHANNEL with the settings of hermes.yaml and say whether it works."""
+    from ..service.gateway.core import CHANNELS, configured, load_channel
+
+    v = _vault(ctx)
+    if channel not in CHANNELS:
+        raise InputError(f"unknown channel {channel!r} (known: {', '.join(CHANNELS)})")
+    if channel not in configured(v):
+        raise InputError(f"gateway.{channel} is not set in hermes.yaml")
+    adapter = load_channel(v, channel, getattr(v.config.gateway, channel))
+    check = getattr(adapter, "check", None)
+    if check is None:
+        raise InputError(f"the {channel} channel has no test")
+    echo(f"ok {channel}: {check()}")
+
+
+def doctor_checks(v) -> list[tuple[str, bool, str]]:
+    """`doctor`: each configured channel's own test (a Matrix login, the webhook routes' secrets)."""
+    from ..errors import HermesError
+
+    cfg = v.config.gateway
+    if not (cfg.webhook or cfg.matrix or cfg.email):
+        return []
+    from ..service.gateway.core import configured, load_channel
+
+    out = []
+    for name in configured(v):
+        try:
+            adapter = load_channel(v, name, getattr(cfg, name))
+            check = getattr(adapter, "check", None)
+            out.append((f"gateway {name}", True, check() if check else "configured (no test for this channel)"))
+        except HermesError as exc:
+            out.append((f"gateway {name}", False, str(exc)))
+        except Exception as exc:  # a channel's library failing (network, TLS): a check result, not a crash
+            out.append((f"gateway {name}", False, f"{type(exc).__name__}: {exc}"))
+    if cfg.allow_local_shell:
+        out.append(("gateway shell", True, "allow_local_shell: true: chat senders' commands run on this machine"))
+    return out

@@ -1,0 +1,159 @@
+"""Commands from chat: `/refine [focus]`, `/review`, `/show B`, `/merge B`, `/reject B`,
+`/status`, `/new`, `/help`. `/hermes refine` (Slack's form) and `!refine` (for clients that eat a
+leading `/`) are the same commands. Merging and rejecting are for admins only.
+
+A command runs in its chat's queue like a message, so `/new` or `/refine` sent after a message
+acts after that message's turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...store.vault import Vault
+
+SHOW_LIMIT = 3500  # characters of a diff sent to a chat; the rest is on the machine (`review show`)
+
+HELP = """Commands (also as /hermes <command> or !<command>):
+/refine [focus]  review this chat's session now (the result is a refine/ branch)
+/learn [focus]   turn the documents attached to this message into skills (a learn/ branch)
+/review          learned changes waiting for review
+/show BRANCH     what merging a change would do
+/merge BRANCH    accept a change (admins only)
+/reject BRANCH   refuse a change (admins only)
+/status          this chat's session and the pending reviews
+/new             start a new session for this chat
+/help            this list"""
+
+ADMIN_ONLY = {"merge", "reject"}
+NAMES = {"refine", "learn", "review", "show", "merge", "reject", "status", "new", "help"}
+
+
+@dataclass
+class Command:
+    name: str  # without its prefix; may be unknown (answered with the list)
+    arg: str
+
+
+def parse(text: str) -> Command | None:
+    """The command a message is, or None for an ordinary message."""
+    text = text.strip()
+    if not text or text[0] not in "/!" or len(text) < 2 or text[1].isspace():
+        return None
+    words = text[1:].splitlines()[0].split(None, 1)  # the command is the first line; a mail's body may follow
+    word, rest = words[0].lower(), (words[1].strip() if len(words) > 1 else "")
+    if word == "hermes":  # `/hermes refine deploy notes`
+        words = rest.split(None, 1)
+        word, rest = (words[0].lower() if words else "help"), (words[1].strip() if len(words) > 1 else "")
+    return Command(word, rest)
+
+
+@dataclass
+class ChatContext:
+    """What a command may see and change about its chat."""
+
+    vault: Vault
+    admin: bool
+    session: str | None  # this chat's current session id
+    clear_session: Callable[[], None]
+    attachments: list[Path] = field(default_factory=list)  # files the channel saved for this message
+    text: str = ""  # the whole message: the command line, then the person's notes (a mail's body)
+
+
+def run(cmd: Command, ctx: ChatContext) -> tuple[str, str]:
+    """(status, answer) for a command."""
+    if cmd.name not in NAMES:
+        return "error", f"unknown command /{cmd.name}. {HELP}"
+    if cmd.name in ADMIN_ONLY and not ctx.admin:
+        return "error", f"/{cmd.name} is for admins only (gateway.<channel>.admins in hermes.yaml)."
+    if cmd.name in ("show", "merge", "reject") and not cmd.arg:
+        return "error", f"usage: /{cmd.name} BRANCH (see /review)"
+    return COMMANDS[cmd.name](ctx, cmd.arg)
+
+
+def _help(ctx: ChatContext, arg: str) -> tuple[str, str]:
+    return "ok", HELP
+
+
+def _new(ctx: ChatContext, arg: str) -> tuple[str, str]:
+    ctx.clear_session()
+    return "ok", "New session: the next message starts a fresh conversation."
+
+
+def _refine(ctx: ChatContext, arg: str) -> tuple[str, str]:
+    from ...learning.refine import RefineOptions, refine
+
+    if not ctx.session:
+        return "error", "Nothing to review yet: this chat has no session."
+    outcome = refine(ctx.vault, RefineOptions(session=ctx.session, focus=arg or None))
+    return ("ok" if outcome.ok else "error"), outcome.line()
+
+
+def _learn(ctx: ChatContext, arg: str) -> tuple[str, str]:
+    """Learn from the message's attachments through the learn pipeline, the rest of the message as
+    notes. A sender who is not an admin never gets an automatic merge, whatever the policy: merging
+    is for admins, and a merge by policy on their document would be one."""
+    from ...learning.learn import LearnOptions, learn
+
+    notes = [ln for ln in ctx.text.splitlines()[1:] if not ln.startswith("(Attached files")]
+    refused = [ln for ln in notes if ln.startswith("[attachments refused")]  # the e-mail channel's note
+    if not ctx.attachments:
+        return "error", "\n".join(["/learn needs documents attached to the same message (Markdown, text, HTML or PDF).",
+                                    *refused])
+    body = "\n".join(ln for ln in notes if ln not in refused).strip()
+    outcome = learn(ctx.vault, LearnOptions(list(ctx.attachments), focus=arg or None, notes=body or None,
+                                            policy=None if ctx.admin else "review"))
+    lines = [outcome.line()]
+    if outcome.branch and outcome.summary:
+        lines.append(f"It proposes: {outcome.summary}")
+    if outcome.branch and outcome.status == "pending":
+        lines.append(f"See it with /show {outcome.branch}; an admin merges it with /merge {outcome.branch}.")
+    return ("ok" if outcome.ok else "error"), "\n".join(lines + refused)
+
+
+def _review(ctx: ChatContext, arg: str) -> tuple[str, str]:
+    from ...learning.changes import pending
+
+    rows = pending(ctx.vault.git)
+    if not rows:
+        return "ok", "No learned changes are waiting for review."
+    return "ok", "\n".join(f"{p.branch} [{', '.join(p.files)}] {p.summary}" for p in rows)
+
+
+def _show(ctx: ChatContext, arg: str) -> tuple[str, str]:
+    from ...learning.changes import resolve_name, show
+
+    text = show(ctx.vault.git, resolve_name(ctx.vault.git, arg, include_decided=True))
+    if len(text) > SHOW_LIMIT:
+        text = text[:SHOW_LIMIT] + f"\n[... {len(text) - SHOW_LIMIT} more characters: `hermes-fs review show {arg}`]"
+    return "ok", text
+
+
+def _merge(ctx: ChatContext, arg: str) -> tuple[str, str]:
+    from ...learning.changes import merge, resolve_name
+
+    branch = resolve_name(ctx.vault.git, arg)
+    sha = merge(ctx.vault.git, branch)
+    return "ok", f"merged {branch} ({sha[:10]})"
+
+
+def _reject(ctx: ChatContext, arg: str) -> tuple[str, str]:
+    from ...learning.changes import reject, resolve_name
+
+    branch = resolve_name(ctx.vault.git, arg)
+    return "ok", f"rejected {branch} (kept as {reject(ctx.vault.git, branch)})"
+
+
+def _status(ctx: ChatContext, arg: str) -> tuple[str, str]:
+    from ...learning.changes import pending
+
+    waiting = len(pending(ctx.vault.git))
+    session = ctx.session or "none yet"
+    return "ok", f"session: {session}\npending reviews: {waiting}\nyou are {'an admin' if ctx.admin else 'allowed'}"
+
+
+COMMANDS: dict[str, Callable[[ChatContext, str], tuple[str, str]]] = {
+    "help": _help, "new": _new, "refine": _refine, "learn": _learn, "review": _review, "show": _show,
+    "merge": _merge, "reject": _reject, "status": _status}

@@ -1,0 +1,312 @@
+"""The gateway's ledger: .hermes/gateway/gateway.db (SQLite, WAL), shared by the daemon and the CLI.
+
+What must survive a restart and is not a vault file:
+- `messages`: every message key (platform|chat|message id) ever submitted and what became of it:
+  the idempotency index (a Matrix event, a webhook delivery id, a mail Message-ID seen twice is
+  one request; the seen ids survive a restart);
+- `sessions`: which session transcript each chat (session key) continues;
+- `deliveries`: each reply: pending -> sending -> delivered | failed (with the reason), attempts,
+  the platform's message id;
+- `pairing`, `approved`, `pair_failures`: pairing codes (only their SHA-256 is kept), approved
+  senders, failed approvals;
+- `cursors`: a channel's position (a Matrix sync token, an IMAP UID), saved after its messages'
+  requests are durable.
+One connection per process, used under a lock; SQLite's own locking covers the CLI beside the daemon.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .channel import Origin
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS messages (
+  key TEXT PRIMARY KEY, id TEXT NOT NULL UNIQUE, platform TEXT NOT NULL, session_key TEXT NOT NULL,
+  state TEXT NOT NULL, claim TEXT, created REAL NOT NULL, finished REAL, status TEXT, answer TEXT);
+CREATE TABLE IF NOT EXISTS sessions (key TEXT PRIMARY KEY, session TEXT, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS deliveries (
+  id TEXT PRIMARY KEY, platform TEXT NOT NULL, origin TEXT NOT NULL, text TEXT NOT NULL,
+  state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, reason TEXT, platform_id TEXT,
+  created REAL NOT NULL, updated REAL NOT NULL, next_try REAL NOT NULL, keep_text INTEGER NOT NULL DEFAULT 1);
+CREATE TABLE IF NOT EXISTS pairing (
+  code_hash TEXT PRIMARY KEY, platform TEXT NOT NULL, sender TEXT NOT NULL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS pair_asked (platform TEXT, sender TEXT, at REAL NOT NULL, PRIMARY KEY (platform, sender));
+CREATE TABLE IF NOT EXISTS approved (platform TEXT, sender TEXT, at REAL NOT NULL, PRIMARY KEY (platform, sender));
+CREATE TABLE IF NOT EXISTS pair_failures (at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS cursors (channel TEXT PRIMARY KEY, value TEXT NOT NULL, updated REAL NOT NULL);
+"""
+
+# message states
+CLAIMED = "claimed"  # a request file waits in .hermes/gateway/requests/
+DONE = "done"  # its result is written
+IGNORED = "ignored"  # access denied: nothing run, nothing said
+ANSWERED = "answered"  # refused with a reply (pairing code, too long, too many), nothing run
+
+# delivery states
+PENDING, SENDING, DELIVERED, FAILED = "pending", "sending", "delivered", "failed"
+
+
+def message_key(origin: Origin) -> str:
+    return f"{origin.platform}|{origin.chat}|{origin.message}"
+
+
+def request_id(origin: Origin) -> str:
+    """The request id of a message: fixed by the message, so a second submit finds the first."""
+    digest = hashlib.sha256(message_key(origin).encode()).hexdigest()[:16]
+    return f"{origin.platform}-{digest}"
+
+
+def origin_json(origin: Origin) -> str:
+    return json.dumps({"platform": origin.platform, "chat": origin.chat, "sender": origin.sender,
+                       "message": origin.message, "thread": origin.thread})
+
+
+def origin_loads(text: str) -> Origin:
+    d = json.loads(text)
+    return Origin(d["platform"], d["chat"], d["sender"], d["message"], d.get("thread"))
+
+
+@dataclass
+class Message:
+    key: str
+    id: str
+    platform: str
+    session_key: str
+    state: str
+    claim: str | None
+    created: float
+    status: str | None = None
+    answer: str | None = None
+
+
+@dataclass
+class Delivery:
+    id: str
+    platform: str
+    origin: Origin
+    text: str
+    state: str
+    attempts: int
+    reason: str | None
+    platform_id: str | None
+    updated: float
+
+
+@dataclass
+class Pairing:
+    platform: str
+    sender: str
+    created: float
+
+
+class Ledger:
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.db = sqlite3.connect(path, check_same_thread=False, timeout=30, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")  # a row that says "claimed" or "delivered" is on disk
+        self.db.executescript(SCHEMA)
+        self.lock = threading.RLock()
+        path.chmod(0o600)
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
+
+    def _one(self, sql: str, *args):
+        with self.lock:  # fetchall: a statement left open would pin this connection to an old snapshot
+            rows = self.db.execute(sql, args).fetchall()
+        return rows[0] if rows else None
+
+    def _all(self, sql: str, *args) -> list:
+        with self.lock:
+            return self.db.execute(sql, args).fetchall()
+
+    def _do(self, sql: str, *args) -> int:
+        with self.lock:
+            return self.db.execute(sql, args).rowcount
+
+    # -- messages ---------------------------------------------------------------------------------
+    def message(self, key: str) -> Message | None:
+        row = self._one("SELECT key, id, platform, session_key, state, claim, created, status, answer "
+                        "FROM messages WHERE key = ?", key)
+        return Message(*row) if row else None
+
+    def message_by_id(self, rid: str) -> Message | None:
+        row = self._one("SELECT key, id, platform, session_key, state, claim, created, status, answer "
+                        "FROM messages WHERE id = ?", rid)
+        return Message(*row) if row else None
+
+    def add_message(self, origin: Origin, session_key: str, state: str, claim: str | None = None) -> bool:
+        """Record a message once; False when its key was already there."""
+        return self._do("INSERT OR IGNORE INTO messages (key, id, platform, session_key, state, claim, created) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)", message_key(origin), request_id(origin), origin.platform,
+                        session_key, state, claim, time.time()) == 1
+
+    def finish_message(self, rid: str, status: str, answer: str) -> None:
+        self._do("UPDATE messages SET state = ?, status = ?, answer = ?, finished = ? WHERE id = ?",
+                 DONE, status, answer, time.time(), rid)
+
+    def last_message(self, platform: str) -> float | None:
+        row = self._one("SELECT MAX(created) FROM messages WHERE platform = ?", platform)
+        return row[0] if row else None
+
+    def count_messages(self, platform: str, state: str | None = None) -> int:
+        if state:
+            return self._one("SELECT COUNT(*) FROM messages WHERE platform = ? AND state = ?", platform, state)[0]
+        return self._one("SELECT COUNT(*) FROM messages WHERE platform = ?", platform)[0]
+
+    # -- sessions ---------------------------------------------------------------------------------
+    def session(self, key: str) -> str | None:
+        row = self._one("SELECT session FROM sessions WHERE key = ?", key)
+        return row[0] if row else None
+
+    def set_session(self, key: str, session: str | None) -> None:
+        self._do("INSERT INTO sessions (key, session, updated) VALUES (?, ?, ?) "
+                 "ON CONFLICT(key) DO UPDATE SET session = excluded.session, updated = excluded.updated",
+                 key, session, time.time())
+
+    # -- deliveries -------------------------------------------------------------------------------
+    def add_delivery(self, rid: str, origin: Origin, text: str, keep_text: bool = True) -> bool:
+        """Queue the one reply to request `rid`; a second call for the same request is a no-op."""
+        now = time.time()
+        return self._do("INSERT OR IGNORE INTO deliveries (id, platform, origin, text, state, created, updated, "
+                        "next_try, keep_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rid, origin.platform,
+                        origin_json(origin), text, PENDING, now, now, now, int(keep_text)) == 1
+
+    def delivery(self, rid: str) -> Delivery | None:
+        row = self._one("SELECT id, platform, origin, text, state, attempts, reason, platform_id, updated "
+                        "FROM deliveries WHERE id = ?", rid)
+        return self._delivery(row) if row else None
+
+    @staticmethod
+    def _delivery(row) -> Delivery:
+        return Delivery(row[0], row[1], origin_loads(row[2]), row[3], row[4], row[5], row[6], row[7], row[8])
+
+    def due_deliveries(self, platforms: list[str], now: float | None = None) -> list[Delivery]:
+        if not platforms:
+            return []
+        marks = ",".join("?" * len(platforms))
+        rows = self._all("SELECT id, platform, origin, text, state, attempts, reason, platform_id, updated "
+                         f"FROM deliveries WHERE state = ? AND next_try <= ? AND platform IN ({marks}) "
+                         "ORDER BY created", PENDING, now or time.time(), *platforms)
+        return [self._delivery(r) for r in rows]
+
+    def next_try(self) -> float | None:
+        row = self._one("SELECT MIN(next_try) FROM deliveries WHERE state = ?", PENDING)
+        return row[0] if row else None
+
+    def mark_sending(self, rid: str) -> bool:
+        """pending -> sending, recorded before the send: a crash mid-send is then known."""
+        return self._do("UPDATE deliveries SET state = ?, attempts = attempts + 1, updated = ? "
+                        "WHERE id = ? AND state = ?", SENDING, time.time(), rid, PENDING) == 1
+
+    def mark_delivered(self, rid: str, platform_id: str) -> None:
+        self._do("UPDATE deliveries SET state = ?, platform_id = ?, reason = NULL, updated = ?, "
+                 "text = CASE keep_text WHEN 1 THEN text ELSE '(not kept)' END WHERE id = ?",
+                 DELIVERED, platform_id, time.time(), rid)
+
+    def mark_retry(self, rid: str, reason: str, delay_s: float) -> None:
+        self._do("UPDATE deliveries SET state = ?, reason = ?, updated = ?, next_try = ? WHERE id = ?",
+                 PENDING, reason, time.time(), time.time() + delay_s, rid)
+
+    def mark_failed(self, rid: str, reason: str) -> None:
+        self._do("UPDATE deliveries SET state = ?, reason = ?, updated = ?, "
+                 "text = CASE keep_text WHEN 1 THEN text ELSE '(not kept)' END WHERE id = ?",
+                 FAILED, reason, time.time(), rid)
+
+    def interrupted_sends(self) -> list[Delivery]:
+        rows = self._all("SELECT id, platform, origin, text, state, attempts, reason, platform_id, updated "
+                         "FROM deliveries WHERE state = ?", SENDING)
+        return [self._delivery(r) for r in rows]
+
+    def resend(self, rid: str) -> None:
+        """A send cut short by a crash, on a channel whose sends are idempotent: try again."""
+        self._do("UPDATE deliveries SET state = ?, next_try = ? WHERE id = ? AND state = ?",
+                 PENDING, time.time(), rid, SENDING)
+
+    def delivery_counts(self, platform: str) -> dict[str, int]:
+        rows = self._all("SELECT state, COUNT(*) FROM deliveries WHERE platform = ? GROUP BY state", platform)
+        return {state: n for state, n in rows}
+
+    def deliveries_for(self, ids: list[str]) -> dict[str, Delivery]:
+        out = {}
+        for rid in ids:
+            d = self.delivery(rid)
+            if d:
+                out[rid] = d
+        return out
+
+    # -- pairing ----------------------------------------------------------------------------------
+    def add_pairing(self, code_hash: str, platform: str, sender: str) -> None:
+        now = time.time()
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db.execute("INSERT INTO pairing (code_hash, platform, sender, created) VALUES (?, ?, ?, ?)",
+                                (code_hash, platform, sender, now))
+                self.db.execute("INSERT INTO pair_asked (platform, sender, at) VALUES (?, ?, ?) ON CONFLICT"
+                                "(platform, sender) DO UPDATE SET at = excluded.at", (platform, sender, now))
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+
+    def pairings(self, since: float, platform: str | None = None) -> list[Pairing]:
+        if platform:
+            rows = self._all("SELECT platform, sender, created FROM pairing WHERE created >= ? AND platform = ? "
+                             "ORDER BY created", since, platform)
+        else:
+            rows = self._all("SELECT platform, sender, created FROM pairing WHERE created >= ? ORDER BY created", since)
+        return [Pairing(*r) for r in rows]
+
+    def pairing_by_hash(self, code_hash: str, since: float) -> Pairing | None:
+        row = self._one("SELECT platform, sender, created FROM pairing WHERE code_hash = ? AND created >= ?",
+                        code_hash, since)
+        return Pairing(*row) if row else None
+
+    def drop_pairing(self, code_hash: str) -> None:
+        self._do("DELETE FROM pairing WHERE code_hash = ?", code_hash)
+
+    def drop_expired_pairings(self, before: float) -> None:
+        self._do("DELETE FROM pairing WHERE created < ?", before)
+
+    def last_asked(self, platform: str, sender: str) -> float | None:
+        row = self._one("SELECT at FROM pair_asked WHERE platform = ? AND sender = ?", platform, sender)
+        return row[0] if row else None
+
+    def approve(self, platform: str, sender: str) -> None:
+        self._do("INSERT OR REPLACE INTO approved (platform, sender, at) VALUES (?, ?, ?)", platform, sender, time.time())
+
+    def is_approved(self, platform: str, sender: str) -> bool:
+        return self._one("SELECT 1 FROM approved WHERE platform = ? AND sender = ?", platform, sender) is not None
+
+    def approved(self) -> list[tuple[str, str]]:
+        return [(p, s) for p, s in self._all("SELECT platform, sender FROM approved ORDER BY at")]
+
+    def add_pair_failure(self) -> None:
+        self._do("INSERT INTO pair_failures (at) VALUES (?)", time.time())
+
+    def pair_failures(self, since: float) -> list[float]:
+        return [r[0] for r in self._all("SELECT at FROM pair_failures WHERE at >= ? ORDER BY at", since)]
+
+    # -- cursors ----------------------------------------------------------------------------------
+    def cursor(self, channel: str) -> str | None:
+        row = self._one("SELECT value FROM cursors WHERE channel = ?", channel)
+        return row[0] if row else None
+
+    def set_cursor(self, channel: str, value: str) -> None:
+        self._do("INSERT INTO cursors (channel, value, updated) VALUES (?, ?, ?) ON CONFLICT(channel) "
+                 "DO UPDATE SET value = excluded.value, updated = excluded.updated", channel, value, time.time())
+
+
+def ledger_path(state_dir: Path) -> Path:
+    return state_dir / "gateway" / "gateway.db"

@@ -1,0 +1,328 @@
+"""Matrix as a gateway channel, with matrix-nio: DMs and rooms, threads (`m.thread`) as sessions,
+replies in the thread.
+
+One asyncio loop in its own thread long-polls `/sync`. For each batch, every message event is
+handed to the core (`Sink.submit`, which returns once the message is a durable request), and
+only then is the batch's `next_batch` token saved (in the gateway ledger): a crash re-reads the
+batch, and the message ids make those submits no-ops. So nothing is lost or run twice.
+
+Ignored: the agent's own messages, edits (`m.replace`), non-text messages, malformed events,
+everything in encrypted rooms (end-to-end encryption is not supported: the agent cannot read
+them, and answers nothing there), invites from senders who may not talk to the agent. The first
+start ever reads no history: only messages that arrive from then on.
+
+Replies are sent with the request id as the transaction id, and the device id is kept across
+restarts, so Synapse turns a resend after a crash into the same event (`idempotent_send`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ...errors import HermesError
+from ...store.config import MatrixConfig
+from ...store.vault import Vault
+from .access import Verdict, decide
+from .channel import Inbound, Origin, Outbound
+from .webhook import secret_value
+
+if TYPE_CHECKING:
+    from .core import Gateway
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "matrix"
+SYNC_TIMEOUT_MS = 30_000
+MAX_BODY_BYTES = 32_000  # a Matrix event is at most 64 KiB; a longer reply is cut with a note
+CONTEXT_LINES = 10  # others' recent lines in a shared room, kept as untrusted context
+
+
+def strip_reply_fallback(body: str) -> str:
+    """A reply's body starts with the quoted original (`> <@user> ...`); the person's text follows."""
+    lines = body.split("\n")
+    if not lines or not lines[0].startswith("> "):
+        return body
+    i = 0
+    while i < len(lines) and lines[i].startswith(">"):
+        i += 1
+    return "\n".join(lines[i:]).strip()
+
+
+def cut(text: str, limit: int = MAX_BODY_BYTES) -> str:
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    kept = data[:limit].decode(errors="ignore")
+    return kept + f"\n[... cut: {len(data) - limit} more bytes]"
+
+
+class MatrixChannel:
+    name = PLATFORM
+    idempotent_send = True
+
+    def __init__(self, vault: Vault, settings: MatrixConfig):
+        self.vault = vault
+        self.settings = settings
+        self.gateway: Gateway | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.client: Any = None
+        self.thread: threading.Thread | None = None
+        self.ready = threading.Event()
+        self.failure: str | None = None
+        self.stopping = threading.Event()
+        self.context: dict[str, deque[tuple[str, str]]] = {}  # room -> recent (sender, text)
+        self.encrypted_noted: set[str] = set()
+
+    @property
+    def cursor_key(self) -> str:
+        return f"matrix:{self.settings.user_id}"
+
+    # -- settings ---------------------------------------------------------------------------------
+    def _credentials(self) -> tuple[str | None, str | None]:
+        s = self.settings
+        if not s.user_id:
+            raise HermesError("gateway.matrix.user_id is not set (the agent's account, e.g. @hermes:example.org)")
+        token = secret_value(self.vault, s.access_token_env)
+        password = secret_value(self.vault, s.password_env)
+        if not token and not password:
+            named = s.access_token_env or s.password_env
+            raise HermesError(f"{named} is not set in .hermes/secrets.env" if named else
+                              "gateway.matrix needs password_env or access_token_env (the value in .hermes/secrets.env)")
+        return token, password
+
+    # -- the channel interface --------------------------------------------------------------------
+    def start(self, sink) -> None:
+        self._credentials()
+        self.gateway = sink
+        self.thread = threading.Thread(target=self._run, name="gateway-matrix", daemon=True)
+        self.thread.start()
+        if not self.ready.wait(60) or self.failure:
+            self.stopping.set()
+            raise HermesError(self.failure or "no answer from the homeserver within 60 s")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.loop and self.client:
+            fut = asyncio.run_coroutine_threadsafe(self.client.close(), self.loop)
+            try:
+                fut.result(10)
+            except Exception:
+                pass
+        if self.thread:
+            self.thread.join(15)
+
+    def send(self, reply: Outbound) -> str:
+        if not self.loop or not self.client or self.stopping.is_set():
+            raise HermesError("not connected to the homeserver")
+        fut = asyncio.run_coroutine_threadsafe(self._send(reply), self.loop)
+        return fut.result(60)
+
+    def check(self) -> str:
+        """`gateway test matrix` / `doctor`: log in (a device of its own, logged out again) and whoami."""
+        return asyncio.run(self._check())
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        try:
+            self.loop.run_until_complete(self._main())
+        except Exception as exc:  # a bug or a library failure: reported, never a silent dead thread
+            log.exception("matrix channel stopped")
+            self.failure = self.failure or f"{type(exc).__name__}: {exc}"
+            self._report("error", self.failure)
+        finally:
+            self.ready.set()
+            self.loop.close()
+
+    def _report(self, state: str, detail: str = "") -> None:
+        report = getattr(self.gateway, "channel_state", None)
+        if report:
+            report(PLATFORM, state, detail)
+
+    async def _main(self) -> None:
+        from nio import AsyncClient, AsyncClientConfig
+
+        config = AsyncClientConfig(encryption_enabled=False, store_sync_tokens=False)
+        self.client = AsyncClient(self.settings.homeserver, self.settings.user_id, store_path=None, config=config)
+        try:
+            await self._login()
+        except HermesError as exc:
+            self.failure = str(exc)
+            return
+        assert self.gateway and self.gateway.ledger
+        ledger = self.gateway.ledger
+        since = ledger.cursor(self.cursor_key)
+        first = since is None
+        delay = 1.0
+        while not self.stopping.is_set():
+            resp = await self.client.sync(timeout=0 if first else SYNC_TIMEOUT_MS, since=since, full_state=first)
+            if self.stopping.is_set():
+                return
+            if not hasattr(resp, "next_batch"):
+                detail = f"sync failed: {getattr(resp, 'message', resp)}"
+                if getattr(resp, "status_code", "") == "M_UNKNOWN_TOKEN":
+                    try:
+                        await self._login()
+                        continue
+                    except HermesError as exc:
+                        detail = str(exc)
+                self._report("error", detail)
+                self.ready.set()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 60.0)
+                continue
+            delay = 1.0
+            await self._handle(resp, history=first)
+            ledger.set_cursor(self.cursor_key, resp.next_batch)  # after every message of the batch is durable
+            since, first = resp.next_batch, False
+            self._report("connected")
+            self.ready.set()
+
+    async def _login(self) -> None:
+        assert self.gateway and self.gateway.ledger
+        ledger = self.gateway.ledger
+        token, password = self._credentials()
+        device = ledger.cursor(f"{self.cursor_key}:device")
+        if token:
+            self.client.access_token = token
+            who = await self.client.whoami()
+            if not hasattr(who, "user_id"):
+                raise HermesError(f"the access token was refused: {getattr(who, 'message', who)}")
+            if who.user_id != self.settings.user_id:
+                raise HermesError(f"the access token is {who.user_id}'s, not {self.settings.user_id}'s")
+            self.client.user_id = who.user_id
+            self.client.device_id = who.device_id or device
+        else:
+            if device:
+                self.client.device_id = device  # the same device: Synapse keeps its transaction ids
+            resp = await self.client.login(password, device_name="hermes-fs")
+            if not hasattr(resp, "access_token"):
+                raise HermesError(f"login as {self.settings.user_id} failed: {getattr(resp, 'message', resp)}")
+        if self.client.device_id:
+            ledger.set_cursor(f"{self.cursor_key}:device", self.client.device_id)
+
+    async def _check(self) -> str:
+        from nio import AsyncClient, AsyncClientConfig
+
+        token, password = self._credentials()
+        client = AsyncClient(self.settings.homeserver, self.settings.user_id, store_path=None,
+                             config=AsyncClientConfig(encryption_enabled=False, store_sync_tokens=False))
+        try:
+            if token:
+                client.access_token = token
+            else:
+                resp = await client.login(password, device_name="hermes-fs check")
+                if not hasattr(resp, "access_token"):
+                    raise HermesError(f"login as {self.settings.user_id} failed: {getattr(resp, 'message', resp)}")
+            who = await client.whoami()
+            if not hasattr(who, "user_id"):
+                raise HermesError(f"whoami failed: {getattr(who, 'message', who)}")
+            if not token:
+                await client.logout()
+            return f"logged in to {self.settings.homeserver} as {who.user_id}"
+        except OSError as exc:
+            raise HermesError(f"cannot reach {self.settings.homeserver}: {exc}") from None
+        finally:
+            await client.close()
+
+    # -- events -----------------------------------------------------------------------------------
+    async def _handle(self, resp, history: bool) -> None:
+        for room_id, info in resp.rooms.invite.items():
+            await self._invite(room_id, info)
+        if history:
+            return  # the first start ever: what was said before is not a request
+        for room_id, info in resp.rooms.join.items():
+            for event in info.timeline.events:
+                try:
+                    message = self._inbound(room_id, event)
+                except Exception:  # a malformed event is skipped, never the end of the channel
+                    log.warning("matrix: skipped a malformed event in %s", room_id, exc_info=True)
+                    continue
+                if message is not None:
+                    assert self.gateway
+                    await asyncio.to_thread(self.gateway.submit, message)
+
+    async def _invite(self, room_id: str, info) -> None:
+        own = self.settings.user_id
+        inviter, direct = None, False
+        for ev in getattr(info, "invite_state", []) or []:
+            source = getattr(ev, "source", {}) or {}
+            if source.get("type") == "m.room.member" and source.get("state_key") == own:
+                inviter = source.get("sender")
+                content = getattr(ev, "content", None) or source.get("content") or {}  # nio moves it out of source
+                direct = isinstance(content, dict) and content.get("is_direct") is True
+        if not inviter or self.gateway is None or self.gateway.ledger is None:
+            return
+        verdict = decide(self.gateway.rules(PLATFORM), self.gateway.ledger,
+                         Inbound(Origin(PLATFORM, room_id, inviter, f"invite:{room_id}"), "", direct=direct))
+        if verdict is Verdict.SILENCE:
+            log.info("matrix: ignored an invite from a sender who may not talk to the agent")
+            return
+        resp = await self.client.join(room_id)
+        if not hasattr(resp, "room_id"):
+            log.warning("matrix: could not join %s: %s", room_id, getattr(resp, "message", resp))
+
+    def _inbound(self, room_id: str, event) -> Inbound | None:
+        source = getattr(event, "source", None)
+        if not isinstance(source, dict) or source.get("type") != "m.room.message":
+            if isinstance(source, dict) and source.get("type") == "m.room.encrypted":
+                self._note_encrypted(room_id)
+            return None
+        sender, event_id = source.get("sender"), source.get("event_id")
+        content = source.get("content")
+        if not isinstance(sender, str) or not isinstance(event_id, str) or not isinstance(content, dict):
+            return None
+        if sender == self.settings.user_id:
+            return None  # our own replies
+        room = self.client.rooms.get(room_id)
+        if room is not None and room.encrypted:
+            self._note_encrypted(room_id)
+            return None
+        found = content.get("m.relates_to")
+        relates: dict = found if isinstance(found, dict) else {}
+        if relates.get("rel_type") == "m.replace" or "m.new_content" in content:
+            return None  # an edit of an earlier message
+        body = content.get("body")
+        if content.get("msgtype") not in ("m.text", "m.notice", "m.emote") or not isinstance(body, str):
+            return None
+        if content.get("msgtype") == "m.notice":
+            return None  # notices are what bots send; answering them is how two bots loop
+        thread = relates.get("event_id") if relates.get("rel_type") == "m.thread" else None
+        text = strip_reply_fallback(body) if "m.in_reply_to" in relates and not thread else body
+        direct = room is not None and (room.member_count or 0) <= 2
+        context = None
+        if not direct:
+            recent = self.context.setdefault(room_id, deque(maxlen=CONTEXT_LINES))
+            others = [f"{who}: {line}" for who, line in recent if who != sender]
+            context = "\n".join(others) or None
+            recent.clear()
+            recent.append((sender, text[:500]))
+        origin = Origin(PLATFORM, room_id, sender, event_id, thread if isinstance(thread, str) else None)
+        return Inbound(origin, text, direct=direct, context=context)
+
+    def _note_encrypted(self, room_id: str) -> None:
+        if room_id not in self.encrypted_noted:
+            self.encrypted_noted.add(room_id)
+            log.warning("matrix: %s is end-to-end encrypted, which hermes-fs does not support; "
+                        "nothing there is read or answered", room_id)
+
+    async def _send(self, reply: Outbound) -> str:
+        o = reply.origin
+        content: dict[str, Any] = {"msgtype": "m.text", "body": cut(reply.text)}
+        if o.thread:
+            content["m.relates_to"] = {"rel_type": "m.thread", "event_id": o.thread, "is_falling_back": True,
+                                       "m.in_reply_to": {"event_id": o.message}}
+        elif o.message.startswith("$"):
+            content["m.relates_to"] = {"m.in_reply_to": {"event_id": o.message}}
+        resp = await self.client.room_send(o.chat, "m.room.message", content, tx_id=reply.reply_id,
+                                           ignore_unverified_devices=True)
+        if not hasattr(resp, "event_id"):
+            raise HermesError(f"the homeserver refused the reply: {getattr(resp, 'message', resp)}")
+        return resp.event_id
+
+
+__all__ = ["MatrixChannel", "strip_reply_fallback"]

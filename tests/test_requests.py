@@ -1,0 +1,133 @@
+"""The typed request bus: results are records, a bug is logged with its traceback before its
+error result is written (issue 21 item 14), and the gateway runs in the real daemon process."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+
+import httpx
+from conftest import DaemonProc, git, wait_for
+from test_gateway_webhook import configure, signed
+
+from hermes_fs.service import inbox
+from hermes_fs.service.requests import HANDLERS, Request, Result, SerialExecutor, execute
+from hermes_fs.store.provenance import Act
+
+
+def drop_and_claim(vault, name: str, text: str) -> inbox.Claim:
+    (vault.root / "inbox" / name).write_text(text)
+    c = inbox.claim(vault, f"inbox/{name}")
+    assert c
+    return c
+
+
+def test_a_bug_in_a_request_is_logged_with_its_traceback_then_answered(vault, caplog):
+    def broken(vault, req, options):
+        return {}["no such key"]  # a bug, not an expected failure
+
+    c = drop_and_claim(vault, "bug.md", "---\ntype: run\n---\ndo it\n")
+    with caplog.at_level(logging.INFO, logger="hermes_fs"):
+        result = inbox.process(vault, c, handlers={**HANDLERS, "run": broken})
+    assert isinstance(result, Result) and result.status == "error" and result.type == "run"
+    assert "KeyError" in result.body and "traceback is in .hermes/daemon.log" in result.body
+    logged = [r for r in caplog.records if r.exc_info]
+    assert logged and "Traceback" in caplog.text and "no such key" in caplog.text
+    text = next((vault.root / "outputs" / "requests").glob("*-bug.md")).read_text()
+    assert "status: error" in text and "KeyError" in text and "do it" in text
+    assert git(vault, "log", "-1", "--format=%s").startswith("request: bug.md (error)")
+
+
+def test_expected_failures_are_results_without_a_traceback(vault, caplog):
+    with caplog.at_level(logging.INFO, logger="hermes_fs"):
+        r = execute(vault, Request("refine", "", session="20990101-000000-beef"))
+    assert r.status == "error" and r.type == "refine" and not any(rec.exc_info for rec in caplog.records)
+    assert execute(vault, Request("dance", "x")).body == "unknown request type 'dance'"
+
+
+def test_a_result_read_back_after_a_crash_is_the_same_record(vault):
+    c = drop_and_claim(vault, "r.md", "---\ntype: run\n---\nhi\n")
+    written = Result("ok", "the answer", "run", "20261201-000000-abcd", 18)
+    inbox.write_result(vault, c, "hi", written, 0.0)
+    back = inbox.read_result(vault, c)
+    assert (back.status, back.body, back.type, back.session, back.tokens) == ("ok", "the answer", "run", "20261201-000000-abcd", 18)
+    # the daemon restarted before committing: process finishes it without running it again
+    result = inbox.process(vault, c)
+    assert result.body == "the answer"
+    assert git(vault, "status", "--porcelain") == ""
+
+
+def test_serial_executor_keeps_order_per_key():
+    ex = SerialExecutor(2)
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def job(tag):
+        def run():
+            with lock:
+                seen.append(tag)
+        return run
+
+    for i in range(20):
+        ex.submit("a", job(f"a{i}"))
+        ex.submit("b", job(f"b{i}"))
+    assert ex.wait_idle(10)
+    ex.shutdown()
+    assert [t for t in seen if t[0] == "a"] == [f"a{i}" for i in range(20)]
+    assert [t for t in seen if t[0] == "b"] == [f"b{i}" for i in range(20)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_daemon_runs_the_gateway_and_a_kill_loses_nothing(agent_vault, model_server, run_cli, daemons):
+    port = free_port()
+    configure(agent_vault, model_server)
+    text = (agent_vault.root / "hermes.yaml").read_text().replace("127.0.0.1:0", f"127.0.0.1:{port}")
+    (agent_vault.root / "hermes.yaml").write_text(text)
+    agent_vault.git.commit_paths(["hermes.yaml"], "test: fixed port", Act.person())
+    gate = threading.Event()
+    model_server.add({"content": "answered after the crash", "wait": gate})
+    base = f"http://127.0.0.1:{port}"
+    d = DaemonProc(agent_vault.root)
+    daemons.append(d)
+    try:
+        assert wait_for(lambda: "gateway started" in " ".join(d.state().get("last_events", [])), 30), d.output()
+        r = run_cli("--vault", str(agent_vault.root), "gateway", "status")
+        assert r.returncode == 0 and "webhook  connected" in r.stdout, r.stdout + r.stderr
+        r = run_cli("--vault", str(agent_vault.root), "status")
+        assert "gateway\n  webhook  connected" in r.stdout, r.stdout
+        r = run_cli("--vault", str(agent_vault.root), "gateway", "test", "webhook")
+        assert r.returncode == 1 and "route(s) without a secret in .hermes/secrets.env: open, missing" in r.stderr
+        posted = httpx.post(f"{base}/hooks/deploys", content=b"deploy 9", headers=signed(b"deploy 9", "k1"), timeout=10)
+        assert posted.status_code == 202
+        rid = posted.json()["id"]
+        assert wait_for(lambda: model_server.requests, 30)  # the turn is running: kill -9 now
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(10)
+    finally:
+        gate.set()
+    model_server.add({"content": "answered after the crash"})
+    (agent_vault.root / ".hermes" / "daemon.json").unlink()  # the killed daemon's: wait for the new one's
+    d = DaemonProc(agent_vault.root)
+    daemons.append(d)
+    try:
+        def answered():
+            try:
+                got = httpx.get(f"{base}/hooks/deploys/requests/{rid}", headers=signed(b"", "poll"), timeout=10)
+            except httpx.ConnectError:  # the listener is still starting
+                return None
+            return got.json() if got.status_code == 200 and got.json()["status"] != "pending" else None
+        assert wait_for(answered, 60) == {"status": "ok", "answer": "answered after the crash"}
+        again = httpx.post(f"{base}/hooks/deploys", content=b"deploy 9", headers=signed(b"deploy 9", "k1"), timeout=10)
+        assert again.status_code == 200 and again.json()["status"] == "duplicate"
+    finally:
+        assert d.stop() == 0, d.output()
+    results = list((agent_vault.root / "outputs" / "requests").glob(f"*-{rid}.md"))
+    assert len(results) == 1
+    assert git(agent_vault, "status", "--porcelain") == ""
