@@ -16,6 +16,7 @@ validator, budgets, secrets), duplicates created, tokens and seconds per refine,
 
 Usage: python bench/learning_eval.py --model M [--api-base URL] [--mode tools|structured]
        [--cases 1,3,foo] [--no-probe] [--min-recall 0.8] [--max-trap-rate 0] [--out FILE]
+       python bench/learning_eval.py --combine RUN.json... [--out FILE]   (one summary of runs in parts)
 """
 
 from __future__ import annotations
@@ -337,7 +338,32 @@ def evaluate(s: Settings, cases: list[Case], min_recall: float = 0.8, max_trap_r
     return summarize(results, s, min_recall, max_trap_rate), results
 
 
+def combine(paths: list[str], out: str | None) -> dict:
+    """One summary over the cases of several runs of the same model and mode (a slow model's runs
+    done in parts); a case measured twice counts once, its latest run."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    first = runs[0]["summary"]
+    if any((r["summary"]["model"], r["summary"]["mode"]) != (first["model"], first["mode"]) for r in runs):
+        raise SystemExit("--combine: the runs are of different models or modes")
+    by_case = {c["case"]: c for r in runs for c in r["cases"]}
+    results = [CaseResult(**c) for _n, c in sorted(by_case.items())]
+    s = Settings(first["model"], mode=first["mode"])
+    data = {"summary": asdict(summarize(results, s)), "cases": [asdict(r) for r in results],
+            "command": "python bench/learning_eval.py --combine " + " ".join(paths),
+            "parts": [r["command"] for r in runs], "complete": all(r.get("complete") for r in runs)}
+    if out:
+        Path(out).write_text(json.dumps(data, indent=2) + "\n")
+    print(json.dumps(data["summary"], indent=2))
+    return data
+
+
 def main(argv: list[str] | None = None) -> dict:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--combine"]:
+        rest = argv[1:]
+        out = rest[rest.index("--out") + 1] if "--out" in rest else None
+        return combine([a for i, a in enumerate(rest) if a != "--out" and (i == 0 or rest[i - 1] != "--out")], out)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="a litellm model string, e.g. openai/qwen2.5-coder-1.5b-instruct")
     p.add_argument("--api-base", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8090/v1")
@@ -359,7 +385,7 @@ def main(argv: list[str] | None = None) -> dict:
     slug = re.sub(r"[^a-z0-9.]+", "-", a.model.lower()).strip("-")
     out = Path(a.out) if a.out else HERE / "results" / f"learning_eval-{slug}-{a.mode}.json"
     out.parent.mkdir(exist_ok=True)
-    command = "python bench/learning_eval.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python bench/learning_eval.py " + " ".join(argv)
     t0 = time.perf_counter()
 
     def write(results: list[CaseResult], done: bool = False) -> dict:
