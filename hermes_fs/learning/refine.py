@@ -27,7 +27,7 @@ from ..store.overlay import OverlayFiles
 from ..store.provenance import Act, refine_trailers
 from ..store.vault import Vault
 from . import pipeline
-from .checks import duplicate_guard, skills_at, tokens
+from .checks import DuplicateGuard, duplicate_guard, skills_at, tokens
 from .pipeline import Description, ModelTask, Outcome, Task
 from .structured import STRUCTURED_ANSWER, ReviewDocument, StructuredTask
 
@@ -102,6 +102,7 @@ class RefineOptions:
     max_steps: int = 30
     client: str | None = None  # the MCP client that sent the conversation (trailer Refine-Client)
     mode: str | None = None  # tools | structured; overrides refine.mode
+    environ: dict[str, str] | None = None  # model key variables of a CLI served by the daemon (None: ours)
 
 
 def resolve_session(vault: Vault, session: str | None) -> str:
@@ -141,6 +142,7 @@ class Reviewer:
         self.session: str | None = None
         self.snapshot: str | None = None
         self.task: Task
+        self.guard: DuplicateGuard | None = None  # what it refused explains an empty result
 
     @property
     def mode(self) -> str:
@@ -154,9 +156,10 @@ class Reviewer:
     def propose(self, overlay: OverlayFiles) -> None:
         self.overlay = overlay
         cfg = self.vault.config
-        self.model = self.model or LiteLLMModel(ModelSettings.for_vault(self.vault, "refine"))
+        self.model = self.model or LiteLLMModel(ModelSettings.for_vault(self.vault, "refine", environ=self.options.environ))
         existing = skills_at(overlay)
-        tools = ToolBox(files=overlay, config=cfg, enabled=REVIEW_TOOLS, skill_guard=duplicate_guard(existing))
+        self.guard = duplicate_guard(existing)
+        tools = ToolBox(files=overlay, config=cfg, enabled=REVIEW_TOOLS, skill_guard=self.guard)
         today = datetime.now(UTC).date().isoformat()
         structured = self.mode == ReviewMode.STRUCTURED
         if structured:  # one schema-constrained document, applied through the same tools

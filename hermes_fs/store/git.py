@@ -369,10 +369,11 @@ class GitStore:
             self._secrets.check({p: self._disk_bytes(p) for p in changed})
             return self._stage_and_commit(changed, format_message(message, body), act)
 
-    def commit_all(self, message: str, act: Act) -> str | None:
-        """Everything not ignored (used by `init`), still through the secret scanner."""
+    def commit_all(self, message: str, act: Act, paths: list[str] | None = None) -> str | None:
+        """Everything not ignored, or only `paths` (used by `init`, whose first commit has no parent
+        to build on), still through the secret scanner."""
         with self.lock.hold():
-            changed = self.dirty_paths()
+            changed = self.dirty_paths() if paths is None else sorted(set(paths) & set(self.dirty_paths()))
             if not changed:
                 return None
             self._secrets.check({p: self._disk_bytes(p) for p in changed})
