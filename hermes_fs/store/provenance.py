@@ -170,8 +170,9 @@ class Provenance:
         return self.agent() if act.by == By.AGENT else None
 
     def trailers(self, act: Act) -> dict[str, str]:
+        """The act's trailers (an empty value adds nothing, and never blanks one the message has)."""
         host = self.host()
-        return {**act.trailers, **({HOST: host} if host else {})}
+        return {**{k: v for k, v in act.trailers.items() if str(v).strip()}, **({HOST: host} if host else {})}
 
     def seal(self, message: str, act: Act) -> tuple[str, dict[str, str]]:
         """(the message with the act's trailers merged into its trailer block, git's author env)."""
