@@ -109,6 +109,16 @@ def agent_vault(vault, model_server):
     return vault
 
 
+@pytest.fixture
+def no_litellm(tmp_path_factory) -> dict:
+    """Environment for a CLI process that cannot import litellm: a turn that succeeds with it can
+    only have run in the daemon's warm process."""
+    poison = tmp_path_factory.mktemp("no-litellm")
+    (poison / "litellm").mkdir()
+    (poison / "litellm" / "__init__.py").write_text("raise ImportError('litellm imported in the CLI process')\n")
+    return {"PYTHONPATH": str(poison)}
+
+
 # -- a real daemon process ----------------------------------------------------------------------
 def wait_for(pred, timeout=30.0, interval=0.05):
     deadline = time.time() + timeout
@@ -121,11 +131,11 @@ def wait_for(pred, timeout=30.0, interval=0.05):
 
 
 class DaemonProc:
-    def __init__(self, root: Path, debounce=0.5):
+    def __init__(self, root: Path, debounce=0.5, env: dict | None = None):
         self.root = root
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hermes_fs", "--vault", str(root), "daemon", "--debounce", str(debounce)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         assert wait_for(lambda: "daemon started" in self.state().get("last_events", [""])[-1:][0]
                         if self.state().get("last_events") else False, 30), self.output()
 

@@ -59,6 +59,11 @@ class ModelServer:
         self.api_base = f"http://127.0.0.1:{self.port}/v1"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    @property
+    def authorizations(self) -> list[str | None]:
+        """The Authorization header of each request, in order."""
+        return [next((v for k, v in h.items() if k.lower() == "authorization"), None) for h in self.headers]
+
     def add(self, *items) -> ModelServer:
         with self._lock:
             self.script.extend(items)

@@ -293,8 +293,9 @@ def test_cli_cron_list_and_run(cron_vault, model_server, receiver, run_cli):
     write_job(cron_vault, "brief", "0 7 * * 1-5")
     (cron_vault.root / "cron" / "bad.md").write_text("---\nschedule: nope\n---\nx\n")
     r = run_cli("--vault", str(cron_vault.root), "cron", "list")
-    assert "brief" in r.stdout and "cron '0 7 * * 1-5'" in r.stdout and "next: 20" in r.stdout
-    assert "cron/bad.md" in r.stderr and "bad schedule" in r.stderr
+    row = next(line for line in r.stdout.splitlines() if line.startswith("brief "))
+    assert "cron '0 7 * * 1-5'" in row and "  20" in row
+    assert "cron/bad.md" in r.stderr and "bad schedule" in r.stderr and r.returncode == 1  # errors: not a success
     model_server.add({"content": "manual run"})
     r = run_cli("--vault", str(cron_vault.root), "cron", "run", "brief")
     assert r.returncode == 0 and "brief: ok" in r.stdout

@@ -23,7 +23,9 @@ def test_schedule_forms():
     assert parse_schedule("every 2h", UTC).describe() == "every 2 hours"
     once = parse_schedule("at 2026-12-01T09:00", PARIS)
     assert once.next_due(now, None) == datetime(2026, 12, 1, 9, 0, tzinfo=PARIS)
-    assert once.next_due(datetime(2026, 12, 2, tzinfo=UTC), None) is None
+    late = datetime(2026, 12, 2, tzinfo=UTC)  # past, never run: owed, due at its time (runs at once)
+    assert once.next_due(late, None) == datetime(2026, 12, 1, 9, 0, tzinfo=PARIS)
+    assert once.next_due(late, datetime(2026, 12, 1, 9, 0, tzinfo=PARIS)) is None  # ran: no next
 
 
 def test_dst_spring_forward_is_handled_by_croniter():

@@ -149,8 +149,8 @@ def test_invalid_config_edit_keeps_last_good_settings(vault, daemon):
 def test_daemon_install_writes_a_systemd_unit(vault, run_cli, tmp_path):
     r = run_cli("--vault", str(vault.root), "daemon", "install", env={"HOME": str(tmp_path)})
     assert r.returncode == 0, r.stderr
-    unit = tmp_path / ".config" / "systemd" / "user" / f"hermes-fs-{vault.root.name}.service"
-    assert f"--vault {vault.root} daemon" in unit.read_text()
+    units = list((tmp_path / ".config" / "systemd" / "user").glob(f"hermes-fs-{vault.root.name}-*.service"))
+    assert len(units) == 1 and f'"--vault" "{vault.root}" "daemon"' in units[0].read_text()
 
 
 def test_cron_file_changes_reload_jobs_and_report_bad_ones(vault, daemon):

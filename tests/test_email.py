@@ -244,6 +244,12 @@ def test_signed_mail_is_submitted_forged_mail_runs_nothing(vault, env, keys):
         got = sink.wait(1)
         assert counts.get("submitted") == 1 and counts.get("unproven") == 3, counts
         assert len(got) == 1 and got[0].origin.sender == ME and "2+2" in got[0].text
+        # a forgery that copies a coming mail's Message-ID first does not make the real one a duplicate
+        real = mail(body="the real one", message_id="<race-1@people.example>")
+        env.send(mail(body="forged first", message_id="<race-1@people.example>").as_bytes(), ME, [AGENT])
+        env.send(signed(keys["people.example"], real), ME, [AGENT])
+        got = sink.wait(2)
+        assert [g.text for g in got][1] == "hello\n\nthe real one"
         assert got[0].origin.platform == "email" and got[0].direct
     finally:
         ch.stop()

@@ -173,13 +173,19 @@ def test_commands_from_the_subject_and_admin_rules(gateway, env, keys, model_ser
     assert model_server.requests == []  # commands never reach the model
 
 
-def test_learn_by_mail_makes_a_branch_and_the_reply_names_it(gateway, env, keys, model_server, agent_vault):
+def test_learn_by_mail_makes_a_branch_and_the_reply_names_it(gateway, env, keys, model_server, agent_vault, tmp_path):
     model_server.add({"tool_calls": [("skill_manage", {"action": "create", "name": "restic-backups", "content": SKILL})]},
-                     {"content": "Summary: wrote restic-backups"})
+                     {"content": "Summary: wrote restic-backups"},
+                     {"content": "Summary: the skill already covers the second document"})
     gateway(policy="auto")  # a non-admin's learn still waits for review
     m = mail(subject="learn: backups", sender=FRIEND, body="From our runbook.")
     m.add_attachment(b"# Backups\n\nRun `restic backup ~/data` nightly; check `restic snapshots`.\n",
                      maintype="text", subtype="markdown", filename="runbook.md")
+    from test_learn import make_pdf
+
+    make_pdf(tmp_path / "restore.pdf", ["Restore with restic restore latest --target /srv"])
+    m.add_attachment((tmp_path / "restore.pdf").read_bytes(), maintype="application", subtype="pdf",
+                     filename="restore.pdf")
     m.add_attachment(b"MZ\x90\x00", maintype="application", subtype="octet-stream", filename="setup.exe")
     send(env, keys, m)
     reply = env.wait_for(FRIEND, 1)[0].text
@@ -187,7 +193,8 @@ def test_learn_by_mail_makes_a_branch_and_the_reply_names_it(gateway, env, keys,
     assert len(branches) == 1 and branches[0] in reply, reply
     assert "pending" in reply and "It proposes:" in reply and "/merge" in reply
     assert "setup.exe: type .exe is not accepted" in reply
-    assert "restic backup" in model_server.requests[0]["messages"][1]["content"]
+    asked = " ".join(str(r["messages"][1]["content"]) for r in model_server.requests)
+    assert "restic backup" in asked and "restic restore latest" in asked  # the Markdown and the PDF
     assert "Focus: backups" in model_server.requests[0]["messages"][1]["content"]
     assert git(agent_vault, "show", f"{branches[0]}:skills/restic-backups/SKILL.md").startswith("---")
     assert "restic-backups" not in git(agent_vault, "ls-tree", "-r", "--name-only", "HEAD")  # not merged

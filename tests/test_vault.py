@@ -21,11 +21,10 @@ def test_init_copies_template_and_commits(tmp_path: Path):
     assert ".hermes/" in (root / ".gitignore").read_text()
 
 
-def test_init_refuses_non_empty_folder_and_existing_vault(tmp_path: Path):
+def test_init_adopts_a_non_empty_folder_and_refuses_an_existing_vault(tmp_path: Path):
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.txt").write_text("mine")
-    with pytest.raises(InputError, match="not empty"):
-        init_vault(tmp_path / "busy")
+    assert init_vault(tmp_path / "busy").adopted  # adopted (tests/test_daily_use.py has the details)
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
     init_vault(tmp_path / "v")
     with pytest.raises(InputError, match="already a hermes-fs vault"):

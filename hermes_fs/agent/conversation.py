@@ -7,6 +7,7 @@ system prompt afresh each turn (memory may have changed), and gives the agent it
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from .sandbox import make_sandbox
 from .tools import ToolBox, VaultCommitter
 
 MODEL_ROLES = ("user", "assistant", "tool")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -41,6 +43,7 @@ class ConversationOptions:
     commit_on_end: bool = True  # False: the caller commits the transcript with its own files (a cron run)
     cwd: Path | None = None  # the person's current folder (a daemon serving a CLI is elsewhere)
     mcp_servers: list[str] | None = None  # which of hermes.yaml's mcp.servers (None: all of them)
+    environ: dict[str, str] | None = None  # model key variables of a CLI served by the daemon (None: ours)
 
 
 def describe_call(name: str, arguments: str) -> str:
@@ -58,7 +61,7 @@ class Conversation:
         self.vault = vault
         self.options = options or ConversationOptions()
         self.model = model or LiteLLMModel(
-            ModelSettings.for_vault(vault, self.options.task, self.options.model))
+            ModelSettings.for_vault(vault, self.options.task, self.options.model, self.options.environ))
         if self.options.resume:
             self.transcript = Transcript.load(vault.root, self.options.resume)
         else:
@@ -118,6 +121,15 @@ class Conversation:
             self._close_open_calls("interrupted by the user")
             self.note("turn interrupted by the user")
             raise
+
+    def interrupt(self) -> None:
+        """From another thread (Ctrl-C in a warm chat): stop the turn before its next step and kill
+        the command it is running now, so the person is not kept waiting for it."""
+        self.cancel.set()
+        try:
+            self.sandbox.interrupt()
+        except Exception:  # the turn still stops at its next step
+            log.warning("could not stop the running command", exc_info=True)
 
     def _record(self, message: dict) -> None:
         self.transcript.append(message)

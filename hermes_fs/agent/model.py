@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from ..errors import HermesError
@@ -83,23 +84,29 @@ class ModelSettings:
     retries: int = 4
     retry_base_s: float = 1.0
     secrets: dict[str, str] = field(default_factory=dict)  # .hermes/secrets.env (the environment wins)
+    # The environment keys are read from: this process's, or the CLI's that handed the turn to a
+    # daemon (so a warm turn uses the caller's key, exactly as a cold one would).
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ, repr=False)
 
     @classmethod
     def from_config(cls, config: Config, task: str | None = None, override: str | None = None,
-                    secrets: dict[str, str] | None = None) -> ModelSettings:
-        base = float(os.environ.get("HERMES_RETRY_BASE_S", "1.0"))
+                    secrets: dict[str, str] | None = None, environ: Mapping[str, str] | None = None) -> ModelSettings:
+        env = os.environ if environ is None else environ
+        base = float(env.get("HERMES_RETRY_BASE_S", "1.0"))
         return cls(
             model=override or (config.model_for(task) if task else config.model),
             api_base=config.api_base,
             api_key_env=config.api_key_env,
             retry_base_s=base,
             secrets=secrets or {},
+            environ=env,
         )
 
     @classmethod
-    def for_vault(cls, vault, task: str | None = None, override: str | None = None) -> ModelSettings:
+    def for_vault(cls, vault, task: str | None = None, override: str | None = None,
+                  environ: Mapping[str, str] | None = None) -> ModelSettings:
         """Settings from hermes.yaml, with model keys also read from .hermes/secrets.env."""
-        return cls.from_config(vault.config, task, override, vault.secrets())
+        return cls.from_config(vault.config, task, override, vault.secrets(), environ)
 
     @property
     def provider(self) -> str:
@@ -112,7 +119,7 @@ class ModelSettings:
         """The key from the environment or .hermes/secrets.env; a missing one that a hosted
         provider needs is a clear error at once, before litellm is even imported."""
         var = self.key_variable()
-        key = (os.environ.get(var) or self.secrets.get(var)) if var else None
+        key = (self.environ.get(var) or self.secrets.get(var)) if var else None
         needs_key = self.api_key_env is not None or (self.api_base is None and self.provider not in KEYLESS)
         if not key and var and needs_key:
             where = "api_key_env in hermes.yaml" if self.api_key_env else f"the {self.provider} key"
@@ -122,12 +129,56 @@ class ModelSettings:
         return key or None
 
 
+CALLER_VARIABLES = ("HERMES_RETRY_BASE_S",)  # besides key variables, what a model call reads from the environment
+
+
+def caller_environment(config: Config, override: str | None = None,
+                       environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """The variables of this process's environment that a model call of this vault would read:
+    the key variable of every model hermes.yaml names (and of `override`). A CLI hands them to the
+    daemon with a warm turn, so the turn sees the caller's keys. None when some model's key would
+    be read by litellm itself from its own environment (a provider hermes-fs does not know the
+    variable of): then only an in-process turn behaves like a cold one."""
+    env = os.environ if environ is None else environ
+    models = {config.model, override, *(getattr(config.models, f.name) for f in fields(config.models))}
+    names = set(CALLER_VARIABLES)
+    for model in filter(None, models):
+        settings = ModelSettings(str(model), api_base=config.api_base, api_key_env=config.api_key_env)
+        var = settings.key_variable()
+        if var:
+            names.add(var)
+        elif settings.provider not in KEYLESS and not config.api_base:
+            return None
+    return {name: env[name] for name in sorted(names) if name in env}
+
+
+def check_model(vault, environ: Mapping[str, str] | None = None) -> tuple[bool, str]:
+    """`doctor`'s model check: one tiny call without retries; (ok, what happened)."""
+    settings = ModelSettings.for_vault(vault, environ=environ)
+    settings.retries = 0
+    try:
+        reply = LiteLLMModel(settings).complete([{"role": "user", "content": "Answer with one word: ok"}], [])
+    except HermesError as exc:
+        return False, str(exc)
+    return True, f"{settings.model} answered ({(reply.content or '').strip()[:40]!r})"
+
+
 def import_litellm():
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
     litellm.suppress_debug_info = True
+    quiet_litellm_logs()
     return litellm
+
+
+def quiet_litellm_logs() -> None:
+    """litellm logs each call at INFO on its own handler *and* through the root logger (so a daemon
+    printed every call twice), and httpx logs each request: only their warnings are worth keeping."""
+    import logging
+
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm", "httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 class LiteLLMModel:
@@ -190,48 +241,82 @@ def retries_for(kind: str, configured: int) -> int:
     return {"retry": configured, "unreachable": 1}.get(kind, 0)
 
 
-_NOT_AN_LLM = ("Empty or invalid response", "Received:", "Invalid response object", "Expecting value",
-               "not valid JSON", "Unexpected response")
+# litellm's own words for "the server answered 200, but not with an OpenAI-style body": no class tells it.
+_NOT_AN_LLM = ("Empty or invalid response", "Invalid response object")
+# Errors of the network itself, wherever litellm wraps them (it reports a refused connection as an
+# InternalServerError 500 whose cause is httpx.ConnectError).
+_CONNECT_ERRORS = ("ConnectError", "ConnectTimeout", "ConnectionRefusedError", "ConnectionResetError",
+                   "ConnectionAbortedError", "gaierror", "RemoteProtocolError", "NetworkError")
+_TIMEOUTS = ("ReadTimeout", "WriteTimeout", "PoolTimeout", "TimeoutError", "APITimeoutError", "Timeout")
+
+
+def causes(exc: BaseException) -> list[BaseException]:
+    """The exception and every cause under it (litellm wraps openai's, which wraps httpx's)."""
+    chain: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in chain:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    return chain
+
+
+def http_status(chain: list[BaseException]) -> int | None:
+    """The HTTP status the server really sent, if a response came back (an httpx/openai status
+    error in the chain); litellm's own `status_code` is made up for errors that had no response."""
+    for e in chain:
+        response = getattr(e, "response", None)
+        status = getattr(response, "status_code", None)
+        if type(e).__module__.startswith("litellm"):
+            continue  # litellm's classes carry a made-up response
+        if isinstance(status, int) and type(e).__name__ in ("HTTPStatusError", *_STATUS_ERRORS):
+            return status
+    return None
+
+
+_STATUS_ERRORS = ("APIStatusError", "AuthenticationError", "PermissionDeniedError", "NotFoundError",
+                  "BadRequestError", "RateLimitError", "InternalServerError", "UnprocessableEntityError",
+                  "ConflictError")
 
 
 def classify(exc: Exception) -> str:
-    """retry | unreachable | not_llm | auth | not_found | bad_request | other, from litellm's classes."""
-    litellm = import_litellm()
-    ex = litellm.exceptions
+    """unreachable | retry | auth | not_found | not_llm | bad_request | internal | other, from what
+    litellm raised and what it wraps: no connection or a timeout, an HTTP status the server sent,
+    or an error inside litellm (or the provider's client) before anything was sent."""
+    chain = causes(exc)
+    names = {type(e).__name__ for e in chain}
     text = str(exc)
-    status = getattr(exc, "status_code", None)
     if "Missing credentials" in text or "api_key client option must be set" in text:
-        return "auth"
-    if isinstance(exc, ex.AuthenticationError) or isinstance(exc, getattr(ex, "PermissionDeniedError", ())):
-        return "auth"
-    if is_connection_error(exc):
+        return "auth"  # the openai client refused to send without a key
+    if names & set(_CONNECT_ERRORS):
         return "unreachable"
-    if status in (404, 405, 501) and isinstance(exc, ex.NotFoundError) and "model" not in text.lower():
+    if names & set(_TIMEOUTS):
+        return "retry"
+    status = http_status(chain)
+    if status is None and type(exc).__name__ in ("AuthenticationError", "PermissionDeniedError"):
+        status = getattr(exc, "status_code", None)
+    if status is not None:
+        if status in (401, 403):
+            return "auth"
+        if status == 404:
+            return "not_found" if "model" in text.lower() else "not_llm"
+        if status in (405, 501):
+            return "not_llm"
+        if status == 429 or status >= 500:
+            return "retry"
+        if 400 <= status < 500:
+            return "not_found" if "LLM Provider NOT provided" in text else "bad_request"
+    if any(s in text for s in _NOT_AN_LLM):
         return "not_llm"
-    if status in (405, 501) or any(s in text for s in _NOT_AN_LLM):
-        return "not_llm"
-    if isinstance(exc, ex.NotFoundError):
+    if "LLM Provider NOT provided" in text:
         return "not_found"
-    if isinstance(exc, ex.RateLimitError):
-        return "retry"
-    if isinstance(exc, (ex.Timeout, ex.InternalServerError, ex.ServiceUnavailableError)):
-        return "retry"
-    if isinstance(exc, ex.APIConnectionError):
-        return "unreachable"
-    if isinstance(exc, ex.BadRequestError):
-        text = str(exc)
-        if "LLM Provider NOT provided" in text or "model" in text.lower() and "not" in text.lower() and "found" in text.lower():
-            return "not_found"
-        return "bad_request"
-    status = getattr(exc, "status_code", None)
-    if isinstance(status, int) and (status == 429 or status >= 500):
-        return "retry"
+    if type(exc).__module__.startswith("litellm") or len(chain) > 1:
+        return "internal"  # no response and no network error: it failed inside litellm
     return "other"
 
 
 def describe(exc: Exception, kind: str, settings: ModelSettings, attempts: int) -> str:
     where = f" at {settings.api_base}" if settings.api_base else ""
-    first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    first = one_line(exc)
     if kind == "auth":
         var = settings.key_variable()
         hint = f"check {var}" + (" (api_key_env in hermes.yaml)" if settings.api_key_env else "") if var else \
@@ -246,20 +331,19 @@ def describe(exc: Exception, kind: str, settings: ModelSettings, attempts: int) 
     if kind == "not_found":
         return f"model {settings.model}: unknown model{where}; check `model` in hermes.yaml ({first})"
     if kind == "retry":
-        if is_connection_error(exc):
-            return f"model {settings.model}: cannot reach the model server{where} after {attempts + 1} tries"
         return f"model {settings.model}: still failing after {attempts + 1} tries: {first}"
+    if kind == "internal":
+        chain = causes(exc)
+        inner = f"{type(chain[1]).__name__}: {one_line(chain[1])}" if len(chain) > 1 else first
+        return (f"model {settings.model}: litellm failed before getting an answer ({inner}); "
+                f"litellm said: {first}. Check `model` (the provider prefix) in hermes.yaml")
     return f"model {settings.model}: {first}"
 
 
-def is_connection_error(exc: Exception) -> bool:
-    """litellm reports a refused connection as APIConnectionError or as InternalServerError
-    wrapping the client's 'Connection error.'; both mean nobody answered."""
-    litellm = import_litellm()
-    if isinstance(exc, litellm.exceptions.APIConnectionError):
-        return True
-    text = str(exc)
-    return "Connection error" in text or "Connection refused" in text or "ConnectError" in text
+def one_line(exc: BaseException, width: int = 300) -> str:
+    """An exception's own message on one line (litellm appends tracebacks to some)."""
+    text = str(exc).split("Traceback (most recent call last)", 1)[0]
+    return " ".join(text.split())[:width] or type(exc).__name__
 
 
 def parse_arguments(raw: str) -> dict:

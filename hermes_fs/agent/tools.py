@@ -172,7 +172,8 @@ class ToolBox:
         if action != "remove" and not text.strip():
             raise ValueError(f"text is required for {action}")
         m = self._write([path], f"memory: {action} in {path}", op)
-        return f"ok: {action} in {path} ({m.size}/{m.budget} chars, {len(m.entries)} entries)"
+        n = len(m.entries)
+        return f"ok: {action} in {path} ({m.size}/{m.budget} chars, {n} {'entry' if n == 1 else 'entries'})"
 
     def _t_skill_view(self, name: str, file: str | None = None) -> str:
         text = skills.view(self.files, name, file)

@@ -11,13 +11,14 @@ import contextlib
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from .. import Conversation, ConversationOptions, Vault
 from ..errors import HermesError
 from ..mind import memory, skills
 from ..service.auto_review import AutoReview
-from .remote import RemoteConversation, RemoteError, options_for
-from .term import safe
+from .remote import RemoteConversation, RemoteError, options_for, warm_environment
+from .term import plural, safe
 
 PROMPT = "you> "
 
@@ -39,6 +40,7 @@ class Repl:
         self.out = lambda text: out(safe(text))  # model text never drives the terminal
         self.terminal = terminal  # a person at a screen: spinner, tool lines, prompt redrawn
         self.failed = 0  # turns that ended in an error (piped chat exits 1 when any did)
+        self.status: Any = None  # the "thinking…" spinner while a turn runs on a terminal
         if terminal:
             options.on_tool = lambda call: self.out(f"  · {call}")
         self.conversation = self._open()
@@ -51,9 +53,19 @@ class Repl:
     def _open(self) -> Conversation | RemoteConversation:
         """The daemon's warm process when one answers; this process otherwise (same behaviour)."""
         o = self.options
-        remote = RemoteConversation.connect(self.vault.state_dir, options_for(
-            o.source, o.model, o.workspace, o.max_steps, o.resume), o.on_tool)
+        environ = warm_environment(self.vault, o.model)
+        remote = None if environ is None else RemoteConversation.connect(self.vault.state_dir, options_for(
+            o.source, o.model, o.workspace, o.max_steps, o.resume, environ), o.on_tool)
+        if remote is not None:
+            remote.on_interrupt = self.stopping
         return remote or Conversation(self.vault, o)
+
+    def stopping(self) -> None:
+        """Ctrl-C during a warm turn: say so now (the daemon is killing the command and stopping)."""
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+        self.out("(stopping the turn…)")
 
     # -- one line ------------------------------------------------------------------------------
     def handle(self, line: str) -> bool:
@@ -107,7 +119,8 @@ class Repl:
             return contextlib.nullcontext()
         from rich.console import Console
 
-        return Console(stderr=True).status("thinking…")
+        self.status = Console(stderr=True).status("thinking…")
+        return self.status
 
     def announce(self, text: str) -> None:
         """A line from a background job: printed above the prompt, which is then drawn again."""
@@ -151,7 +164,7 @@ class Repl:
     def cmd_memory(self, _arg: str) -> bool:
         for name in memory.list_memory(self.vault.files):
             m = memory.load(self.vault.files, name, self.vault.config)
-            self.out(f"{m.path}: {len(m.entries)} entries, {m.size}/{m.budget} chars")
+            self.out(f"{m.path}: {plural(len(m.entries), 'entry', 'entries')}, {m.size}/{m.budget} chars")
         return True
 
     def cmd_skills(self, _arg: str) -> bool:

@@ -21,7 +21,7 @@ from .gateway import doctor_checks as gateway_checks
 from .gateway import gateway as gateway_command
 from .sync import clone as clone_command
 from .sync import sync as sync_command
-from .term import colorize_diff, echo, safe
+from .term import colorize_diff, columns, echo, next_run_words, plural, safe
 from .web import web as web_command
 
 POLICIES = [p.value for p in Policy]
@@ -40,9 +40,13 @@ class HermesGroup(click.Group):
 
 def _vault(ctx: click.Context):
     from .. import open_vault as find_vault
+    from ..store.vault import secrets_env_warning
 
     vault = find_vault(ctx.find_root().obj.get("vault"))
     _log_errors_to(vault.state_dir / "logs" / "errors.log")
+    warning = secrets_env_warning(vault.root)
+    if warning:
+        echo(warning, err=True)
     return vault
 
 
@@ -108,7 +112,9 @@ def vault_option(f):
 @main.command()
 @click.argument("path", required=False, default=".", type=click.Path(file_okay=False))
 def init(path: str):
-    """Create a vault from the template: files, `git init -b main`, first commit."""
+    """Create a vault from the template: files, `git init -b main`, first commit. An existing folder
+    or git repository (an Obsidian vault, a notes repo) is adopted: hermes.yaml, the folders and
+    .gitignore lines are added and committed; its own files and history are left as they are."""
     from pathlib import Path
 
     from .. import init_vault
@@ -116,7 +122,13 @@ def init(path: str):
     result = init_vault(Path(path))
     root = result.vault.root
     exe = Path(sys.executable).with_name("hermes-fs")
-    echo(f"created vault {root}\n\nNext steps:\n"
+    if result.adopted:
+        echo(f"adopted {root} as a vault: added {', '.join(sorted({p.split('/')[0] for p in result.added}))} "
+             "(nothing of yours was changed)")
+        if result.uncommitted:
+            echo(f"note: the folder's own {result.uncommitted} file(s) are not in git yet; the daemon commits "
+                 "them as your edits when it starts (or `git add` them yourself)")
+    echo(f"{'' if result.adopted else 'created vault ' + str(root) + chr(10)}\nNext steps:\n"
          f"  1. Choose the model: edit `model` in {root / 'hermes.yaml'} (openai/gpt-4o-mini, anthropic/..., "
          "or ollama_chat/llama3.1 with `api_base: http://localhost:11434` for a local model).\n"
          f"  2. Put the key in {root / '.hermes/secrets.env'} (untracked), e.g. OPENAI_API_KEY=sk-..., "
@@ -161,7 +173,7 @@ def memory_show(ctx: click.Context, file: str | None):
     for name in mem.list_memory(v.files):
         m = mem.load(v.files, name, v.config)
         flag = "  over budget" if m.over_budget else ""
-        echo(f"{m.path:<36} {len(m.entries):>3} entries  {m.size:>6}/{m.budget} chars{flag}")
+        echo(f"{m.path:<36} {plural(len(m.entries), 'entry', 'entries'):>11}  {m.size:>6}/{m.budget} chars{flag}")
 
 
 @main.group()
@@ -327,10 +339,22 @@ def notify():
 @click.argument("target", required=False)
 @click.pass_context
 def notify_test(ctx: click.Context, target: str | None):
-    """Send a test notification to TARGET (default: every configured target)."""
+    """Send a test notification to TARGET: a target name of hermes.yaml (default: every one), or an
+    Apprise URL to try before adding it (e.g. `notify test 'ntfy://my-topic'`)."""
 
     v = _vault(ctx)
     notifier = v.notifier
+    if target and "://" in target:
+        from ..store.secrets import redact
+
+        shown = redact(target)[0]  # a URL may carry a token: never printed
+        d = notifier.send_url(target, "hermes-fs test", f"Test notification from {v.root.name}", shown)
+        echo(f"{d.target}: {'ok' if d.ok else 'error: ' + (d.error or '')}"
+             + ("; add it under notify.targets in hermes.yaml (the token in .hermes/secrets.env as ${NAME})"
+                if d.ok else ""))
+        if not d.ok:
+            ctx.exit(1)
+        return
     targets = [target] if target else sorted(v.config.notify.targets)
     if not targets:
         raise HermesError("no notify targets in hermes.yaml (notify.targets)")
@@ -364,11 +388,25 @@ def refine(ctx: click.Context, focus: tuple[str, ...], session: str | None, wait
         pid, log_path = refine_in_background(v, options)
         echo(f"refine running in the background (pid {pid}); log: {log_path}; see `hermes-fs review`")
         return
+    args = {"session": options.session, "focus": options.focus, "policy": options.policy}
     with _spinner("reviewing the conversation"):
-        result = run_refine(v, options)
-    echo(result.line())
-    if not result.ok:
+        done = _warm_task(v, "refine", args)
+        line, ok = (done["line"], done["ok"]) if done else _line_ok(run_refine(v, options))
+    echo(line)
+    if not ok:
         ctx.exit(1)
+
+
+def _line_ok(result) -> tuple[str, bool]:
+    return result.line(), result.ok
+
+
+def _warm_task(v, task: str, args: dict) -> dict | None:
+    """The task done by the running daemon (litellm already imported there), or None: do it here."""
+    from .remote import run_task, warm_environment
+
+    environ = warm_environment(v)
+    return None if environ is None else run_task(v.state_dir, task, args, environ)
 
 
 @main.command()
@@ -386,10 +424,13 @@ def learn(ctx: click.Context, sources: tuple[str, ...], focus: str | None, updat
     from .. import learn as run_learn
 
     options = LearnOptions([Path(p).expanduser().resolve() for p in sources], focus=focus, update=update, policy=policy)
+    v = _vault(ctx)
+    args = {"sources": [str(p) for p in options.sources], "focus": focus, "update": update, "policy": policy}
     with _spinner("reading and drafting skills"):
-        result = run_learn(_vault(ctx), options)
-    echo(result.line())
-    if not result.ok:
+        done = _warm_task(v, "learn", args)
+        line, ok = (done["line"], done["ok"]) if done else _line_ok(run_learn(v, options))
+    echo(line)
+    if not ok:
         ctx.exit(1)
 
 
@@ -532,8 +573,8 @@ def daemon(ctx: click.Context, detach: bool, debounce: float, workers: int):
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    echo(f"hermes-fs daemon watching {v.root} (Ctrl-C to stop)")
-    Daemon(v, DaemonOptions(debounce_s=debounce, workers=workers)).run()
+    Daemon(v, DaemonOptions(debounce_s=debounce, workers=workers)).run(
+        on_started=lambda: echo(f"hermes-fs daemon watching {v.root} (Ctrl-C to stop)"))
 
 
 @daemon.command("stop")
@@ -581,17 +622,17 @@ def daemon_install(ctx: click.Context):
     import platform
     from pathlib import Path
 
-    from ..service.daemon import plist_text, unit_text
+    from ..service.daemon import plist_text, unit_name, unit_text
 
     v = _vault(ctx)
     exe = str(Path(sys.executable).with_name("hermes-fs"))
     if platform.system() == "Darwin":
         echo(plist_text(v, exe))
-        echo("save it as ~/Library/LaunchAgents/io.hermes-fs.plist and run `launchctl load` on it", err=True)
+        echo(f"save it as ~/Library/LaunchAgents/io.{unit_name(v)}.plist and run `launchctl load` on it", err=True)
         return
     unit_dir = Path.home() / ".config" / "systemd" / "user"
     unit_dir.mkdir(parents=True, exist_ok=True)
-    unit = unit_dir / f"hermes-fs-{v.root.name}.service"
+    unit = unit_dir / f"{unit_name(v)}.service"
     unit.write_text(unit_text(v, exe))
     echo(f"wrote {unit}; enable it with: systemctl --user enable --now {unit.name}")
 
@@ -615,18 +656,24 @@ def cron_list(ctx: click.Context, as_json: bool):
     v = _vault(ctx)
     jobs, errors = cron.load_jobs(v.files, v.config)
     last = last_runs(v)
-    upcoming = next_runs(v, jobs, datetime.now(UTC))
-    rows = []
+    now = datetime.now(UTC)
+    upcoming = next_runs(v, jobs, now)
+    rows: list[dict[str, Any]] = []
     for j in jobs:
         nxt = upcoming[j.name]
         rows.append({"job": j.name, "schedule": j.schedule.describe(), "enabled": j.enabled,
                      "next_run": nxt.isoformat(timespec="seconds") if nxt else None, "last_status": last[j.name].status if j.name in last else None})
     if as_json:
         _emit_json(rows)
-    for r in rows if not as_json else []:
-        echo(f"{r['job']:<24} {r['schedule']:<36} next: {r['next_run'] or 'disabled'}  last: {r['last_status'] or '-'}")
+    else:
+        table = [[str(r["job"]), str(r["schedule"]), next_run_words(r["next_run"], bool(r["enabled"]), now),
+                  str(r["last_status"] or "-")] for r in rows]
+        for line in columns([["JOB", "SCHEDULE", "NEXT", "LAST"], *table] if table else []):
+            echo(line)
     for e in errors:
         echo(f"error: {e}", err=True)
+    if errors:
+        ctx.exit(1)
 
 
 @cron_group.command("run")
@@ -711,16 +758,13 @@ def _check_mcp(v) -> list[tuple[str, bool, str]]:
 
 
 def _check_model(v) -> tuple[str, bool, str]:
-    from ..agent.model import LiteLLMModel, ModelSettings
+    """One tiny call, by the daemon when one runs (the same keys: the caller's), else here."""
+    from ..agent.model import check_model
 
-    settings = ModelSettings.for_vault(v)
-    settings.retries = 0
-    try:
-        with _spinner(f"asking {settings.model} for one word"):
-            reply = LiteLLMModel(settings).complete([{"role": "user", "content": "Answer with one word: ok"}], [])
-    except HermesError as exc:
-        return "model", False, str(exc)
-    return "model", True, f"{settings.model} answered ({(reply.content or '').strip()[:40]!r})"
+    with _spinner(f"asking {v.config.model} for one word"):
+        done = _warm_task(v, "doctor", {})
+        ok, detail = (done["ok"], done["detail"]) if done else check_model(v)
+    return "model", ok, detail
 
 
 @main.command()
@@ -739,9 +783,11 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
     options = ConversationOptions(source="run", model=model, max_steps=max_steps,
                                   workspace=Path(workspace).resolve() if workspace else None)
     v = _vault(ctx)
-    from .remote import RemoteConversation, options_for
+    from .remote import RemoteConversation, options_for, warm_environment
 
-    remote = RemoteConversation.connect(v.state_dir, options_for("run", model, options.workspace, max_steps))
+    environ = warm_environment(v, model)
+    remote = None if environ is None else RemoteConversation.connect(
+        v.state_dir, options_for("run", model, options.workspace, max_steps, environ=environ))
     if remote is not None:  # the daemon's warm process: no litellm import here
         try:
             with _spinner("thinking"):

@@ -19,6 +19,22 @@ from ..errors import HermesError
 CONNECT_TIMEOUT_S = 2.0  # a daemon that has not opened the conversation by then is not used
 
 
+def daemon_socket(state_dir: Path) -> socket.socket | None:
+    """A connection to the running daemon, with CONNECT_TIMEOUT_S set; None when there is none (no
+    socket, a stale one, HERMES_NO_DAEMON)."""
+    path = state_dir / "daemon.sock"
+    if os.environ.get("HERMES_NO_DAEMON") or not path.exists():
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(CONNECT_TIMEOUT_S)
+    try:
+        sock.connect(str(path))
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
 class RemoteError(HermesError):
     """An error the daemon reported for a turn, with the exit code the CLI would have used."""
 
@@ -35,6 +51,7 @@ class RemoteAnswer:
 
 class RemoteConversation:
     def __init__(self, sock: socket.socket, session: str, rel: str, on_tool: Callable[[str], None] | None):
+        self.on_interrupt: Callable[[], None] = lambda: None  # Ctrl-C seen: the screen says so at once
         self.sock = sock
         self.reader = sock.makefile("r", encoding="utf-8")
         self.id = session
@@ -46,13 +63,10 @@ class RemoteConversation:
     @classmethod
     def connect(cls, state_dir: Path, options: dict, on_tool: Callable[[str], None] | None = None
                 ) -> RemoteConversation | None:
-        path = state_dir / "daemon.sock"
-        if os.environ.get("HERMES_NO_DAEMON") or not path.exists():
+        sock = daemon_socket(state_dir)
+        if sock is None:
             return None
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(CONNECT_TIMEOUT_S)
         try:
-            sock.connect(str(path))
             sock.sendall((json.dumps({"op": "open", "options": options}) + "\n").encode())
             reply = json.loads(sock.makefile("r", encoding="utf-8").readline() or "{}")
         except (OSError, ValueError):
@@ -85,8 +99,10 @@ class RemoteConversation:
         while True:
             try:
                 msg = self._read()
-            except KeyboardInterrupt:  # Ctrl-C: the daemon stops the turn before its next step
+            except KeyboardInterrupt:  # Ctrl-C: the daemon kills the running command and stops the turn
                 self._send({"op": "interrupt"})
+                if not interrupted:
+                    self.on_interrupt()
                 interrupted = True
                 continue
             if "tool" in msg:
@@ -119,6 +135,39 @@ class RemoteConversation:
 
 
 def options_for(source: str, model: str | None = None, workspace: Path | None = None, max_steps: int = 25,
-                resume: str | None = None) -> dict:
+                resume: str | None = None, environ: dict[str, str] | None = None) -> dict:
     return {"source": source, "model": model, "workspace": str(workspace) if workspace else None,
-            "max_steps": max_steps, "resume": resume, "cwd": os.getcwd()}
+            "max_steps": max_steps, "resume": resume, "cwd": os.getcwd(), "environ": environ}
+
+
+def warm_environment(vault, model: str | None = None) -> dict[str, str] | None:
+    """hermes.yaml checked here first (a file the cold path refuses is refused the same way, never
+    run on the daemon's older settings), then the model key variables the turn must carry; None
+    when only an in-process turn would read the keys as a cold one does (run here, then)."""
+    from ..agent.model import caller_environment
+
+    return caller_environment(vault.config, model)
+
+
+def run_task(state_dir: Path, task: str, args: dict, environ: dict[str, str]) -> dict | None:
+    """`refine --wait`, `learn` or doctor's model check in the daemon's warm process; None when no
+    daemon answers (the CLI then does it itself). An error of the task raises RemoteError."""
+    sock = daemon_socket(state_dir)
+    if sock is None:
+        return None
+    try:
+        sock.settimeout(None)  # a refine takes as long as the model does
+        sock.sendall((json.dumps({"op": "task", "task": task, "args": args, "environ": environ}) + "\n").encode())
+        line = sock.makefile("r", encoding="utf-8").readline()
+    except OSError:
+        line = ""
+    finally:
+        sock.close()
+    if not line:
+        raise RemoteError(f"the daemon went away during `{task}` (it may have been restarted)", gone=True)
+    reply = json.loads(line)
+    if "done" in reply:
+        return reply["done"]
+    if str(reply.get("error", "")).startswith("refused"):
+        return None  # another user's daemon
+    raise RemoteError(reply.get("error") or "the daemon failed", reply.get("exit_code", 1))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from ..service.status import StatCache, Status, collect, memory_rows, skill_counts
+from .term import columns, next_run_words, plural
 
 __all__ = ["Status", "StatCache", "collect", "memory_rows", "render", "skill_counts"]
 
@@ -11,16 +14,17 @@ def render(st: Status) -> str:
     lines = [f"vault  {st.vault}", f"model  {st.model}", "", "memory"]
     for m in st.memory:
         flag = "  OVER BUDGET: refine will consolidate" if m["over_budget"] else ""
-        lines.append(f"  {m['file']:<32} {m['chars']:>6} / {m['budget']:<6} chars  {m['entries']} entries{flag}")
+        lines.append(f"  {m['file']:<32} {m['chars']:>6} / {m['budget']:<6} chars  {plural(m['entries'], 'entry', 'entries')}{flag}")
     s = st.skills
     extra = [f"{s[k]} {k}" for k in ("invalid", "misplaced") if s.get(k)]
     lines.append(f"skills  {s.get('count', 0)}" + (f"  ({', '.join(extra)}: `hermes-fs skills validate`, then --fix)"
                                                    if extra else "")
                  + (f"  ({s['stale']} stale: `hermes-fs skills list --usage`, `hermes-fs curate`)" if s.get("stale") else ""))
     lines.append("cron")
-    for j in st.cron:
-        nxt = j["next_run"] or ("disabled" if not j["enabled"] else "no future run")
-        lines.append(f"  {j['job']:<24} {j['schedule']:<36} next: {nxt}")
+    now = datetime.now(UTC)
+    for line in columns([[j["job"], j["schedule"], "next: " + next_run_words(j["next_run"], j["enabled"], now)]
+                         for j in st.cron]):
+        lines.append(f"  {line}")
     if not st.cron:
         lines.append("  (no jobs)")
     lines.append(f"pending reviews  {len(st.pending_reviews)}")

@@ -69,3 +69,28 @@ class Progress:
         if self.shown:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
+
+
+def columns(rows: list[list[str]]) -> list[str]:
+    """Rows as aligned columns as wide as their longest cell (a long name never shifts the rest)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))] if rows else []
+    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def next_run_words(next_run: str | None, enabled: bool, now) -> str:
+    """A job's next run for people: its time, or why there is none; a time already passed (a
+    one-shot not run yet) is due at once."""
+    from datetime import datetime
+
+    if not enabled:
+        return "disabled"
+    if not next_run:
+        return "no future run"
+    if datetime.fromisoformat(next_run) <= now:
+        return f"{next_run} (due: runs at once while the daemon runs)"
+    return next_run
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 entry`, `2 entries`: a count with its noun."""
+    return f"{n} {word if n == 1 else many or word + 's'}"

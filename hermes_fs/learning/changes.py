@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..errors import ConflictError, GitError, InputError
 from ..mind.merge import resolver
-from ..store.git import GitStore, format_message
+from ..store.git import GitStore, format_message, parse_trailers
 from ..store.provenance import BRANCH, CHANGE, Act
 
 LEARNED_PREFIXES = ("refine/", "learn/", "curate/")
@@ -74,6 +74,9 @@ def resolve_name(store: GitStore, name: str, include_decided: bool = False) -> s
     names = [c.branch for c in learned_log(store) if include_decided or c.state == "pending"]
     if name in names:
         return name
+    exact = sorted({n for n in names if n.split("/", 1)[-1].split("-", 2)[-1] == name})  # the whole slug
+    if len(exact) == 1:
+        return exact[0]
     hits = sorted({n for n in names if n.startswith(name) or name in n.split("/", 1)[-1]})
     if len(hits) == 1:
         return hits[0]
@@ -147,18 +150,51 @@ def merge(store: GitStore, branch: str, act: Act | None = None, only: list[str] 
     if not chosen:
         raise InputError(f"--only/--skip leave nothing of {branch} to merge (it changes {', '.join(paths)})")
     rest = [p for p in paths if p not in chosen]
-    part = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in chosen}, store.message(sha), Act.learned())
-    rest_commit = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in rest}, store.message(sha),
-                               Act.learned())
-    assert part and rest_commit, "each part changes files, so each is a commit"
+    # Both parts stay the agent's work (blame must not show the person as author of a learned
+    # entry), and each message names only the files that commit holds.
+    message = store.message(sha)
+    part = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in chosen},
+                        part_message(message, chosen, paths, f"the rest ({', '.join(rest)}) stays pending as {branch}"),
+                        act=Act.learned())
+    rest_commit = store.derive(info.parents[0], {p: store.read_file(sha, p) for p in rest},
+                               part_message(message, rest, paths, f"{', '.join(chosen)} merged on its own"),
+                               act=Act.learned())
+    if not (part and rest_commit):
+        raise GitError(f"{branch}: splitting it into {chosen} and {rest} left an empty part")
     store.move_ref(f"refs/heads/{branch}", part, sha)
     try:
-        merged = _merge_whole(store, branch, f"{info.summary} (part: {', '.join(chosen)})", act)
+        merged = _merge_whole(store, branch, part_summary(info.summary, chosen, paths), act)
     except Exception:
         store.move_ref(f"refs/heads/{branch}", sha, part)  # nothing changed: the whole change is pending again
         raise
     store.move_ref(f"refs/heads/{branch}", rest_commit, None)  # the rest stays pending
     return merged
+
+
+def part_summary(summary: str, kept: list[str], paths: list[str]) -> str:
+    """The summary of the part of a change holding `kept`: a summary made from the file list is
+    made again from the kept files; a written one gets the kept files added."""
+    if summary == "update " + ", ".join(sorted(paths)):
+        return "update " + ", ".join(kept)
+    return f"{summary} (part: {', '.join(kept)})"
+
+
+def part_message(message: str, kept: list[str], paths: list[str], note: str) -> str:
+    """The message of a change cut down to the files `kept`: the summary says it is a part, the
+    body keeps the lines about kept files (and lines naming no file), drops lines about the others,
+    and says where the rest went; trailers (the provenance) are kept as they are."""
+    paragraphs = message.strip().split("\n\n")
+    trailers = parse_trailers(message)
+    summary, body = paragraphs[0].splitlines()[0], paragraphs[1:-1] if trailers else paragraphs[1:]
+    others = [p for p in paths if p not in kept]
+
+    def keep(line: str) -> bool:
+        named = [p for p in paths if p in line]
+        return not named or any(p in kept for p in named) or not any(p in others for p in named)
+
+    lines = [line for paragraph in body for line in paragraph.splitlines() if keep(line)]
+    lines.append(f"Part of a larger change: {note}.")
+    return format_message(part_summary(summary, kept, paths), lines, trailers)
 
 
 def merge_message(branch: str, summary: str) -> str:

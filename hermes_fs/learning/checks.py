@@ -8,7 +8,6 @@ one is refused at the tool call, naming the skill to patch instead.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 from ..errors import InputError
 from ..mind import memory, skills
@@ -105,17 +104,25 @@ def similar_skill(name: str, description: str, existing: dict[str, str]) -> str 
     return None
 
 
-def duplicate_guard(existing: dict[str, str]) -> Callable[[str, str], None]:
-    """A skill_guard for the ToolBox: refuses a new skill that nearly duplicates an existing one."""
+class DuplicateGuard:
+    """A skill_guard for the ToolBox: refuses a new skill that nearly duplicates an existing one,
+    and remembers what it refused, so a change that ends empty can say why."""
 
-    def guard(name: str, content: str) -> None:
+    def __init__(self, existing: dict[str, str]):
+        self.existing = existing
+        self.refused: list[str] = []  # "new skill 'x' (nearly duplicates 'y')"
+
+    def __call__(self, name: str, content: str) -> None:
         try:
             desc = str(parse_doc(content, f"skills/{name}/SKILL.md", required=True).meta.get("description") or "")
         except InputError:
             return  # the validator will say what is wrong
-        twin = similar_skill(name, desc, existing)
+        twin = similar_skill(name, desc, self.existing)
         if twin:
+            self.refused.append(f"the new skill {name!r} was refused as a near duplicate of the existing skill {twin!r}")
             raise InputError(f"skill {name!r} nearly duplicates the existing skill {twin!r}: "
                              f"patch {twin} instead (skill_view it, then skill_manage patch)")
 
-    return guard
+
+def duplicate_guard(existing: dict[str, str]) -> DuplicateGuard:
+    return DuplicateGuard(existing)

@@ -22,7 +22,7 @@ from ..store.overlay import OverlayFiles
 from ..store.provenance import learn_trailers
 from ..store.vault import Vault
 from . import pipeline
-from .checks import duplicate_guard, skills_at
+from .checks import DuplicateGuard, duplicate_guard, skills_at
 from .pipeline import Description, LearningError, ModelTask, Outcome, slugify
 from .sources import Source, chapters, read_sources
 
@@ -50,6 +50,7 @@ class LearnOptions:
     policy: str | None = None
     chunk_chars: int = 12_000  # most source characters in one model call
     max_steps: int = 20
+    environ: dict[str, str] | None = None  # model key variables of a CLI served by the daemon (None: ours)
 
 
 class Drafter:
@@ -63,6 +64,7 @@ class Drafter:
         self.model = model
         self.sources: list[Source] = []
         self.task: ModelTask
+        self.guard: DuplicateGuard | None = None  # what it refused explains an empty result
 
     def base(self, vault: Vault) -> str:
         self.sources = read_sources(self.options.sources)
@@ -72,10 +74,11 @@ class Drafter:
 
     def propose(self, overlay: OverlayFiles) -> None:
         cfg = self.vault.config
-        self.model = self.model or LiteLLMModel(ModelSettings.for_vault(self.vault, "learn"))
+        self.model = self.model or LiteLLMModel(ModelSettings.for_vault(self.vault, "learn", environ=self.options.environ))
         existing = skills_at(overlay)
+        self.guard = duplicate_guard(existing)
         tools = ToolBox(files=overlay, config=cfg, enabled=["skill_view", "skill_manage"],
-                        skill_guard=duplicate_guard(existing), created_by="learn")
+                        skill_guard=self.guard, created_by="learn")
         if self.options.update:
             tools.skill_actions = ("patch", "write_file")
             tools.skill_names = (self.options.update,)

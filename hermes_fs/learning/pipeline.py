@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from ..agent.loop import Agent
-from ..errors import ConflictError, HermesError
+from ..errors import ConflictError, GitError, HermesError
 from ..store.config import Policy
 from ..store.overlay import OverlayFiles
 from ..store.provenance import Act, format_message
@@ -128,12 +128,11 @@ def run(vault: Vault, proposer: Proposer, policy: str | None = None) -> Outcome:
         check_and_fix(overlay, vault, proposer.task)
         changes = overlay.effective_changes()
         if not changes:
-            outcome = Outcome("nothing", proposer.kind, reason="the model found nothing worth keeping")
+            outcome = Outcome("nothing", proposer.kind, reason=nothing_reason(proposer))
         else:
             d = proposer.describe(changes)
-            branch = unique_branch(vault, proposer.kind, d.slug)
             message = format_message(d.summary, d.lines)
-            vault.git.commit_overlay(base, branch, changes, message, Act.learned(d.trailers))
+            branch = commit_on_new_branch(vault, proposer.kind, d.slug, base, changes, message, Act.learned(d.trailers))
             outcome = apply_policy(vault, branch, d.summary, policy or vault.config.refine.policy)
     except Exception as exc:  # any failure: no partial branch, a clear report
         outcome = failure(vault, branch, exc, proposer.kind)
@@ -141,6 +140,16 @@ def run(vault: Vault, proposer: Proposer, policy: str | None = None) -> Outcome:
         setattr(outcome, key, value)
     notify(vault, outcome)
     return outcome
+
+
+def nothing_reason(proposer: Proposer) -> str:
+    """Why a change ended empty: what the guards refused (a near-duplicate skill), else the model's choice."""
+    guard = getattr(proposer, "guard", None)
+    refused = list(dict.fromkeys(getattr(guard, "refused", None) or []))
+    if refused:
+        return "; ".join(refused) + " (patch that skill instead: `hermes-fs learn SOURCE --update SKILL`)" \
+            if proposer.kind == "learn" else "; ".join(refused)
+    return "the model found nothing worth keeping"
 
 
 def check_and_fix(overlay: OverlayFiles, vault: Vault, task: ModelTask | None, rounds: int = CHECK_ROUNDS) -> None:
@@ -175,22 +184,45 @@ def slugify(text: str, limit: int = 40) -> str:
     return slug[:limit].rstrip("-") or "change"
 
 
-def unique_branch(vault: Vault, kind: str, text: str) -> str:
-    """`<kind>/<stamp>-<slug>`, suffixed when a pending, rejected or merged change has that name;
-    `<kind>/<stamp>-<host>-<slug>` when the vault syncs, so two machines never mint one name.
+def unique_branch(vault: Vault, kind: str, text: str, skip: int = 0) -> str:
+    """`<kind>/<stamp>-<slug>` (`<kind>/<stamp>-<host>-<slug>` when the vault syncs, so two
+    machines never mint one name), with the slug suffixed (`-2`, `-3`, ...) while a pending or
+    rejected change has that slug, or a merged one that name: `review merge SLUG` must name one
+    change. `skip` passes over that many more (a name another process took a moment ago).
     (Slugs and host ids hold only [a-z0-9-], so the name is safe inside the grep pattern.)"""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    host = ""
     if vault.config.remote is not None:
         from ..store.host import host_id
 
-        stamp += f"-{host_id(vault.state_dir)}"
-    base = f"{kind}/{stamp}-{slugify(redact(text)[0])}"  # a focus may hold a key: never in a branch name
-    name, n = base, 1
-    while (vault.git.rev(f"refs/heads/{name}") or vault.git.rev(f"refs/hermes/rejected/{name}")
-           or vault.git.log(grep=f"^merge {name}: ", limit=1, first_parent=False)):  # merged: gone, name taken
+        host = f"{host_id(vault.state_dir)}-"
+    slug = slugify(redact(text)[0])  # a focus may hold a key: never in a branch name
+    taken = {re.sub(r"^\d{8}-\d{6}-", "", b.name.split("/", 1)[-1])
+             for b in [*vault.git.branches("refine/", "learn/"), *vault.git.rejected()]}
+    n = 1
+    while True:
+        rest = host + slug + (f"-{n}" if n > 1 else "")
+        name = f"{kind}/{stamp}-{rest}"
+        free = rest not in taken and not vault.git.log(grep=f"^merge {name}: ", limit=1, first_parent=False)
+        if free and skip == 0:
+            return name
+        skip -= free
         n += 1
-        name = f"{base}-{n}"
-    return name
+
+
+def commit_on_new_branch(vault: Vault, kind: str, slug: str, base: str, changes: dict[str, bytes | None],
+                         message: str, act: Act) -> str:
+    """Commit the change on a fresh branch; two refines finishing in the same second with the same
+    slug each get their own (creating a branch fails if it exists, then the next name is taken)."""
+    for attempt in range(20):
+        branch = unique_branch(vault, kind, slug, skip=attempt)
+        try:
+            vault.git.commit_overlay(base, branch, changes, message, act)
+            return branch
+        except GitError:
+            if not vault.git.rev(f"refs/heads/{branch}"):
+                raise  # not a name taken in the meantime: a real failure
+    raise LearningError(f"could not find a free branch name for {kind}/{slug}")
 
 
 def apply_policy(vault: Vault, branch: str, summary: str, policy: str) -> Outcome:
@@ -224,7 +256,8 @@ def notify(vault: Vault, outcome: Outcome) -> None:
     event = {"pending": "refine_pending", "conflict": "refine_pending", "failed": "refine_failed"}.get(outcome.status)
     if not event or not vault.config.notify.targets:
         return
+    title = f"hermes-fs: {outcome.kind} " + ("failed" if outcome.status == "failed" else "pending review")
     try:
-        vault.notifier.event(event, f"hermes-fs: {event.replace('_', ' ')}", outcome.line())
+        vault.notifier.event(event, title, outcome.line())
     except Exception:
         log.exception("notification of a learned change failed")

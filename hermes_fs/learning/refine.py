@@ -26,7 +26,7 @@ from ..store.overlay import OverlayFiles
 from ..store.provenance import Act, refine_trailers
 from ..store.vault import Vault
 from . import pipeline
-from .checks import duplicate_guard, skills_at, tokens
+from .checks import DuplicateGuard, duplicate_guard, skills_at, tokens
 from .pipeline import Description, ModelTask, Outcome
 
 TRANSCRIPT_LIMIT = 60_000  # characters of conversation shown to the reviewer (the newest part)
@@ -76,6 +76,7 @@ class RefineOptions:
     policy: str | None = None  # overrides refine.policy
     max_steps: int = 30
     client: str | None = None  # the MCP client that sent the conversation (trailer Refine-Client)
+    environ: dict[str, str] | None = None  # model key variables of a CLI served by the daemon (None: ours)
 
 
 def resolve_session(vault: Vault, session: str | None) -> str:
@@ -115,6 +116,7 @@ class Reviewer:
         self.session: str | None = None
         self.snapshot: str | None = None
         self.task: ModelTask
+        self.guard: DuplicateGuard | None = None  # what it refused explains an empty result
 
     def base(self, vault: Vault) -> str:
         self.session = resolve_session(vault, self.options.session)
@@ -124,9 +126,10 @@ class Reviewer:
     def propose(self, overlay: OverlayFiles) -> None:
         self.overlay = overlay
         cfg = self.vault.config
-        self.model = self.model or LiteLLMModel(ModelSettings.for_vault(self.vault, "refine"))
+        self.model = self.model or LiteLLMModel(ModelSettings.for_vault(self.vault, "refine", environ=self.options.environ))
         existing = skills_at(overlay)
-        tools = ToolBox(files=overlay, config=cfg, enabled=REVIEW_TOOLS, skill_guard=duplicate_guard(existing))
+        self.guard = duplicate_guard(existing)
+        tools = ToolBox(files=overlay, config=cfg, enabled=REVIEW_TOOLS, skill_guard=self.guard)
         today = datetime.now(UTC).date().isoformat()
         self.task = ModelTask(Agent(self.model, tools, AgentConfig(self.options.max_steps)),
                               REVIEWER_PROMPT.format(today=today))

@@ -26,13 +26,15 @@ class Schedule:
     at: datetime | None = None  # one-shot
 
     def next_due(self, now: datetime, last: datetime | None) -> datetime | None:
-        """The next due time strictly after `now`, given the last due time that ran (or None).
+        """The next due time after `now`, given the last due time that ran (or None); a one-shot
+        that has not run yet is owed, so its time is returned even when it has passed (the
+        scheduler runs it at once, on start too).
 
         The one computation behind the scheduler, `status` and `cron list`, so they always agree.
         Intervals are anchored to the last run; a job never seen starts counting from now.
         """
         if self.at is not None:
-            return self.at if self.at > now and (last is None or last < self.at) else None
+            return self.at if last is None or last < self.at else None
         if self.interval is not None:
             due = (last or now) + self.interval
             while due <= now:

@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,7 @@ from ..store.provenance import Act
 from ..store.vault import Vault
 from . import inbox  # light: the job code it runs is imported per request
 from .daemon_state import daemon_lock, is_running, status
-from .watcher import Debouncer, Settler, Watcher, ignored
+from .watcher import Debouncer, Settler, Watcher, ignored, open_for_writing
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
@@ -105,6 +106,9 @@ class Daemon:
         self.log = logging.getLogger(LOGGER)
         self.state = DaemonState(vault.state_dir / "daemon.json", self.log)
         self.edits = Debouncer(self.options.debounce_s, self._commit_edits)
+        # hermes.yaml and cron/*.md are re-read once a burst of events is over: one save is several
+        # events (created, modified, closed), and a file half-written is not yet worth an error.
+        self.reloads = Debouncer(SETTLE_S, self._reload_settings)
         self.settler: Settler | None = None  # started with the watcher
         self.executor = ThreadPoolExecutor(max_workers=self.options.workers, thread_name_prefix="job")
         self.watcher = Watcher(vault.root, self.on_path)
@@ -120,16 +124,19 @@ class Daemon:
         self.state.error(message)
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def run(self) -> None:
-        """Run in the foreground until SIGTERM/SIGINT."""
+    def run(self, on_started: Callable[[], None] = lambda: None) -> None:
+        """Run in the foreground until SIGTERM/SIGINT; `on_started` once this daemon owns the vault
+        (a second daemon is refused before it says anything)."""
         try:
             self.lock.acquire(timeout=0)
         except HermesError:
             raise HermesError(f"a daemon is already running for this vault (pid {self.lock.holder()})") from None
+        on_started()
         try:
             self._setup_logging()
             self._recover()
-            self.settler = Settler(SETTLE_S, self._size_of, self._take)
+            self.settler = Settler(SETTLE_S, self._size_of, self._take,
+                                   lambda rel: open_for_writing(self.vault.root / rel))
             self.watcher.start()
             signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())
             signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
@@ -225,6 +232,7 @@ class Daemon:
             self.scheduler.stop()
         self.watcher.stop()
         self.edits.cancel()
+        self.reloads.cancel()
         if self.settler:
             self.settler.stop()
         self.executor.shutdown(wait=True, cancel_futures=True)  # running jobs finish; queued ones stay claimed
@@ -237,10 +245,9 @@ class Daemon:
         if inbox.is_request(rel):
             self._inbox_event(rel, kind)
         elif rel == CONFIG_NAME:
-            self._reload_config()
-            self._reload_jobs()
+            self.reloads.add("config")
         elif rel.startswith("cron/") and rel.endswith(".md"):
-            self._reload_jobs()
+            self.reloads.add("jobs")
         if not rel.startswith(OWN_DIRS):
             self.edits.add(rel)
 
@@ -265,6 +272,11 @@ class Daemon:
         for f in result.refused:
             self.error(f"not committed: {f}")
             self._notify("hermes-fs: edit not committed", f"{f.path}:{f.line}: {f.kind}; it stays uncommitted")
+
+    def _reload_settings(self, what: list[str]) -> None:
+        if "config" in what:
+            self._reload_config()
+        self._reload_jobs()  # jobs read settings too (timezone, models)
 
     def _reload_config(self) -> None:
         try:
@@ -293,16 +305,17 @@ class Daemon:
         if d.is_dir():
             for p in sorted(d.iterdir()):
                 rel = f"{inbox.INBOX_DIR}/{p.name}"
-                if (p.is_file() or p.is_symlink()) and inbox.is_request(rel):
+                if (p.is_file() or p.is_symlink()) and inbox.is_request(rel) and not ignored(rel):
                     self._schedule_inbox(rel)  # a symlink is taken too, and answered without following it
 
     def _inbox_event(self, rel: str, kind: str) -> None:
-        """A request is taken once its writer closed it (or renamed it into place) and it has been
-        quiet, with a stable size, for SETTLE_S: a file written in chunks is never taken half-done.
-        Where the platform cannot say "closed", any write starts the wait."""
-        if kind in ("closed", "moved") or (kind in ("created", "modified") and not self.watcher.reports_close):
+        """A request is taken once it has been quiet, with a stable size, for SETTLE_S and no one
+        has it open for writing: a file written in chunks is never taken half-done. Any way of
+        dropping it starts the wait: written in place (closed), renamed inside the vault (moved),
+        moved in from another folder or hard-linked (inotify says only "created" for those)."""
+        if kind in ("closed", "moved", "created") or (kind == "modified" and not self.watcher.reports_close):
             self._schedule_inbox(rel)
-        elif kind in ("created", "modified") and self.settler:
+        elif kind == "modified" and self.settler:
             self.settler.touch(rel)
 
     def _schedule_inbox(self, rel: str) -> None:
@@ -371,12 +384,31 @@ def stop(vault: Vault, timeout: float = 60) -> bool:
     return not is_running(vault)
 
 
+def unit_name(vault: Vault) -> str:
+    """`hermes-fs-<folder>-<hash of the full path>`: two vaults named alike get two units."""
+    import hashlib
+    import re
+
+    digest = hashlib.sha256(os.fsencode(vault.root)).hexdigest()[:8]
+    folder = re.sub(r"[^A-Za-z0-9_.-]+", "-", vault.root.name).strip("-.") or "vault"
+    return f"hermes-fs-{folder[:40]}-{digest}"
+
+
+def systemd_quote(arg: str) -> str:
+    """One ExecStart argument: double-quoted (spaces), with systemd's `%` specifiers and `$`
+    expansion escaped, so a path is passed exactly as it is."""
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
 def unit_text(vault: Vault, exe: str) -> str:
+    command = " ".join(systemd_quote(a) for a in (exe, "--vault", str(vault.root), "daemon"))
+    description = str(vault.root).replace("%", "%%").replace("\n", " ")
     return f"""[Unit]
-Description=hermes-fs daemon for {vault.root}
+Description=hermes-fs daemon for {description}
 
 [Service]
-ExecStart={exe} --vault {vault.root} daemon
+ExecStart={command}
 Restart=on-failure
 
 [Install]
@@ -385,11 +417,13 @@ WantedBy=default.target
 
 
 def plist_text(vault: Vault, exe: str) -> str:
+    from xml.sax.saxutils import escape
+
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
 <plist version="1.0"><dict>
-  <key>Label</key><string>io.hermes-fs.{vault.root.name}</string>
-  <key>ProgramArguments</key><array><string>{exe}</string><string>--vault</string><string>{vault.root}</string><string>daemon</string></array>
+  <key>Label</key><string>io.{escape(unit_name(vault))}</string>
+  <key>ProgramArguments</key><array><string>{escape(exe)}</string><string>--vault</string><string>{escape(str(vault.root))}</string><string>daemon</string></array>
   <key>RunAtLoad</key><true/><key>KeepAlive</key><true/>
 </dict></plist>
 """

@@ -47,7 +47,7 @@ class Claim:
         from ..store.secrets import scan_text
 
         name = "request-with-a-secret-in-its-name.md" if scan_text("", self.name) else self.name
-        return f"{RESULTS_DIR}/{self.stamp}-{name}"
+        return f"{RESULTS_DIR}/{self.stamp}-{name}" + ("" if name.endswith(".md") else ".md")
 
     @property
     def inbox_rel(self) -> str:
@@ -55,9 +55,26 @@ class Claim:
 
 
 def is_request(rel: str) -> bool:
+    """A file dropped straight into inbox/ (not its README, not a hidden file): it gets a result.
+    Only `.md` files are run; any other is answered with a result saying so (see `not_a_request`)."""
     parts = rel.split("/")
-    return len(parts) == 2 and parts[0] == INBOX_DIR and parts[1].endswith(".md") \
-        and parts[1] != "README.md" and not parts[1].startswith(".")
+    return len(parts) == 2 and parts[0] == INBOX_DIR and parts[1] != "README.md" and not parts[1].startswith(".")
+
+
+KEPT_DIR = "inbox-kept"  # under .hermes/: files dropped in inbox/ that are not requests
+
+
+def not_a_request(vault: Vault, c: Claim) -> str:
+    """A non-`.md` file dropped in inbox/: nothing is run; it is kept (untracked, under .hermes/)
+    and the result says so. Returns the result's body."""
+    kept = vault.state_dir / KEPT_DIR
+    kept.mkdir(exist_ok=True)
+    dest = kept / f"{c.stamp}-{c.name}"
+    os.replace(c.path, dest)
+    size = dest.lstat().st_size
+    return (f"Not run: only `.md` files in inbox/ are requests, and `{c.name}` ({size} bytes) is not one. "
+            f"It was kept, untracked, at .hermes/{KEPT_DIR}/{dest.name}; to run it, give it a `.md` name "
+            "and drop it in inbox/ again.")
 
 
 def claims_dir(vault: Vault) -> Path:
@@ -194,6 +211,10 @@ def process(vault: Vault, c: Claim, log_line: Callable[[str], None] = lambda msg
 
 def _run(vault: Vault, c: Claim, options: ExecOptions | None, chat: bool, handlers: dict[str, Handler] | None) -> Result:
     started = time.time()
+    if not c.name.endswith(".md"):  # a file dropped in inbox/ that is no request: kept, and answered
+        result = Result("error", not_a_request(vault, c))
+        write_result(vault, c, "(not shown: not a request)", result, started)
+        return result
     raw, problem = read_request(c.path)
     try:
         original = decode(raw, c.inbox_rel)

@@ -59,7 +59,8 @@ class Due:
 
 def catch_up_runs(jobs: list[CronJob], ledger: Claims, now: datetime) -> list[Due]:
     """At start: the latest due time each known job missed while the daemon was down. With
-    catch_up it runs once; without, it is marked as passed and the job waits for its next time."""
+    catch_up it runs once; without, it is marked as passed and the job waits for its next time.
+    A one-shot that never ran runs once either way, as `cron list` says (Schedule.next_due)."""
     out = []
     for job in jobs:
         last = ledger.last(job.name)
@@ -68,7 +69,7 @@ def catch_up_runs(jobs: list[CronJob], ledger: Claims, now: datetime) -> list[Du
         missed = job.schedule.previous_due(now, last)
         if missed is None:
             continue
-        if job.catch_up:
+        if job.catch_up or job.schedule.at is not None:  # a one-shot not run yet is owed (see next_due)
             out.append(Due(job, missed))
         else:
             ledger.passed(job.name, missed)

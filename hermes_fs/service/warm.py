@@ -10,6 +10,13 @@ The protocol is JSON lines. The client sends {"op": "open", "options": {...}} an
 while a turn runs. The daemon answers each `open` with {"session": id}, streams {"tool": line}
 while a turn runs, and ends it with {"answer": text, ...} or {"error": message, "exit_code": n}.
 A closed connection ends (and commits) the conversation, as the end of a CLI process would.
+Or the client sends one {"op": "task", "task": "refine" | "learn" | "doctor", "args": {...}} and
+gets one {"done": {...}} (or an error) back: `refine --wait`, `learn` and `doctor` run warm too.
+
+A turn or task behaves as it would in the CLI's own process: its `environ` (the caller's model
+key variables, see agent.model.caller_environment) is what keys are read from, never this
+process's environment, and it is never logged or stored; hermes.yaml is re-read if it changed, and
+an invalid one is the caller's error, not a turn on stale settings.
 """
 
 from __future__ import annotations
@@ -118,12 +125,15 @@ class Session:
                 op = request.get("op")
                 if op == "open":
                     self._open(request.get("options") or {})
+                elif op == "task" and self.conversation is None:
+                    self._task(request)
+                    break
                 elif op == "ask" and self.conversation is not None:
                     self._wait_turn()
                     self.turn = threading.Thread(target=self._ask, args=(request.get("text") or "",), daemon=True)
                     self.turn.start()
                 elif op == "interrupt" and self.conversation is not None:
-                    self.conversation.cancel.set()
+                    self.conversation.interrupt()
                 elif op == "end":
                     break
         except (OSError, ValueError):
@@ -138,17 +148,31 @@ class Session:
         from ..agent.conversation import Conversation, ConversationOptions
 
         try:
+            self.vault.current_config()  # changed since the daemon loaded it: re-read (or refuse, as cold would)
             opts = ConversationOptions(
                 source=options.get("source", "cli"), model=options.get("model"),
                 max_steps=int(options.get("max_steps", 25)), resume=options.get("resume"),
                 workspace=Path(options["workspace"]) if options.get("workspace") else None,
                 cwd=Path(options["cwd"]) if options.get("cwd") else None,
-                on_tool=lambda line: self.send({"tool": line}))
+                on_tool=lambda line: self.send({"tool": line}), environ=_environ(options.get("environ")))
             conversation = Conversation(self.vault, opts)
             self.conversation = conversation
             self.send({"session": conversation.id, "rel": conversation.rel})
         except HermesError as exc:
             self.send({"error": str(exc), "exit_code": exc.exit_code})
+
+    def _task(self, request: dict) -> None:
+        """One `refine --wait`, `learn` or `doctor` model check for the CLI, in this warm process."""
+        try:
+            self.vault.current_config()
+            done = run_task(self.vault, str(request.get("task")), request.get("args") or {},
+                            _environ(request.get("environ")))
+            self.send({"done": done})
+        except HermesError as exc:
+            self.send({"error": str(exc), "exit_code": exc.exit_code})
+        except Exception as exc:  # a bug: the client gets one line, the log the traceback
+            log.exception("warm task failed")
+            self.send({"error": f"unexpected {type(exc).__name__}: {exc} (traceback in daemon.log)", "exit_code": 1})
 
     def _ask(self, text: str) -> None:
         assert self.conversation is not None
@@ -173,6 +197,36 @@ class Session:
             self.send({"saved": bool(sha)})
         except (HermesError, OSError):
             log.exception("ending a warm conversation failed")
+
+
+def run_task(vault: Vault, task: str, args: dict, environ: dict[str, str] | None) -> dict:
+    """Run a CLI command's work here; what the CLI prints comes back as plain data."""
+    if task == "refine":
+        from ..learning.refine import RefineOptions, refine
+
+        r = refine(vault, RefineOptions(session=args.get("session"), focus=args.get("focus"),
+                                        policy=args.get("policy"), environ=environ))
+        return {"line": r.line(), "ok": r.ok}
+    if task == "learn":
+        from ..learning.learn import LearnOptions, learn
+
+        r = learn(vault, LearnOptions([Path(p) for p in args.get("sources") or []], focus=args.get("focus"),
+                                      update=args.get("update"), policy=args.get("policy"), environ=environ))
+        return {"line": r.line(), "ok": r.ok}
+    if task == "doctor":
+        from ..agent.model import check_model
+
+        ok, detail = check_model(vault, environ)
+        return {"ok": ok, "detail": detail}
+    raise HermesError(f"unknown task {task!r}")
+
+
+def _environ(value) -> dict[str, str] | None:
+    """The caller's variables as sent (names and values are text), or None: a client that sends
+    none (an older CLI) gets this process's environment."""
+    if not isinstance(value, dict):
+        return None
+    return {str(k): str(v) for k, v in value.items()}
 
 
 def _send(conn: socket.socket, message: dict) -> None:

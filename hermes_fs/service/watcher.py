@@ -6,8 +6,11 @@ Event-driven (inotify on Linux), no polling, so an idle daemon uses no CPU. The 
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import fnmatch
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -75,14 +78,40 @@ class Watcher:
             self.observer.join(5)
 
 
+F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)  # Linux only
+
+
+def open_for_writing(path: Path) -> bool:
+    """Whether any process still has `path` open for writing (Linux: a read lease is refused then).
+    A file moved in from outside the vault, or linked in, gives no close event to wait for; this
+    tells a finished file from one a writer created and has not written yet. False where leases
+    are not supported (another platform, a file system without them, a file we do not own)."""
+    if not hasattr(fcntl, "F_RDLCK") or sys.platform != "linux":
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.fcntl(fd, F_SETLEASE, fcntl.F_RDLCK)
+        fcntl.fcntl(fd, F_SETLEASE, fcntl.F_UNLCK)
+        return False
+    except OSError as exc:
+        return exc.errno in (errno.EAGAIN, errno.EBUSY)
+    finally:
+        os.close(fd)
+
+
 class Settler:
     """Calls `take(key)` once a file has been quiet for `delay_s` and its size is stable, from one
     thread for any number of files (10,000 requests dropped at once cost one thread, not 10,000)."""
 
-    def __init__(self, delay_s: float, size_of: Callable[[str], int | None], take: Callable[[str], None]):
+    def __init__(self, delay_s: float, size_of: Callable[[str], int | None], take: Callable[[str], None],
+                 busy: Callable[[str], bool] = lambda _key: False):
         self.delay_s = delay_s
         self.size_of = size_of
         self.take = take
+        self.busy = busy  # someone still has the file open for writing: wait again
         self.due: dict[str, tuple[float, int | None]] = {}  # key -> (deadline, size when scheduled)
         self.cond = threading.Condition()
         self.stopped = False
@@ -119,7 +148,7 @@ class Settler:
                     continue
                 sizes = {k: self.due.pop(k)[1] for k in ready}
             for key in ready:
-                if self.size_of(key) != sizes[key]:  # still growing: wait again
+                if self.size_of(key) != sizes[key] or self.busy(key):  # still being written: wait again
                     self.add(key)
                     continue
                 try:

@@ -272,7 +272,23 @@ def parse_config(text: str, filename: str = CONFIG_NAME) -> Config:
     if data is None:
         return Config()
     lines = _key_lines(node)
-    return _build(Config, data, "", filename, lines)
+    config = _build(Config, data, "", filename, lines)
+    _check_key_variable(config.api_key_env, filename, lines.get("api_key_env"))
+    return config
+
+
+def _check_key_variable(name: str | None, filename: str, line: int | None) -> None:
+    """`api_key_env` names a variable; a key pasted there is refused without ever being shown."""
+    import re
+
+    from .secrets import scan_text
+
+    if name is None:
+        return
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,99}", name) or scan_text("", name):
+        raise ConfigError("'api_key_env' must be the name of an environment variable (e.g. OPENAI_API_KEY), not "
+                          "the key itself (what is there looks like a key, so it is not shown): put the key in "
+                          ".hermes/secrets.env as NAME=... and write NAME here", filename, line)
 
 
 def _read_text(path: Path) -> str:

@@ -43,6 +43,14 @@ def expand(url: str, env: dict[str, str]) -> str:
     return _VAR.sub(sub, url)
 
 
+def deliver(apprise, name: str, url: str, title: str, body: str) -> Delivery:
+    ap = apprise.Apprise()
+    if not ap.add(url):
+        return Delivery(name, False, "not a valid Apprise URL")
+    ok = bool(ap.notify(title=title, body=body))
+    return Delivery(name, ok, None if ok else "delivery failed")
+
+
 class Notifier:
     def __init__(self, config: Config, secrets_env: Path):
         self.config = config
@@ -72,13 +80,19 @@ class Notifier:
             except InputError as exc:
                 results.append(Delivery(name, False, exc.reason))
                 continue
-            ap = apprise.Apprise()
-            if not ap.add(url):
-                results.append(Delivery(name, False, "not a valid Apprise URL"))
-                continue
-            ok = bool(ap.notify(title=title, body=body))
-            results.append(Delivery(name, ok, None if ok else "delivery failed"))
+            results.append(deliver(apprise, name, url, title, body))
         return results
+
+    def send_url(self, url: str, title: str, body: str, shown: str) -> Delivery:
+        """Try an Apprise URL that is not (yet) a target: `notify test URL`, before adding it to
+        hermes.yaml. `${NAME}` expands as in targets; `shown` is how the result names it."""
+        import apprise
+
+        try:
+            full = expand(url, self._env())
+        except InputError as exc:
+            return Delivery(shown, False, exc.reason)
+        return deliver(apprise, shown, full, title, body)
 
     def event(self, event: str, title: str, body: str, targets: list[str] | None = None) -> list[Delivery]:
         """Send an event (refine_pending, cron_failure, ...) if hermes.yaml subscribes to it."""

@@ -21,9 +21,11 @@ class ShellResult:
     stderr: str
     timed_out: bool = False
     cwd: str = ""
+    interrupted: bool = False  # the person stopped the turn (Ctrl-C): the command was killed
 
     def render(self) -> str:
-        parts = [f"exit code: {self.exit_code}" if not self.timed_out else "timed out: the command was killed"]
+        parts = ["interrupted: the person stopped the turn and the command was killed" if self.interrupted else
+                 f"exit code: {self.exit_code}" if not self.timed_out else "timed out: the command was killed"]
         if self.cwd:
             parts.append(f"cwd: {self.cwd}")
         parts.append(f"stdout:\n{truncate(self.stdout)}")
@@ -41,6 +43,7 @@ def truncate(text: str, limit: int = OUTPUT_LIMIT) -> str:
 
 class Sandbox(Protocol):
     def run(self, command: str, timeout_s: float | None = None) -> ShellResult: ...
+    def interrupt(self) -> None: ...  # from another thread: kill the command now running, if any
     def close(self) -> None: ...
 
 

@@ -100,6 +100,8 @@ class DockerSandbox:
         self.client: Any = None
         self.container = None
         self._lock = threading.Lock()
+        self.running = threading.Event()  # a command is running (interrupt() has something to kill)
+        self.interrupted = False
 
     def _ensure(self):
         if self.container is not None:
@@ -150,16 +152,35 @@ class DockerSandbox:
                             dropped[i] += max(len(chunk) - max(room, 0), 0)
 
             reader = threading.Thread(target=pump, daemon=True)
-            reader.start()
-            reader.join(timeout)
-            timed_out = reader.is_alive()
-            if timed_out:
-                # Kill every process of the sandbox user; the container's init survives for reuse.
-                api.exec_start(api.exec_create(container.id, ["/bin/sh", "-c", "kill -9 -1"])["Id"])
+            self.interrupted = False
+            self.running.set()
+            try:
+                reader.start()
+                reader.join(timeout)
+            except KeyboardInterrupt:  # Ctrl-C here: the command must not go on inside the container
+                self._kill_all(container)
+                raise
+            finally:
+                self.running.clear()
+            timed_out = reader.is_alive() and not self.interrupted
+            if reader.is_alive():
+                self._kill_all(container)
                 reader.join(10)
-            code = None if timed_out else api.exec_inspect(exec_id).get("ExitCode")
+            code = None if timed_out or self.interrupted else api.exec_inspect(exec_id).get("ExitCode")
             stdout, stderr = _text(out, dropped[0]), _text(err, dropped[1])
-            return ShellResult(code, stdout, stderr, timed_out=timed_out, cwd="/workspace")
+            return ShellResult(code, stdout, stderr, timed_out=timed_out, cwd="/workspace", interrupted=self.interrupted)
+
+    def _kill_all(self, container) -> None:
+        """Kill every process of the sandbox user; the container's init survives for reuse."""
+        api = self.client.api
+        api.exec_start(api.exec_create(container.id, ["/bin/sh", "-c", "kill -9 -1"])["Id"])
+
+    def interrupt(self) -> None:
+        """From another thread (a warm chat's Ctrl-C): stop the command now running."""
+        container = self.container
+        if container is not None and self.running.is_set():
+            self.interrupted = True
+            self._kill_all(container)
 
     def close(self) -> None:
         with self._lock:

@@ -16,6 +16,9 @@ class NoSandbox:
     def run(self, command: str, timeout_s: float | None = None) -> ShellResult:
         raise SandboxError("the shell tool is disabled (sandbox.backend: none in hermes.yaml)")
 
+    def interrupt(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -26,17 +29,36 @@ class LocalSandbox:
     def __init__(self, workspace: Path, config: SandboxConfig):
         self.workspace = Path(workspace)
         self.config = config
+        self.proc: subprocess.Popen | None = None  # the command running now
+        self.interrupted = False
+
+    def interrupt(self) -> None:
+        """Kill the running command's whole process group (it runs in a session of its own, so
+        the terminal's Ctrl-C never reaches it)."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            self.interrupted = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def run(self, command: str, timeout_s: float | None = None) -> ShellResult:
         timeout = min(timeout_s or self.config.timeout_s, self.config.timeout_s)
         self.workspace.mkdir(parents=True, exist_ok=True)
+        self.interrupted = False
         proc = subprocess.Popen(
             ["/bin/sh", "-c", command], cwd=self.workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL, start_new_session=True,
         )
+        self.proc = proc
         try:
             out, err = proc.communicate(timeout=timeout)
-            return ShellResult(proc.returncode, _text(out), _text(err), cwd=str(self.workspace))
+            return ShellResult(proc.returncode, _text(out), _text(err), cwd=str(self.workspace),
+                               interrupted=self.interrupted)
+        except KeyboardInterrupt:  # Ctrl-C in this process: the command must not outlive the turn
+            self.interrupt()
+            raise
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             try:
@@ -49,6 +71,8 @@ class LocalSandbox:
                 proc.wait()
                 out, err = b"", b""
             return ShellResult(None, _text(out), _text(err), timed_out=True, cwd=str(self.workspace))
+        finally:
+            self.proc = None
 
     def close(self) -> None:
         pass

@@ -325,9 +325,11 @@ class MailState:
         return row[0] if row else None
 
     def done(self, message_id: str) -> bool:
-        """Handled for good: submitted, or dropped with a reason (a `pending` row is not done)."""
-        out = self.outcome(message_id)
-        return out is not None and out != "pending"
+        """Submitted already (or one of the agent's own replies). A mail dropped before (unproven,
+        auto-generated) is looked at again: a forged copy that came first must not make the real
+        mail with the same Message-ID a "duplicate"."""
+        out = self.outcome(message_id) or ""
+        return out.startswith("submitted") or out == "sent by this agent"
 
     def root_for(self, mail: ParsedMail) -> str:
         """The thread's root: that of the nearest known ancestor (In-Reply-To, then References from
