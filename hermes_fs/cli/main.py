@@ -726,6 +726,13 @@ def doctor(ctx: click.Context, no_model: bool):
     """Check the setup: the model (one tiny call), and the sandbox (Docker engine and image)."""
     v = _vault(ctx)
     checks = [] if no_model else [_check_model(v)]
+    if checks and checks[0][1]:
+        checks.append(_check_mode(v))
+    if v.config.skills.embeddings:
+        from ..mind import embeddings
+
+        checks.append(("skill embeddings", embeddings.available(), f"model at {embeddings.model_dir()}"
+                       if embeddings.available() else f"skills.embeddings is on but not installed: {embeddings.EXTRA}"))
     checks += _check_mcp(v)
     checks += gateway_checks(v)
     cfg = v.config.sandbox
@@ -765,6 +772,28 @@ def _check_model(v) -> tuple[str, bool, str]:
         done = _warm_task(v, "doctor", {})
         ok, detail = (done["ok"], done["detail"]) if done else check_model(v)
     return "model", ok, detail
+
+
+def _check_mode(v) -> tuple[str, bool, str]:
+    """Which review mode suits the refine model: one tiny tool-call probe (learning.structured)."""
+    from ..agent.model import LiteLLMModel, ModelSettings
+    from ..learning.structured import probe_mode
+
+    settings = ModelSettings.for_vault(v, "refine")
+    settings.retries = 0
+    try:
+        with _spinner(f"asking {settings.model} to call a tool"):
+            advice = probe_mode(LiteLLMModel(settings))
+    except HermesError as exc:
+        return "review mode", False, str(exc)
+    modes = {"refine.mode": v.config.refine.mode, "learn.mode": v.config.learn.mode}
+    wrong = [k for k, m in modes.items() if m != advice.suggested]
+    detail = f"{advice.suggested} suits {settings.model}: {advice.detail}"
+    if wrong and not advice.called:
+        return "review mode", False, detail + f"; set {' and '.join(f'{k}: structured' for k in wrong)} in hermes.yaml"
+    if wrong:  # a model that calls tools does well in either mode: not a problem
+        return "review mode", True, detail + f" ({', '.join(f'{k}: {modes[k]}' for k in wrong)} works too)"
+    return "review mode", True, detail
 
 
 @main.command()
