@@ -45,6 +45,7 @@ from gitserver import GitDaemon, Proxy  # noqa: E402
 from model_server import ModelServer  # noqa: E402
 
 from hermes_fs.service.sync import Syncer, clone_vault  # noqa: E402
+from hermes_fs.store.provenance import Act  # noqa: E402
 from hermes_fs.store.vault import Vault, init_vault  # noqa: E402
 
 MEMORY = "memory/MEMORY.md"
@@ -170,7 +171,7 @@ def setup(work: Path, interval_s: float, ttl_s: float, jobs: int, job_start: dat
         due += timedelta(seconds=round(rng.uniform(*job_gap)))  # whole seconds, like a person's `at` time
     (a.root / "notes").mkdir(exist_ok=True)
     (a.root / PHONE).write_text("# Notes from the phone\n")
-    a.git.commit_all("bench: remote, jobs", trailers={"Hermes-Change": "init"})
+    a.git.commit_all("bench: remote, jobs", Act.init())
     a.reload_config()
     Syncer(a).round(work=False)
     vaults = [a] + [clone_vault(git.url(), work / n) for n in ("b", "c")]
@@ -182,7 +183,7 @@ def setup(work: Path, interval_s: float, ttl_s: float, jobs: int, job_start: dat
     return git, machines, schedule
 
 
-def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_s: float = 2.0, ttl_s: float = 6.0,
+def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_s: float = 2.0, ttl_s: float = 20.0,
         seed: int = 1, kill_every: tuple[float, float] = (3, 8), cut_every: tuple[float, float] = (4, 10),
         cut_for: tuple[float, float] = (2, 10), settle_s: float = 150, work: Path | None = None,
         say=print) -> dict:

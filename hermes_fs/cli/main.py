@@ -19,6 +19,7 @@ from .curate import curate as curate_command
 from .curate import print_usage, skills_restore
 from .gateway import doctor_checks as gateway_checks
 from .gateway import gateway as gateway_command
+from .options import vault_option
 from .sync import clone as clone_command
 from .sync import sync as sync_command
 from .term import colorize_diff, columns, echo, next_run_words, plural, safe
@@ -97,16 +98,6 @@ def main(ctx: click.Context, vault: str | None, verbose: bool):
         logging.getLogger("hermes_fs").setLevel(logging.DEBUG)
 
 
-def vault_option(f):
-    """`--vault` after the subcommand too (`hermes-fs status --vault X`)."""
-
-    def store(ctx: click.Context, _param, value):
-        if value:
-            ctx.find_root().obj["vault"] = value
-        return value
-
-    return click.option("--vault", type=click.Path(file_okay=False), expose_value=False, callback=store,
-                        is_eager=True, help="Vault folder.")(f)
 
 
 @main.command()
@@ -808,6 +799,7 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
     from pathlib import Path
 
     from .. import Conversation, ConversationOptions
+    from ..service.auto_review import AutoReview
 
     options = ConversationOptions(source="run", model=model, max_steps=max_steps,
                                   workspace=Path(workspace).resolve() if workspace else None)
@@ -824,10 +816,12 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
         finally:
             remote.end()
         echo(answer)
+        AutoReview(v, detached=True).after_turn(remote.id, 1)  # refine.every_turns: 1 reviews every run
         return
     with Conversation(v, options) as conversation, _spinner("thinking"):
         result = conversation.ask(" ".join(prompt))
     echo(result.answer)
+    AutoReview(v, detached=True).after_turn(conversation.id, conversation.user_turns)
 
 
 @main.command()
