@@ -173,8 +173,10 @@ class Provenance:
         return self.agent() if act.by == By.AGENT else None
 
     def trailers(self, act: Act) -> dict[str, str]:
+        """The act's trailers (an empty value adds nothing, and never blanks one the message has)."""
         host = self.host()
-        return {**({HOST: host} if host else {}), **act.trailers}  # an act naming its host (a claim) wins
+        # an act naming its own host (a claim) wins; an empty value never blanks the message's
+        return {**({HOST: host} if host else {}), **{k: v for k, v in act.trailers.items() if str(v).strip()}}
 
     def seal(self, message: str, act: Act) -> tuple[str, dict[str, str]]:
         """(the message with the act's trailers merged into its trailer block, git's author env)."""
