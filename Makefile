@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 VAULT ?= $(HOME)/hermes-vault
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint bench bench-learning clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,6 +34,12 @@ test: install lint
 
 bench: install
 	$(BIN)/python bench/run_all.py
+
+# learning quality on a real model, both review modes (default: the local model of ../shared/tools/local-model.sh)
+LEARN_MODEL ?= openai/qwen2.5-coder-1.5b-instruct
+LEARN_API_BASE ?= http://127.0.0.1:8090/v1
+bench-learning: install
+	for mode in tools structured; do $(BIN)/python bench/learning_eval.py --model $(LEARN_MODEL) --api-base $(LEARN_API_BASE) --mode $$mode || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache

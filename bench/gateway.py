@@ -11,7 +11,7 @@ Figures (issue 23):
   two replies or two results), replies sent twice (two reply events for one request id);
 - the idle daemon with the gateway connected: CPU over 30 s, as a share of one core.
 
-Usage: python bench/gateway.py [--quick]   (writes bench/results/gateway.json)
+Usage: python bench/gateway.py [--quick]   (writes bench/results/gateway_matrix.json)
 """
 
 from __future__ import annotations
@@ -135,6 +135,18 @@ def idle_cpu(pid: int, seconds: float) -> float:
     return (ticks() - a) / hz / seconds * 100
 
 
+def replies_in(sent: dict[str, tuple[Person, str]], bot: str) -> dict[str, dict[str, dict]]:
+    """message event id -> {reply event id: event}, from each room's whole history."""
+    replies: dict[str, dict[str, dict]] = {}
+    for room in {room for _p, room in sent.values()}:
+        reader = next(p for p, r in sent.values() if r == room)
+        for e in reader.history(room):
+            rel = (e.get("content") or {}).get("m.relates_to", {}).get("m.in_reply_to", {})
+            if e.get("sender") == bot and rel.get("event_id") in sent:
+                replies.setdefault(rel["event_id"], {})[e["event_id"]] = e
+    return replies
+
+
 def faults(vault, people: list[Person], rooms: list[tuple[Person, str]], bot: str, total: int, kills: int,
            daemon: Daemon) -> tuple[dict, Daemon]:
     rng = random.Random(23)
@@ -151,23 +163,14 @@ def faults(vault, people: list[Person], rooms: list[tuple[Person, str]], bot: st
             time.sleep(rng.uniform(0.0, 1.0))  # somewhere in a turn, a commit or a send
             daemon.kill()
             daemon = start_daemon(vault.root)
-    # every reply, as the people's clients see them
-    replies: dict[str, list[dict]] = {}
+    # every reply, as a person's client sees the rooms' whole history (paged through /messages)
+    replies: dict[str, dict[str, dict]] = {}
     deadline = time.time() + 300
-    while time.time() < deadline:
-        for p in people:
-            p.sync(2000)
-        replies = {}
-        for p in people:
-            for e in p.seen:
-                rel = e["content"].get("m.relates_to", {}).get("m.in_reply_to", {})
-                if e["sender"] == bot and rel.get("event_id") in sent:
-                    replies.setdefault(rel["event_id"], {})[e["event_id"]] = e
-        if len(replies) == len(sent):
-            time.sleep(5)  # a late duplicate would show up now
-            for p in people:
-                p.sync(2000)
-            break
+    while time.time() < deadline and len(replies) < len(sent):
+        time.sleep(5)
+        replies = replies_in(sent, bot)
+    time.sleep(5)  # a late duplicate would show up now
+    replies = replies_in(sent, bot)
     counts = {eid: len(v) for eid, v in replies.items()}
     results = list((vault.root / "outputs" / "requests").glob("*.md"))
     per_request: dict[str, int] = {}
@@ -215,7 +218,7 @@ def main(quick: bool = False) -> dict:
         print(f"{fault['messages']} messages, {fault['kills']} kill -9: lost {fault['lost']}, answered twice "
               f"{fault['answered_twice']}, replies sent twice {fault['replies_sent_twice']}")
         results = {"latency": lat, "idle_cpu_percent_of_core": cpu, "faults": fault, "quick": quick}
-        write_results("gateway", results)
+        write_results("gateway_matrix", results)
         return results
     finally:
         if daemon and daemon.proc.poll() is None:

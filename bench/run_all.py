@@ -16,6 +16,7 @@ sys.path.insert(0, str(HERE))
 import cron_lateness  # noqa: E402
 import daemon_latency  # noqa: E402
 import faults  # noqa: E402
+import gateway  # noqa: E402
 import prompt_overhead  # noqa: E402
 import refine_overhead  # noqa: E402
 import startup  # noqa: E402
@@ -71,6 +72,17 @@ def rows(r: dict) -> list[tuple[str, str, str, str]]:
             ("web: `hermes-fs web` start to first answer (median)", "<= 1 s", f"{w['start']['median_s']:.2f} s",
              "imports litellm" if w["start"]["imports_litellm"] else ""),
         ]
+    g = r.get("gateway") or {}
+    if "faults" in g:
+        f = g["faults"]
+        out += [
+            ("gateway: Matrix message -> request durable, p95", "<= 1 s", f"{g['latency']['to_request_durable_s']['p95']:.3f} s", ""),
+            ("gateway: Matrix message -> reply visible (scripted model), p95", "<= 2 s",
+             f"{g['latency']['to_reply_visible_s']['p95']:.3f} s", ""),
+            (f"gateway: {f['messages']} messages, {f['kills']} kill -9: lost / answered twice / replies sent twice",
+             "0 / 0 / 0", f"{f['lost']} / {f['answered_twice']} / {f['replies_sent_twice']}", ""),
+            ("gateway: idle daemon CPU, Matrix connected", "<= 0.5%", f"{g['idle_cpu_percent_of_core']:.3f}%", ""),
+        ]
     if "email" in r:
         e, ef = r["email"]["latency"], r["email"]["faults"]
         out += [
@@ -93,6 +105,7 @@ def main(quick: bool = False) -> dict:
         "faults": faults.main(12 if quick else 50),
         "stress": stress.main(60 if quick else 180),
         "web": web.main(quick),
+        "gateway": gateway.main(quick),
     }
     import email_channel  # Dovecot from Debian (scripts/mail-test-env.sh); without it the rows are left out
 

@@ -212,6 +212,23 @@ class Person:
             self.sync(1000)
         return mine()
 
+    def history(self, room_id: str) -> list[dict]:
+        """Every m.room.message event of a room, oldest first, paged back from now through
+        /messages (a sync after a long pause gives only the newest events: a "limited" timeline)."""
+        from nio import MessageDirection
+
+        self.sync(0)  # the newest position; a sync token is also a /messages token
+        events: list[dict] = []
+        token = self.since
+        while token:
+            page = self.run(self.client.room_messages(room_id, token, direction=MessageDirection.back, limit=500))
+            chunk = getattr(page, "chunk", None)
+            if not chunk:
+                break
+            events = [dict(e.source) for e in reversed(chunk)] + events
+            token = page.end
+        return [e for e in events if e.get("type") == "m.room.message"]
+
     def close(self) -> None:
         self.run(self.client.close())
         self.loop.close()

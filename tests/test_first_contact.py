@@ -216,10 +216,11 @@ def test_a_cron_run_is_one_commit(agent_vault, model_server):
 def test_doctor_checks_the_model_with_one_tiny_call(agent_vault, model_server, run_cli):
     (agent_vault.root / "hermes.yaml").write_text((agent_vault.root / "hermes.yaml").read_text().replace(
         "backend: local", "backend: none"))
-    model_server.add({"content": "ok"})
+    model_server.add({"content": "ok"}, {"tool_calls": [("note", {"text": "ok"})]})
     r = run_cli("--vault", str(agent_vault.root), "doctor")
     assert r.returncode == 0 and "ok  model: openai/test-model answered ('ok')" in r.stdout
-    assert len(model_server.requests) == 1 and model_server.requests[0]["messages"][-1]["content"].endswith("ok")
+    assert "ok  review mode: tools suits openai/test-model: it called a tool when asked" in r.stdout
+    assert len(model_server.requests) == 2 and model_server.requests[0]["messages"][-1]["content"].endswith("ok")
     model_server.close()
     r = run_cli("--vault", str(agent_vault.root), "doctor")
     assert r.returncode == 1 and "BAD model" in r.stdout and "api_base" in r.stdout

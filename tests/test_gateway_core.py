@@ -238,7 +238,7 @@ def test_refine_from_chat_reviews_this_chats_session_not_the_latest(gateway, mod
     mine = gw.ledger.session("matrix|!dm|-")
     ch.say("@me:test", "a newer chat elsewhere", chat="!other")
     assert gw.wait_idle(60)
-    assert gw.ledger.session("matrix|!other|-") > mine  # the newest session is not this chat's
+    assert gw.ledger.session("matrix|!other|-") not in (None, mine)  # a newer session, of another chat
 
     def reviewer(body):
         if "You review one conversation" not in body["messages"][0]["content"]:

@@ -94,13 +94,19 @@ def joined(world: World, person: Person, room: str) -> bool:
     return wait_for(lambda: world.bot in person.members(room), 60)
 
 
-def test_dm_answered_in_the_room_and_in_its_thread_with_one_session_each(world):
+def dm_with_the_bot(world: World) -> tuple[Gateway, Person, str]:
+    """The usual start: an echoing model, `me` allowed, the gateway up, a DM the bot has joined."""
     world.model_server.responder = echo
     world.configure(allow=[world.uid("me")])
     me = world.person("me")
     gw = world.start()
     room = me.dm(world.bot)
     assert joined(world, me, room)
+    return gw, me, room
+
+
+def test_dm_answered_in_the_room_and_in_its_thread_with_one_session_each(world):
+    gw, me, room = dm_with_the_bot(world)
     first = me.say(room, "hello there")
     got = me.wait_messages(1, room=room)
     assert got and got[0]["content"]["body"] == "echo hello there (1 turns)"
@@ -129,12 +135,7 @@ def test_dm_answered_in_the_room_and_in_its_thread_with_one_session_each(world):
 
 
 def test_edits_notices_malformed_events_and_encrypted_rooms_are_not_requests(world):
-    world.model_server.responder = echo
-    world.configure(allow=[world.uid("me")])
-    me = world.person("me")
-    gw = world.start()
-    room = me.dm(world.bot)
-    assert joined(world, me, room)
+    gw, me, room = dm_with_the_bot(world)
     original = me.say(room, "first")
     me.wait_messages(1, room=room)
     me.say(room, "", content={"msgtype": "m.text", "body": "* first (edited)",
@@ -253,7 +254,7 @@ def test_the_daemon_after_kill_9_answers_each_message_once(world, agent_vault, d
         room = me.dm(world.bot)
         assert joined(world, me, room)
         me.say(room, "survive this")
-        assert wait_for(lambda: world.model_server.requests, 60)
+        assert wait_for(lambda: world.model_server.requests, 120)
         d.proc.send_signal(signal.SIGKILL)
         d.proc.wait(10)
     finally:

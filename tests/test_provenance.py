@@ -39,7 +39,7 @@ def test_trailer_names_and_authors_are_spelled_only_in_provenance():
 def test_seal_merges_trailers_and_adds_the_host_to_every_act():
     p = Provenance(agent=lambda: "Bot <bot@x>", host=lambda: "laptop-1")
     text, env = p.seal("learned\n\n- a: because\n\nRefine-Session: s1\n", Act.learned({"Refine-Model": "m"}))
-    assert text == "learned\n\n- a: because\n\nRefine-Session: s1\nRefine-Model: m\nHermes-Host: laptop-1\n"
+    assert text == "learned\n\n- a: because\n\nRefine-Session: s1\nHermes-Host: laptop-1\nRefine-Model: m\n"
     assert env == {"GIT_AUTHOR_NAME": "Bot", "GIT_AUTHOR_EMAIL": "bot@x"}
     text, env = p.seal("revert x\n\nThis reverts merge abc.", Act.person())
     assert text == "revert x\n\nThis reverts merge abc.\n\nHermes-Host: laptop-1\n" and env == {}
@@ -77,6 +77,6 @@ def test_one_host_hook_reaches_every_commit_with_the_right_author(agent_vault, m
     assert [c[2] for c in commits if c[3].strip() != "laptop-1"] == []  # every commit carries the host
     by = {c[2].split(" ")[0] + (" part" if "(part:" in c[2] else ""): c[1] for c in commits}
     assert by["edit:"] == person and by["revert"] == person and by["merge part"] == person
-    assert by["memory:"] == agent and by["session:"] == agent and by["tabs part"] == agent  # each part of the split change
+    assert by["memory:"] == agent and by["session:"] == agent and by["tabs part"] == agent  # both parts: the agent's
     policy_merge = next(c for c in commits if c[2].startswith("merge") and "(part:" not in c[2])
     assert policy_merge[1] == agent

@@ -77,7 +77,9 @@ def test_secrets_never_reach_a_commit(agent_vault, model_server, tmp_path):
                      {"content": "Summary: done"})
     learn(v, LearnOptions([doc], policy="auto"))
     assert_clean(v)
-    # nothing was lost: the person's text is still on disk, uncommitted
-    assert KEYS["github"] in (v.root / "memory/USER.md").read_text()  # refused to git, kept on disk
+    # nothing was lost: the person's text is still on disk, uncommitted; the agent's refused write
+    # left its file as it was (issue 22: a refused write leaves no key behind)
+    assert KEYS["openai"] in (v.root / "memory/MEMORY.md").read_text()
+    assert KEYS["github"] not in (v.root / "memory/USER.md").read_text()
     assert ALL in (v.root / "memory" / "MEMORY.md").read_text()
     assert KEYS["apprise"] in (v.root / "notes.md").read_text()

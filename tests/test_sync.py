@@ -136,8 +136,10 @@ def test_a_dead_claimants_claim_is_taken_over_after_expiry(tmp_path, server):
     b = machine(tmp_path, server, "b")
     dead = RefClaims(a.git, Remote(a.root, server.url()), "dead", 1.0, Ledger(tmp_path / "l1"), tmp_path / "c1")
     live = RefClaims(b.git, Remote(b.root, server.url()), "live", 1.0, Ledger(tmp_path / "l2"), tmp_path / "c2")
+    patient = RefClaims(a.git, Remote(a.root, server.url()), "patient", 600, Ledger(tmp_path / "l3"), tmp_path / "c3")
+    assert patient.take("cron/y/1") == Take.WON
+    assert live.take("cron/y/1") == Take.TAKEN  # still within its expiry (ten minutes)
     assert dead.take("cron/x/1") == Take.WON
-    assert live.take("cron/x/1") == Take.TAKEN  # still within its expiry
     time.sleep(1.2)
     assert live.take("cron/x/1") == Take.WON  # expired: taken over with a lease on its old value
     assert live.holder("cron/x/1").host == "live"

@@ -33,7 +33,7 @@ def machines(tmp_path, server, model_server):
 
     model_server.responder = lambda body: {"content": "the morning brief"}
     a = init_vault(tmp_path / "a").vault
-    configure_vault(a.root, model_server, SYNC.format(url=server.url(), ttl=3))
+    configure_vault(a.root, model_server, SYNC.format(url=server.url(), ttl=10))
     a.git.commit_paths(["hermes.yaml"], "test: model server and remote", Act.person())
     a.reload_config()
     assert Syncer(a).round(work=False).pushed
@@ -63,12 +63,24 @@ def test_an_edit_on_one_machine_reaches_every_other(machines):
     p.write_text(p.read_text() + "- Written on B\n")
     assert wait_for(lambda: all(main_has(v, "memory/USER.md", "- Written on B") for v in vaults), 60)
     assert wait_for(lambda: "Written on B" in (a.root / "memory/USER.md").read_text(), 30)
+    from hermes_fs.store.host import host_id
+
+    [edit] = [c for c in a.git.log(first_parent=False, limit=20) if c.summary == "edit: memory/USER.md"]
+    assert edit.trailers.get("Hermes-Host") == host_id(b.state_dir)  # every commit says which machine made it
+    merges = [c for c in a.git.log(first_parent=False, limit=20) if c.summary.startswith("sync: merge")]
+    assert all(c.trailers.get("Hermes-Host") for c in merges)
 
 
 def test_a_one_shot_job_runs_once_on_three_machines(machines, server):
     vaults, procs = machines
-    procs += [DaemonProc(v.root) for v in vaults]
     a = vaults[0]
+    cfg = a.root / "hermes.yaml"
+    cfg.write_text(cfg.read_text().replace("claim_ttl_s: 10", "claim_ttl_s: 30"))  # a live claimant never loses
+    a.git.commit_paths(["hermes.yaml"], "test: a realistic claim expiry", Act.human_edit())
+    Syncer(a).round(work=False)
+    for v in vaults[1:]:
+        Syncer(v).round(work=False)
+    procs += [DaemonProc(v.root) for v in vaults]
     due = (datetime.now(UTC) + timedelta(seconds=8)).replace(microsecond=0)
     (a.root / "cron/once.md").write_text(f"---\nschedule: \"at {due.isoformat()}\"\n---\nBrief me.\n")
     assert wait_for(lambda: all(main_has(v, "cron/once.md") for v in vaults), 60)
@@ -76,11 +88,15 @@ def test_a_one_shot_job_runs_once_on_three_machines(machines, server):
     assert wait_for(lambda: all(main_has(v, "cron/once.md", "enabled: false") for v in vaults), 60)
     for v in vaults:
         assert len(outputs(v, "once")) == 1
-    claims = git(a, "ls-remote", vaults[0].config.remote.url, "refs/hermes/claims/*").splitlines()
-    assert len(claims) == 1  # one claim for the one due time
-    sha = claims[0].split()[0]
-    git(a, "fetch", "-q", a.config.remote.url, "refs/hermes/claims/*:refs/hermes/check/*")
-    assert "Claim-State: done" in git(a, "show", "-s", "--format=%B", sha)
+    url = a.config.remote.url
+
+    def claim_message() -> str:
+        claims = git(a, "ls-remote", url, "refs/hermes/claims/*").splitlines()
+        assert len(claims) == 1  # one claim for the one due time
+        git(a, "fetch", "-q", url, "+refs/hermes/claims/*:refs/hermes/check/*")
+        return git(a, "show", "-s", "--format=%B", claims[0].split()[0])
+
+    assert wait_for(lambda: "Claim-State: done" in claim_message(), 60), claim_message()
     for v in vaults:
         git(v, "fsck", "--no-progress")
     subprocess.run(["git", "fsck", "--no-progress"], cwd=server.base / "vault.git", check=True)

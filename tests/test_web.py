@@ -66,6 +66,9 @@ def test_no_token_wrong_host_and_missing_csrf_are_refused(agent_vault, model_ser
     assert w.request("GET", "/", cookie=False)[0] == 401
     assert w.request("GET", "/events", cookie=False)[0] == 401
     assert w.request("GET", "/", headers={"Authorization": "Bearer nope"}, cookie=False)[0] == 401
+    assert w.request("GET", "/?token=%C3%A9t%C3%A9", cookie=False)[0] == 401  # not ASCII: still a plain no
+    assert w.request("GET", "/", headers={"Cookie": "hermes_web=\u00e9t\u00e9"}, cookie=False)[0] == 401
+    assert w.request("POST", f"/changes/{branch}/merge", "how=all&csrf=%C3%A9")[0] == 403
     # DNS rebinding: a hostile name that resolves to 127.0.0.1 still says its own name in Host
     assert w.request("GET", "/", headers={"Host": f"evil.example:{w.host.split(':')[1]}"})[0] == 421
     assert w.request("GET", "/", headers={"Host": "127.0.0.1:1"})[0] == 421

@@ -65,7 +65,9 @@ class Reply:
 class Model(Protocol):
     name: str
 
-    def complete(self, messages: list[dict], tools: list[dict]) -> Reply: ...
+    def complete(self, messages: list[dict], tools: list[dict], response_format: dict | None = None) -> Reply:
+        """One model call; `response_format` (an OpenAI `json_schema` document) constrains the answer."""
+        ...
 
 
 # The variable each hosted provider's key is read from when hermes.yaml names none.
@@ -81,6 +83,7 @@ class ModelSettings:
     api_base: str | None = None
     api_key_env: str | None = None
     timeout_s: float = 120.0
+    max_tokens: int | None = None  # most tokens in one answer (None: the provider's default)
     retries: int = 4
     retry_base_s: float = 1.0
     secrets: dict[str, str] = field(default_factory=dict)  # .hermes/secrets.env (the environment wins)
@@ -188,12 +191,16 @@ class LiteLLMModel:
         self.usage = Usage()  # running total for this model object
         self.calls = 0
 
-    def complete(self, messages: list[dict], tools: list[dict]) -> Reply:
+    def complete(self, messages: list[dict], tools: list[dict], response_format: dict | None = None) -> Reply:
         key = self.settings.api_key()  # before the import: a missing key is reported at once
         litellm = import_litellm()
         kwargs = dict(model=self.settings.model, messages=messages, timeout=self.settings.timeout_s, num_retries=0)
         if tools:
             kwargs["tools"] = tools
+        if response_format:
+            kwargs["response_format"] = response_format
+        if self.settings.max_tokens:
+            kwargs["max_tokens"] = self.settings.max_tokens
         if self.settings.api_base:
             kwargs["api_base"] = self.settings.api_base
             if not key and self.settings.provider == "openai":

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..mind import memory, skills
+from ..mind.embeddings import fuse
 from ..mind.search import SearchIndex
 from ..store import secrets
 from ..store.docs import decode, parse_doc
@@ -19,6 +20,9 @@ vault that the user can read and edit. Save durable facts about the user with th
 Before a task a skill covers, read it with `skill_view`. Never put secrets in files."""
 
 
+LEXICAL_TOP = 5  # with embeddings on: full-text hits past these are mostly incidental words (bench/routing_heldout.py)
+
+
 @dataclass
 class SkillsIndex:
     text: str
@@ -26,18 +30,29 @@ class SkillsIndex:
     total: int
 
 
-def skills_index(vault: Vault, query: str, budget: int) -> SkillsIndex:
-    """All skills if they fit the budget; otherwise the most relevant first, then a pointer to search."""
+def skills_index(vault: Vault, query: str, budget: int, semantic: bool | None = None) -> SkillsIndex:
+    """All skills if they fit the budget; otherwise the most relevant first, then a pointer to search.
+    Relevance is full-text (BM25), fused with meaning when `skills.embeddings` is on (or `semantic`)."""
     names = skills.names(vault.files)
+    use_meaning = vault.config.skills.embeddings if semantic is None else semantic
     index = SearchIndex(vault.root)
     try:
         index.refresh("skills")
         described = {path.split("/")[1]: desc for path, desc in
                      index.db.execute("SELECT path, description FROM fts WHERE kind='skills'")}
-        ranked = [h.path.split("/")[1] for h in index.search("skills", query, limit=50)] if query else []
+        entries = {n: described.get(n, "") for n in names}
+        if fits(entries, budget) or not query:
+            return select_skills(entries, [], budget)
+        ranked = [h.path.split("/")[1] for h in index.search("skills", query, limit=50)]
+        if use_meaning:  # full-text's few best hits, fused with the ranking by meaning
+            ranked = fuse(ranked[:LEXICAL_TOP], [p.split("/")[1] for p in index.semantic(query)])
     finally:
         index.close()
-    return select_skills({n: described.get(n, "") for n in names}, ranked, budget)
+    return select_skills(entries, ranked, budget)
+
+
+def fits(entries: dict[str, str], budget: int) -> bool:
+    return sum(len(f"- {n}: {' '.join(d.split())}") + 1 for n, d in entries.items()) - 1 <= budget
 
 
 def select_skills(entries: dict[str, str], ranked: list[str], budget: int) -> SkillsIndex:

@@ -8,19 +8,8 @@ import time
 import click
 
 from ..errors import InputError
+from .options import vault_option
 from .term import echo, safe
-
-
-def vault_option(f):
-    """`--vault` after the subcommand too (`hermes-fs gateway status --vault X`)."""
-
-    def keep(ctx: click.Context, _param, value):
-        if value:
-            ctx.find_root().obj["vault"] = value
-        return value
-
-    return click.option("--vault", type=click.Path(file_okay=False), expose_value=False, callback=keep,
-                        is_eager=True, help="Vault folder.")(f)
 
 
 def _vault(ctx: click.Context):
@@ -99,11 +88,7 @@ def pair_list(ctx: click.Context):
 @click.pass_context
 def pair_approve(ctx: click.Context, code: str):
     """Let the sender who was given CODE talk to the agent."""
-    from ..service.gateway.access import approve
-    from ..service.gateway.ledger import Ledger, ledger_path
-
-    found = approve(Ledger(ledger_path(_vault(ctx).state_dir)), code)
-    echo(f"approved {found.sender} on {found.platform}")
+    _decide(ctx, code, approved=True)
 
 
 @pair.command("deny")
@@ -112,11 +97,15 @@ def pair_approve(ctx: click.Context, code: str):
 @click.pass_context
 def pair_deny(ctx: click.Context, code: str):
     """Drop a pending pairing (the sender gets no new code for 10 minutes)."""
-    from ..service.gateway.access import deny
+    _decide(ctx, code, approved=False)
+
+
+def _decide(ctx: click.Context, code: str, approved: bool) -> None:
+    from ..service.gateway.access import approve, deny
     from ..service.gateway.ledger import Ledger, ledger_path
 
-    found = deny(Ledger(ledger_path(_vault(ctx).state_dir)), code)
-    echo(f"denied {found.sender} on {found.platform}")
+    found = (approve if approved else deny)(Ledger(ledger_path(_vault(ctx).state_dir)), code)
+    echo(f"{'approved' if approved else 'denied'} {found.sender} on {found.platform}")
 
 
 @gateway.command("test")

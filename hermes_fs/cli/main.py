@@ -19,6 +19,7 @@ from .curate import curate as curate_command
 from .curate import print_usage, skills_restore
 from .gateway import doctor_checks as gateway_checks
 from .gateway import gateway as gateway_command
+from .options import vault_option
 from .sync import clone as clone_command
 from .sync import sync as sync_command
 from .term import colorize_diff, columns, echo, next_run_words, plural, safe
@@ -97,16 +98,6 @@ def main(ctx: click.Context, vault: str | None, verbose: bool):
         logging.getLogger("hermes_fs").setLevel(logging.DEBUG)
 
 
-def vault_option(f):
-    """`--vault` after the subcommand too (`hermes-fs status --vault X`)."""
-
-    def store(ctx: click.Context, _param, value):
-        if value:
-            ctx.find_root().obj["vault"] = value
-        return value
-
-    return click.option("--vault", type=click.Path(file_okay=False), expose_value=False, callback=store,
-                        is_eager=True, help="Vault folder.")(f)
 
 
 @main.command()
@@ -726,6 +717,13 @@ def doctor(ctx: click.Context, no_model: bool):
     """Check the setup: the model (one tiny call), and the sandbox (Docker engine and image)."""
     v = _vault(ctx)
     checks = [] if no_model else [_check_model(v)]
+    if checks and checks[0][1]:
+        checks.append(_check_mode(v))
+    if v.config.skills.embeddings:
+        from ..mind import embeddings
+
+        checks.append(("skill embeddings", embeddings.available(), f"model at {embeddings.model_dir()}"
+                       if embeddings.available() else f"skills.embeddings is on but not installed: {embeddings.EXTRA}"))
     checks += _check_mcp(v)
     checks += gateway_checks(v)
     cfg = v.config.sandbox
@@ -767,6 +765,28 @@ def _check_model(v) -> tuple[str, bool, str]:
     return "model", ok, detail
 
 
+def _check_mode(v) -> tuple[str, bool, str]:
+    """Which review mode suits the refine model: one tiny tool-call probe (learning.structured)."""
+    from ..agent.model import LiteLLMModel, ModelSettings
+    from ..learning.structured import probe_mode
+
+    settings = ModelSettings.for_vault(v, "refine")
+    settings.retries = 0
+    try:
+        with _spinner(f"asking {settings.model} to call a tool"):
+            advice = probe_mode(LiteLLMModel(settings))
+    except HermesError as exc:
+        return "review mode", False, str(exc)
+    modes = {"refine.mode": v.config.refine.mode, "learn.mode": v.config.learn.mode}
+    wrong = [k for k, m in modes.items() if m != advice.suggested]
+    detail = f"{advice.suggested} suits {settings.model}: {advice.detail}"
+    if wrong and not advice.called:
+        return "review mode", False, detail + f"; set {' and '.join(f'{k}: structured' for k in wrong)} in hermes.yaml"
+    if wrong:  # a model that calls tools does well in either mode: not a problem
+        return "review mode", True, detail + f" ({', '.join(f'{k}: {modes[k]}' for k in wrong)} works too)"
+    return "review mode", True, detail
+
+
 @main.command()
 @vault_option
 @click.argument("prompt", nargs=-1, required=True)
@@ -779,6 +799,7 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
     from pathlib import Path
 
     from .. import Conversation, ConversationOptions
+    from ..service.auto_review import AutoReview
 
     options = ConversationOptions(source="run", model=model, max_steps=max_steps,
                                   workspace=Path(workspace).resolve() if workspace else None)
@@ -795,10 +816,12 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
         finally:
             remote.end()
         echo(answer)
+        AutoReview(v, detached=True).after_turn(remote.id, 1)  # refine.every_turns: 1 reviews every run
         return
     with Conversation(v, options) as conversation, _spinner("thinking"):
         result = conversation.ask(" ".join(prompt))
     echo(result.answer)
+    AutoReview(v, detached=True).after_turn(conversation.id, conversation.user_turns)
 
 
 @main.command()

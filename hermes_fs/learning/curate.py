@@ -371,22 +371,21 @@ def restore(vault: Vault, name: str) -> str:
     skills.check_name(name)
     src, dst = f"{SKILLS_DIR}/{ARCHIVE_DIR}/{name}", f"{SKILLS_DIR}/{name}"
     files = vault.files
-    archived = files.list(src)
-    if not archived:
-        raise InputError(f"no archived skill {name!r} (see skills/{ARCHIVE_DIR}/)", src)
-    if files.read(f"{src}/{skills.SKILL_FILE}") is None:
-        raise InputError(f"skills/{ARCHIVE_DIR}/{name}/ has no SKILL.md: it was edited by hand; "
-                         "move its files back yourself", src)
-    if files.list(dst):
-        raise InputError(f"skills/{name}/ exists: a skill of that name is in the library already", dst)
-    for rel in archived:
-        files.write(dst + rel[len(src):], files.read(rel) or b"")
-        files.delete(rel)
-    sha = vault.git.commit_paths([*archived, *(dst + r[len(src):] for r in archived)],
-                                 f"skills: restore {name} from the archive", Act.person())
-    if sha is None:
-        raise InputError(f"nothing to restore for {name!r}")
-    return sha
+    with vault.git.lock.hold():  # the daemon does not commit these moves as a person's edit meanwhile
+        archived = files.list(src)
+        if not archived:
+            raise InputError(f"no archived skill {name!r} (see skills/{ARCHIVE_DIR}/)", src)
+        if files.read(f"{src}/{skills.SKILL_FILE}") is None:
+            raise InputError(f"skills/{ARCHIVE_DIR}/{name}/ has no SKILL.md: it was edited by hand; "
+                             "move its files back yourself", src)
+        if files.list(dst):
+            raise InputError(f"skills/{name}/ exists: a skill of that name is in the library already", dst)
+        for rel in archived:
+            files.write(dst + rel[len(src):], files.read(rel) or b"")
+            files.delete(rel)
+        sha = vault.git.commit_paths([*archived, *(dst + r[len(src):] for r in archived)],
+                                     f"skills: restore {name} from the archive", Act.person())
+        return sha or vault.git.head()
 
 
 def _skill_text(answer: str) -> str:

@@ -18,13 +18,15 @@ from ..agent.model import LiteLLMModel, Model, ModelSettings
 from ..agent.prompt import select_skills
 from ..agent.tools import ToolBox
 from ..mind import skills
+from ..store.config import ReviewMode
 from ..store.overlay import OverlayFiles
 from ..store.provenance import learn_trailers
 from ..store.vault import Vault
 from . import pipeline
 from .checks import DuplicateGuard, duplicate_guard, skills_at
-from .pipeline import Description, LearningError, ModelTask, Outcome, slugify
+from .pipeline import Description, LearningError, ModelTask, Outcome, Task, slugify
 from .sources import Source, chapters, read_sources
+from .structured import SkillDocument, StructuredTask
 
 LEARN_PROMPT = """You turn documents into skills for hermes-fs, in the Agent Skills format: a folder \
 skills/<name>/ with SKILL.md (frontmatter `name` = the folder name, lowercase letters, digits and single \
@@ -40,6 +42,13 @@ facts exact (commands, versions, paths). Prefer patching an existing skill that 
 (skill_view it, then skill_manage patch) over creating a near-duplicate. Use only skill_view and \
 skill_manage. When done, answer with one line: Summary: <what you wrote>."""
 
+# Structured mode (learn.mode): the same rules, but one JSON document instead of tool calls.
+STRUCTURED_LEARN_PROMPT = LEARN_PROMPT.split("Use only skill_view and skill_manage.")[0].replace(
+    "(skill_view it, then skill_manage patch)", "(patch it: old_text -> new_text)") + """You have no \
+tools. Answer with one JSON document under the JSON schema you are given: each entry of `skills` is one \
+skill_manage call (create with the full SKILL.md in content; patch with old_text and new_text; write_file \
+with file and content), with its reason. Leave fields that do not apply as empty strings."""
+
 
 @dataclass
 class LearnOptions:
@@ -50,6 +59,7 @@ class LearnOptions:
     policy: str | None = None
     chunk_chars: int = 12_000  # most source characters in one model call
     max_steps: int = 20
+    mode: str | None = None  # tools | structured; overrides learn.mode
     environ: dict[str, str] | None = None  # model key variables of a CLI served by the daemon (None: ours)
 
 
@@ -63,7 +73,7 @@ class Drafter:
         self.options = options
         self.model = model
         self.sources: list[Source] = []
-        self.task: ModelTask
+        self.task: Task
         self.guard: DuplicateGuard | None = None  # what it refused explains an empty result
 
     def base(self, vault: Vault) -> str:
@@ -82,7 +92,10 @@ class Drafter:
         if self.options.update:
             tools.skill_actions = ("patch", "write_file")
             tools.skill_names = (self.options.update,)
-        self.task = ModelTask(Agent(self.model, tools, AgentConfig(self.options.max_steps)), LEARN_PROMPT)
+        if (self.options.mode or cfg.learn.mode) == ReviewMode.STRUCTURED:
+            self.task = StructuredTask(self.model, tools, overlay, STRUCTURED_LEARN_PROMPT, SkillDocument)
+        else:
+            self.task = ModelTask(Agent(self.model, tools, AgentConfig(self.options.max_steps)), LEARN_PROMPT)
         for source in self.sources:
             self._draft(overlay, source, existing)
 

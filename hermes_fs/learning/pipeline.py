@@ -74,9 +74,22 @@ class Description:
     slug: str  # the text the branch name is made from
 
 
+class Task(Protocol):
+    """A proposer's model conversation: `ask` continues it (`fresh=True` starts over); `answer` is
+    the last answer; `fix_hint` ends the message that sends the checks' refusals back."""
+
+    answer: str
+    fix_hint: str
+
+    def ask(self, text: str, fresh: bool = False) -> str: ...
+
+
 class ModelTask:
     """One model conversation with tools. Each `ask` continues it, so when the checks refuse
-    something the model sees what it wrote and why; `fresh=True` starts over (keeps context small)."""
+    something the model sees what it wrote and why; `fresh=True` starts over (keeps context small).
+    (Structured mode's `structured.StructuredTask` is the same conversation without tools.)"""
+
+    fix_hint = "Fix each problem (or undo that change) with your tools, then answer again as before."
 
     def __init__(self, agent: Agent, system: str):
         self.agent = agent
@@ -98,7 +111,7 @@ class ModelTask:
 class Proposer(Protocol):
     kind: str  # refine | learn: the branch prefix and the Outcome's kind
     @property
-    def task(self) -> ModelTask | None: ...  # the conversation the checks' refusals go back to (None: refusals are final)
+    def task(self) -> Task | None: ...  # the conversation the checks' refusals go back to (None: refusals are final)
 
     def base(self, vault: Vault) -> str:
         """The commit the change is made on (refine: the snapshot it commits first)."""
@@ -152,7 +165,7 @@ def nothing_reason(proposer: Proposer) -> str:
     return "the model found nothing worth keeping"
 
 
-def check_and_fix(overlay: OverlayFiles, vault: Vault, task: ModelTask | None, rounds: int = CHECK_ROUNDS) -> None:
+def check_and_fix(overlay: OverlayFiles, vault: Vault, task: Task | None, rounds: int = CHECK_ROUNDS) -> None:
     """Run the checks; send what they refuse back to the model, up to `rounds` times."""
     for attempt in range(rounds + 1):
         problems = check(overlay, vault.config)
@@ -160,8 +173,7 @@ def check_and_fix(overlay: OverlayFiles, vault: Vault, task: ModelTask | None, r
             return
         if attempt == rounds or task is None:
             raise LearningError("checks still failing after retries: " + "; ".join(problems))
-        task.ask("The checks refused your changes:\n" + "\n".join(f"- {p}" for p in problems)
-                 + "\nFix each problem (or undo that change) with your tools, then answer again as before.")
+        task.ask("The checks refused your changes:\n" + "\n".join(f"- {p}" for p in problems) + "\n" + task.fix_hint)
 
 
 def failure(vault: Vault, branch: str | None, exc: Exception, kind: str) -> Outcome:

@@ -105,6 +105,18 @@ class SearchIndex:
         ).fetchall()
         return [Hit(p, n, d, s, -score) for p, n, d, s, score in rows]
 
+    def semantic(self, query: str, limit: int = 50) -> list[str]:
+        """Skill paths by meaning (mind/embeddings.py; needs the `embeddings` extra), best first."""
+        from . import embeddings
+
+        self.refresh("skills")
+        rows = {p: (n, d, b) for p, n, d, b in
+                self.db.execute("SELECT path, name, description, body FROM fts WHERE kind='skills'")}
+        current = {p: (m, s) for p, m, s in self.db.execute("SELECT path, mtime_ns, size FROM files WHERE kind='skills'")
+                   if p in rows}
+        vectors = embeddings.SkillVectors(self.db).refresh(current, lambda p: embeddings.skill_text(*rows[p]))
+        return embeddings.rank(vectors, query, limit)
+
     def count(self, kind: str) -> int:
         return self.db.execute("SELECT count(*) FROM files WHERE kind=?", (kind,)).fetchone()[0]
 

@@ -1,9 +1,9 @@
 """Automatic review: every `refine.every_turns` user turns, refine *that* session (never "the
 latest", which with several conversations at once would be someone else's).
 
-One hook for every kind of session: the terminal chat, `run`, inbox requests, MCP and gateway
-chats call `after_turn(session, turns)`; the review runs in a background thread and its one-line
-outcome goes to `on_result`. At most one review per session runs at a time: a turn that falls due
+One hook for every kind of session: the terminal chat, `run`, inbox requests and gateway chats
+call `after_turn(session, turns)`; the review runs in a background thread and its one-line
+outcome goes to `on_result` (or, for `run`, whose process ends at once, in a detached process). At most one review per session runs at a time: a turn that falls due
 while the previous review of that session is still running starts none.
 """
 
@@ -23,8 +23,9 @@ def review_due(turns: int, every: int) -> bool:
 
 
 class AutoReview:
-    def __init__(self, vault: Vault, on_result: Callable[[str, str], None] | None = None):
+    def __init__(self, vault: Vault, on_result: Callable[[str, str], None] | None = None, detached: bool = False):
         self.vault = vault
+        self.detached = detached  # a process about to exit (`run`): the review runs in a process of its own
         self.on_result = on_result or (lambda session, line: log.info("automatic review of %s: %s", session, line))
         self.running: dict[str, threading.Thread] = {}
         self.lock = threading.Lock()
@@ -33,6 +34,12 @@ class AutoReview:
         """Start a review of `session` if this turn makes one due; True when one was started."""
         if not review_due(turns, self.vault.config.refine.every_turns):
             return False
+        if self.detached:
+            from ..learning.refine import RefineOptions
+            from .background import refine_in_background
+
+            refine_in_background(self.vault, RefineOptions(session=session))
+            return True
         with self.lock:
             busy = self.running.get(session)
             if busy is not None and busy.is_alive():

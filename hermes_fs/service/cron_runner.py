@@ -16,7 +16,6 @@ from ..agent.conversation import Conversation, ConversationOptions
 from ..errors import HermesError, InputError
 from ..mind.jobs import CronJob
 from ..store.docs import dump_doc, parse_doc
-from ..store.edit import edit
 from ..store.files import atomic_write
 from ..store.notify import Delivery
 from ..store.provenance import Act
@@ -144,25 +143,17 @@ def deliver(vault: Vault, job: CronJob, run: CronRun, body: str, retry_base_s: f
 
 
 def disable_job(vault: Vault, job: CronJob) -> str:
-    """A one-shot job turns itself off after it ran: `enabled: false` in its frontmatter. The job
-    file is a person's: the change goes through the vault's one locked, swap-in edit, so a save
-    landing meanwhile is kept (the change is made again on it)."""
-
-    def change(files) -> None:
-        data = files.read(job.path)
-        if data is None:
-            raise InputError("the job file is gone", job.path)
-        text = data.decode("utf-8")
-        doc = parse_doc(text, job.path, required=True)
-        head, body = text[: doc.body_start], text[doc.body_start :]
-        if re.search(r"^enabled:.*$", head, re.M):
-            head = re.sub(r"^enabled:.*$", lambda _m: "enabled: false", head, count=1, flags=re.M)
-        else:
-            close = head.rfind("---")  # the closing fence of the frontmatter
-            head = head[:close] + "enabled: false\n" + head[close:]
-        files.write(job.path, (head + body).encode("utf-8"))
-
-    edit(vault.files, vault.git.lock, change)
+    """A one-shot job turns itself off after it ran: `enabled: false` in its frontmatter."""
+    p = vault.root / job.path
+    text = p.read_text(encoding="utf-8")
+    doc = parse_doc(text, job.path, required=True)
+    head, body = text[: doc.body_start], text[doc.body_start :]
+    if re.search(r"^enabled:.*$", head, re.M):
+        head = re.sub(r"^enabled:.*$", "enabled: false", head, count=1, flags=re.M)
+    else:
+        close = head.rfind("---")  # the closing fence of the frontmatter
+        head = head[:close] + "enabled: false\n" + head[close:]
+    atomic_write(p, head + body)
     return job.path
 
 

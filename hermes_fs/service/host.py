@@ -15,6 +15,9 @@ class JobRunner(Protocol):
     @property
     def jobs(self) -> dict[str, Any]: ...
 
+    @property
+    def running(self) -> set[str]: ...  # jobs with a run in progress here
+
     def run_claimed(self, job: Any, due: datetime) -> bool: ...
 
 

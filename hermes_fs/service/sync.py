@@ -14,8 +14,8 @@ One round (`Syncer.round`, run by `hermes-fs sync` once and by the daemon contin
    the remote main that was merged; a lost race (someone pushed first) goes back to 1;
 5. publish and adopt learned branches (`refine/*`, `learn/*`) and rejected changes, three-way
    against what both sides had at the last round (.hermes/sync/refs.json);
-6. renew this machine's running claims, claim due times it missed while offline, and list the
-   expired claims of dead machines for the daemon to take over.
+6. claim due times it missed while offline, and list the expired claims of dead machines for the
+   daemon to take over. (The daemon renews its running claims on a timer of their own.)
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from .host import DaemonHost
 log = logging.getLogger("hermes_fs.sync")
 
 CONFLICT_MARK = ".conflict-"
+CRON_OUTPUTS = "outputs/cron/"
 LEARNED_REFS = ("refs/heads/refine/", "refs/heads/learn/", "refs/heads/curate/", "refs/hermes/rejected/")
 PUSH_TRIES = 4  # a push that lost a race fetches, merges and tries again, this many times per round
 
@@ -204,7 +205,6 @@ class Round:
     refs: list[str] = field(default_factory=list)  # learned refs published or adopted
     caught_up: list[tuple[str, datetime]] = field(default_factory=list)  # missed due times now claimed here
     expired: list[ClaimRecord] = field(default_factory=list)  # claims of dead machines
-    lost: list[str] = field(default_factory=list)  # running claims this machine lost
 
     def line(self) -> str:
         if self.offline:
@@ -241,7 +241,6 @@ class Syncer:
                     if self._push_main(r):
                         break
                 self._sync_learned(r)
-                r.lost = self.claims.renew()
                 if work:
                     r.caught_up = self.claims.take_missed()
                     r.expired = self.claims.expired()
@@ -303,6 +302,8 @@ class Syncer:
         def keep(path: str, base: bytes | None, ours: bytes | None, other: bytes | None) -> dict[str, bytes | None]:
             if ours is None or other is None:  # deleted on one side, changed on the other: keep the change
                 return {path: ours if ours is not None else other}
+            if path.startswith(CRON_OUTPUTS):  # one due time run on two machines (a claim lost while
+                return {path: other}  # cut off): the published run stands, so there is one output
             host = self._last_host(theirs, path)
             copy = beside(path, host)
             r.conflicts.append(copy)
@@ -334,13 +335,16 @@ class Syncer:
         self._finish_committed()
         ours = self.store.head()
         theirs = self.store.rev(mirror_of(self.branch_ref))
-        updates = self.claims.pending()
-        if ours != theirs:
-            updates = [RefUpdate(self.branch_ref, ours, theirs), *updates]
-        if not updates:
-            return True
-        result = self.remote.push(updates)
-        lost = self.claims.settle(result.accepted, [ref for ref, why in result.rejected.items() if "stale" in why])
+        if theirs is not None and not self.store.is_ancestor(theirs, ours):
+            return False  # not merged yet (a person was typing there): never push over published history
+        with self.claims.push_lock:  # the renewer never moves a claim between `pending` and the push
+            updates = self.claims.pending()
+            if ours != theirs:
+                updates = [RefUpdate(self.branch_ref, ours, theirs), *updates]
+            if not updates:
+                return True
+            result = self.remote.push(updates)
+            lost = self.claims.settle(result.accepted, [ref for ref, why in result.rejected.items() if "stale" in why])
         if result.ok:
             r.pushed = r.pushed or self.branch_ref in result.accepted
             return True
@@ -422,7 +426,13 @@ INBOX_KEY = "inbox/"
 def request_key(vault: Vault, rel: str) -> str | None:
     """The claim key of an inbox request that arrived through git (tracked on main, so every
     machine sees it); None for one dropped on this machine (only this machine can take it)."""
-    blob = vault.git._git("rev-parse", "-q", "--verify", f"{MAIN}:{rel}", ok=(0, 1, 128)).strip()
+    blob = ""
+    # main, or the fetched remote main: a merge writes the file before main moves, and the watcher
+    # may see it in between; it is still a request that every machine sees
+    for commit in (MAIN, mirror_of("refs/heads/" + (vault.config.remote.branch if vault.config.remote else MAIN))):
+        blob = vault.git._git("rev-parse", "-q", "--verify", f"{commit}:{rel}", ok=(0, 1, 128)).strip()
+        if blob:
+            break
     if not blob:
         return None
     return f"{INBOX_KEY}{blob[:20]}-{quote(PurePosixPath(rel).name, safe='-_')}"
@@ -485,6 +495,7 @@ class SyncService:
         self.wake = threading.Event()
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
+        self.renewer: threading.Thread | None = None
         self.observer: Any = None  # watchdog's Observer, started with the service
         self.offline: str | None = None
 
@@ -508,6 +519,8 @@ class SyncService:
         self.observer = observer
         self.thread = threading.Thread(target=self._loop, name="sync", daemon=True)
         self.thread.start()
+        self.renewer = threading.Thread(target=self._renew_loop, name="sync-renew", daemon=True)
+        self.renewer.start()
 
     def stop(self) -> None:
         self.stopped.set()
@@ -517,6 +530,20 @@ class SyncService:
             self.observer.join(5)
         if self.thread is not None:
             self.thread.join(30)
+        if self.renewer is not None:
+            self.renewer.join(10)
+
+    def _renew_loop(self) -> None:
+        """Running claims are renewed on their own timer (every sixth of their time), never
+        behind a slow round: a live, connected machine never loses a claim it is working on."""
+        while not self.stopped.wait(self.vault.config.sync.claim_ttl_s * self.syncer.claims.RENEW_EVERY / 2):
+            try:
+                for key in self.syncer.claims.renew():
+                    self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
+            except Unreachable:
+                continue  # offline: the claim holds until its expiry
+            except Exception:
+                log.exception("sync: renewing claims failed")
 
     def _loop(self) -> None:
         while not self.stopped.is_set():
@@ -541,8 +568,6 @@ class SyncService:
             self.daemon.note(f"sync: conflict, the other machine's version is kept beside: {path}")
         for path in r.withdrawn:
             self.daemon.error(f"sync: withdrew {path}: this machine's claim expired while it worked; the other result stands")
-        for key in r.lost:
-            self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
         for job, due in r.caught_up:
             self._run(job, due, "missed while offline, nobody ran it")
         for rec in r.expired:
@@ -557,8 +582,17 @@ class SyncService:
         parsed = parse_cron_key(rec.key)
         if parsed is None or parsed[0] not in self._jobs():
             return
-        if self.syncer.claims.take(rec.key) == Take.WON:
-            self._run(*parsed, f"took over from {rec.host}, whose claim expired")
+        scheduler = self.daemon.scheduler
+        if scheduler is not None and parsed[0] in scheduler.running:
+            return  # this machine runs that job right now: not a dead machine's claim to take
+        if self.syncer.claims.take(rec.key) != Take.WON:
+            return
+        rel = result_of(rec.key)
+        mirror = self.syncer.store.rev(mirror_of(self.syncer.branch_ref))
+        if rel and any(self.syncer.store.read_file(c, rel) is not None for c in (self.syncer.store.head(), mirror) if c):
+            self.syncer.claims.finish(rec.key, [rel])  # its result is published: the claim is only closed
+            return
+        self._run(*parsed, f"took over from {rec.host}, whose claim expired")
 
     def _redrop(self, rec: ClaimRecord) -> None:
         """A request claimed by a machine that died: write it again, unchanged, so this daemon's

@@ -146,6 +146,7 @@ class RefClaims:
         self.ledger = ledger
         self.state_path = state_path
         self.lock = threading.Lock()
+        self.push_lock = threading.RLock()  # one push of claims at a time (renewals, done with main)
         self.on_finish: Callable[[], None] | None = None  # the sync service: push now
         self._tree_written = False
         self.held: dict[str, _Held] = {}
@@ -171,13 +172,18 @@ class RefClaims:
         atomic_write(self.state_path, json.dumps(data, indent=2), fsync=True)
 
     # -- claim commits ----------------------------------------------------------------------------
-    def _commit(self, key: str, state: str, note: str = "") -> tuple[str, float]:
+    def _commit(self, key: str, state: str, note: str = "", took_over: ClaimRecord | None = None,
+                parent: str | None = None) -> tuple[str, float]:
+        """A claim commit (empty tree). Each renewal, takeover or `done` has the previous claim as
+        parent, so `git log` of a claim ref tells its story and every update is a fast-forward."""
         expires = round(time.time() + self.ttl_s, 3) if state == RUNNING else 0.0
         message = f"claim {key}{': ' + note if note else ''}"
         if not self._tree_written:  # git knows the empty tree without storing it; fsck wants it stored
             self.store._git("mktree", input="")
             self._tree_written = True
-        return self.store._commit_tree(EMPTY_TREE, [], message, Act.claim(self.host, state, expires)), expires
+        took = f"{took_over.host} {took_over.expires}" if took_over is not None else ""
+        act = Act.claim(self.host, state, expires, took)
+        return self.store._commit_tree(EMPTY_TREE, [parent] if parent else [], message, act), expires
 
     def records(self, prefix: str = "") -> list[ClaimRecord]:
         """The claims of the last fetch (mirrored under refs/hermes/remote/), in one git call."""
@@ -220,7 +226,8 @@ class RefClaims:
             current = self.holder(key)
             if current is None or not current.expired(time.time()):
                 return Take.TAKEN
-            sha, expires = self._commit(key, RUNNING, f"taken over from {current.host}, whose claim expired")
+            sha, expires = self._commit(key, RUNNING, f"taken over from {current.host}, whose claim expired", current,
+                                        current.sha)
             if self.remote.push([RefUpdate(ref, sha, current.sha)]).ok:
                 return self._won(key, sha, expires)
             return Take.TAKEN
@@ -233,19 +240,25 @@ class RefClaims:
             self._save()
         return Take.WON
 
+    RENEW_EVERY = 1 / 6  # of the ttl: a claim just renewed outlives a partition of 5/6 of its ttl
+
     def renew(self) -> list[str]:
-        """Push fresh expiries for running claims past a third of their time; the keys lost to a
+        """Push fresh expiries for running claims a sixth of their time old; the keys lost to a
         takeover (this machine was too slow or cut off) are returned and forgotten."""
         lost = []
         now = time.time()
         for key, held in list(self.held.items()):
-            if held.done or held.orphan or held.expires - now > self.ttl_s * 2 / 3:
+            # a done claim waiting for its result's push is renewed too: main may not go up at once
+            if held.orphan or held.expires - now > self.ttl_s * (1 - self.RENEW_EVERY):
                 continue
-            sha, expires = self._commit(key, RUNNING, "renewed")
-            result = self.remote.push([RefUpdate(CLAIMS + key, sha, held.sha)])
+            with self.push_lock:
+                sha, expires = self._commit(key, RUNNING, "renewed", parent=held.sha)
+                result = self.remote.push([RefUpdate(CLAIMS + key, sha, held.sha)])
             with self.lock:
                 if result.ok:
                     held.sha, held.expires = sha, expires
+                    if held.done:
+                        held.done = self._commit(key, DONE, parent=sha)[0]
                 else:
                     self.held.pop(key, None)
                     lost.append(key)
@@ -258,7 +271,7 @@ class RefClaims:
             held = self.held.get(key)
             if held is None or held.done:
                 return
-            held.done = self._commit(key, DONE)[0]
+            held.done = self._commit(key, DONE, parent=held.sha)[0]
             held.paths = list(paths or [])
             self._save()
         if self.on_finish:
@@ -301,11 +314,19 @@ class RefClaims:
             for ref in rejected:
                 key = ref.removeprefix(CLAIMS)
                 held = self.held.get(key)
-                if held and held.done:
+                if held and held.done and not self._still_ours(key, held):
                     lost.append((key, held.paths))
                     del self.held[key]
             self._save()
         return lost
+
+    def _still_ours(self, key: str, held: _Held) -> bool:
+        """After a rejected `done`: is the remote's claim still the one this machine holds?"""
+        try:
+            current = self.holder(key)
+        except Unreachable:
+            return True  # cannot tell: keep it and try again
+        return current is not None and current.sha == held.sha
 
     def lost_to_takeover(self) -> list[tuple[str, list[str]]]:
         """Claims this machine holds that the last fetch shows in another machine's hands (this one

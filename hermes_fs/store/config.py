@@ -66,6 +66,7 @@ class MemoryConfig:
 @dataclass
 class SkillsConfig:
     prompt_budget_chars: int = 4000
+    embeddings: bool = False  # rank skills by meaning too (the optional `embeddings` extra, mind/embeddings.py)
 
 
 @dataclass

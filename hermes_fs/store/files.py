@@ -168,6 +168,53 @@ def _read_link_or_file(p: Path) -> bytes | None:
         return None
 
 
+def swap_if_unchanged(target: Path, data: bytes | None, expect: bytes | None, mode: int | None = None) -> bool:
+    """Replace (or, with `data` None, remove) a file only if it holds exactly `expect` (None: absent),
+    and never lose a write that lands while it is being replaced: the old file stays open, and if
+    it changed between the check and the swap, its bytes are put back and False is returned (as
+    for a file that did not match). A person's editor appending at that moment keeps its text."""
+    target = Path(target)
+    try:
+        fd = os.open(target, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        fd = None
+    except OSError:  # a symlink or something else that is not a plain file: compare as git would
+        return False
+    try:
+        if fd is None:
+            if expect is not None:
+                return False
+            if data is not None:
+                atomic_write(target, data, mode=mode)
+            return True
+        before = os.fstat(fd)
+        if _read_all(fd) != expect:
+            return False
+        if data is None:
+            target.unlink()
+        else:
+            atomic_write(target, data, mode=mode)
+        after = os.fstat(fd)
+        if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+            atomic_write(target, _read_all(fd), mode=before.st_mode & 0o777)  # their write, put back
+            return False
+        return True
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    offset = 0
+    while True:
+        chunk = os.pread(fd, 1 << 20, offset)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        offset += len(chunk)
+
+
 def symlink_on_path(root: Path, rel: str, include_last: bool = False) -> Path | None:
     """The first folder of `rel` (and, with `include_last`, the file itself) that is a symlink, or
     None: writing through one could land outside the vault."""

@@ -25,7 +25,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..errors import ConflictError, GitError, InputError
-from .files import atomic_write, clean_relpath, prune_empty_dirs, symlink_on_path
+from .files import atomic_write, clean_relpath, prune_empty_dirs, swap_if_unchanged, symlink_on_path
 from .lock import VaultLock
 from .provenance import Act, Provenance, format_message, parse_trailers
 
@@ -787,20 +787,30 @@ class GitStore:
         for rel in paths:
             target = self.root / rel
             self._refuse_symlinked_parent(rel)
-            if expect is not None and self._disk_bytes(rel) != self.read_file(expect, rel):
-                self._write_paths(expect, done)
-                raise ConflictError("a person changed this file while merging; nothing changed", [rel])
             entry = listed.get(rel)
-            if entry is None:
-                deleted.append(rel)
-                target.unlink(missing_ok=True)
-                prune_empty_dirs(target.parent, self.root)
-            else:
-                mode, sha = entry
+            data = None
+            if entry is not None:
                 data = self.read_file(commit, rel)
                 assert data is not None, f"{commit}:{rel} listed but unreadable"
-                atomic_write(target, data, mode=0o755 if mode == "100755" else None)
-                blobs[rel], modes[rel] = sha, mode
+            file_mode = 0o755 if entry is not None and entry[0] == "100755" else None
+            if expect is not None and not target.is_symlink():
+                # compare and swap in one step that also catches a write landing during the swap
+                if not swap_if_unchanged(target, data, self.read_file(expect, rel), file_mode):
+                    self._write_paths(expect, done)
+                    raise ConflictError("a person changed this file while merging; nothing changed", [rel])
+            else:
+                if expect is not None and self._disk_bytes(rel) != self.read_file(expect, rel):
+                    self._write_paths(expect, done)
+                    raise ConflictError("a person changed this file while merging; nothing changed", [rel])
+                if data is None:
+                    target.unlink(missing_ok=True)
+                else:
+                    atomic_write(target, data, mode=file_mode)
+            if entry is None:
+                deleted.append(rel)
+                prune_empty_dirs(target.parent, self.root)
+            else:
+                blobs[rel], modes[rel] = entry[1], entry[0]
             done.append(rel)
         self._stage(blobs, deleted, modes)
 

@@ -50,6 +50,7 @@ LEARN_SOURCE = "Learn-Source"
 LEARN_MODEL = "Learn-Model"
 CLAIM_STATE = "Claim-State"
 CLAIM_EXPIRES = "Claim-Expires"
+CLAIM_TOOK_OVER = "Claim-Took-Over"
 CURATE_POLICY = "Curate-Policy"
 CURATE_MODEL = "Curate-Model"
 
@@ -120,9 +121,11 @@ class Act:
         return cls(By.AGENT, {CHANGE: "sync", HOST: host})
 
     @classmethod
-    def claim(cls, host: str, state: str, expires: float = 0.0) -> Act:
-        """A claim commit (empty tree, under refs/hermes/claims/): who holds a job run, until when."""
-        return cls(By.AGENT, {HOST: host, CLAIM_STATE: state, CLAIM_EXPIRES: str(expires) if expires else ""})
+    def claim(cls, host: str, state: str, expires: float = 0.0, took_over: str = "") -> Act:
+        """A claim commit (empty tree, under refs/hermes/claims/): who holds a job run, until when;
+        after a takeover, whose claim ran out when (`<host> <expiry>`)."""
+        return cls(By.AGENT, {HOST: host, CLAIM_STATE: state, CLAIM_EXPIRES: str(expires) if expires else "",
+                              CLAIM_TOOK_OVER: took_over})
 
     @classmethod
     def learned(cls, trailers: dict[str, str] | None = None) -> Act:
@@ -170,8 +173,10 @@ class Provenance:
         return self.agent() if act.by == By.AGENT else None
 
     def trailers(self, act: Act) -> dict[str, str]:
+        """The act's trailers (an empty value adds nothing, and never blanks one the message has)."""
         host = self.host()
-        return {**act.trailers, **({HOST: host} if host else {})}
+        # an act naming its own host (a claim) wins; an empty value never blanks the message's
+        return {**({HOST: host} if host else {}), **{k: v for k, v in act.trailers.items() if str(v).strip()}}
 
     def seal(self, message: str, act: Act) -> tuple[str, dict[str, str]]:
         """(the message with the act's trailers merged into its trailer block, git's author env)."""

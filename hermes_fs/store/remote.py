@@ -103,17 +103,17 @@ class Remote:
             raise Unreachable(f"{self.url}: {self._failure(err)}")
 
     def fetch_ref(self, ref: str) -> str | None:
-        """Mirror one remote ref now; its sha, or None if the remote does not have it."""
-        found = self.refs(ref.rsplit("/", 1)[0] + "/").get(ref)
-        if found is None:
-            return None
+        """Mirror one remote ref now; its sha (as fetched, so its objects are here), or None if the
+        remote does not have it."""
         code, _out, err = self._run("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", self.url,
                                     f"+{ref}:{mirror_of(ref)}")
         if code != 0:
             if "couldn't find remote ref" in err:
+                self._run("update-ref", "-d", mirror_of(ref))
                 return None
             raise Unreachable(f"{self.url}: {self._failure(err)}")
-        return found
+        code, out, _err = self._run("rev-parse", "-q", "--verify", mirror_of(ref))
+        return out.strip() or None
 
     def push(self, updates: list[RefUpdate], atomic: bool = True) -> PushResult:
         """Compare-and-swap each ref (see the module docstring); with `atomic`, all or none."""

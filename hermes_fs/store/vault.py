@@ -91,7 +91,16 @@ class Vault:
         the agent's name is read from hermes.yaml at each commit, so a reload takes effect."""
         from .provenance import Provenance
 
-        return Provenance(agent=lambda: self.config.git.author)
+        return Provenance(agent=lambda: self.config.git.author, host=self.sync_host)
+
+    def sync_host(self) -> str | None:
+        """This machine's host id when the vault syncs through a remote (`remote:` in hermes.yaml):
+        then every commit carries `Hermes-Host: <id>` (DESIGN §15); None otherwise."""
+        if self.config.remote is None:
+            return None
+        from .host import host_id
+
+        return host_id(self.state_dir)
 
 
 def find_vault(explicit: str | os.PathLike | None = None, cwd: Path | None = None) -> Vault:

@@ -529,7 +529,8 @@ class Gateway:
         origin = self.session_origins.get(session)
         self.note(f"gateway: automatic review of {session}: {line}")
         if origin is not None and self.ledger is not None and not self.stopped.is_set():
-            self._reply(f"{request_id(origin)}-review", origin, f"(automatic review of this chat) {line}")
+            note = Origin(origin.platform, origin.chat, origin.sender, f"review:{session}:{line[:40]}", origin.thread)
+            self._reply(request_id(note), note, f"(automatic review of this chat) {line}")  # a note, not a reply
 
     # -- delivery ---------------------------------------------------------------------------------
     def _connected(self) -> list[str]:

@@ -131,7 +131,7 @@ class Guard:
 
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         if "token" in query and scope["method"] in SAFE_METHODS:
-            if not hmac.compare_digest(query["token"], self.keys.token):
+            if not _same(query["token"], self.keys.token):
                 return await _plain(send_with_headers, 401, "wrong token")
             rest = urlencode({k: v for k, v in query.items() if k != "token"})
             location = "/" + scope.get("path", "/").lstrip("/") + (f"?{rest}" if rest else "")  # never `//host`
@@ -163,7 +163,12 @@ class Guard:
         except Exception:
             return False
         given = cookie.get(COOKIE)
-        return given is not None and hmac.compare_digest(given.value, self.keys.cookie)
+        return given is not None and _same(given.value, self.keys.cookie)
+
+
+def _same(given: str, expected: str) -> bool:
+    """Constant-time comparison of what a request sent (any characters) with a secret."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode())
 
 
 MAX_FORM_BYTES = 5_000_000  # an edited memory file or skill fits; a flood does not
@@ -186,7 +191,7 @@ async def _checked_csrf(receive, headers: dict, expected: str):
     kind = headers.get(b"content-type", b"").split(b";")[0].strip()
     if not given and kind == b"application/x-www-form-urlencoded":
         given = dict(parse_qsl(body.decode("latin-1"))).get(CSRF_FIELD, "")
-    if not given or not hmac.compare_digest(given, expected):
+    if not given or not _same(given, expected):
         return None
     sent = False
 

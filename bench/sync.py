@@ -1,0 +1,406 @@
+"""Several machines under chaos: three vaults, each with its own daemon, share one bare remote
+served by `git daemon` on 127.0.0.1; between each daemon and the remote sits a loopback TCP proxy
+that is cut at random (partitions of 2-10 s); a random daemon is killed with SIGKILL every 3-8 s
+and restarted; a fourth writer pushes plain commits the way a phone's git client does.
+
+Meanwhile every machine appends lines to memory/MEMORY.md (as a person's editor would), one-shot
+cron jobs fall due 1-2 s apart, and inbox requests are dropped on random machines. After the
+chaos, every proxy is healed and every daemon is running again; then the bench checks:
+
+* edit latency: from a line's commit on its machine to its arrival on every other machine's main
+  (p50/p95/max; all edits, and the edits no kill or partition touched);
+* 0 lost lines: every line written anywhere is on all three mains exactly once after healing
+  (and how long that took), 0 conflict markers in tracked files, `git fsck` clean everywhere;
+* cron: each due time has at most one claim and one output (and exactly one when a daemon was up);
+* inbox: every request answered exactly once;
+* takeovers: a claim of a killed daemon taken over within its expiry + 5 s.
+
+`python bench/sync.py` runs the full form (180 s, 100 jobs, 200 requests) and writes
+bench/results/sync.json; tests/test_sync_chaos.py runs a short form of the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
+os.environ.setdefault("HERMES_TEST_KEY", "bench")
+os.environ.setdefault("HERMES_RETRY_BASE_S", "0.05")
+
+from common import percentile, write_results  # noqa: E402
+from gitserver import GitDaemon, Proxy  # noqa: E402
+from model_server import ModelServer  # noqa: E402
+
+from hermes_fs.service.sync import Syncer, clone_vault  # noqa: E402
+from hermes_fs.store.provenance import Act  # noqa: E402
+from hermes_fs.store.vault import Vault, init_vault  # noqa: E402
+
+MEMORY = "memory/MEMORY.md"
+PHONE = "notes/phone.md"
+
+
+@dataclass
+class Machine:
+    name: str
+    vault: Vault
+    proxy: Proxy
+    proc: subprocess.Popen | None = None
+    down_since: float | None = None
+    cut_until: float = 0.0
+
+    @property
+    def root(self) -> Path:
+        return self.vault.root
+
+    def start(self) -> None:
+        log = open(self.root / ".hermes" / "bench-daemon.out", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "hermes_fs", "--vault", str(self.root), "daemon",
+                                      "--debounce", "0.3"], stdout=log, stderr=subprocess.STDOUT)
+        self.down_since = None
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+        self.down_since = time.time()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def head(self) -> str | None:
+        ref = self.root / ".git" / "refs" / "heads" / "main"
+        try:
+            return ref.read_text().strip()
+        except OSError:
+            out = subprocess.run(["git", "-C", str(self.root), "rev-parse", "-q", "--verify", "main"],
+                                 capture_output=True, text=True)
+            return out.stdout.strip() or None
+
+    def show(self, sha: str, path: str) -> str:
+        out = subprocess.run(["git", "-C", str(self.root), "show", f"{sha}:{path}"], capture_output=True)
+        return out.stdout.decode("utf-8", "replace") if out.returncode == 0 else ""
+
+    def files(self, prefix: str) -> list[str]:
+        out = subprocess.run(["git", "-C", str(self.root), "ls-tree", "-r", "--name-only", "main", "--", prefix],
+                             capture_output=True, text=True)
+        return [p for p in out.stdout.splitlines() if p]
+
+
+@dataclass
+class Events:
+    """What the chaos did, with times: to tell disturbed edits from undisturbed ones."""
+
+    kills: list[tuple[float, str]] = field(default_factory=list)
+    cuts: list[tuple[float, float, str]] = field(default_factory=list)  # start, end, machine
+
+    def disturbed(self, start: float, end: float) -> bool:
+        return any(start - 10 <= t <= end for t, _ in self.kills) or any(a <= end and b >= start for a, b, _ in self.cuts)
+
+
+def _write_line(root: Path, rel: str, line: str) -> None:
+    p = root / rel
+    with open(p, "a", encoding="utf-8") as f:  # an editor appending and saving
+        f.write(line + "\n")
+
+
+def _drop_request(root: Path, n: int) -> None:
+    tmp = root / "inbox" / f".req-{n}.md.tmp"
+    tmp.write_text(f"---\ntype: run\n---\nRequest number {n}: say ok.\n")
+    os.rename(tmp, root / "inbox" / f"req-{n}.md")  # editors write a temp file and rename it
+
+
+class Phone:
+    """A plain git client: clone, commit, push; on a rejected push, merge (never force) and retry."""
+
+    def __init__(self, url: str, path: Path):
+        self.path = path
+        subprocess.run(["git", "clone", "-q", url, str(path)], check=True)
+        for k, v in (("user.name", "phone"), ("user.email", "phone@example.org")):
+            subprocess.run(["git", "-C", str(path), "config", k, v], check=True)
+
+    def write(self, line: str) -> float | None:
+        p = self.path / PHONE
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "a") as f:
+            f.write(line + "\n")
+        g = ["git", "-C", str(self.path)]
+        subprocess.run([*g, "add", PHONE], check=True)
+        subprocess.run([*g, "commit", "-qm", f"phone: {line}"], check=True, capture_output=True)
+        for _ in range(30):
+            if subprocess.run([*g, "push", "-q", "origin", "main"], capture_output=True).returncode == 0:
+                return time.time()
+            subprocess.run([*g, "pull", "-q", "--no-rebase", "--no-edit", "origin", "main"], capture_output=True)
+        return None
+
+
+def setup(work: Path, interval_s: float, ttl_s: float, jobs: int, job_start: datetime, job_gap: tuple[float, float],
+          rng: random.Random, server: ModelServer) -> tuple[GitDaemon, list[Machine], list[tuple[str, datetime]]]:
+    git = GitDaemon(work / "srv")
+    git.bare()
+    a = init_vault(work / "a").vault
+    (a.root / "hermes.yaml").write_text(
+        f"model: openai/test-model\napi_base: {server.api_base}\napi_key_env: HERMES_TEST_KEY\n"
+        f"sandbox:\n  backend: none\nrefine:\n  every_turns: 0\nnotify:\n  events: []\n"
+        f"remote:\n  url: {git.url()}\n  branch: main\n"
+        f"sync:\n  interval_s: {interval_s}\n  claim_ttl_s: {ttl_s}\n")
+    schedule = []
+    due = job_start
+    for i in range(jobs):
+        name = f"job-{i:03d}"
+        (a.root / "cron" / f"{name}.md").write_text(f"---\nschedule: \"at {due.isoformat()}\"\n---\nSay ok.\n")
+        schedule.append((name, due))
+        due += timedelta(seconds=round(rng.uniform(*job_gap)))  # whole seconds, like a person's `at` time
+    (a.root / "notes").mkdir(exist_ok=True)
+    (a.root / PHONE).write_text("# Notes from the phone\n")
+    a.git.commit_all("bench: remote, jobs", Act.init())
+    a.reload_config()
+    Syncer(a).round(work=False)
+    vaults = [a] + [clone_vault(git.url(), work / n) for n in ("b", "c")]
+    machines = []
+    for name, v in zip("abc", vaults, strict=True):
+        proxy = Proxy(git.port)
+        v.git.config_set("hermes.remoteUrl", git.url(port=proxy.port))
+        machines.append(Machine(name, v, proxy))
+    return git, machines, schedule
+
+
+def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_s: float = 2.0, ttl_s: float = 20.0,
+        seed: int = 1, kill_every: tuple[float, float] = (3, 8), cut_every: tuple[float, float] = (4, 10),
+        cut_for: tuple[float, float] = (2, 10), settle_s: float = 150, work: Path | None = None,
+        say=print) -> dict:
+    rng = random.Random(seed)
+    server = ModelServer(responder=lambda body: {"content": "ok"})
+    tmp = tempfile.TemporaryDirectory(prefix="hermes-sync-bench-") if work is None else None
+    work = Path(tmp.name) if tmp else Path(work)
+    lead = 25.0  # seconds from the start to the first due time (daemons start, import, sync)
+    start_at = datetime.now(UTC) + timedelta(seconds=lead)
+    job_span = max(duration_s - lead - 10, 10)
+    gap = (job_span / max(jobs, 1) * 0.66, job_span / max(jobs, 1) * 1.33) if jobs else (1, 2)
+    gap = (max(1.0, gap[0]), max(2.0, gap[1])) if duration_s >= 120 else gap
+    git, machines, schedule = setup(work, interval_s, ttl_s, jobs, start_at.replace(microsecond=0), gap, rng, server)
+    phone = Phone(git.url(), work / "phone")
+    events = Events()
+    written: dict[str, tuple[str, float]] = {}  # line -> (machine, time written)
+    seen: dict[str, dict[str, float]] = {}  # line -> machine -> first time on its main
+    stop = threading.Event()
+
+    def sample() -> None:
+        last: dict[str, str | None] = {}
+        while not stop.is_set():
+            for m in machines:
+                sha = m.head()
+                if sha and sha != last.get(m.name):
+                    last[m.name] = sha
+                    now = time.time()
+                    for rel in (MEMORY, PHONE):
+                        for line in m.show(sha, rel).splitlines():
+                            if line.startswith("- chaos ") or line.startswith("phone "):
+                                seen.setdefault(line, {}).setdefault(m.name, now)
+            stop.wait(0.2)
+
+    for m in machines:
+        m.start()
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    say(f"sync bench: 3 daemons, {jobs} jobs, {requests} requests, {duration_s:.0f} s of chaos (interval {interval_s} s, "
+        f"claim ttl {ttl_s} s) in {work}")
+    t0 = time.time()
+    next_kill = t0 + lead + rng.uniform(*kill_every)
+    next_cut = t0 + lead + rng.uniform(*cut_every)
+    req_gap = (duration_s - lead) / max(requests, 1)
+    next_req, n_req, n_line, next_phone = t0 + lead, 0, 0, t0 + lead
+    restarts: list[tuple[float, Machine]] = []
+    while time.time() - t0 < duration_s:
+        now = time.time()
+        for m in machines:  # a line per machine per tick
+            line = f"- chaos {m.name} {n_line}"
+            _write_line(m.root, MEMORY, line)
+            written[line] = (m.name, now)
+        n_line += 1
+        if now >= next_phone:
+            line = f"phone {n_line}"
+            pushed = phone.write(line)
+            if pushed:
+                written[line] = ("phone", pushed)
+                seen.setdefault(line, {}).setdefault("phone", pushed)
+            next_phone = now + 3
+        while n_req < requests and now >= next_req:
+            _drop_request(rng.choice(machines).root, n_req)
+            n_req += 1
+            next_req += req_gap
+        if now >= next_kill:
+            victim = rng.choice([m for m in machines if m.down_since is None] or machines)
+            victim.kill()
+            events.kills.append((now, victim.name))
+            restarts.append((now + rng.uniform(1, 3), victim))
+            next_kill = now + rng.uniform(*kill_every)
+        for when, m in list(restarts):
+            if now >= when:
+                m.start()
+                restarts.remove((when, m))
+        if now >= next_cut:
+            m = rng.choice(machines)
+            if m.cut_until < now:
+                length = rng.uniform(*cut_for)
+                m.proxy.cut()
+                m.cut_until = now + length
+                events.cuts.append((now, now + length, m.name))
+            next_cut = now + rng.uniform(*cut_every)
+        for m in machines:
+            if m.cut_until and now >= m.cut_until:
+                m.proxy.heal()
+                m.cut_until = 0.0
+        time.sleep(max(0.0, 1.0 - (time.time() - now)))
+    while n_req < requests:  # what the chaos window had no time for
+        _drop_request(rng.choice(machines).root, n_req)
+        n_req += 1
+    for m in machines:
+        m.proxy.heal()
+        m.cut_until = 0.0
+        if m.proc is None or m.proc.poll() is not None:
+            m.start()
+    healed = time.time()
+    say(f"healed after {healed - t0:.0f} s; waiting for the three mains to agree")
+
+    def lines_everywhere() -> bool:
+        return all(len({n for n in seen.get(line, {}) if n != "phone"}) >= 3 for line in written)
+
+    def converged() -> bool:
+        if len({m.head() for m in machines}) != 1 or not lines_everywhere():
+            return False
+        answered = len(machines[0].files("outputs/requests/")) >= requests
+        ran = len({p.split("/")[2] for p in machines[0].files("outputs/cron/")}) >= jobs
+        return answered and ran
+
+    converge_s = lines_s = None
+    while time.time() - healed < settle_s:
+        if lines_s is None and lines_everywhere():
+            lines_s = time.time() - healed
+        if converged():
+            converge_s = time.time() - healed
+            break
+        time.sleep(0.5)
+    time.sleep(2 * interval_s)
+    stop.set()
+    sampler.join(5)
+    for m in machines:
+        m.stop()
+    result = check(machines, git, schedule, written, seen, events, requests, healed, ttl_s)
+    result.update(duration_s=duration_s, interval_s=interval_s, claim_ttl_s=ttl_s, seed=seed,
+                  kills=len(events.kills), partitions=len(events.cuts),
+                  lines_everywhere_after_heal_s=round(lines_s, 1) if lines_s is not None else None,
+                  converged_after_heal_s=round(converge_s, 1) if converge_s is not None else None)
+    server.close()
+    git.close()
+    for m in machines:
+        m.proxy.close()
+    if tmp:
+        tmp.cleanup()
+    return result
+
+
+def check(machines: list[Machine], git: GitDaemon, schedule, written, seen, events: Events, requests: int,
+          healed: float, ttl_s: float) -> dict:
+    heads = {m.name: m.head() for m in machines}
+    lost, dup = 0, 0
+    for m in machines:
+        body = m.show("main", MEMORY) + m.show("main", PHONE)
+        counts: dict[str, int] = {}
+        for line in body.splitlines():
+            counts[line] = counts.get(line, 0) + 1
+        lost += sum(1 for line in written if counts.get(line, 0) == 0)
+        dup += sum(1 for line in written if counts.get(line, 0) > 1)
+    latencies, quiet = [], []
+    for line, (origin, _t) in written.items():
+        arrivals = seen.get(line, {})
+        if origin not in arrivals or len(arrivals) < 3 + (origin == "phone"):
+            continue
+        start = arrivals[origin]
+        lat = max(t for name, t in arrivals.items() if name != origin) - start
+        latencies.append(lat)
+        if not events.disturbed(start, start + lat):
+            quiet.append(lat)
+    markers = 0
+    for m in machines:
+        for rel in m.files(""):
+            if re.search(r"^(<<<<<<<|>>>>>>>) ", m.show("main", rel), re.M):
+                markers += 1
+    conflict_copies = len([p for p in machines[0].files("") if ".conflict-" in p.rsplit("/", 1)[-1]])
+    fsck = {m.name: subprocess.run(["git", "-C", str(m.root), "fsck", "--no-progress"], capture_output=True).returncode == 0
+            for m in machines}
+    fsck["remote"] = subprocess.run(["git", "fsck", "--no-progress"], cwd=git.base / "vault.git",
+                                    capture_output=True).returncode == 0
+    outputs = machines[0].files("outputs/cron/")
+    per_job: dict[str, int] = {}
+    for p in outputs:
+        per_job[p.split("/")[2]] = per_job.get(p.split("/")[2], 0) + 1
+    refs = subprocess.run(["git", "for-each-ref", "--format=%(refname) %(objectname)", "refs/hermes/claims/cron/"],
+                          cwd=git.base / "vault.git", capture_output=True, text=True).stdout.splitlines()
+    claims_per_job: dict[str, int] = {}
+    for line in refs:
+        job = line.split("/")[4]
+        claims_per_job[job] = claims_per_job.get(job, 0) + 1
+    takeovers = []
+    for line in subprocess.run(["git", "for-each-ref", "--format=%(objectname)", "refs/hermes/claims/"],
+                               cwd=git.base / "vault.git", capture_output=True, text=True).stdout.split():
+        msg = subprocess.run(["git", "log", "-1", "--format=%ct%n%B", line], cwd=git.base / "vault.git",
+                             capture_output=True, text=True).stdout
+        took = re.search(r"^Claim-Took-Over: \S+ ([0-9.]+)$", msg, re.M)
+        if took:
+            takeovers.append(int(msg.split("\n", 1)[0]) - float(took.group(1)))
+    answers: dict[str, int] = {}
+    for p in machines[0].files("outputs/requests/"):
+        m = re.search(r"-req-(\d+)\.md$", p)
+        if m:
+            answers[m.group(1)] = answers.get(m.group(1), 0) + 1
+    return {
+        "heads_agree": len(set(heads.values())) == 1,
+        "edits": len(written),
+        "edit_latency_s": {"p50": round(percentile(latencies, 50), 2) if latencies else None,
+                           "p95": round(percentile(latencies, 95), 2) if latencies else None,
+                           "max": round(max(latencies), 2) if latencies else None, "n": len(latencies)},
+        "edit_latency_undisturbed_s": {"p50": round(percentile(quiet, 50), 2) if quiet else None,
+                                       "p95": round(percentile(quiet, 95), 2) if quiet else None, "n": len(quiet)},
+        "lost_lines": lost, "duplicated_lines": dup, "conflict_markers": markers, "conflict_copies": conflict_copies,
+        "fsck_clean": all(fsck.values()), "fsck": fsck,
+        "cron": {"due_times": len(schedule), "with_one_output": sum(1 for n, _ in schedule if per_job.get(n) == 1),
+                 "with_more_outputs": sum(1 for n, _ in schedule if per_job.get(n, 0) > 1),
+                 "without_output": sum(1 for n, _ in schedule if per_job.get(n, 0) == 0),
+                 "with_more_claims": sum(1 for n, _ in schedule if claims_per_job.get(n, 0) > 1)},
+        "inbox": {"requests": requests, "answered_once": sum(1 for v in answers.values() if v == 1),
+                  "answered_twice_or_more": sum(1 for v in answers.values() if v > 1),
+                  "unanswered": requests - len(answers)},
+        "takeovers": {"n": len(takeovers), "max_after_expiry_s": round(max(takeovers), 1) if takeovers else None,
+                      "within_expiry_plus_5s": all(t <= 5 for t in takeovers)},
+    }
+
+
+def main() -> dict:
+    quick = "--quick" in sys.argv
+    result = run(duration_s=60 if quick else 180, jobs=20 if quick else 100, requests=40 if quick else 200)
+    print(json.dumps(result, indent=2))
+    write_results("sync", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

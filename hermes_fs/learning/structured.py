@@ -1,0 +1,283 @@
+"""Structured mode: the reviewer answers one JSON document under a JSON schema instead of calling tools.
+
+Small local models rarely call tools unprompted, but under a `response_format` json_schema their
+JSON is valid. The document lists memory edits and skill drafts or patches, each with its reason;
+every entry is applied to the overlay as the very tool call it stands for (`ToolBox.call`), so
+argument checks, the duplicate-skill guard and the restrictions of learn `--update` are the same,
+and the pipeline then checks, commits and reviews it exactly as it does tool edits. A reply that
+is not such a document is sent back once per round with the reason; after that the change fails
+with that reason. Nothing in the document is trusted beyond what the tools allow.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..agent.model import Model, Usage
+from ..agent.tools import ToolBox
+from ..store.config import ReviewMode
+from ..store.overlay import OverlayFiles
+from ..store.secrets import redact
+from .pipeline import CHECK_ROUNDS, LearningError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MemoryEdit(_Strict):
+    """One `memory` tool call."""
+
+    action: Literal["add", "replace", "remove"]
+    file: str = Field(description="USER.md, MEMORY.md or projects/<slug>.md")
+    text: str = Field(description="the entry to add, or the new text of the replaced entry; empty for remove")
+    old_text: str = Field(description="replace/remove: a unique part of the existing entry; empty for add")
+    reason: str = Field(description="why, pointing at the conversation")
+
+
+class SkillEdit(_Strict):
+    """One `skill_manage` call (create, patch, write_file)."""
+
+    action: Literal["create", "patch", "write_file"]
+    name: str = Field(description="the skill's folder name: lowercase letters, digits, single hyphens")
+    content: str = Field(description="create: the full SKILL.md with frontmatter; write_file: the file's text")
+    old_text: str = Field(description="patch: the exact text to replace")
+    new_text: str = Field(description="patch: the text that replaces it")
+    file: str = Field(description="patch or write_file: a file inside the skill, e.g. references/x.md; empty = SKILL.md")
+    reason: str = Field(description="why, pointing at the conversation or the document")
+
+
+class ReviewDocument(_Strict):
+    """What refine's reviewer answers in structured mode."""
+
+    summary: str = Field(description="one line saying what you changed, or 'nothing to change'")
+    memory: list[MemoryEdit] = Field(max_length=12)
+    skills: list[SkillEdit] = Field(max_length=4)
+
+
+class SkillDocument(_Strict):
+    """What learn's drafter answers in structured mode (skills only, as with its tools)."""
+
+    summary: str = Field(description="one line saying what you wrote")
+    skills: list[SkillEdit] = Field(max_length=4)
+
+
+Document = ReviewDocument | SkillDocument
+
+
+def json_schema(document: type[BaseModel]) -> dict:
+    """The document's JSON schema with every `$ref` inlined (small servers' grammars need no $defs)."""
+    schema = document.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node):
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(defs[node["$ref"].rsplit("/", 1)[1]])
+            return {k: inline(v) for k, v in node.items() if k != "title"}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    return inline(schema)
+
+
+def response_format(document: type[BaseModel]) -> dict:
+    return {"type": "json_schema",
+            "json_schema": {"name": document.__name__, "schema": json_schema(document), "strict": True}}
+
+
+class DocumentError(ValueError):
+    """The model's answer is not a document of the schema; the message says why, briefly."""
+
+
+_FENCE = re.compile(r"^```[a-zA-Z]*\s*\n(.*?)\n```\s*$", re.S)
+
+
+def parse_document(text: str | None, document: type[BaseModel]) -> BaseModel:
+    """The document in a model's answer (a Markdown fence around it is tolerated), or DocumentError."""
+    raw = (text or "").strip()
+    fenced = _FENCE.match(raw)
+    if fenced:
+        raw = fenced.group(1).strip()
+    if not raw:
+        raise DocumentError("the answer is empty")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise DocumentError(f"not valid JSON ({exc.msg} at position {exc.pos})") from None
+    try:
+        return document.model_validate(value)
+    except ValidationError as exc:
+        errs = exc.errors()
+        where = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}" for e in errs[:3])
+        more = f" (and {len(errs) - 3} more)" if len(errs) > 3 else ""
+        raise DocumentError(f"not a document of the schema: {where}{more}") from None
+
+
+@dataclass
+class Applied:
+    """What became of one entry of a document: the tool call's result."""
+
+    path: str
+    what: str
+    reason: str
+    result: str
+
+    @property
+    def ok(self) -> bool:
+        return self.result.startswith("ok")
+
+
+def tool_calls(doc: BaseModel) -> list[tuple[str, dict, str, str, str]]:
+    """(tool, arguments, path, what, reason) for each entry, as the tool call it stands for."""
+    calls = []
+    for m in getattr(doc, "memory", []):
+        args = {"action": m.action, "file": m.file}
+        if m.action != "remove":
+            args["text"] = m.text
+        if m.action != "add":
+            args["old_text"] = m.old_text
+        name = m.file.removeprefix("memory/")
+        calls.append(("memory", args, f"memory/{name}", f"{m.action} {_quote(m.text or m.old_text)}", m.reason))
+    for s in doc.skills:  # type: ignore[attr-defined]
+        args = {"action": s.action, "name": s.name}
+        if s.action == "create":
+            args["content"] = s.content
+        elif s.action == "patch":
+            args.update(old_text=s.old_text, new_text=s.new_text, **({"file": s.file} if s.file else {}))
+        else:
+            args.update(file=s.file, content=s.content)
+        inside = s.file if s.action != "create" and s.file else "SKILL.md"
+        calls.append(("skill_manage", args, f"skills/{s.name}/{inside}", s.action, s.reason))
+    return calls
+
+
+def _quote(text: str, limit: int = 80) -> str:
+    one = " ".join(redact(text)[0].split())  # shown to the model again and in the commit message
+    return '"' + (one if len(one) <= limit else one[: limit - 3] + "...") + '"'
+
+
+def apply(doc: BaseModel, tools: ToolBox) -> list[Applied]:
+    """Each entry through the same tool the tools mode would call; refusals come back as results."""
+    return [Applied(path, what, reason, tools.call(tool, json.dumps(args)))
+            for tool, args, path, what, reason in tool_calls(doc)]
+
+
+def report(doc: BaseModel, applied: list[Applied]) -> str:
+    """The answer in the reviewer's usual shape (`Summary:` and a line per change), from what applied."""
+    done = [a for a in applied if a.ok]
+    if not done:
+        return "Summary: nothing to change"
+    summary = " ".join(str(getattr(doc, "summary", "")).split()) or "update " + ", ".join(sorted({a.path for a in done}))
+    lines = [f"- {a.path}: {a.what} (because {' '.join(a.reason.split()) or 'no reason given'})" for a in done]
+    return "\n".join([f"Summary: {summary}", *lines])
+
+
+STRUCTURED_ANSWER = """You have no tools. Answer with one JSON document and nothing else, under the \
+JSON schema you are given: each entry of `memory` is one edit of a memory file (add a new entry, or \
+replace/remove an existing one named by a unique part of it in old_text), each entry of `skills` is a \
+skill written (create: the full SKILL.md) or patched (old_text -> new_text), and every entry gives its \
+reason. Leave fields that do not apply as empty strings. If nothing is worth keeping, answer \
+{"summary": "nothing to change", "memory": [], "skills": []}."""
+
+FIX_HINT = ("Answer with the whole corrected JSON document: it replaces your previous one "
+            "(leave out a change you cannot fix).")
+
+
+@dataclass
+class StructuredTask:
+    """The pipeline's model conversation in structured mode (the same `ask` as ModelTask).
+
+    Each ask gets one document and applies it to the overlay. A follow-up ask in the same
+    conversation (the checks refused something) takes back the previous document's changes and
+    applies the corrected one instead. An invalid answer or refused entries are sent back, up to
+    `rounds` times; an answer still invalid then is a LearningError naming why."""
+
+    model: Model
+    tools: ToolBox
+    overlay: OverlayFiles
+    system: str
+    document: type[BaseModel] = ReviewDocument
+    rounds: int = CHECK_ROUNDS
+    fix_hint: str = FIX_HINT
+    messages: list[dict] = field(default_factory=list)
+    answer: str = ""
+    usage: Usage = field(default_factory=Usage)
+    applied: list[Applied] = field(default_factory=list)
+    invalid_answers: int = 0  # answers that were not a document of the schema (for benchmarks)
+    _before: dict[str, bytes | None] = field(default_factory=dict)
+
+    def ask(self, text: str, fresh: bool = False) -> str:
+        fix = bool(self.messages) and not fresh
+        if not self.messages or fresh:
+            self.messages = [{"role": "system", "content": self.system}]
+        if fix:
+            self._undo()
+        else:
+            self._before = dict(self.overlay.changes)
+        self.messages.append({"role": "user", "content": text})
+        fmt = response_format(self.document)
+        for attempt in range(self.rounds + 1):
+            reply = self.model.complete(self.messages, [], response_format=fmt)
+            self.usage.add(reply.usage)
+            self.messages.append({"role": "assistant", "content": reply.content or ""})
+            try:
+                doc = parse_document(reply.content, self.document)
+            except DocumentError as exc:
+                self.invalid_answers += 1
+                if attempt == self.rounds:
+                    start = " ".join((reply.content or "").split())[:200]
+                    raise LearningError(f"structured mode: the model's answer is not a valid {self.document.__name__} "
+                                        f"after {attempt + 1} tries ({exc}); it began: {start!r}") from None
+                self.messages.append({"role": "user", "content": f"That answer is {exc}. Answer again with only "
+                                      "the JSON document of the schema."})
+                continue
+            self.applied = apply(doc, self.tools)
+            refused = [a for a in self.applied if not a.ok]
+            if refused and attempt < self.rounds:
+                self._undo()
+                self.messages.append({"role": "user", "content": "These entries were refused:\n" + "\n".join(
+                    f"- {a.path} ({a.what}): {a.result}" for a in refused) + "\n" + self.fix_hint})
+                continue
+            break
+        self.answer = report(doc, self.applied)
+        return self.answer
+
+    def _undo(self) -> None:
+        self.overlay.changes.clear()
+        self.overlay.changes.update(self._before)
+
+
+def is_structured(mode: str | None) -> bool:
+    return mode == ReviewMode.STRUCTURED
+
+
+# -- which mode suits a model: one tiny tool-call probe ------------------------------------------
+PROBE_TOOL = {"type": "function", "function": {
+    "name": "note", "description": "Record a short note.",
+    "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}
+PROBE_PROMPT = "Call the note tool with the text 'ok'. Do not answer in words."
+
+
+@dataclass
+class ModeAdvice:
+    """What the probe saw and the mode it suggests (`called`: the model called the tool as asked)."""
+
+    called: bool
+    suggested: str
+    detail: str
+
+
+def probe_mode(model: Model) -> ModeAdvice:
+    """Ask the model to call one trivial tool: a model that does not is better served by structured mode."""
+    reply = model.complete([{"role": "user", "content": PROBE_PROMPT}], [PROBE_TOOL])
+    called = any(c.name == "note" for c in reply.tool_calls)
+    if called:
+        return ModeAdvice(True, ReviewMode.TOOLS, "it called a tool when asked")
+    return ModeAdvice(False, ReviewMode.STRUCTURED, "asked to call a tool, it answered in words")
