@@ -718,7 +718,11 @@ def doctor(ctx: click.Context, no_model: bool):
     v = _vault(ctx)
     checks = [] if no_model else [_check_model(v)]
     if checks and checks[0][1]:
-        checks.append(_check_mode(v))
+        if "litellm" in sys.modules:  # the model check ran here: the probe costs no second cold import
+            checks.append(_check_mode(v))
+        else:  # the daemon answered the model check; the probe is not served warm yet
+            checks.append(("review mode", True, "not probed (the daemon ran the model check); "
+                           "HERMES_NO_DAEMON=1 hermes-fs doctor probes tool calling"))
     if v.config.skills.embeddings:
         from ..mind import embeddings
 
