@@ -4,11 +4,12 @@ edits on every machine, one-shot cron jobs and inbox requests. Nothing is timed 
 checked is that nothing is lost, duplicated or left with conflict markers, and that every job and
 request is done exactly once once the network is whole again."""
 
-import pytest
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
