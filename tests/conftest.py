@@ -136,8 +136,13 @@ class DaemonProc:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hermes_fs", "--vault", str(root), "daemon", "--debounce", str(debounce)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        assert wait_for(lambda: "daemon started" in self.state().get("last_events", [""])[-1:][0]
-                        if self.state().get("last_events") else False, 30), self.output()
+        assert wait_for(self.started, 30), self.output()
+
+    def started(self) -> bool:
+        """This process (not a previous daemon whose state file is still there) said it started;
+        a job due at once may already have logged after that line."""
+        st = self.state()
+        return st.get("pid") == self.proc.pid and any("daemon started" in e for e in st.get("last_events") or [])
 
     def state(self) -> dict:
         try:
