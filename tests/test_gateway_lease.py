@@ -223,6 +223,7 @@ gateway:
         assert Syncer(a).round(work=False).pushed
         b = clone_vault(server.url(), tmp_path / "b")
         for v in (a, b):
+            v.secrets_env.parent.mkdir(exist_ok=True)
             v.secrets_env.write_text(f"MAIL_PASSWORD={PASSWORD}\n")
         procs += [DaemonProc(v.root) for v in (a, b)]
         vaults = {"a": a, "b": b}
@@ -247,10 +248,28 @@ gateway:
         assert wait_for(lambda: _gateway_state(vaults[other]).get("state") == "connected", 3 + 5 + 10)
         took = time.time() - killed
         replies = env.wait_for(ME, 3, timeout=60)
-        time.sleep(2.0)  # a second answer to anything would arrive by now
-        replies = env.wait_for(ME, 3, timeout=0)
-        assert sorted(r.text.strip() for r in replies) == ["re: first", "re: second", "re: third"]
         print(f"machine {other} consumed the mailbox {took:.1f} s after {first} was killed (lease 3 s)")
+
+        # the killed machine comes back and stands by; the holder is killed while it works on a mail
+        procs.append(DaemonProc(vaults[first].root))
+        slow = threading.Event()
+
+        def answer(body: dict) -> dict:
+            text = str(body["messages"][-1]["content"]).split("\n\n")[-1]
+            if text == "slow" and not slow.is_set():
+                slow.set()
+                time.sleep(4)  # the holder is killed meanwhile: this answer is never sent
+            return {"content": "re: " + text}
+
+        model_server.responder = answer
+        send(env, keys, mail(subject="slow", body="slow"))
+        assert slow.wait(30)
+        procs[list(vaults).index(other)].stop(signal.SIGKILL)
+        assert wait_for(lambda: _gateway_state(vaults[first]).get("state") == "connected", 3 + 5 + 10)
+        replies = env.wait_for(ME, 4, timeout=60)
+        time.sleep(5.0)  # the killed holder's slow answer, or a second answer to anything, would be here by now
+        replies = env.wait_for(ME, 4, timeout=0)
+        assert sorted(r.text.strip() for r in replies) == ["re: first", "re: second", "re: slow", "re: third"]
     finally:
         for d in procs:
             if d.proc.poll() is None:

@@ -302,6 +302,8 @@ class Gateway:
     def _holder(self, ch: Channel) -> ChannelHolder | None:
         from .holder import ChannelHolder, lease_for
 
+        if not getattr(ch, "leased", True):
+            return None
         lease = lease_for(self.vault, f"{ch.name}/{getattr(ch, 'account', '') or 'default'}")
         if lease is None:
             return None
