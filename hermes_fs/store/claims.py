@@ -350,12 +350,19 @@ class RefClaims:
         with self.lock:
             for key, held in list(self.held.items()):
                 rec = mirrored.get(key)
-                if rec is not None and rec.sha not in (held.sha, held.done):
-                    lost.append((key, held.paths))
-                    del self.held[key]
+                if rec is None or rec.sha in (held.sha, held.done) or self._older_of_ours(rec.sha, held.sha):
+                    continue
+                lost.append((key, held.paths))
+                del self.held[key]
             if lost:
                 self._save()
         return lost
+
+    def _older_of_ours(self, seen: str, held: str) -> bool:
+        """Is the mirrored claim an earlier state of the one this machine holds? The renewer pushes
+        without fetching, so the mirror of the last fetch often lags one renewal behind; that is
+        not a takeover (a takeover is built on top of this machine's claim, never under it)."""
+        return self.store.is_ancestor(seen, held)
 
     # -- the scheduler's interface (Claims) ---------------------------------------------------------
     @property
