@@ -99,9 +99,11 @@ class Machine:
         out = subprocess.run(["git", "-C", str(self.root), "show", f"{sha}:{path}"], capture_output=True)
         return out.stdout.decode("utf-8", "replace") if out.returncode == 0 else ""
 
-    def files(self, prefix: str) -> list[str]:
-        out = subprocess.run(["git", "-C", str(self.root), "ls-tree", "-r", "--name-only", "main", "--", prefix],
-                             capture_output=True, text=True)
+    def files(self, prefix: str = "") -> list[str]:
+        """Tracked files on main under `prefix` (all of them without one: git refuses an empty
+        pathspec, which once left the marker check looking at no file at all)."""
+        out = subprocess.run(["git", "-C", str(self.root), "ls-tree", "-r", "--name-only", "main",
+                              *(["--", prefix] if prefix else [])], capture_output=True, text=True, check=True)
         return [p for p in out.stdout.splitlines() if p]
 
 
@@ -341,10 +343,10 @@ def check(machines: list[Machine], git: GitDaemon, schedule, written, seen, even
             quiet.append(lat)
     markers = 0
     for m in machines:
-        for rel in m.files(""):
+        for rel in m.files():
             if re.search(r"^(<<<<<<<|>>>>>>>) ", m.show("main", rel), re.M):
                 markers += 1
-    conflict_copies = len([p for p in machines[0].files("") if ".conflict-" in p.rsplit("/", 1)[-1]])
+    conflict_copies = len([p for p in machines[0].files() if ".conflict-" in p.rsplit("/", 1)[-1]])
     fsck = {m.name: subprocess.run(["git", "-C", str(m.root), "fsck", "--no-progress"], capture_output=True).returncode == 0
             for m in machines}
     fsck["remote"] = subprocess.run(["git", "fsck", "--no-progress"], cwd=git.base / "vault.git",
@@ -362,11 +364,13 @@ def check(machines: list[Machine], git: GitDaemon, schedule, written, seen, even
     takeovers = []
     for line in subprocess.run(["git", "for-each-ref", "--format=%(objectname)", "refs/hermes/claims/"],
                                cwd=git.base / "vault.git", capture_output=True, text=True).stdout.split():
-        msg = subprocess.run(["git", "log", "-1", "--format=%ct%n%B", line], cwd=git.base / "vault.git",
-                             capture_output=True, text=True).stdout
-        took = re.search(r"^Claim-Took-Over: \S+ ([0-9.]+)$", msg, re.M)
-        if took:
-            takeovers.append(int(msg.split("\n", 1)[0]) - float(took.group(1)))
+        # the whole story of the claim: a takeover is usually followed by renewals and `done`
+        story = subprocess.run(["git", "log", "--format=%ct%n%B%x1e", line], cwd=git.base / "vault.git",
+                               capture_output=True, text=True).stdout
+        for msg in story.split("\x1e"):
+            took = re.search(r"^Claim-Took-Over: \S+ ([0-9.]+)$", msg, re.M)
+            if took:
+                takeovers.append(int(msg.strip().split("\n", 1)[0]) - float(took.group(1)))
     answers: dict[str, int] = {}
     for p in machines[0].files("outputs/requests/"):
         m = re.search(r"-req-(\d+)\.md$", p)

@@ -110,3 +110,33 @@ def test_a_change_redone_on_text_written_meanwhile(vault):
     edit(vault.files, vault.git.lock, change)
     text = user.read_text()
     assert "- Typed while the agent was thinking.\n" in text and "- Added by the agent.\n" in text
+
+
+def test_saves_from_the_web_page_and_a_person_typing_lose_no_line(vault):
+    """The page's save (compare-and-swap against what it loaded) while an editor appends lines
+    without taking our lock: each save is either refused (the page shows both) or lands, and no
+    typed line and no landed save is lost."""
+    from hermes_fs.service.web.edits import digest, save
+    from hermes_fs.store.provenance import Act
+
+    user = vault.root / "memory/USER.md"
+    user.write_text(user.read_text().replace("---\n", "---\nbudget: 50000\n", 1))
+    vault.git.commit_paths(["memory/USER.md"], "room for the test", Act.person())
+    stop = vault.root / ".hermes" / "stop-typing"
+    editor = subprocess.Popen([sys.executable, "-c", EDITOR, str(user), str(stop)], stdout=subprocess.PIPE, text=True)
+    landed, refused = [], 0
+    try:
+        for k in range(40):
+            loaded = user.read_bytes()
+            line = f"- Saved from the page {k}.\n"
+            saved = save(vault, "memory/USER.md", loaded.decode() + line, digest(loaded))
+            (landed.append(line) if saved.ok else None)
+            refused += not saved.ok
+    finally:
+        stop.touch()
+        typed = int(editor.communicate(timeout=60)[0])
+    final = user.read_text()
+    assert landed, "no save landed"
+    assert [x for x in landed if x not in final] == []
+    assert [i for i in range(typed) if f"- The person typed line {i}.\n" not in final] == []
+    assert not list(user.parent.glob(".*hermes-tmp"))

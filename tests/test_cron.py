@@ -301,3 +301,24 @@ def test_cli_cron_list_and_run(cron_vault, model_server, receiver, run_cli):
     assert r.returncode == 0 and "brief: ok" in r.stdout
     assert receiver.received[0]["body"]["message"] == "manual run"
     assert run_cli("--vault", str(cron_vault.root), "cron", "run", "nope").returncode == 2
+
+
+def test_a_one_shot_job_disabling_itself_keeps_a_persons_pending_edit_as_theirs(cron_vault, model_server, receiver):
+    """The person edits the job file while it runs: their text is committed as their edit first,
+    the job's commit holds only `enabled: false` (issue 22: no read-modify-write outside the lock)."""
+    model_server.add({"content": "Stretched."})
+    j = write_job(cron_vault, "stretch", "at 2026-11-30T19:56:54+00:00")
+    cron_vault.git.commit_human_edits(["cron/stretch.md"])
+    p = cron_vault.root / "cron/stretch.md"
+    p.write_text(p.read_text() + "Also drink some water.\n")  # saved by the person, not committed
+    run = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 19, 56, 54, tzinfo=UTC))
+    assert run.status == "ok"
+    text = p.read_text()
+    assert "Also drink some water.\n" in text and "enabled: false" in text
+    log = git(cron_vault, "log", "-2", "--format=%s|%an", "--", "cron/stretch.md").splitlines()
+    assert log[0].startswith("cron: stretch (ok)|") and log[1].startswith("edit: cron/stretch.md|"), log
+    job_diff = git(cron_vault, "show", "HEAD", "--format=", "--", "cron/stretch.md")
+    assert "+enabled: false" in job_diff and "+Also drink" not in job_diff
+    person = git(cron_vault, "show", "HEAD~1", "--format=", "--", "cron/stretch.md")
+    assert "+Also drink some water." in person
+    assert git(cron_vault, "status", "--porcelain", "--", "cron").strip() == ""

@@ -68,6 +68,18 @@ def test_no_upward_imports():
     assert upward == []
 
 
+def test_the_public_api_sits_above_the_service_layer():
+    """`hermes_fs/__init__.py` exports names from every layer (service's `run_job` too), so only the
+    CLI may import from it; a lower module naming the root would make an arrow that runs back up."""
+    known = modules()
+    users = []
+    for name, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and "hermes_fs" in resolve(name, path.name == "__init__.py", node, known):
+                users.append(name)
+    assert [m for m in users if m != "hermes_fs" and layer(m) < LAYERS.index("cli")] == []
+
+
 def test_no_import_cycles():
     assert find_cycles(graph(typing=False)) == []
 

@@ -279,3 +279,25 @@ def test_new_skill_without_a_reason_is_listed_as_created():
 
     summary, lines = parse_report("", {"skills/new/SKILL.md": b"x", USER: b"y"}, Files())
     assert lines == ["- memory/USER.md: updated (no reason given)", "- skills/new/SKILL.md: created (no reason given)"]
+
+
+def test_entries_that_only_moved_are_kept_not_read_as_replaced():
+    """Merges of merges made on several machines order a section's entries differently in the base
+    and on each side (the sync chaos run found it): both sides kept every entry, moved the same
+    block after their own new entries, and added one more each. Read as "entry i became entry j",
+    the two sides "replaced" the moved entries differently and conflicted, and one side's new
+    entries survived only in the copy kept beside the file. A move is not a change."""
+    head = "---\ntitle: M\n---\n## Lessons\n\n"
+    base = head + "- x1\n- x2\n- x3\n- d\n"
+    ours = head + "- d\n- o1\n- x1\n- x2\n- x3\n- o2\n"
+    theirs = head + "- d\n- t1\n- x1\n- x2\n- x3\n- t2\n"
+    merged = merge_memory("memory/MEMORY.md", base, ours, theirs)
+    assert merged.clean, [c.describe() for c in merged.conflicts]
+    assert merged.text == head + "- d\n- o1\n- x1\n- x2\n- x3\n- o2\n- t1\n- t2\n"
+    # a moved entry that the other side changed takes that change where this side moved it
+    changed = base.replace("- x2\n", "- x2, corrected\n")
+    merged = merge_memory("memory/MEMORY.md", base, ours, changed)
+    assert merged.clean and merged.text == head + "- d\n- o1\n- x1\n- x2, corrected\n- x3\n- o2\n"
+    # and removed on the other side: gone
+    merged = merge_memory("memory/MEMORY.md", base, ours, base.replace("- x3\n", ""))
+    assert merged.clean and merged.text == head + "- d\n- o1\n- x1\n- x2\n- o2\n"

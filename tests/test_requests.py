@@ -171,3 +171,41 @@ def test_a_file_dropped_in_the_inbox_cannot_claim_to_come_from_a_chat():
     with pytest.raises(InputError, match="unknown field"):
         inbox.parse_request(text, "inbox/x.md")
     assert inbox.parse_request(text, "gateway/x.md", chat=True).origin.sender == "@boss:x"
+
+
+def test_inbox_files_continuing_one_session_run_in_order_one_at_a_time(agent_vault, model_server, tmp_path):
+    """Three files dropped at once, each continuing one session, with two workers: each turn sees
+    the ones before it (2, 3, 4 user turns), as a chat's messages do; in parallel two would both
+    see 2 and write over each other's transcript."""
+    from hermes_fs.service.requests import ExecOptions
+
+    def answer(body):
+        return {"content": f"{sum(m['role'] == 'user' for m in body['messages'])} turns", "delay": 1.0}
+
+    model_server.responder = answer
+    first = execute(agent_vault, Request("run", "one"), ExecOptions())
+    agent_vault.git.commit_human_edits()
+    d = DaemonProc(agent_vault.root)
+    try:
+        for name in ("a", "b", "c"):
+            (tmp_path / f"{name}.md").write_text(f"---\ntype: run\nsession: {first.session}\n---\nturn {name}\n")
+        for name in ("a", "b", "c"):
+            (tmp_path / f"{name}.md").rename(agent_vault.root / "inbox" / f"{name}.md")
+        results = agent_vault.root / "outputs" / "requests"
+        assert wait_for(lambda: len(list(results.glob("*.md"))) == 3 if results.exists() else False, 120), d.output()
+    finally:
+        d.stop()
+    answers = sorted(next(line for line in p.read_text().splitlines() if line.endswith(" turns"))
+                     for p in results.glob("*.md"))
+    assert answers == ["2 turns", "3 turns", "4 turns"], answers
+    transcript = next((agent_vault.root / "sessions").rglob(f"*{first.session}*.md")).read_text()
+    assert all(f"turn {name}" in transcript for name in ("a", "b", "c"))
+
+
+def test_a_request_is_ordered_by_the_session_it_names(vault):
+    a = drop_and_claim(vault, "a.md", "---\ntype: run\nsession: 20261201-abc\n---\nmore\n")
+    b = drop_and_claim(vault, "b.md", "---\ntype: refine\nsession: 20261201-abc\n---\n")
+    c = drop_and_claim(vault, "c.md", "just a prompt\n")
+    bad = drop_and_claim(vault, "d.md", "---\ntype: run\nsession: [not, text]\n---\nx\n")
+    assert inbox.session_key(a) == inbox.session_key(b) == "session:20261201-abc"
+    assert len({inbox.session_key(a), inbox.session_key(c), inbox.session_key(bad)}) == 3

@@ -232,3 +232,27 @@ def test_session_ids_and_branch_names_carry_the_host(tmp_path, server):
     assert ta.id.split("-")[-1].startswith(host_hex(host_id(a.state_dir)))
     assert ta.id != tb.id
     assert host_id(a.state_dir) in unique_branch(a, "refine", "tabs")
+
+
+def test_a_renewal_the_mirror_has_not_seen_is_not_a_takeover(tmp_path, server):
+    """The chaos run's spurious takeover: the renewer pushes without fetching, so the mirror of the
+    last fetch lags one renewal behind; read as "another machine holds it", the claim was forgotten,
+    its `done` never went up, and after its expiry another machine took the finished work over."""
+    a = first_machine(tmp_path, server)
+    remote = Remote(a.root, server.url())
+    c = RefClaims(a.git, remote, "a", 30, Ledger(tmp_path / "l"), tmp_path / "c.json")
+    assert c.take("cron/x/20261201T090000Z") == Take.WON
+    remote.fetch()  # the mirror has the claim as first made
+    c.held["cron/x/20261201T090000Z"].expires = time.time() + 5  # due for renewal
+    first = c.held["cron/x/20261201T090000Z"].sha
+    assert c.renew() == []
+    assert c.held["cron/x/20261201T090000Z"].sha != first  # renewed on the remote, not in the mirror
+    assert c.lost_to_takeover() == []
+    assert "cron/x/20261201T090000Z" in c.held
+    # a real takeover (built on this machine's claim) is still seen as one
+    other = RefClaims(a.git, remote, "b", 30, Ledger(tmp_path / "l2"), tmp_path / "c2.json")
+    held = c.held["cron/x/20261201T090000Z"]
+    sha, _ = other._commit("cron/x/20261201T090000Z", "running", "taken over", parent=held.sha)
+    assert remote.push([RefUpdate("refs/hermes/claims/cron/x/20261201T090000Z", sha, held.sha)]).ok
+    remote.fetch()
+    assert [k for k, _ in c.lost_to_takeover()] == ["cron/x/20261201T090000Z"]

@@ -281,6 +281,27 @@ def test_interrupted_merge_is_rolled_back_not_committed_as_a_human_edit(vault):
     assert not store.journal.exists() and git(vault, "status", "--porcelain") == ""
 
 
+
+def test_interrupted_merge_is_rolled_back_even_when_another_commit_comes_first(vault):
+    """The sync chaos run's lost line: a sync merge killed between writing files and moving main;
+    on restart the daemon first commits interrupted transcripts (commit_paths), which moved main,
+    and the recovery then skipped the files (main was no longer the merge's `old`), so the merge's
+    half-written text went in as a person's edit and the next merge kept it as a conflict."""
+    store = vault.git
+    base = store.head()
+    old = store.read_file(base, USER)
+    tip = store.commit_overlay(base, "refine/20261130-000000-a", {USER: old + b"- learned\n"}, "a", Act.learned())
+    merged = store._commit_tree(store.merged_tree(base, tip), [base, tip], "merge", Act.person())
+    store.journal.write_text(json.dumps({"old": base, "new": merged, "paths": [USER]}))
+    (vault.root / USER).write_bytes(old + b"- learned\n")
+    (vault.root / "sessions").mkdir(exist_ok=True)
+    (vault.root / "sessions" / "cut-short.md").write_text("a transcript cut short\n")
+    store.commit_paths(["sessions/cut-short.md"], "session: saved after an interruption", Act.recovered())
+    assert (vault.root / USER).read_bytes() == old and not store.journal.exists()
+    assert store.commit_human_edits().sha is None
+    assert store.read_file("HEAD", USER) == old and git(vault, "status", "--porcelain") == ""
+
+
 def test_daemon_pauses_during_a_persons_merge(vault, daemon):
     (vault.root / ".git" / "MERGE_HEAD").write_text(vault.git.head() + "\n")
     d = daemon()

@@ -21,6 +21,7 @@ from .gateway import doctor_checks as gateway_checks
 from .gateway import gateway as gateway_command
 from .options import vault_option
 from .sync import clone as clone_command
+from .sync import cron_host_and_missed
 from .sync import sync as sync_command
 from .term import colorize_diff, columns, echo, next_run_words, plural, safe
 from .web import web as web_command
@@ -649,16 +650,21 @@ def cron_list(ctx: click.Context, as_json: bool):
     last = last_runs(v)
     now = datetime.now(UTC)
     upcoming = next_runs(v, jobs, now)
+    here, missed = cron_host_and_missed(v)
     rows: list[dict[str, Any]] = []
     for j in jobs:
         nxt = upcoming[j.name]
         rows.append({"job": j.name, "schedule": j.schedule.describe(), "enabled": j.enabled,
-                     "next_run": nxt.isoformat(timespec="seconds") if nxt else None, "last_status": last[j.name].status if j.name in last else None})
+                     "next_run": nxt.isoformat(timespec="seconds") if nxt else None, "last_status": last[j.name].status if j.name in last else None,
+                     "host": j.host, "missed": missed.get(j.name)})
     if as_json:
         _emit_json(rows)
     else:
-        table = [[str(r["job"]), str(r["schedule"]), next_run_words(r["next_run"], bool(r["enabled"]), now),
-                  str(r["last_status"] or "-")] for r in rows]
+        table = [[str(r["job"]), str(r["schedule"]) + (f", on {r['host']}" if r["host"] else ""),
+                  f"on {r['host']} only" if r["host"] and r["host"] != here and r["enabled"]
+                  else next_run_words(r["next_run"], bool(r["enabled"]), now),
+                  str(r["last_status"] or "-") + (f" (missed {r['missed']}: offline)" if r["missed"] else "")]
+                 for r in rows]
         for line in columns([["JOB", "SCHEDULE", "NEXT", "LAST"], *table] if table else []):
             echo(line)
     for e in errors:

@@ -22,7 +22,8 @@ def render(st: Status) -> str:
                  + (f"  ({s['stale']} stale: `hermes-fs skills list --usage`, `hermes-fs curate`)" if s.get("stale") else ""))
     lines.append("cron")
     now = datetime.now(UTC)
-    for line in columns([[j["job"], j["schedule"], "next: " + next_run_words(j["next_run"], j["enabled"], now)]
+    for line in columns([[j["job"], j["schedule"], "next: " + (f"on {j['host']}" if j.get("host") and not j["next_run"] and j["enabled"]
+                                    else next_run_words(j["next_run"], j["enabled"], now))]
                          for j in st.cron]):
         lines.append(f"  {line}")
     if not st.cron:

@@ -17,7 +17,7 @@ from ..store.files import FileStore
 from .schedule import Schedule, parse_schedule, zone
 
 CRON_DIR = "cron"
-FIELDS = {"schedule", "timezone", "notify", "enabled", "skills", "model", "catch_up", "mcp"}
+FIELDS = {"schedule", "timezone", "notify", "enabled", "skills", "model", "catch_up", "mcp", "host"}
 
 
 @dataclass
@@ -31,6 +31,7 @@ class CronJob:
     model: str | None = None
     catch_up: bool = True
     mcp: list[str] | None = None  # the MCP servers (of hermes.yaml mcp.servers) this job uses; None: all
+    host: str | None = None  # only the machine with this host id runs it (`Hermes-Host`, store/host.py)
 
     @property
     def path(self) -> str:
@@ -72,7 +73,20 @@ def parse_job(name: str, text: str, config: Config) -> CronJob:
         model=model,
         catch_up=catch_up,
         mcp=_mcp_servers(meta, config, path),
+        host=_host(meta, path),
     )
+
+
+def _host(meta: dict, path: str) -> str | None:
+    """`host: <id>`: the job is pinned to the machine with that host id (see store/host.py)."""
+    from ..store.host import valid_host
+
+    value = meta.get("host")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not valid_host(value):
+        raise InputError(f"'host' must be a machine's host id (lowercase letters, digits, hyphens), got {value!r}", path)
+    return value
 
 
 def _mcp_servers(meta: dict, config: Config, path: str) -> list[str] | None:

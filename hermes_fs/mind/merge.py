@@ -68,6 +68,11 @@ class SideChanges:
 
 
 def side_changes(base: list[Unit], side: list[Unit]) -> SideChanges:
+    """What `side` did to `base`'s entries. An entry that only moved (the same words in the same
+    section, elsewhere in the file) is kept, not removed and added again: merges of merges made on
+    several machines (a criss-cross) order one section's entries differently on each side and in
+    the base, and reading a move as "entry i became entry j" would make two sides that both kept
+    every entry conflict, and lose one side's additions to the copy kept beside the file."""
     b_idx = [i for i, u in enumerate(base) if u.kind == "entry"]
     s_idx = [i for i, u in enumerate(side) if u.kind == "entry"]
     b_keys = [f"{base[i].section}\0{base[i].key}" for i in b_idx]
@@ -76,23 +81,39 @@ def side_changes(base: list[Unit], side: list[Unit]) -> SideChanges:
     where: dict[int, int] = {}
     added: list[Unit] = []
     matcher = difflib.SequenceMatcher(a=b_keys, b=s_keys, autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+    ops = matcher.get_opcodes()
+    moved_to: dict[str, list[int]] = {}  # key -> side positions outside the matched runs, in order
+    for op, _i1, _i2, j1, j2 in ops:
+        if op != "equal":
+            for j in range(j1, j2):
+                moved_to.setdefault(s_keys[j], []).append(j)
+    used: set[int] = set()
+    for op, i1, i2, _j1, _j2 in ops:
+        if op != "equal":
+            for i in range(i1, i2):
+                if moved_to.get(b_keys[i]):
+                    j = moved_to[b_keys[i]].pop(0)
+                    where[i] = s_idx[j]
+                    used.add(j)
+    for op, i1, i2, j1, j2 in ops:
         if op == "equal":
             for k in range(i2 - i1):
                 where[i1 + k] = s_idx[j1 + k]
             continue
+        gone = [i for i in range(i1, i2) if i not in where]
+        new = [j for j in range(j1, j2) if j not in used]
         paired = 0
         if op == "replace":  # entry i became entry j, pairwise, within one section
-            for k in range(min(i2 - i1, j2 - j1)):
-                b_unit, s_unit = base[b_idx[i1 + k]], side[s_idx[j1 + k]]
+            for i, j in zip(gone, new, strict=False):
+                b_unit, s_unit = base[b_idx[i]], side[s_idx[j]]
                 if b_unit.section != s_unit.section:
                     break
-                fate[i1 + k] = s_unit.raw
-                where[i1 + k] = s_idx[j1 + k]
+                fate[i] = s_unit.raw
+                where[i] = s_idx[j]
                 paired += 1
-        for k in range(i1 + paired, i2):
-            fate[k] = None
-        added += [side[s_idx[j]] for j in range(j1 + paired, j2)]
+        for i in gone[paired:]:
+            fate[i] = None
+        added += [side[s_idx[j]] for j in new[paired:]]
     return SideChanges(fate, where, added)
 
 

@@ -16,7 +16,8 @@ from ..agent.conversation import Conversation, ConversationOptions
 from ..errors import HermesError, InputError
 from ..mind.jobs import CronJob
 from ..store.docs import dump_doc, parse_doc
-from ..store.files import atomic_write
+from ..store.edit import Edit, Staged, edit
+from ..store.files import DiskFiles, atomic_write
 from ..store.notify import Delivery
 from ..store.provenance import Act
 from ..store.secrets import redact
@@ -116,9 +117,15 @@ def run_job(vault: Vault, job: CronJob, due: datetime, retry_base_s: float = 1.0
     run.finished = datetime.now(UTC).isoformat(timespec="seconds")
     atomic_write(vault.root / run.rel, redact(dump_doc(run.meta(), f"\n{body.strip()}\n"))[0])  # outputs are committed
     paths.insert(0, run.rel)
-    if job.schedule.at is not None:
-        paths.append(disable_job(vault, job))
-    vault.git.commit_paths(paths, f"cron: {job.name} ({run.status})", Act.job(job.name))
+    with vault.git.lock.hold():  # the disable and the commit: no other writer of ours in between
+        done = disable_job(vault, job) if job.schedule.at is not None else None
+        if done is not None:
+            paths.append(job.path)
+        try:
+            vault.git.commit_paths(paths, f"cron: {job.name} ({run.status})", Act.job(job.name))
+        finally:
+            if done is not None:
+                done.settle()  # text a person appended mid-swap stays, for the daemon to commit as theirs
     return run
 
 
@@ -142,19 +149,37 @@ def deliver(vault: Vault, job: CronJob, run: CronRun, body: str, retry_base_s: f
     return deliveries
 
 
-def disable_job(vault: Vault, job: CronJob) -> str:
-    """A one-shot job turns itself off after it ran: `enabled: false` in its frontmatter."""
-    p = vault.root / job.path
-    text = p.read_text(encoding="utf-8")
-    doc = parse_doc(text, job.path, required=True)
+def disable_job(vault: Vault, job: CronJob) -> Edit[None] | None:
+    """A one-shot job turns itself off after it ran: `enabled: false` in its frontmatter.
+
+    A person may have the file open: their pending edit is committed first (it keeps its author),
+    and the change goes through the vault's locked swap-in (`store.edit`), so a save made while we
+    write is redone on, never overwritten. None when the file is gone or holds a person's secret
+    (then it is theirs to fix; the scheduler reads `enabled:` from disk, so nothing runs twice)."""
+    pending = vault.git.commit_human_edits([job.path])
+    if pending.refused:
+        log.warning(f"cron {job.name}: {job.path} holds a person's uncommitted edit that cannot be "
+                    "committed (a secret?); not disabling the one-shot job in the file")
+        return None
+
+    def change(files: Staged) -> None:
+        data = files.read(job.path)
+        if data is not None:
+            files.write(job.path, disabled(data.decode("utf-8"), job.path).encode("utf-8"))
+
+    return edit(DiskFiles(vault.root), vault.git.lock, change)
+
+
+def disabled(text: str, rel: str) -> str:
+    """The job file's text with `enabled: false` in its frontmatter, every other byte kept."""
+    doc = parse_doc(text, rel, required=True)
     head, body = text[: doc.body_start], text[doc.body_start :]
     if re.search(r"^enabled:.*$", head, re.M):
         head = re.sub(r"^enabled:.*$", "enabled: false", head, count=1, flags=re.M)
     else:
         close = head.rfind("---")  # the closing fence of the frontmatter
         head = head[:close] + "enabled: false\n" + head[close:]
-    atomic_write(p, head + body)
-    return job.path
+    return head + body
 
 
 def last_runs(vault: Vault) -> dict[str, CronRun]:

@@ -26,6 +26,7 @@ from ..store.provenance import Act
 from ..store.vault import Vault
 from . import inbox  # light: the job code it runs is imported per request
 from .daemon_state import daemon_lock, is_running, status
+from .requests import SerialExecutor
 from .watcher import Debouncer, Settler, Watcher, ignored, open_for_writing
 
 if TYPE_CHECKING:
@@ -97,8 +98,6 @@ class DaemonState:
 
 class Daemon:
     def __init__(self, vault: Vault, options: DaemonOptions | None = None):
-        from concurrent.futures import ThreadPoolExecutor
-
         self.vault = vault
         self.options = options or DaemonOptions()
         self.lock = daemon_lock(vault)
@@ -110,7 +109,7 @@ class Daemon:
         # events (created, modified, closed), and a file half-written is not yet worth an error.
         self.reloads = Debouncer(SETTLE_S, self._reload_settings)
         self.settler: Settler | None = None  # started with the watcher
-        self.executor = ThreadPoolExecutor(max_workers=self.options.workers, thread_name_prefix="job")
+        self.executor = SerialExecutor(self.options.workers, "job")  # one session's requests in order
         self.watcher = Watcher(vault.root, self.on_path)
         self.jobs: dict = {}
         self.scheduler: Scheduler | None = None
@@ -235,7 +234,7 @@ class Daemon:
         self.reloads.cancel()
         if self.settler:
             self.settler.stop()
-        self.executor.shutdown(wait=True, cancel_futures=True)  # running jobs finish; queued ones stay claimed
+        self.executor.shutdown(wait=True)  # running jobs finish; queued ones stay claimed
         self.state.write(running=False)
         self.lock.release()
 
@@ -338,7 +337,7 @@ class Daemon:
 
     def _submit(self, c: inbox.Claim) -> None:
         self.state.queue(c.name, True)
-        self.executor.submit(self._run_claim, c)
+        self.executor.submit(inbox.session_key(c), lambda: self._run_claim(c))
 
     def _run_claim(self, c: inbox.Claim) -> None:
         self.note(f"request started: {c.name}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import HermesError, InputError
 from ..store.docs import decode, dump_doc, parse_doc
 from ..store.files import atomic_write
 from ..store.provenance import Act
@@ -182,6 +182,19 @@ def read_request(path: Path) -> tuple[bytes, str | None]:
     if len(raw) > MAX_REQUEST_BYTES:
         return raw[:4000] + b"\n[... cut: the request is over 1 MB]", "The request is larger than 1 MB; nothing was run."
     return raw, None
+
+
+def session_key(c: Claim) -> str:
+    """What orders a claimed request against others: requests naming one session (a `run` that
+    continues it, a `refine` of it) run one at a time in the order they were taken, like a chat's
+    messages; any other request is its own key and runs in parallel. A file that cannot be read or
+    parsed is its own key too (it is answered with the error when it runs)."""
+    try:
+        raw, problem = read_request(c.path)
+        req = None if problem else parse_request(raw.decode("utf-8"), c.name, chat=c.producer != INBOX_DIR)
+    except (OSError, UnicodeDecodeError, HermesError):
+        req = None
+    return f"session:{req.session}" if req is not None and req.session else f"request:{c.path.name}"
 
 
 def process(vault: Vault, c: Claim, log_line: Callable[[str], None] = lambda msg: None,

@@ -6,6 +6,12 @@ ref on the shared remote when several machines sync one vault), and committed ou
 `due` too. With `catch_up`, a due time missed while the daemon was down runs once on start;
 without it, the job waits for its next time. A claim may go over the network, so it is never made
 while `running_lock` is held.
+
+A job pinned with `host: <id>` runs only on the machine with that host id: others skip it without
+claiming anything, and its own host decides alone (the local ledger), so it runs even while the
+remote cannot be reached. An unpinned job on a machine that cannot reach the remote runs nothing:
+its due time is recorded as missed (status, `cron list`, daemon log) and run once the remote
+answers, if no machine ran it meanwhile (store/claims.py, service/sync.py).
 """
 
 from __future__ import annotations
@@ -42,13 +48,29 @@ def ledger_for(vault) -> Claims:
 
         if remote_url(vault):
             return claims_for(vault)
-    return Ledger(vault.state_dir / LEDGER_NAME)
+    from ..store.host import host_id
+
+    return Ledger(vault.state_dir / LEDGER_NAME, host_id(vault.state_dir))
+
+
+def claims_of(ledger: Claims, job: CronJob) -> Claims | None:
+    """Who decides whether this machine runs `job`: the shared claims; for a job pinned with
+    `host:` to this machine, this machine alone (nobody else runs it, so no claim is asked and it
+    runs offline too); None for a job pinned to another machine (skipped, nothing claimed)."""
+    if not job.host:
+        return ledger
+    return ledger.local if job.host == ledger.host else None
 
 
 def next_runs(vault, jobs: list[CronJob], now: datetime) -> dict[str, datetime | None]:
-    """job -> its next run, from the ledger: what `status`, `cron list` and the scheduler all use."""
+    """job -> its next run here, from the ledger: what `status`, `cron list` and the scheduler all
+    use (None for a job pinned to another machine)."""
     ledger = ledger_for(vault)
-    return {j.name: j.next_run(now, ledger.last(j.name)) for j in jobs}
+    out: dict[str, datetime | None] = {}
+    for j in jobs:
+        claims = claims_of(ledger, j)
+        out[j.name] = j.next_run(now, claims.last(j.name)) if claims is not None else None
+    return out
 
 
 @dataclass
@@ -63,7 +85,10 @@ def catch_up_runs(jobs: list[CronJob], ledger: Claims, now: datetime) -> list[Du
     A one-shot that never ran runs once either way, as `cron list` says (Schedule.next_due)."""
     out = []
     for job in jobs:
-        last = ledger.last(job.name)
+        claims = claims_of(ledger, job)
+        if claims is None:
+            continue  # pinned to another machine
+        last = claims.last(job.name)
         if not job.enabled or (last is None and job.schedule.at is None):
             continue  # a job never seen before starts counting now (see Scheduler.tick)
         missed = job.schedule.previous_due(now, last)
@@ -72,7 +97,7 @@ def catch_up_runs(jobs: list[CronJob], ledger: Claims, now: datetime) -> list[Du
         if job.catch_up or job.schedule.at is not None:  # a one-shot not run yet is owed (see next_due)
             out.append(Due(job, missed))
         else:
-            ledger.passed(job.name, missed)
+            claims.passed(job.name, missed)
     return out
 
 
@@ -120,8 +145,11 @@ class Scheduler:
         """Next due time per enabled job, soonest first."""
         out = []
         for job in self.jobs.values():
+            claims = claims_of(self.ledger, job)
+            if claims is None:
+                continue  # pinned to another machine
             try:
-                due = job.next_run(now, self.ledger.last(job.name))
+                due = job.next_run(now, claims.last(job.name))
             except Exception:
                 continue  # reported by tick
             if due is not None:
@@ -134,17 +162,21 @@ class Scheduler:
         for job in list(self.jobs.values()):
             try:
                 if self._tick_job(job, now):
-                    fired.append(Due(job, self.ledger.last(job.name) or now))
+                    fired.append(Due(job, self._claims(job).last(job.name) or now))
             except Exception as exc:  # one bad job never stops the others (nor the scheduler)
                 self.on_error(f"cron {job.name}: {type(exc).__name__}: {exc}")
         return fired
 
+    def _claims(self, job: CronJob) -> Claims:
+        """The claims deciding `job` here (never called for a job pinned elsewhere)."""
+        return claims_of(self.ledger, job) or self.ledger.local
+
     def _tick_job(self, job: CronJob, now: datetime) -> bool:
-        if not job.enabled:
-            return False
-        last = self.ledger.last(job.name)
+        if not job.enabled or claims_of(self.ledger, job) is None:
+            return False  # off, or pinned to another machine: nothing claimed, nothing recorded
+        last = self._claims(job).last(job.name)
         if last is None and job.schedule.at is None:
-            self.ledger.passed(job.name, now)  # first seen: only times after now are due
+            self._claims(job).passed(job.name, now)  # first seen: only times after now are due
             return False
         due = job.schedule.previous_due(now, last)
         return due is not None and self._fire(job, due)
@@ -156,10 +188,10 @@ class Scheduler:
                 self.running.add(job.name)  # reserved: a second tick cannot fire it meanwhile
         if busy:
             self.on_error(f"cron {job.name}: the run due {due.isoformat()} is skipped, the previous run is still going")
-            self.ledger.passed(job.name, due)  # that time is passed, not owed
+            self._claims(job).passed(job.name, due)  # that time is passed, not owed
             return False
         try:
-            claimed = self.ledger.mark(job.name, due)  # may ask the remote: outside running_lock
+            claimed = self._claims(job).mark(job.name, due)  # may ask the remote: outside running_lock
         except BaseException:
             self._release(job)
             raise
@@ -187,7 +219,7 @@ class Scheduler:
         def work() -> None:
             try:
                 self.run(job, due)
-                self.ledger.done(job.name, due)  # a shared claim becomes `done` with the next push
+                self._claims(job).done(job.name, due)  # a shared claim becomes `done` with the next push
             finally:
                 self._release(job)
 

@@ -48,7 +48,7 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
     for job in jobs:
         nxt = upcoming[job.name]
         st.cron.append({"job": job.name, "schedule": job.schedule.describe(), "enabled": job.enabled,
-                        "next_run": nxt.isoformat(timespec="seconds") if nxt else None})
+                        "next_run": nxt.isoformat(timespec="seconds") if nxt else None, "host": job.host})
     st.errors += [str(e) for e in job_errors]
     for prefix in LEARNED_PREFIXES:
         for b in vault.git.branches(prefix):

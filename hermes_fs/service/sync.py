@@ -582,6 +582,8 @@ class SyncService:
         parsed = parse_cron_key(rec.key)
         if parsed is None or parsed[0] not in self._jobs():
             return
+        if (getattr(self._jobs()[parsed[0]], "host", None) or self.syncer.host) != self.syncer.host:
+            return  # pinned to another machine now: not this one's to take
         scheduler = self.daemon.scheduler
         if scheduler is not None and parsed[0] in scheduler.running:
             return  # this machine runs that job right now: not a dead machine's claim to take
@@ -617,8 +619,8 @@ class SyncService:
     def _run(self, job_name: str, due: datetime, why: str) -> None:
         job = self._jobs().get(job_name)
         scheduler = self.daemon.scheduler
-        if job is None or scheduler is None:
-            return
+        if job is None or scheduler is None or (getattr(job, "host", None) or self.syncer.host) != self.syncer.host:
+            return  # gone, or pinned to another machine (that one runs it, without any claim)
         self.daemon.note(f"cron {job_name} due {due.isoformat()}: {why}; running it here")
         if not scheduler.run_claimed(job, due):
             self.daemon.note(f"cron {job_name}: still running here; the claim will expire for another machine")

@@ -22,6 +22,7 @@ sync service's.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +40,8 @@ from .remote import MIRROR, RefUpdate, Remote, Unreachable, mirror_of
 if TYPE_CHECKING:
     from .git import GitStore
 
+log = logging.getLogger("hermes_fs.claims")
+
 CLAIMS = "refs/hermes/claims/"
 LEDGER_NAME = "cron-ledger.json"  # in .hermes/
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -48,7 +51,13 @@ RUNNING, DONE = "running", "done"
 class Claims(Protocol):
     """The cron scheduler's view: `mark` claims a due time (False: never run it here), `passed`
     records locally that a due time is not owed (first seen, no catch-up), `done` says its run
-    finished, `last` is the newest due time started anywhere this machine knows of."""
+    finished, `last` is the newest due time started anywhere this machine knows of. `host` is the
+    machine deciding; `local` decides for this machine alone (a job pinned here with `host:`)."""
+
+    host: str
+
+    @property
+    def local(self) -> Ledger: ...
 
     def last(self, job: str) -> datetime | None: ...
 
@@ -62,13 +71,18 @@ class Claims(Protocol):
 class Ledger:
     """job -> the latest due time started (ISO). Written atomically and fsynced before a run."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, host: str = ""):
         self.path = path
+        self.host = host
         self.lock = threading.Lock()
         try:
             self.data: dict[str, str] = json.loads(path.read_text())
         except (OSError, ValueError):
             self.data = {}
+
+    @property
+    def local(self) -> Ledger:
+        return self
 
     def last(self, job: str) -> datetime | None:
         value = self.data.get(job)
@@ -336,14 +350,25 @@ class RefClaims:
         with self.lock:
             for key, held in list(self.held.items()):
                 rec = mirrored.get(key)
-                if rec is not None and rec.sha not in (held.sha, held.done):
-                    lost.append((key, held.paths))
-                    del self.held[key]
+                if rec is None or rec.sha in (held.sha, held.done) or self._older_of_ours(rec.sha, held.sha):
+                    continue
+                lost.append((key, held.paths))
+                del self.held[key]
             if lost:
                 self._save()
         return lost
 
+    def _older_of_ours(self, seen: str, held: str) -> bool:
+        """Is the mirrored claim an earlier state of the one this machine holds? The renewer pushes
+        without fetching, so the mirror of the last fetch often lags one renewal behind; that is
+        not a takeover (a takeover is built on top of this machine's claim, never under it)."""
+        return self.store.is_ancestor(seen, held)
+
     # -- the scheduler's interface (Claims) ---------------------------------------------------------
+    @property
+    def local(self) -> Ledger:
+        return self.ledger
+
     def last(self, job: str) -> datetime | None:
         known = [d for d in (self.ledger.last(job), self.remote_last.get(job)) if d is not None]
         return max(known) if known else None
@@ -357,6 +382,8 @@ class RefClaims:
         outcome = self.take(cron_key(job, due))
         self.ledger.passed(job, due)
         if outcome == Take.OFFLINE:
+            log.warning("cron %s due %s: missed, the remote cannot be reached (not run here; it runs once the "
+                        "remote answers, if no machine ran it)", job, due.isoformat())
             with self.lock:
                 self.missed[job] = due.isoformat()
                 self._save()

@@ -363,6 +363,7 @@ class GitStore:
         rels = [clean_relpath(p) for p in paths]
         with self.lock.hold():
             self._require_main_checked_out()
+            self.recover_interrupted_merge()  # before anything commits the working tree (see there)
             changed = self.dirty_paths(rels)
             if not changed:
                 return None
@@ -373,6 +374,7 @@ class GitStore:
         """Everything not ignored, or only `paths` (used by `init`, whose first commit has no parent
         to build on), still through the secret scanner."""
         with self.lock.hold():
+            self.recover_interrupted_merge()
             changed = self.dirty_paths() if paths is None else sorted(set(paths) & set(self.dirty_paths()))
             if not changed:
                 return None
@@ -735,21 +737,27 @@ class GitStore:
     def recover_interrupted_merge(self) -> list[str]:
         """After a merge was killed between writing files and moving main: put back the files it
         wrote (where they still hold exactly what it wrote), so the branch's text is never
-        committed as a person's edit. Returns the paths put back."""
+        committed as a person's edit. Returns the paths put back.
+
+        Every commit of working-tree state (`commit_paths`, `commit_all`, `commit_human_edits`,
+        and the merges through the last) runs this first, under the lock: a commit that moved main
+        before it (the daemon's restart saving interrupted transcripts did) used to make it skip
+        the files, and the merge's half-written text was then committed as a person's edit."""
         try:
             j = json.loads(self.journal.read_text())
         except (OSError, ValueError):
             return []
         restored = []
-        if self.head() == j["old"]:
+        head = self.head()
+        if head != j["new"] and not self.is_ancestor(j["new"], head):  # the merge never landed
             listed = self._ls_paths(j["new"], j["paths"])
             for rel in j["paths"]:
                 disk = self._disk_bytes(rel)
                 wrote = self.read_file(j["new"], rel) if rel in listed else None
                 if disk == wrote:
                     restored.append(rel)
-            self._write_tree(j["old"], restored)
-            self._stage_from(j["old"], j["paths"])
+            self._write_tree(head, restored)
+            self._stage_from(head, j["paths"])
         self.journal.unlink(missing_ok=True)
         return restored
 

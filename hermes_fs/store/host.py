@@ -26,6 +26,10 @@ def _slug(text: str) -> str:
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", text.lower())).strip("-")[:30] or "host"
 
 
+def valid_host(text: str) -> bool:
+    return bool(_VALID.match(text))
+
+
 def host_id(state_dir: Path) -> str:
     """The id of this clone: `$HERMES_HOST`, else `.hermes/host-id`, else a new `<hostname>-<4 hex>`."""
     given = os.environ.get("HERMES_HOST")

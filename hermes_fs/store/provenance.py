@@ -51,6 +51,7 @@ LEARN_MODEL = "Learn-Model"
 CLAIM_STATE = "Claim-State"
 CLAIM_EXPIRES = "Claim-Expires"
 CLAIM_TOOK_OVER = "Claim-Took-Over"
+LEASE_EXPIRES = "Lease-Expires"
 CURATE_POLICY = "Curate-Policy"
 CURATE_MODEL = "Curate-Model"
 
@@ -126,6 +127,11 @@ class Act:
         after a takeover, whose claim ran out when (`<host> <expiry>`)."""
         return cls(By.AGENT, {HOST: host, CLAIM_STATE: state, CLAIM_EXPIRES: str(expires) if expires else "",
                               CLAIM_TOOK_OVER: took_over})
+
+    @classmethod
+    def lease(cls, host: str, expires: float) -> Act:
+        """A lease commit (empty tree, under refs/hermes/leases/): who holds a channel account, until when."""
+        return cls(By.AGENT, {HOST: host, LEASE_EXPIRES: f"{expires:.3f}"})
 
     @classmethod
     def learned(cls, trailers: dict[str, str] | None = None) -> Act:

@@ -19,6 +19,11 @@
    again only on channels whose sends are idempotent (`idempotent_send = True`: Matrix uses the
    request id as its transaction id); elsewhere it is marked failed, never sent twice.
 
+Several machines (a vault with `remote:`): each channel account is consumed by one machine at a
+time, the holder of its lease (holder.py); the others stand by. The holder publishes each message
+as taken before it can be answered and each reply as sending before it is sent, so a machine
+taking over neither skips nor repeats a message and never answers one twice.
+
 Commit cadence: a chat never "ends", so its results and transcript are committed together once
 the gateway has been idle for `gateway.commit_idle_s` or COMMIT_BATCH requests are waiting, and at
 stop. Exactly-once does not wait for the commit: a written (fsynced) result already means
@@ -66,6 +71,7 @@ from .ledger import (
 
 if TYPE_CHECKING:
     from ..auto_review import AutoReview
+    from .holder import ChannelHolder, Journal
 
 log = logging.getLogger(__name__)
 
@@ -251,6 +257,9 @@ class Gateway:
         self.reviews: AutoReview | None = None
         self.session_origins: dict[str, Origin] = {}
         self.state_lock = threading.Lock()
+        self.holders: dict[str, ChannelHolder] = {}  # channel -> its lease (only with `remote:`)
+        self.parked: dict[str, list[tuple[inbox.Claim, str, Origin]]] = {}  # claims waiting for their lease
+        self.started: set[str] = set()  # channels whose inbound side was started
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -263,18 +272,88 @@ class Gateway:
         for ch in channels:
             self.channels[ch.name] = ch
             self.states[ch.name] = ChannelState("starting", since=time.time())
+            holder = self._holder(ch)
+            if holder is not None:
+                self.holders[ch.name] = holder
         self._recover()
         self.delivery_thread = threading.Thread(target=self._deliver_loop, name="gateway-delivery", daemon=True)
         self.delivery_thread.start()
         for ch in channels:
-            try:
-                ch.start(self)
-                if self.states[ch.name].state == "starting":
-                    self.channel_state(ch.name, "connected")
-            except Exception as exc:  # one channel down never stops the others
-                log.exception("gateway channel %s did not start", ch.name)
-                self.channel_state(ch.name, "error", f"{type(exc).__name__}: {exc}")
+            if ch.name in self.holders:  # several machines: started once this one holds its lease
+                self.channel_state(ch.name, "standby", "waiting for this channel's lease")
+                self.holders[ch.name].start()
+            else:
+                self._start_channel(ch)
         self._write_state()
+
+    def _start_channel(self, ch: Channel) -> bool:
+        try:
+            self.started.add(ch.name)
+            ch.start(self)
+            if self.states[ch.name].state in ("starting", "standby"):
+                self.channel_state(ch.name, "connected")
+            return True
+        except Exception as exc:  # one channel down never stops the others
+            log.exception("gateway channel %s did not start", ch.name)
+            self.channel_state(ch.name, "error", f"{type(exc).__name__}: {exc}")
+            return False
+
+    # -- one consumer across machines (holder.py) -------------------------------------------------
+    def _holder(self, ch: Channel) -> ChannelHolder | None:
+        from .holder import ChannelHolder, lease_for
+
+        if not getattr(ch, "leased", True):
+            return None
+        lease = lease_for(self.vault, f"{ch.name}/{getattr(ch, 'account', '') or 'default'}")
+        if lease is None:
+            return None
+        return ChannelHolder(lease, self.vault.config.sync.lease_s, partial(self._progress, ch.name),
+                             partial(self._acquired, ch.name), partial(self._released, ch.name))
+
+    def _progress(self, name: str) -> str | None:
+        progress = getattr(self.channels.get(name), "progress", None)
+        return progress(self.ledger) if progress is not None else None
+
+    def _acquired(self, name: str, journal: Journal) -> None:
+        """This machine now holds `name`: go on where the journal says, then start consuming."""
+        from .holder import TAKEN
+
+        assert self.ledger
+        ch = self.channels[name]
+        if name in self.started and self._given is None:  # a stopped channel is not restarted: a new one
+            ch = self.channels[name] = load_channel(self.vault, name, getattr(self.config, name))
+        resume = getattr(ch, "resume", None)
+        if resume is not None and journal.cursor is not None:
+            resume(self.ledger, journal.cursor)
+        for c, skey, origin in self.parked.pop(name, []):
+            rid = c.name.removesuffix(".md")
+            entry = journal.entries.get(rid)
+            if entry is not None and entry.state == TAKEN:
+                self.holders[name].take(rid)
+                self.note(f"gateway: resuming request {c.name}")
+                self.executor.submit(skey, partial(self._process, c, skey, origin))
+            else:  # answered by the machine that took the channel over meanwhile
+                c.path.unlink(missing_ok=True)
+                self.ledger.finish_message(rid, "error", f"answered on {entry.host if entry else 'another machine'}")
+                self.note(f"gateway: request {c.name} was answered on {entry.host if entry else 'another machine'}")
+        self.note(f"gateway {name}: this machine holds the channel now")
+        if not self._start_channel(ch):
+            raise HermesError(f"gateway {name} did not start here")
+
+    def _released(self, name: str, why: str) -> None:
+        ch = self.channels.get(name)
+        if ch is not None:
+            try:
+                ch.stop()
+            except Exception:
+                log.exception("gateway channel %s: error while stopping", name)
+        self.error(f"gateway {name}: stopped consuming here: {why}")
+        self.channel_state(name, "standby", f"another machine may hold this channel ({why})")
+
+    def _settle(self, platform: str, rid: str) -> None:
+        holder = self.holders.get(platform)
+        if holder is not None:
+            holder.settled(rid)
 
     def _load_channels(self) -> list[Channel]:
         out = []
@@ -288,7 +367,12 @@ class Gateway:
 
     def stop(self) -> None:
         self.stopped.set()
+        for holder in self.holders.values():
+            holder.stop()
         for ch in self.channels.values():
+            if ch.name not in self.started:
+                self.states[ch.name] = ChannelState("stopped", since=time.time())
+                continue
             try:
                 ch.stop()
             except Exception:
@@ -302,6 +386,8 @@ class Gateway:
             self.cadence.flush(final=True)
         if self.reviews:
             self.reviews.join(60)
+        for holder in self.holders.values():
+            holder.hand_over()  # another machine takes the channels over at once
         self._write_state(running=False)
         if self.ledger:
             self.ledger.close()
@@ -340,6 +426,9 @@ class Gateway:
                 self.ledger.add_message(origin, origin.session_key(), CLAIMED, c.path.name)
                 row = self.ledger.message(message_key(origin))
             assert row is not None
+            if origin.platform in self.holders:  # runs only if this machine gets the lease and the
+                self.parked.setdefault(origin.platform, []).append((c, row.session_key, origin))  # journal
+                continue  # still says nobody answered it
             self.note(f"gateway: resuming request {c.name}")
             self.executor.submit(row.session_key, partial(self._process, c, row.session_key, origin))
 
@@ -383,20 +472,30 @@ class Gateway:
         origin = message.origin
         rid = request_id(origin)
         skey = origin.session_key(per_sender=not message.direct and self._per_sender(origin.platform))
+        holder = self.holders.get(origin.platform)
         with self.submit_lock:
             if self.ledger.message(message_key(origin)) is not None:
+                return rid
+            entry = holder.state(rid) if holder is not None else None
+            if entry is not None and entry.state != "taken":  # answered by the channel's last holder
+                self.ledger.add_message(origin, skey, ANSWERED)
+                log.info("gateway %s: %s was answered on %s", origin.platform, rid, entry.host)
                 return rid
             verdict = decide(self.rules(origin.platform), self.ledger, message)
             if verdict is Verdict.SILENCE:
                 self.ledger.add_message(origin, skey, IGNORED)
                 log.info("gateway %s: ignored a message from a sender who is not allowed", origin.platform)
                 return rid
+            if holder is not None:
+                holder.take(rid)  # published before anything can answer it; NotHeld: not taken here
             if verdict is Verdict.PAIR:
                 self.ledger.add_message(origin, skey, ANSWERED)
                 code = new_code(self.ledger, origin.platform, origin.sender)
                 if code:  # never logged; the ledger drops the text once it is sent
                     self._reply(rid, origin, pairing_text(code), keep_text=False)
                     self.note(f"gateway {origin.platform}: pairing code sent to a new sender")
+                else:
+                    self._settle(origin.platform, rid)
                 return rid
             text = message.text.strip()
             refusal = self._refusal(origin, text, message)
@@ -404,6 +503,8 @@ class Gateway:
                 self.ledger.add_message(origin, skey, ANSWERED)
                 if refusal:
                     self._reply(rid, origin, refusal)
+                else:
+                    self._settle(origin.platform, rid)
                 return rid
             claim = self._write_claim(rid, message, text)
             self.ledger.add_message(origin, skey, CLAIMED, claim.path.name)
@@ -512,6 +613,8 @@ class Gateway:
             text = result.body if len(result.body) <= MAX_REPLY else \
                 result.body[:MAX_REPLY] + f"\n[... {len(result.body) - MAX_REPLY} more characters]"
             self._reply(rid, origin, text or "(no answer)")
+        elif origin is not None:
+            self._settle(origin.platform, rid)
         self.cadence.add(rid, c.result_rel, [p for p in result.paths if p != c.result_rel])
 
     def _replies(self, origin: Origin) -> bool:
@@ -551,7 +654,16 @@ class Gateway:
     def _deliver(self, d) -> None:
         assert self.ledger
         ch = self.channels.get(d.platform)
-        if ch is None or not self.ledger.mark_sending(d.id):
+        if ch is None:
+            return
+        holder = self.holders.get(d.platform)
+        go = holder.sending(d.id) if holder is not None else "go"
+        if go == "wait":
+            return  # this machine does not hold the channel now
+        if go == "answered":
+            self.ledger.mark_failed(d.id, "not sent: another machine answered this message")
+            return
+        if not self.ledger.mark_sending(d.id):
             return
         try:
             platform_id = ch.send(Outbound(d.origin, d.text, d.id))
@@ -560,12 +672,14 @@ class Gateway:
             tries = d.attempts + 1
             if tries >= DELIVERY_TRIES:
                 self.ledger.mark_failed(d.id, reason)
+                self._settle(d.platform, d.id)
                 self.error(f"gateway {d.platform}: reply {d.id} failed after {tries} tries: {reason}")
             else:
                 self.ledger.mark_retry(d.id, reason, min(300.0, self.config.retry_base_s * 2 ** (tries - 1)))
                 log.warning("gateway %s: reply %s not sent (%s); will retry", d.platform, d.id, reason)
             return
         self.ledger.mark_delivered(d.id, str(platform_id or ""))
+        self._settle(d.platform, d.id)
 
     def wait_idle(self, timeout: float = 60.0) -> bool:
         """True once no request is queued or running and no reply is pending (tests, bench)."""

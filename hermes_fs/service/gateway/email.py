@@ -449,6 +449,22 @@ class EmailChannel:
         return f"{i.user}@{i.host}:{i.port}/{i.mailbox}"
 
     @property
+    def account(self) -> str:
+        """What one machine at a time consumes when several share the vault (holder.py)."""
+        return self.mailbox_key
+
+    def progress(self, _ledger=None) -> str | None:
+        """The cursor as `UIDVALIDITY:UID`, for the next holder of the channel (holder.py)."""
+        c = self.state.cursor(self.mailbox_key)
+        return f"{c.uidvalidity}:{c.last_uid}" if c else None
+
+    def resume(self, _ledger, value: str) -> None:
+        """Go on from the cursor the channel's last holder published (holder.py)."""
+        validity, _, uid = value.partition(":")
+        if validity.isdigit() and uid.isdigit():
+            self.state.finish(self.mailbox_key, Cursor(int(validity), int(uid)))
+
+    @property
     def from_address(self) -> str:
         return (self.config.smtp.from_ or self.config.imap.user).strip()
 

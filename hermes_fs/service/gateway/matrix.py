@@ -81,6 +81,19 @@ class MatrixChannel:
     def cursor_key(self) -> str:
         return f"matrix:{self.settings.user_id}"
 
+    @property
+    def account(self) -> str:
+        """What one machine at a time consumes when several share the vault (holder.py)."""
+        return self.settings.user_id or "default"
+
+    def progress(self, ledger) -> str | None:
+        """The since-token, for the next holder of the channel (holder.py)."""
+        return ledger.cursor(self.cursor_key)
+
+    def resume(self, ledger, value: str) -> None:
+        """Go on from the since-token the channel's last holder published (holder.py)."""
+        ledger.set_cursor(self.cursor_key, value)
+
     # -- settings ---------------------------------------------------------------------------------
     def _credentials(self) -> tuple[str | None, str | None]:
         s = self.settings

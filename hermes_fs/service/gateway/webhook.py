@@ -97,6 +97,9 @@ class WebhookChannel:
     name = PLATFORM
     idempotent_send = False  # replies go through Apprise, which cannot tell a resend
     access = AccessRules(authenticated=True)  # the route's secret is the proof; no one is an admin
+    # pushed to the machine its sender's URL names, so there is nothing to consume once: every
+    # machine with the gateway listens (holder.py leases only the channels that pull)
+    leased = False
 
     def __init__(self, vault: Vault, settings: WebhookConfig):
         self.vault = vault

@@ -2,8 +2,8 @@
 
 Compare-and-swap: the page sends the digest of the bytes it loaded; when the file on disk is no
 longer those bytes (an editor, the agent, another tab wrote it), nothing is written and the page
-shows both texts, so a newer edit made elsewhere is never overwritten. Otherwise the file is written
-and committed the way the daemon commits an editor's save (`edit: <path>`, trailer
+shows both texts, so a newer edit made elsewhere is never overwritten. Otherwise the file is swapped in
+under the vault's lock (so an editor's save in between is seen, never overwritten) and committed the way the daemon commits an editor's save (`edit: <path>`, trailer
 `Hermes-Change: human-edit`, authored by the person), through the same secret scanner.
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ...errors import InputError
 from ...store import secrets
 from ...store.docs import decode
+from ...store.edit import Staged, edit
 from ...store.vault import Vault
 
 MAX_EDIT_CHARS = 2_000_000
@@ -41,27 +42,52 @@ def as_bytes(text: str, like: bytes | None) -> bytes:
     return text.encode("utf-8")
 
 
+class _Moved(Exception):
+    """The file is no longer what the page loaded: the save is refused, their text stays."""
+
+    def __init__(self, now: bytes | None):
+        super().__init__("moved")
+        self.now = now
+
+
 def save(vault: Vault, rel: str, text: str, base: str) -> Saved:
-    """Write `text` to `rel` if the file still holds what the page loaded (`base`), and commit it."""
+    """Write `text` to `rel` if the file still holds what the page loaded (`base`), and commit it.
+
+    The write goes through the vault's locked swap-in (`store.edit`): an editor that does not take
+    our lock and saves between our check and our write is seen in what the swap displaced; the
+    check is then made again on their text, fails, and their text is put back."""
     if len(text) > MAX_EDIT_CHARS:
         raise InputError(f"the text is over {MAX_EDIT_CHARS} characters", rel)
     store = vault.git
-    with store.lock.hold():  # no merge or commit of hermes-fs moves the file between check and write
-        on_disk = vault.files.read(rel)
+
+    def change(files: Staged) -> bool:
+        on_disk = files.read(rel)
         if digest(on_disk) != base:
-            current = decode(on_disk, rel) if on_disk is not None else ""
-            return Saved(False, current=current, current_digest=digest(on_disk),
-                         message="the file changed since this page loaded it; nothing was saved. Both versions are "
-                                 "shown: copy what you need into the editor and save again to replace the file.")
+            raise _Moved(on_disk)
         data = as_bytes(text, on_disk)
         findings = secrets.scan(rel, data)
         if findings:
             raise InputError("refusing to save a secret: " + "; ".join(f"line {f.line}: {f.kind}" for f in findings)
                              + ". Put it in .hermes/secrets.env instead.", rel)
         if data == on_disk:
+            return False
+        files.write(rel, data)
+        return True
+
+    with store.lock.hold():  # no merge or commit of hermes-fs moves the file between check and commit
+        try:
+            done = edit(vault.files, store.lock, change)
+        except _Moved as moved:
+            current = decode(moved.now, rel) if moved.now is not None else ""
+            return Saved(False, current=current, current_digest=digest(moved.now),
+                         message="the file changed since this page loaded it; nothing was saved. Both versions are "
+                                 "shown: copy what you need into the editor and save again to replace the file.")
+        if not done.result:
             return Saved(True, message="no change")
-        vault.files.write(rel, data)
-        result = store.commit_human_edits([rel])
+        try:
+            result = store.commit_human_edits([rel])
+        finally:
+            done.settle()
     if result.refused:
         return Saved(True, message=f"saved but not committed: {result.refused[0]}")
     return Saved(True, result.sha, message=f"saved and committed as your edit ({(result.sha or '')[:10]})")
