@@ -15,7 +15,8 @@ One round (`Syncer.round`, run by `hermes-fs sync` once and by the daemon contin
 5. publish and adopt learned branches (`refine/*`, `learn/*`) and rejected changes, three-way
    against what both sides had at the last round (.hermes/sync/refs.json);
 6. claim due times it missed while offline, and list the expired claims of dead machines for the
-   daemon to take over. (The daemon renews its running claims on a timer of their own.)
+   daemon to take over (the daemon renews its running claims on a timer of their own); once an
+   hour, prune the done claims past their retention (store/claims.py, `prunable`).
 """
 
 from __future__ import annotations
@@ -205,6 +206,7 @@ class Round:
     refs: list[str] = field(default_factory=list)  # learned refs published or adopted
     caught_up: list[tuple[str, datetime]] = field(default_factory=list)  # missed due times now claimed here
     expired: list[ClaimRecord] = field(default_factory=list)  # claims of dead machines
+    pruned: list[str] = field(default_factory=list)  # done claims past their retention, deleted
 
     def line(self) -> str:
         if self.offline:
@@ -244,6 +246,8 @@ class Syncer:
                 if work:
                     r.caught_up = self.claims.take_missed()
                     r.expired = self.claims.expired()
+                    if self.claims.prune_due():
+                        r.pruned = self.claims.prune()
             except Unreachable as exc:
                 r.offline = str(exc)
             return r
@@ -449,7 +453,29 @@ def claim_request(vault: Vault, rel: str) -> bool:
         return True
     from ..store.claims import Take
 
-    return claims_for(vault).take(key) == Take.WON
+    claims = claims_for(vault)
+    if claims.take(key) != Take.WON:
+        return False
+    if _still_asked(vault, claims, rel, key):
+        return True
+    claims.release(key)
+    return False
+
+
+def _still_asked(vault: Vault, claims: RefClaims, rel: str, key: str) -> bool:
+    """Does the remote's main still hold this request? A machine far behind (offline for longer
+    than claims are kept) can hold a request that was answered long ago and whose claim has been
+    pruned; winning the claim then proves nothing, the remote's main does (an answer removes the
+    request in the same atomic push that marks its claim done). Unknown (offline): not now."""
+    branch = "refs/heads/" + (vault.config.remote.branch if vault.config.remote else MAIN)
+    try:
+        main = claims.remote.fetch_ref(branch)
+    except Unreachable:
+        return False
+    if main is None:
+        return False
+    blob = vault.git._git("rev-parse", "-q", "--verify", f"{main}:{rel}", ok=(0, 1, 128)).strip()
+    return bool(blob) and key.removeprefix(INBOX_KEY).startswith(blob[:20] + "-")
 
 
 def _request_done(vault: Vault, key: str, head: str) -> bool:
@@ -570,6 +596,8 @@ class SyncService:
             self.daemon.error(f"sync: withdrew {path}: this machine's claim expired while it worked; the other result stands")
         for job, due in r.caught_up:
             self._run(job, due, "missed while offline, nobody ran it")
+        if r.pruned:
+            self.daemon.note(f"sync: pruned {len(r.pruned)} done claim(s) older than a week from the remote")
         for rec in r.expired:
             self._take_over(rec)
 
