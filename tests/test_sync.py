@@ -311,3 +311,27 @@ def test_done_claims_are_pruned_and_a_pruned_due_time_never_runs_again(tmp_path,
     # B still has the answered request on its main; its claim is gone, the remote's main says it was answered
     assert claim_request(b, "inbox/ask.md") is False
     assert f"refs/hermes/claims/{key}" not in remote.refs("refs/hermes/claims/")
+
+
+def test_an_entry_moved_differently_on_two_machines_is_kept_once(tmp_path, server):
+    """Found by the chaos bench (201 duplicated lines): merges of merges reorder memory entries, and
+    where two machines moved the same entry to different places git's line merge is *clean* and
+    keeps it twice. A memory file changed on both sides is merged by entry even then."""
+    a = first_machine(tmp_path, server)
+    p = a.root / "memory/MEMORY.md"
+    head = p.read_text()
+    entries = [f"- Lesson {c}\n" for c in "ABCDEFGH"]
+    p.write_text(head + "".join(entries))
+    a.git.commit_human_edits(["memory/MEMORY.md"])
+    Syncer(a).round(work=False)
+    b = machine(tmp_path, server, "b")
+    p.write_text(head + "".join(entries[1:] + entries[:1]))  # A moved to the end here
+    a.git.commit_human_edits(["memory/MEMORY.md"])
+    q = b.root / "memory/MEMORY.md"
+    q.write_text(head + "".join(entries[1:4] + entries[:1] + entries[4:]))  # and after D there
+    b.git.commit_human_edits(["memory/MEMORY.md"])
+    assert Syncer(a).round(work=False).pushed
+    assert Syncer(b).round(work=False).merged
+    text = q.read_text()
+    assert all(text.count(e) == 1 for e in entries), text
+    assert "<<<<<<<" not in text and conflict_files(b) == []
