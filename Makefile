@@ -30,6 +30,7 @@ test: install lint
 	bash scripts/mail-test-env.sh
 	bash scripts/browser-test-env.sh
 	bash scripts/synapse-test-env.sh
+	bash scripts/embeddings-test-env.sh
 	$(BIN)/python -m pytest -q
 
 bench: install

@@ -2,21 +2,23 @@
 sharing no word with the needed skill's name, description or body, against the 177 real skills of
 Hermes Agent 0.19 (plus generic filler up to 150 and 1,000 skills). The figure is the one of
 routing_eval.py: is the needed skill in the first request's skills index, within the same prompt
-budget (skills.prompt_budget_chars, 4,000)? Measured both ways: full-text ranking alone (BM25 on
-name, description and body) and fused with the optional embedding model (skills.embeddings: true,
-the `embeddings` extra); BM25@10 on name + description beside them.
+budget (skills.prompt_budget_chars, 4,000)? "Described" counts it only as a `- name: description`
+line, "shown" also when it is named in the index's "Also:" line. Measured three ways: full-text
+ranking alone (BM25 on name, description and body), full-text fused with words mined from the
+skills (SearchIndex.related), and with the optional embedding model (skills.embeddings: true, the
+`embeddings` extra: description and body passages, fused with full-text's top hits); BM25@10 on
+name + description beside them.
 
-With --model M [--api-base URL]: for each request whose needed skill the full-text index missed,
-one agent turn with that model, which sees the "N more skills: call skill_search" line: did it call
-skill_search, did a search return the needed skill, did it open it (skill_view)?
+Settings were chosen on bench/routing_dev.yaml (`--dev`, other skills, the same rule); the held-out
+set is only measured. With a real model, bench/skill_search_model.py measures what happens when the
+index misses.
 
-Usage: python bench/routing_heldout.py [--no-embeddings] [--model M --api-base URL [--limit N]]
+Usage: python bench/routing_heldout.py [--dev] [--no-embeddings] [--sizes 150,1000] [--workdir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sqlite3
 import sys
 import tempfile
@@ -31,11 +33,12 @@ sys.path.insert(0, str(HERE))
 from common import write_results  # noqa: E402
 from routing_eval import bm25_name_description, build, real_skills  # noqa: E402
 
-from hermes_fs.agent.prompt import skills_index  # noqa: E402
+from hermes_fs.agent.prompt import DESCRIBED_SHARE, LEXICAL_TOP, skills_index  # noqa: E402
 from hermes_fs.mind import embeddings  # noqa: E402
 from hermes_fs.store.vault import Vault  # noqa: E402
 
 REQUESTS = HERE / "routing_heldout.yaml"
+DEV = HERE / "routing_dev.yaml"  # for choosing settings; the held-out set is only measured
 BUDGET = 4000
 # Words that carry no topic ("how do I get my ... please"): sharing them is not sharing a word.
 FUNCTION_WORDS = """a an the and or but if then so to of in on at by for with from into onto over under up down out off about
@@ -61,8 +64,8 @@ class Stems:
         return {term for (term,) in self.db.execute("SELECT term FROM v")}
 
 
-def load_requests() -> list[tuple[str, str]]:
-    return [(c["request"], c["skill"]) for c in yaml.safe_load(REQUESTS.read_text())]
+def load_requests(path: Path = REQUESTS) -> list[tuple[str, str]]:
+    return [(c["request"], c["skill"]) for c in yaml.safe_load(path.read_text())]
 
 
 def shared_words(cases: list[tuple[str, str]], texts: dict[str, str]) -> dict[str, list[str]]:
@@ -83,99 +86,69 @@ def vault_with(tmp: Path, real: list[tuple[str, str]], needed: set[str], size: i
     return build(tmp, chosen, size - len(chosen))
 
 
-def shown_rate(root: Path, cases, semantic: bool) -> tuple[float, list[str], float]:
+METHODS = {  # name -> skills_index arguments
+    "full_text": {"semantic": False},
+    "full_text_related": {"semantic": False, "related": True},
+    "embeddings": {"semantic": True},
+}
+
+
+def shown_rate(root: Path, cases, method: str) -> dict:
+    """Of the requests, how often the needed skill is in the index: described (`- name: description`)
+    or at least named ("Also: ...")."""
     vault = Vault(root)
-    hits, misses = 0, []
+    described = shown = 0
+    misses = []
     t0 = time.perf_counter()
     for request, needed in cases:
-        ok = needed in skills_index(vault, request, BUDGET, semantic=semantic).shown
-        hits += ok
-        if not ok:
+        idx = skills_index(vault, request, BUDGET, **METHODS[method])
+        shown += needed in idx.shown
+        described += needed in (idx.described if idx.described is not None else idx.shown)
+        if needed not in idx.shown:
             misses.append(needed)
-    return hits / len(cases), misses, (time.perf_counter() - t0) / len(cases)
-
-
-def skill_search_with_model(root: Path, cases, model: str, api_base: str | None, limit: int) -> dict:
-    """One turn per request the index missed: does the model reach the skill through skill_search?"""
-    from hermes_fs.agent.conversation import Conversation, ConversationOptions
-    from hermes_fs.agent.model import LiteLLMModel, ModelSettings
-
-    vault = Vault(root)
-    (root / "hermes.yaml").write_text(yaml.safe_dump({"model": model, **({"api_base": api_base} if api_base else {}),
-                                                      "sandbox": {"backend": "none"}}))
-    vault._config = None
-    missed = [(q, n) for q, n in cases if n not in skills_index(vault, q, BUDGET, semantic=False).shown][:limit]
-    rows = []
-    for request, needed in missed:
-        m = LiteLLMModel(ModelSettings(model, api_base, timeout_s=900, max_tokens=300))
-        row = {"request": request, "needed": needed, "searched": False, "found": False, "opened": False, "error": ""}
-        t0 = time.perf_counter()
-        try:
-            ws = root.parent / "ws"
-            ws.mkdir(exist_ok=True)
-            with Conversation(vault, ConversationOptions(source="run", workspace=ws, max_steps=4), model=m) as conv:
-                conv.ask(request)
-                for msg in conv.transcript.messages:
-                    for call in msg.get("tool_calls") or []:
-                        name, args = call["function"]["name"], call["function"]["arguments"]
-                        row["searched"] |= name == "skill_search"
-                        row["opened"] |= name == "skill_view" and needed in args
-                    if msg["role"] == "tool" and msg.get("name") == "skill_search":
-                        row["found"] |= f"- {needed}:" in msg["content"]
-        except Exception as exc:  # a model error is a result here, not a crash of the benchmark
-            row["error"] = str(exc)[:200]
-        row["seconds"] = round(time.perf_counter() - t0, 1)
-        rows.append(row)
-        print(f"  {needed:<28} searched={row['searched']} found={row['found']} opened={row['opened']} {row['seconds']}s")
-    n = max(1, len(rows))
-    return {"model": model, "missed_requests": len(rows), "called_skill_search": sum(r["searched"] for r in rows) / n,
-            "search_returned_needed": sum(r["found"] for r in rows) / n,
-            "opened_needed": sum(r["opened"] for r in rows) / n, "rows": rows}
+    n = len(cases)
+    return {"shown": round(shown / n, 3), "described": round(described / n, 3), "misses": misses,
+            "seconds_per_request": round((time.perf_counter() - t0) / n, 4)}
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--no-embeddings", action="store_true", help="skip the embedding measurement")
-    p.add_argument("--model", help="also measure skill_search with this model (litellm string)")
-    p.add_argument("--api-base")
-    p.add_argument("--limit", type=int, default=20, help="most missed requests to try with the model")
+    p.add_argument("--dev", action="store_true", help="the development set (bench/routing_dev.yaml), not the held-out one")
+    p.add_argument("--sizes", default="150,1000")
+    p.add_argument("--workdir", help="build the vaults here and reuse them (and their cached vectors) next run")
     a = p.parse_args(argv)
-    if a.api_base:
-        os.environ.setdefault("OPENAI_API_KEY", "local")
     real = real_skills()
     texts = dict(real)
-    cases = load_requests()
+    cases = load_requests(DEV if a.dev else REQUESTS)
     leaks = shared_words(cases, texts)
     if leaks:  # the set's one rule: a request that shares a word with its skill is not held out
         raise SystemExit(f"requests sharing words with their skill: {leaks}")
     use_emb = not a.no_embeddings and embeddings.available()
+    methods = [m for m in METHODS if use_emb or m != "embeddings"]
     rows = []
-    search = None
     with tempfile.TemporaryDirectory() as tmp:
-        needed = {n for _q, n in cases}
-        for size in (150, 1000):
-            root = vault_with(Path(tmp) / f"v{size}", real, needed, size)
-            lexical, lex_miss, lex_s = shown_rate(root, cases, semantic=False)
-            base = sum(n in bm25_name_description(root, q) for q, n in cases) / len(cases)
-            row = {"skills": size, "requests": len(cases), "lexical": round(lexical, 3),
-                   "lexical_misses": lex_miss, "lexical_seconds_per_request": round(lex_s, 4),
-                   "bm25_name_description_at_10": round(base, 3)}
-            if use_emb:
-                sem, sem_miss, sem_s = shown_rate(root, cases, semantic=True)
-                row.update(embeddings=round(sem, 3), embeddings_misses=sem_miss,
-                           embeddings_seconds_per_request=round(sem_s, 4))
+        needed = {n for _q, n in load_requests(REQUESTS) + load_requests(DEV)}  # the same vaults for both sets
+        for size in (int(x) for x in a.sizes.split(",")):
+            root = Path(a.workdir or tmp) / f"v{size}"
+            if not (root / "skills").is_dir():
+                root = vault_with(root, real, needed, size)
+            row: dict = {"skills": size, "requests": len(cases),
+                         "bm25_name_description_at_10": round(sum(n in bm25_name_description(root, q) for q, n in cases) / len(cases), 3)}
+            for m in methods:
+                row[m] = shown_rate(root, cases, m)
             rows.append(row)
-            print(f"{size:>5} skills: needed skill shown, full-text {lexical:.3f}"
-                  + (f", with embeddings {row['embeddings']:.3f}" if use_emb else ", embeddings not installed")
-                  + f"; BM25@10 name+description {base:.3f} ({len(cases)} held-out requests)")
-            if a.model and size == 1000:
-                search = skill_search_with_model(root, cases, a.model, a.api_base, a.limit)
-                print(f"  {a.model}: of {search['missed_requests']} requests the index missed, called skill_search "
-                      f"{search['called_skill_search']:.2f}, search returned the skill {search['search_returned_needed']:.2f}, "
-                      f"opened it {search['opened_needed']:.2f}")
-    result = {"rows": rows, "budget_chars": BUDGET, "embeddings_installed": embeddings.available(),
-              "target": 0.95, "skill_search": search}
-    write_results("routing_heldout", result)
+            print(f"{size:>5} skills, {len(cases)} {'dev' if a.dev else 'held-out'} requests: "
+                  + "; ".join(f"{m} shown {row[m]['shown']:.3f} (described {row[m]['described']:.3f})" for m in methods)
+                  + ("" if use_emb else "; embeddings not installed")
+                  + f"; BM25@10 name+description {row['bm25_name_description_at_10']:.3f}", flush=True)
+    result = {"set": "dev" if a.dev else "held-out", "rows": rows, "budget_chars": BUDGET,
+              "embeddings_installed": embeddings.available(), "target": 0.95,
+              "settings": {"described_share": DESCRIBED_SHARE, "lexical_top": LEXICAL_TOP,
+                           "body_weight": embeddings.BODY_WEIGHT, "body_chunks": embeddings.BODY_CHUNKS,
+                           "chunk_words": embeddings.CHUNK_WORDS},
+              "command": "python bench/routing_heldout.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+    write_results("routing_dev" if a.dev else "routing_heldout", result)
     return result
 
 

@@ -29,6 +29,6 @@ def test_a_request_sharing_no_word_finds_its_skill(vault):
 
     index = SearchIndex(vault.root)
     try:
-        assert index.db.execute("SELECT count(*) FROM vectors").fetchone()[0] == 63
+        assert index.db.execute("SELECT count(*) FROM skill_vectors").fetchone()[0] == 63
     finally:
         index.close()

@@ -20,19 +20,23 @@ vault that the user can read and edit. Save durable facts about the user with th
 Before a task a skill covers, read it with `skill_view`. Never put secrets in files."""
 
 
+DESCRIBED_SHARE = 0.5  # of the skills index's budget for `- name: description` lines; the rest names skills
 LEXICAL_TOP = 5  # with embeddings on: full-text hits past these are mostly incidental words (bench/routing_heldout.py)
 
 
 @dataclass
 class SkillsIndex:
     text: str
-    shown: list[str]
+    shown: list[str]  # named in the index, with or without a description
     total: int
+    described: list[str] | None = None  # shown with a description (None: all of `shown`)
 
 
-def skills_index(vault: Vault, query: str, budget: int, semantic: bool | None = None) -> SkillsIndex:
+def skills_index(vault: Vault, query: str, budget: int, semantic: bool | None = None, related: bool = False) -> SkillsIndex:
     """All skills if they fit the budget; otherwise the most relevant first, then a pointer to search.
-    Relevance is full-text (BM25), fused with meaning when `skills.embeddings` is on (or `semantic`)."""
+    Relevance is full-text (BM25), fused with meaning when `skills.embeddings` is on (or `semantic`).
+    `related`: full-text fused with a search for words mined from the skills (SearchIndex.related);
+    measured by bench/routing_heldout.py, off by default (it did not help on the development set)."""
     names = skills.names(vault.files)
     use_meaning = vault.config.skills.embeddings if semantic is None else semantic
     index = SearchIndex(vault.root)
@@ -43,9 +47,11 @@ def skills_index(vault: Vault, query: str, budget: int, semantic: bool | None = 
         entries = {n: described.get(n, "") for n in names}
         if fits(entries, budget) or not query:
             return select_skills(entries, [], budget)
-        ranked = [h.path.split("/")[1] for h in index.search("skills", query, limit=50)]
+        ranked = [h.path.split("/")[1] for h in index.search("skills", query, limit=200)]
+        if related:
+            ranked = fuse(ranked, ranked, [h.path.split("/")[1] for h in index.search_related(query, limit=200)])
         if use_meaning:  # full-text's few best hits, fused with the ranking by meaning
-            ranked = fuse(ranked[:LEXICAL_TOP], [p.split("/")[1] for p in index.semantic(query)])
+            ranked = fuse(ranked[:LEXICAL_TOP], [p.split("/")[1] for p in index.semantic(query, limit=200)])
     finally:
         index.close()
     return select_skills(entries, ranked, budget)
@@ -55,26 +61,46 @@ def fits(entries: dict[str, str], budget: int) -> bool:
     return sum(len(f"- {n}: {' '.join(d.split())}") + 1 for n, d in entries.items()) - 1 <= budget
 
 
-def select_skills(entries: dict[str, str], ranked: list[str], budget: int) -> SkillsIndex:
-    """Lines `- name: description` within `budget` characters, most relevant (`ranked`) first."""
+def select_skills(entries: dict[str, str], ranked: list[str], budget: int, described_share: float = DESCRIBED_SHARE) -> SkillsIndex:
+    """Lines `- name: description` within `budget` characters, most relevant (`ranked`) first. Past
+    `described_share` of the budget the next relevant skills are named without their description
+    (a name like `docker-management` says enough to open it): a budget that describes ~30 of 1,000
+    skills names ~150 (bench/routing_heldout.py)."""
     names = sorted(entries)
     lines = {n: f"- {n}: {' '.join(entries[n].split())}" for n in names}
     full = "\n".join(lines[n] for n in names)
     if len(full) <= budget:
         return SkillsIndex(full, names, len(names))
     order = [n for n in ranked if n in lines] + [n for n in names if n not in ranked]
-    shown, used = [], 0
+    described, used = [], 0
     for n in order:
         cost = len(lines[n]) + 1
-        if used + cost > budget:
+        if used + cost > budget * described_share:
             if n in ranked:
                 continue  # a long description: try the next relevant one
             break
-        shown.append(n)
+        described.append(n)
         used += cost
-    text = "\n".join(lines[n] for n in shown)
-    text += f"\n({len(names) - len(shown)} more skills not listed: call skill_search with keywords to find them.)"
-    return SkillsIndex(text, shown, len(names))
+    text = "\n".join(lines[n] for n in described)
+    named: list[str] = []
+    also = "\nAlso (skill_view to read one): "
+    done = set(described)
+    rest = [n for n in order if n not in done]
+    used += len(also) - 1
+    for n in rest:
+        cost = len(n) + 2
+        if used + cost > budget:
+            break
+        named.append(n)
+        used += cost
+    if named:
+        text += also + ", ".join(named)
+    shown = described + named
+    text += _MORE.format(len(names) - len(shown))
+    return SkillsIndex(text, shown, len(names), described)
+
+
+_MORE = "\n({} more skills not listed: call skill_search with keywords to find them.)"
 
 
 def system_prompt(vault: Vault, query: str = "", project: str | None = None, extra_skills: list[str] | tuple[str, ...] = ()) -> str:

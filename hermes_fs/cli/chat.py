@@ -8,6 +8,7 @@ terminal: one message (or slash command) per line, each answer printed, so it ca
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable
@@ -200,6 +201,9 @@ class Repl:
             self.close()
 
     def run_terminal(self) -> None:
+        # Ctrl-C interrupts a turn even when the shell that started us ignored SIGINT (a job started
+        # with `&` or nohup inherits SIG_IGN, and Python then installs no KeyboardInterrupt at all)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         history = self._setup_readline()
         self.out(f"session {self.conversation.id} · /help for commands · Ctrl-D to leave")
         try:

@@ -20,6 +20,9 @@ from ..errors import HermesError
 
 _MODEL = None
 _LOCK = threading.Lock()
+CHUNK_WORDS = 60
+BODY_CHUNKS = 12
+BODY_WEIGHT = 1.0  # the best body passage's similarity, added to the description's (chosen on bench/routing_dev.yaml)
 EXTRA = "pip install torch==2.13.0 && pip install 'hermes-fs[embeddings]'"  # the CPU build first (see README)
 
 
@@ -48,10 +51,32 @@ def model():
         return _MODEL
 
 
+DIM = 384  # all-MiniLM-L6-v2
+
+
 def skill_text(name: str, description: str, body: str, body_words: int = 0) -> str:
-    """What a skill is known by: its name in words and its description (words of the body blur it;
-    full-text search covers the body)."""
+    """What a skill is known by: its name in words and its description."""
     return f"{name.replace('-', ' ')}: {description}" + ("\n" + " ".join(body.split()[:body_words]) if body_words else "")
+
+
+def skill_texts(name: str, description: str, body: str) -> list[str]:
+    """The texts a skill is embedded as: name + description first, then its body in passages of
+    about CHUNK_WORDS words, at most BODY_CHUNKS: a request may match one passage of the
+    instructions that the description does not cover."""
+    out, words = [], []
+    for line in body.splitlines():
+        s = line.strip()
+        if not s or s.startswith("```"):
+            continue
+        words += s.split()
+        if len(words) >= CHUNK_WORDS:
+            out.append(" ".join(words))
+            words = []
+        if len(out) >= BODY_CHUNKS:
+            break
+    if words and len(out) < BODY_CHUNKS:
+        out.append(" ".join(words))
+    return [skill_text(name, description, body), *out]
 
 
 def encode(texts: list[str]):
@@ -66,34 +91,45 @@ class SkillVectors:
 
     def __init__(self, db: sqlite3.Connection):
         self.db = db
-        db.execute("CREATE TABLE IF NOT EXISTS vectors(path TEXT PRIMARY KEY, mtime_ns INTEGER, size INTEGER, vec BLOB)")
+        db.execute("CREATE TABLE IF NOT EXISTS skill_vectors(path TEXT PRIMARY KEY, mtime_ns INTEGER, size INTEGER, vec BLOB)")
 
     def refresh(self, current: dict[str, tuple[int, int]], read) -> dict[str, Any]:
-        """path -> vector for every path in `current` ((mtime, size)); `read(path)` gives the text to embed."""
+        """path -> vectors (one row per text) for every path in `current` ((mtime, size)); `read(path)`
+        gives the texts to embed (skill_texts: the description first)."""
         import numpy as np
 
-        known = {p: (m, s, v) for p, m, s, v in self.db.execute("SELECT path, mtime_ns, size, vec FROM vectors")}
+        known = {p: (m, s, v) for p, m, s, v in self.db.execute("SELECT path, mtime_ns, size, vec FROM skill_vectors")}
         stale = [p for p, sig in current.items() if p not in known or known[p][:2] != sig]
         gone = [p for p in known if p not in current]
-        fresh = dict(zip(stale, encode([read(p) for p in stale]), strict=True)) if stale else {}
+        fresh = {}
+        if stale:
+            texts = [read(p) for p in stale]
+            flat = encode([t for ts in texts for t in ts])
+            at = 0
+            for p, ts in zip(stale, texts, strict=True):
+                fresh[p] = flat[at: at + len(ts)]
+                at += len(ts)
         with self.db:
-            self.db.executemany("DELETE FROM vectors WHERE path=?", [(p,) for p in gone + stale])
-            self.db.executemany("INSERT INTO vectors VALUES (?,?,?,?)",
+            self.db.executemany("DELETE FROM skill_vectors WHERE path=?", [(p,) for p in gone + stale])
+            self.db.executemany("INSERT INTO skill_vectors VALUES (?,?,?,?)",
                                 [(p, *current[p], v.tobytes()) for p, v in fresh.items()])
-        out: dict[str, Any] = {p: np.frombuffer(known[p][2], dtype="float32") for p in current if p not in fresh}
+        out: dict[str, Any] = {p: np.frombuffer(known[p][2], dtype="float32").reshape(-1, DIM)
+                               for p in current if p not in fresh}
         out.update(fresh)
         return out
 
 
-def rank(vectors: dict[str, Any], query: str, limit: int = 50) -> list[str]:
-    """Paths by cosine similarity to the query, best first."""
+def rank(vectors: dict[str, Any], query: str, limit: int = 50, body_weight: float = BODY_WEIGHT) -> list[str]:
+    """Paths by similarity to the query, best first: the description's cosine plus `body_weight`
+    times the best body passage's."""
     import numpy as np
 
     if not vectors or not query.strip():
         return []
     paths = list(vectors)
-    matrix = np.stack([vectors[p] for p in paths])
-    scores = matrix @ encode([query])[0]
+    q = encode([query])[0]
+    scores = np.array([float(v[0] @ q) + (body_weight * float((v[1:] @ q).max()) if len(v) > 1 else 0.0)
+                       for v in (vectors[p] for p in paths)])
     return [paths[i] for i in np.argsort(-scores)[:limit]]
 
 

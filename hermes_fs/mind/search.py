@@ -6,6 +6,7 @@ A cache in the DESIGN sense: delete it and it is rebuilt from the files. Each re
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sqlite3
@@ -105,6 +106,59 @@ class SearchIndex:
         ).fetchall()
         return [Hit(p, n, d, s, -score) for p, n, d, s, score in rows]
 
+    def related(self, query: str, per_word: int = 3, most_docs: int = 40) -> list[str]:
+        """Words related to the query's, mined from the skills themselves: for each query word found
+        in a few skills' names or descriptions, the words those skills share most (in at least two of
+        them), weighted by lift (how much more often they come with the word than without). No thesaurus: the library is its own corpus of contexts."""
+        words = [w for w in fts_query(query).split(" OR ") if w]
+        if not words:
+            return []
+        total = max(1, self.count("skills"))
+        out: list[str] = []
+        for word in words:
+            docs = self.db.execute("SELECT name, description FROM fts WHERE fts MATCH ? AND kind='skills' LIMIT ?",
+                                   (f"{{name description}} : {word}", most_docs + 1)).fetchall()
+            if not docs or len(docs) > most_docs:
+                continue  # unknown, or too common to say anything
+            together: dict[str, int] = {}
+            for name, desc in docs:
+                for stem in self._stems(f"{name.replace('-', ' ')} {desc}"):
+                    together[stem] = together.get(stem, 0) + 1
+            own = self._stems(word.strip('"')) | set(out)
+            scored = []
+            for stem, n in together.items():
+                if n < 2 or stem in own or stem in STOPWORDS or len(stem) < 3:
+                    continue
+                share = n / len(docs)  # how often it comes with the word, against how often overall
+                scored.append((share * math.log(share * total / max(1, self._doc_freq(stem))), stem))
+            out += [stem for _score, stem in sorted(scored, reverse=True)[:per_word]]
+        return out
+
+    def _stems(self, text: str) -> set[str]:
+        """Words as the index stems them (porter, via a scratch FTS5 table of the same tokenizer)."""
+        db = self.db
+        db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.scratch USING fts5(x, tokenize='porter unicode61')")
+        db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.scratch_terms USING fts5vocab(temp, scratch, 'row')")
+        db.execute("DELETE FROM scratch")
+        db.execute("INSERT INTO scratch VALUES (?)", (text,))
+        return {t for (t,) in db.execute("SELECT term FROM scratch_terms")}
+
+    def _doc_freq(self, stem: str) -> int:
+        self.db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_terms USING fts5vocab(main, fts, 'row')")
+        row = self.db.execute("SELECT doc FROM fts_terms WHERE term=?", (stem,)).fetchone()
+        return row[0] if row else 0
+
+    def search_related(self, query: str, limit: int = 50) -> list[Hit]:
+        """Skills by the related words of the query (the query's own words left out)."""
+        terms = self.related(query)
+        if not terms:
+            return []
+        match = " OR ".join(f'"{t}"' for t in terms)
+        rows = self.db.execute(
+            "SELECT path, name, description, '', bm25(fts, 0, 0, 10.0, 4.0, 1.0) FROM fts WHERE fts MATCH ? "
+            "AND kind='skills' ORDER BY bm25(fts, 0, 0, 10.0, 4.0, 1.0) LIMIT ?", (match, limit)).fetchall()
+        return [Hit(p, n, d, s, -score) for p, n, d, s, score in rows]
+
     def semantic(self, query: str, limit: int = 50) -> list[str]:
         """Skill paths by meaning (mind/embeddings.py; needs the `embeddings` extra), best first."""
         from . import embeddings
@@ -114,7 +168,7 @@ class SearchIndex:
                 self.db.execute("SELECT path, name, description, body FROM fts WHERE kind='skills'")}
         current = {p: (m, s) for p, m, s in self.db.execute("SELECT path, mtime_ns, size FROM files WHERE kind='skills'")
                    if p in rows}
-        vectors = embeddings.SkillVectors(self.db).refresh(current, lambda p: embeddings.skill_text(*rows[p]))
+        vectors = embeddings.SkillVectors(self.db).refresh(current, lambda p: embeddings.skill_texts(*rows[p]))
         return embeddings.rank(vectors, query, limit)
 
     def count(self, kind: str) -> int:

@@ -585,7 +585,7 @@ class GitStore:
             return new
 
     def integrate(self, theirs: str, message: str, act: Act, resolve: Resolver | None = None,
-                  keep_both: KeepBoth | None = None) -> str | None:
+                  keep_both: KeepBoth | None = None, recheck: Callable[[str], bool] | None = None) -> str | None:
         """Bring another line of main (a fetched remote main) into main: a fast-forward when main
         has nothing of its own, else a merge commit with parents [main, theirs]. Never a rebase:
         published history is not rewritten. Like `merge`, pending human edits in the paths it
@@ -603,7 +603,7 @@ class GitStore:
                 new = theirs
                 candidates = self.changed_paths(ours, theirs)
             else:
-                tree = self.merged_tree(ours, theirs, resolve, keep_both=keep_both)
+                tree = self.merged_tree(ours, theirs, resolve, keep_both=keep_both, recheck=recheck)
                 new = self._commit_tree(tree, [ours, theirs], message, act)
                 candidates = sorted(set(touched) | set(self.changed_paths(ours, new)))
             self._advance_main(ours, new, candidates)
@@ -641,24 +641,42 @@ class GitStore:
             )
 
     def merged_tree(self, ours: str, theirs: str, resolve: Resolver | None = None,
-                    conflict_message: str = "merge would conflict", keep_both: KeepBoth | None = None) -> str:
+                    conflict_message: str = "merge would conflict", keep_both: KeepBoth | None = None,
+                    recheck: Callable[[str], bool] | None = None) -> str:
         """The tree a three-way merge of two commits gives, without touching anything (O(change)).
 
         git's line merge first; the files it leaves conflicted go to `resolve` (a format-aware merge
         from the three blobs). What is still conflicted raises ConflictError with the details, or,
         with `keep_both`, is replaced by the files it returns (never by conflict markers).
+
+        `recheck` names files whose format-aware merge stands even where git's line merge was
+        clean, when both sides changed them: a line merge of two sides that moved the same line
+        to different places keeps it twice without a conflict (memory entries, reordered by merges
+        of merges on several machines); where `resolve` itself conflicts, git's clean merge stands.
         """
         code, out = self._run(
             "merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", ours, theirs, ok=(0, 1)
         )
         tree, *rest = out.split("\0")
-        if code != 1:
+        conflicted = sorted({p for p in rest if p}) if code == 1 else []
+        base = self.merge_base(ours, theirs) if conflicted or recheck else None
+        again = self._changed_on_both(base, ours, theirs, recheck, conflicted) if resolve and recheck else []
+        if not conflicted and not again:
             return tree
-        conflicted = sorted({p for p in rest if p})
         if resolve is None:
             raise ConflictError(conflict_message, conflicted)
-        base = self.merge_base(ours, theirs)
         resolved: dict[str, bytes | None] = {}
+        for path in again:
+            blobs = (self.read_file(base, path) if base else None, self.read_file(ours, path),
+                     self.read_file(theirs, path))
+            try:
+                data = resolve(path, *blobs)
+            except ConflictError:
+                continue
+            if data is not None:
+                resolved[path] = data
+        if not conflicted:
+            return self._build_tree(tree, resolved) or EMPTY_TREE
         unresolved, details = [], []
         for path in conflicted:
             blobs = (self.read_file(base, path) if base else None, self.read_file(ours, path),
@@ -677,6 +695,13 @@ class GitStore:
         if unresolved:
             raise ConflictError(conflict_message, unresolved, details)
         return self._build_tree(tree, resolved) or EMPTY_TREE
+
+    def _changed_on_both(self, base: str | None, ours: str, theirs: str, recheck: Callable[[str], bool],
+                         conflicted: list[str]) -> list[str]:
+        if base is None:
+            return []
+        both = set(self.changed_paths(base, ours)) & set(self.changed_paths(base, theirs))
+        return sorted(p for p in both - set(conflicted) if recheck(p))
 
     def merge_text(self, base: str, ours: str, theirs: str) -> tuple[bool, str]:
         """git's line merge of three texts (`git merge-file`): (clean, merged text with markers if not)."""
