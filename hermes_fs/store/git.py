@@ -774,6 +774,9 @@ class GitStore:
             return []
         restored = []
         head = self.head()
+        if self.rev(j["new"]) is None:  # not in this repository (a foreign or pruned journal)
+            self.journal.unlink(missing_ok=True)
+            return []
         if head != j["new"] and not self.is_ancestor(j["new"], head):  # the merge never landed
             listed = self._ls_paths(j["new"], j["paths"])
             for rel in j["paths"]:
