@@ -1,12 +1,12 @@
 """hermes-fs: a persistent agent whose whole mind is a git repository of Markdown files.
 
-The package is a library first: the CLI (`hermes_fs.cli`), the MCP server
-(`hermes_fs.service.mcp_server`) and the gateway drive the names in `__all__` below, and so can
-any script. The layers beneath them, each importing only downward (docs/architecture.md):
+The package is a library first: the CLI (`hermes_fs.cli`) and the MCP server
+(`hermes_fs.cli.mcp_server`) drive the names in `__all__` below, and so can any script. The layers beneath them, each importing only downward (docs/architecture.md):
 `store` (vault, settings, files, git, provenance, secrets, notify), `mind` (memory, skills,
 sessions, usage, search, job files), `agent` (the loop, model, tools, prompt, sandbox), `learning`
 (one pipeline for refine, learn and curate, review of learned changes, import) and `service`
-(daemon, watcher, inbox, scheduler, cron runner, curator, MCP server).
+(daemon, watcher, inbox, scheduler, cron runner, curator, gateway, sync, web page); the
+MCP server is a front end beside the CLI.
 
 Names load on first use (PEP 562), so `import hermes_fs` — and `hermes-fs --help` — never pays
 for litellm, GitPython or the MCP SDK.

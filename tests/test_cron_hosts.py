@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from gitserver import GitDaemon, Proxy
+from test_cron import FakeClock as Clock
 from test_sync import first_machine, machine
 
 from hermes_fs.errors import InputError
@@ -25,17 +26,6 @@ def server(tmp_path):
     d = GitDaemon(tmp_path / "srv")
     yield d
     d.close()
-
-
-class Clock:
-    def __init__(self, t):
-        self.t = t
-
-    def now(self):
-        return self.t
-
-    def wait(self, event, seconds):
-        return False
 
 
 def every_minute(name: str, host: str | None = None) -> cron.CronJob:

@@ -174,35 +174,17 @@ def test_a_clean_stop_hands_over_at_once(tmp_path, server):
 
 # --- real daemons, one real mailbox -----------------------------------------------------------
 
-def _gateway_state(v) -> dict:
-    try:
-        return json.loads((v.root / ".hermes" / "gateway" / "state.json").read_text())["channels"]["email"]
-    except (OSError, ValueError, KeyError):
-        return {}
-
-
-def test_two_daemons_one_mailbox_kill_the_holder_every_mail_answered_once(tmp_path, server, model_server):
+def two_machines(tmp_path, server, model_server, channel_yaml: str, secrets: str):
+    """Vault a (pushed to the git daemon) and its clone b, both with `remote:`, a 3 s lease and
+    the gateway channel of `channel_yaml`; `secrets` in each machine's .hermes/secrets.env."""
     from model_server import configure_vault
-    from test_email_gateway import AGENT, ME, mail, send
 
-    from tests.mailenv import AUTHSERV, PASSWORD, DkimKey, MailEnv, dovecot_missing
-
-    if dovecot_missing():
-        pytest.skip(dovecot_missing() or "")
     from hermes_fs.service.sync import Syncer, clone_vault
     from hermes_fs.store.provenance import Act
     from hermes_fs.store.vault import init_vault
 
-    keys = {"people.example": DkimKey.make("people.example")}
-    env = MailEnv([AGENT, ME]).start()
-    for k in keys.values():
-        env.zone.add(k)
-    server.bare()
-    procs: list[DaemonProc] = []
-    try:
-        model_server.responder = lambda body: {"content": "re: " + str(body["messages"][-1]["content"]).split("\n\n")[-1]}
-        a = init_vault(tmp_path / "a").vault
-        configure_vault(a.root, model_server, f"""refine:
+    a = init_vault(tmp_path / "a").vault
+    configure_vault(a.root, model_server, f"""refine:
   every_turns: 0
 remote:
   url: {server.url()}
@@ -212,19 +194,46 @@ sync:
   lease_s: 3
 gateway:
   commit_idle_s: 0.2
-  email:
+{channel_yaml}""")
+    a.git.commit_paths(["hermes.yaml"], "test: remote and gateway", Act.person())
+    a.reload_config()
+    assert Syncer(a).round(work=False).pushed
+    b = clone_vault(server.url(), tmp_path / "b")
+    for v in (a, b):
+        v.secrets_env.parent.mkdir(exist_ok=True)
+        v.secrets_env.write_text(secrets)
+        v.secrets_env.chmod(0o600)
+    return a, b
+
+
+def _gateway_state(v) -> dict:
+    try:
+        return json.loads((v.root / ".hermes" / "gateway" / "state.json").read_text())["channels"]["email"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def test_two_daemons_one_mailbox_kill_the_holder_every_mail_answered_once(tmp_path, server, model_server):
+    from test_email_gateway import AGENT, ME, mail, send
+
+    from tests.mailenv import AUTHSERV, PASSWORD, DkimKey, MailEnv, dovecot_missing
+
+    if dovecot_missing():
+        pytest.skip(dovecot_missing() or "")
+    keys = {"people.example": DkimKey.make("people.example")}
+    env = MailEnv([AGENT, ME]).start()
+    for k in keys.values():
+        env.zone.add(k)
+    server.bare()
+    procs: list[DaemonProc] = []
+    try:
+        model_server.responder = lambda body: {"content": "re: " + str(body["messages"][-1]["content"]).split("\n\n")[-1]}
+        a, b = two_machines(tmp_path, server, model_server, f"""  email:
     imap: {{host: 127.0.0.1, port: {env.imap_port}, tls: false, user: {AGENT}, password_env: MAIL_PASSWORD}}
     smtp: {{host: 127.0.0.1, port: {env.smtp_port}, starttls: false, from: {AGENT}}}
     allow: [{ME}]
     authserv_id: {AUTHSERV}
-""")
-        a.git.commit_paths(["hermes.yaml"], "test: remote and e-mail gateway", Act.person())
-        a.reload_config()
-        assert Syncer(a).round(work=False).pushed
-        b = clone_vault(server.url(), tmp_path / "b")
-        for v in (a, b):
-            v.secrets_env.parent.mkdir(exist_ok=True)
-            v.secrets_env.write_text(f"MAIL_PASSWORD={PASSWORD}\n")
+""", f"MAIL_PASSWORD={PASSWORD}\n")
         procs += [DaemonProc(v.root) for v in (a, b)]
         vaults = {"a": a, "b": b}
 

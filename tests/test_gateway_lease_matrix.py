@@ -12,11 +12,8 @@ import pytest
 from conftest import DaemonProc, wait_for
 from gitserver import GitDaemon
 from synapse_server import Person, available
+from test_gateway_lease import two_machines
 from test_gateway_matrix import synapse  # noqa: F401  (the session's Synapse)
-
-from hermes_fs.service.sync import Syncer, clone_vault
-from hermes_fs.store.provenance import Act
-from hermes_fs.store.vault import init_vault
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=available() or "")
 
@@ -30,8 +27,6 @@ def matrix_state(root) -> str | None:
 
 def test_two_daemons_one_matrix_account_kill_the_holder_every_message_answered_once(tmp_path, synapse,  # noqa: F811
                                                                                      model_server):
-    from model_server import configure_vault
-
     server = GitDaemon(tmp_path / "srv")
     server.bare()
     bot = synapse.register("hermeslease", "bot-password")
@@ -41,31 +36,12 @@ def test_two_daemons_one_matrix_account_kill_the_holder_every_message_answered_o
     try:
         model_server.responder = lambda body: {"content": "echo " + [m["content"] for m in body["messages"]
                                                                       if m["role"] == "user"][-1][-40:]}
-        a = init_vault(tmp_path / "a").vault
-        configure_vault(a.root, model_server, f"""refine:
-  every_turns: 0
-remote:
-  url: {server.url()}
-  branch: main
-sync:
-  interval_s: 0.5
-  lease_s: 3
-gateway:
-  commit_idle_s: 0.2
-  matrix:
+        a, b = two_machines(tmp_path, server, model_server, f"""  matrix:
     homeserver: {synapse.url}
     user_id: "{bot}"
     password_env: MATRIX_PASSWORD
     allow: ["{me_id}"]
-""")
-        a.git.commit_paths(["hermes.yaml"], "test: remote and matrix", Act.person())
-        a.reload_config()
-        assert Syncer(a).round(work=False).pushed
-        b = clone_vault(server.url(), tmp_path / "b")
-        for v in (a, b):
-            v.secrets_env.parent.mkdir(exist_ok=True)
-            v.secrets_env.write_text("MATRIX_PASSWORD=bot-password\n")
-            v.secrets_env.chmod(0o600)
+""", "MATRIX_PASSWORD=bot-password\n")
         procs += [DaemonProc(v.root) for v in (a, b)]
         roots = {"a": a.root, "b": b.root}
 

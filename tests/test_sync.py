@@ -256,3 +256,82 @@ def test_a_renewal_the_mirror_has_not_seen_is_not_a_takeover(tmp_path, server):
     assert remote.push([RefUpdate("refs/hermes/claims/cron/x/20261201T090000Z", sha, held.sha)]).ok
     remote.fetch()
     assert [k for k, _ in c.lost_to_takeover()] == ["cron/x/20261201T090000Z"]
+
+
+def test_done_claims_are_pruned_and_a_pruned_due_time_never_runs_again(tmp_path, server):
+    """Claims past their retention leave the remote, each job's newest stays as the high-water
+    mark, and neither a fresh machine's scheduler nor a stale offline catch-up claims a pruned
+    due time again; a request answered long ago is not answered again by a machine still holding it."""
+    from datetime import timedelta
+
+    from hermes_fs.mind.jobs import parse_job
+    from hermes_fs.service.scheduler import catch_up_runs
+    from hermes_fs.service.sync import claim_request, claims_for, request_key
+    from hermes_fs.store.claims import RETENTION_S, cron_key
+
+    a = first_machine(tmp_path, server)
+    (a.root / "inbox" / "ask.md").write_text("---\ntype: run\n---\nSay ok.\n")  # a request pushed by a phone
+    a.git.commit_paths(["inbox/ask.md"], "phone: a request", Act.person())
+    assert Syncer(a).round(work=False).pushed
+    b = machine(tmp_path, server, "b")  # has the request on its main, and never syncs again below
+    ca = claims_for(a)
+    today = datetime.now(UTC).replace(hour=9, minute=0, second=0, microsecond=0)
+    dues = [today - timedelta(days=d) for d in (10, 9, 8)]
+    for due in dues:  # brief ran on three days (long ago), a request was answered, one run is going on
+        assert ca.take(cron_key("brief", due)) == Take.WON
+        ca.finish(cron_key("brief", due))
+    assert ca.take(cron_key("other", dues[0])) == Take.WON  # running: a dead machine's, never pruned
+    assert claim_request(a, "inbox/ask.md")
+    key = request_key(a, "inbox/ask.md")
+    (a.root / "inbox" / "ask.md").unlink()
+    a.git.commit_paths(["inbox/ask.md"], "request answered", Act.sync("a"))
+    Syncer(a, ca).round(work=False)  # main and the done claims go up together
+    remote = Remote(a.root, server.url())
+    assert set(remote.refs("refs/hermes/claims/")) == {f"refs/hermes/claims/{k}" for k in
+                                                       [cron_key("brief", d) for d in dues] + [cron_key("other", dues[0]), key]}
+    remote.fetch()  # what the daemon's round has seen when it prunes
+    assert ca.prune(now=time.time() + RETENTION_S - 60) == []  # not a week old yet
+    pruned = ca.prune(now=time.time() + RETENTION_S + 60)
+    assert sorted(pruned) == sorted([cron_key("brief", dues[0]), cron_key("brief", dues[1]), key])
+    assert set(remote.refs("refs/hermes/claims/")) == {f"refs/hermes/claims/{cron_key('brief', dues[2])}",
+                                                       f"refs/hermes/claims/{cron_key('other', dues[0])}"}
+    # a new machine: no ledger of its own; its scheduler is already past every pruned due time
+    c = machine(tmp_path, server, "c")
+    cc = claims_for(c)
+    Syncer(c, cc).round(work=False)  # its first round
+    assert cc.last("brief") == dues[2]
+    job = parse_job("brief", "---\nschedule: every day at 09:00\ntimezone: UTC\ncatch_up: true\n---\nBrief me.\n", c.config)
+    owed = catch_up_runs([job], cc, datetime.now(UTC))
+    assert all(d.due > dues[2] for d in owed)
+    # and asked outright (a stale catch-up from a machine offline all that time): never claimed
+    assert cc.mark("brief", dues[0]) is False
+    cc.missed = {"brief": dues[1].isoformat()}
+    assert cc.take_missed() == [] and cc.missed == {}
+    assert cron_key("brief", dues[1]) not in {r.removeprefix("refs/hermes/claims/") for r in remote.refs("refs/hermes/claims/")}
+    # B still has the answered request on its main; its claim is gone, the remote's main says it was answered
+    assert claim_request(b, "inbox/ask.md") is False
+    assert f"refs/hermes/claims/{key}" not in remote.refs("refs/hermes/claims/")
+
+
+def test_an_entry_moved_differently_on_two_machines_is_kept_once(tmp_path, server):
+    """Found by the chaos bench (201 duplicated lines): merges of merges reorder memory entries, and
+    where two machines moved the same entry to different places git's line merge is *clean* and
+    keeps it twice. A memory file changed on both sides is merged by entry even then."""
+    a = first_machine(tmp_path, server)
+    p = a.root / "memory/MEMORY.md"
+    head = p.read_text()
+    entries = [f"- Lesson {c}\n" for c in "ABCDEFGH"]
+    p.write_text(head + "".join(entries))
+    a.git.commit_human_edits(["memory/MEMORY.md"])
+    Syncer(a).round(work=False)
+    b = machine(tmp_path, server, "b")
+    p.write_text(head + "".join(entries[1:] + entries[:1]))  # A moved to the end here
+    a.git.commit_human_edits(["memory/MEMORY.md"])
+    q = b.root / "memory/MEMORY.md"
+    q.write_text(head + "".join(entries[1:4] + entries[:1] + entries[4:]))  # and after D there
+    b.git.commit_human_edits(["memory/MEMORY.md"])
+    assert Syncer(a).round(work=False).pushed
+    assert Syncer(b).round(work=False).merged
+    text = q.read_text()
+    assert all(text.count(e) == 1 for e in entries), text
+    assert "<<<<<<<" not in text and conflict_files(b) == []

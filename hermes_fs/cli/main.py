@@ -268,7 +268,7 @@ def sandbox_build_image(tag: str):
 @click.pass_context
 def mcp_serve(ctx: click.Context, http: str | None):
     """Serve this vault over MCP: memory, skills, session search and refine for other agents."""
-    from ..service.mcp_server import serve_http, serve_stdio
+    from .mcp_server import serve_http, serve_stdio
 
     v = _vault(ctx)
     if not http:

@@ -293,9 +293,15 @@ def _line_conflict(path: str) -> EntryConflict:
     return EntryConflict(path, "the same lines", "(edited)", "(edited)")
 
 
+def merges_by_entry(path: str) -> bool:
+    """A memory file: merged by entry, even where git's line merge is clean (a line merge keeps an
+    entry that both sides moved, to different places, twice)."""
+    return path.startswith("memory/") and path.endswith(".md")
+
+
 def merge_file(path: str, base: str, ours: str, theirs: str, line_merge: LineMerge) -> FileMerge | None:
     """The format-aware merge for a vault path, or None when git's line merge is all there is."""
-    if path.startswith("memory/") and path.endswith(".md"):
+    if merges_by_entry(path):
         return merge_memory(path, base, ours, theirs, line_merge)
     if path.startswith("skills/"):
         return merge_skill(path, base, ours, theirs, line_merge)

@@ -15,14 +15,17 @@ One round (`Syncer.round`, run by `hermes-fs sync` once and by the daemon contin
 5. publish and adopt learned branches (`refine/*`, `learn/*`) and rejected changes, three-way
    against what both sides had at the last round (.hermes/sync/refs.json);
 6. claim due times it missed while offline, and list the expired claims of dead machines for the
-   daemon to take over. (The daemon renews its running claims on a timer of their own.)
+   daemon to take over (the daemon renews its running claims on a timer of their own); once an
+   hour, prune the done claims past their retention (store/claims.py, `prunable`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,7 +49,9 @@ log = logging.getLogger("hermes_fs.sync")
 CONFLICT_MARK = ".conflict-"
 CRON_OUTPUTS = "outputs/cron/"
 LEARNED_REFS = ("refs/heads/refine/", "refs/heads/learn/", "refs/heads/curate/", "refs/hermes/rejected/")
-PUSH_TRIES = 4  # a push that lost a race fetches, merges and tries again, this many times per round
+PUSH_TRIES = 8  # a push that lost a race fetches main, merges and tries again, this many times per round
+PUSH_GAP_S = 1.0  # after a push of main, the next round waits this long even if main moved again
+RETRY_PAUSE_S = 0.15  # up to this times the attempt, at random: machines that collided do not collide again
 
 _claims: dict[Path, RefClaims] = {}
 _claims_lock = threading.Lock()
@@ -205,6 +210,7 @@ class Round:
     refs: list[str] = field(default_factory=list)  # learned refs published or adopted
     caught_up: list[tuple[str, datetime]] = field(default_factory=list)  # missed due times now claimed here
     expired: list[ClaimRecord] = field(default_factory=list)  # claims of dead machines
+    pruned: list[str] = field(default_factory=list)  # done claims past their retention, deleted
 
     def line(self) -> str:
         if self.offline:
@@ -234,9 +240,13 @@ class Syncer:
         with self.lock:
             r = Round()
             try:
-                for _attempt in range(PUSH_TRIES):
-                    self._fetch(r)
-                    self._withdraw_lost(r, self.claims.lost_to_takeover())
+                for attempt in range(PUSH_TRIES):
+                    if attempt == 0:
+                        self._fetch(r)
+                        self._withdraw_lost(r, self.claims.lost_to_takeover())
+                    else:  # lost a race for main: only main moved that matters; a short pause, then again
+                        time.sleep(random.uniform(0, RETRY_PAUSE_S * attempt))
+                        self.remote.fetch_ref(self.branch_ref)
                     self._integrate(r)
                     if self._push_main(r):
                         break
@@ -244,6 +254,8 @@ class Syncer:
                 if work:
                     r.caught_up = self.claims.take_missed()
                     r.expired = self.claims.expired()
+                    if self.claims.prune_due():
+                        r.pruned = self.claims.prune()
             except Unreachable as exc:
                 r.offline = str(exc)
             return r
@@ -276,8 +288,8 @@ class Syncer:
         before = self.store.head()
         try:
             message = format_message(f"sync: merge {who}'s main")
-            new = self.store.integrate(theirs, message, Act.sync(self.host),
-                                       resolve=_format_resolver(self.store), keep_both=self._keep_both(r, theirs))
+            new = self.store.integrate(theirs, message, Act.sync(self.host), resolve=_format_resolver(self.store),
+                                       keep_both=self._keep_both(r, theirs), recheck=_merges_by_entry)
         except ConflictError as exc:  # a person is typing in those files: their text wins, try next round
             log.info("sync: not merging now: %s", exc)
             return
@@ -449,7 +461,29 @@ def claim_request(vault: Vault, rel: str) -> bool:
         return True
     from ..store.claims import Take
 
-    return claims_for(vault).take(key) == Take.WON
+    claims = claims_for(vault)
+    if claims.take(key) != Take.WON:
+        return False
+    if _still_asked(vault, claims, rel, key):
+        return True
+    claims.release(key)
+    return False
+
+
+def _still_asked(vault: Vault, claims: RefClaims, rel: str, key: str) -> bool:
+    """Does the remote's main still hold this request? A machine far behind (offline for longer
+    than claims are kept) can hold a request that was answered long ago and whose claim has been
+    pruned; winning the claim then proves nothing, the remote's main does (an answer removes the
+    request in the same atomic push that marks its claim done). Unknown (offline): not now."""
+    branch = "refs/heads/" + (vault.config.remote.branch if vault.config.remote else MAIN)
+    try:
+        main = claims.remote.fetch_ref(branch)
+    except Unreachable:
+        return False
+    if main is None:
+        return False
+    blob = vault.git._git("rev-parse", "-q", "--verify", f"{main}:{rel}", ok=(0, 1, 128)).strip()
+    return bool(blob) and key.removeprefix(INBOX_KEY).startswith(blob[:20] + "-")
 
 
 def _request_done(vault: Vault, key: str, head: str) -> bool:
@@ -468,6 +502,12 @@ def result_of(key: str) -> str | None:
     from .cron_runner import output_path
 
     return output_path(*parsed)
+
+
+def _merges_by_entry(path: str) -> bool:
+    from ..mind.merge import merges_by_entry
+
+    return merges_by_entry(path)
 
 
 def _format_resolver(store: GitStore):
@@ -535,11 +575,16 @@ class SyncService:
 
     def _renew_loop(self) -> None:
         """Running claims are renewed on their own timer (every sixth of their time), never
-        behind a slow round: a live, connected machine never loses a claim it is working on."""
+        behind a slow round: a live, connected machine never loses a claim it is working on. The
+        same timer takes over the claims of dead machines as soon as the last fetch shows them
+        expired: a round that is slow (many machines racing to push main) never delays it."""
         while not self.stopped.wait(self.vault.config.sync.claim_ttl_s * self.syncer.claims.RENEW_EVERY / 2):
             try:
                 for key in self.syncer.claims.renew():
                     self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
+                if self.offline is None:
+                    for rec in self.syncer.claims.expired():
+                        self._take_over(rec)
             except Unreachable:
                 continue  # offline: the claim holds until its expiry
             except Exception:
@@ -549,7 +594,10 @@ class SyncService:
         while not self.stopped.is_set():
             self.wake.clear()
             try:
-                self._after(self.syncer.round())
+                r = self.syncer.round()
+                self._after(r)
+                if r.pushed:  # let the other machines in: back-to-back pushes from one machine make
+                    self.stopped.wait(PUSH_GAP_S)  # every other machine's merge lose the race for main
             except Exception as exc:  # the sync thread never dies: report, wait, try again
                 log.exception("sync: round failed")
                 self.daemon.error(f"sync failed: {type(exc).__name__}: {exc}")
@@ -570,6 +618,8 @@ class SyncService:
             self.daemon.error(f"sync: withdrew {path}: this machine's claim expired while it worked; the other result stands")
         for job, due in r.caught_up:
             self._run(job, due, "missed while offline, nobody ran it")
+        if r.pruned:
+            self.daemon.note(f"sync: pruned {len(r.pruned)} done claim(s) older than a week from the remote")
         for rec in r.expired:
             self._take_over(rec)
 

@@ -14,6 +14,11 @@ One interface, two implementations:
   they expire, and marks one `done` in the same atomic push that publishes the result on main.
   `RefClaims` keeps the local ledger too, so a restart never re-runs what this machine started.
 
+Claims do not pile up on the remote: a `done` cron or inbox claim older than RETENTION_S (a
+week) is pruned by whichever daemon looks first, except each job's newest cron claim, the
+high-water mark every machine's scheduler reads `last` from; and no machine claims a due time
+older than CLAIMABLE_S, so a pruned claim never reads as "nobody ran it" (`prunable`).
+
 Machine-local state (what this machine holds, what it missed while offline) lives in
 `.hermes/sync/claims.json`. Nothing here decides *when* to claim: that is the scheduler's and the
 sync service's.
@@ -46,6 +51,19 @@ CLAIMS = "refs/hermes/claims/"
 LEDGER_NAME = "cron-ledger.json"  # in .hermes/
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 RUNNING, DONE = "running", "done"
+RETENTION_S = 7 * 86400
+"""How long a `done` cron or inbox claim stays on the remote before any machine prunes it. Every
+claim is a ref that each round's `ls-remote` lists, so they must not pile up (a job every five
+minutes makes 2,016 a week); a week is far longer than a partition or a kill, so a claim is never
+pruned while a machine that could still act on it is catching up. Not a hermes.yaml setting:
+DESIGN section 15 has none, and a person gains nothing by tuning it."""
+CLAIMABLE_S = RETENTION_S - 86400
+"""A cron due time older than this is never claimed (and so never run), wherever it comes from: its
+claim may already be pruned (by a machine whose clock runs up to a day ahead), and a missing claim
+must never read as "nobody ran it". A machine offline longer than this reports those due times
+missed and does not catch them up."""
+PRUNE_EVERY_S = 3600.0  # how often a daemon looks for prunable claims (the look itself is local)
+PRUNE_BATCH = 200  # deletions per push (each is two arguments on git's command line)
 
 
 class Claims(Protocol):
@@ -167,6 +185,7 @@ class RefClaims:
         self.missed: dict[str, str] = {}  # job -> the latest due time (ISO) it could not claim, offline
         self._load()
         self.remote_last: dict[str, datetime] = {}
+        self.pruned_at = 0.0  # when this process last pruned claims (see prune_due)
         self.refresh()
 
     # -- persisted state ------------------------------------------------------------------------
@@ -379,6 +398,11 @@ class RefClaims:
         last = self.ledger.last(job)
         if last is not None and due <= last:
             return False
+        if too_old_to_claim(due):
+            log.warning("cron %s due %s: not run, older than claims are kept (its claim may be pruned)",
+                        job, due.isoformat())
+            self.ledger.passed(job, due)
+            return False
         outcome = self.take(cron_key(job, due))
         self.ledger.passed(job, due)
         if outcome == Take.OFFLINE:
@@ -401,6 +425,12 @@ class RefClaims:
         won = []
         for job, due_iso in list(self.missed.items()):
             due = datetime.fromisoformat(due_iso)
+            if too_old_to_claim(due):
+                log.warning("cron %s due %s: missed while offline for too long; not caught up", job, due_iso)
+                with self.lock:
+                    self.missed.pop(job, None)
+                    self._save()
+                continue
             outcome = self.take(cron_key(job, due))
             if outcome == Take.OFFLINE:
                 break
@@ -411,11 +441,68 @@ class RefClaims:
                 won.append((job, due))
         return won
 
+    def prune(self, now: float | None = None) -> list[str]:
+        """Delete the claims `prunable` names from the remote, each with a lease on the exact value
+        seen (a claim that moved meanwhile stays); returns the keys deleted."""
+        now = time.time() if now is None else now
+        old = prunable(self.records(), now)
+        pruned = []
+        for i in range(0, len(old), PRUNE_BATCH):
+            batch = old[i:i + PRUNE_BATCH]
+            result = self.remote.push([RefUpdate(CLAIMS + r.key, None, r.sha) for r in batch], atomic=False)
+            for r in batch:
+                if CLAIMS + r.key in result.accepted:
+                    self.store._git("update-ref", "-d", mirror_of(CLAIMS + r.key), r.sha, ok=(0, 1, 128))
+                    pruned.append(r.key)
+        self.pruned_at = now
+        return pruned
+
+    def prune_due(self, now: float | None = None) -> bool:
+        """Is it time for this process to look for prunable claims again?"""
+        return (time.time() if now is None else now) - self.pruned_at >= PRUNE_EVERY_S
+
     def expired(self, prefix: str = "") -> list[ClaimRecord]:
         """Running claims past their expiry, as of the last fetch: their holder died."""
         now = time.time()
         return [r for r in self.records(prefix) if r.expired(now)
                 and (r.key not in self.held or self.held[r.key].orphan)]
+
+
+def too_old_to_claim(due: datetime, now: float | None = None) -> bool:
+    """A due time whose claim may have been pruned (see CLAIMABLE_S)."""
+    return due.timestamp() < (time.time() if now is None else now) - CLAIMABLE_S
+
+
+def prunable(records: list[ClaimRecord], now: float) -> list[ClaimRecord]:
+    """The claims that may leave the remote: `done` for RETENTION_S, and
+
+    * a cron claim whose due time is that old too and is not its job's newest claim: the newest
+      stays, so every machine's `last` (the ledger's high-water mark, read from the claims) is
+      past every pruned due time and the scheduler never computes one again; a one-shot job thus
+      keeps its single claim;
+    * an inbox claim: its request is gone from main (its removal went up with the `done`), and a
+      machine still holding the request checks the remote's main before answering it
+      (service/sync.py, claim_request).
+
+    Running claims (a dead machine's, to be taken over) and review decisions (one per decision a
+    person makes) are kept."""
+    newest: dict[str, datetime] = {}
+    for r in records:
+        parsed = parse_cron_key(r.key)
+        if parsed and (parsed[0] not in newest or parsed[1] > newest[parsed[0]]):
+            newest[parsed[0]] = parsed[1]
+    out = []
+    for r in records:
+        if r.state != DONE or not r.timestamp or now - r.timestamp < RETENTION_S:
+            continue
+        if r.key.startswith("cron/"):
+            parsed = parse_cron_key(r.key)
+            if parsed is None or now - parsed[1].timestamp() < RETENTION_S or parsed[1] >= newest[parsed[0]]:
+                continue
+        elif not r.key.startswith("inbox/"):
+            continue
+        out.append(r)
+    return out
 
 
 def _parse(key: str, sha: str, timestamp: int, message: str) -> ClaimRecord:
@@ -429,4 +516,5 @@ def _parse(key: str, sha: str, timestamp: int, message: str) -> ClaimRecord:
     return ClaimRecord(key, sha, t.get(HOST, "?"), t.get(CLAIM_STATE, RUNNING), expires, timestamp)
 
 
-__all__ = ["CLAIMS", "MIRROR", "ClaimRecord", "Claims", "Ledger", "RefClaims", "Take", "cron_key"]
+__all__ = ["CLAIMS", "MIRROR", "RETENTION_S", "ClaimRecord", "Claims", "Ledger", "RefClaims", "Take", "cron_key",
+           "prunable", "too_old_to_claim"]

@@ -101,7 +101,8 @@ class ChannelHolder:
         self.progress = progress
         self.on_acquire = on_acquire
         self.on_release = on_release
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()  # one write of the lease at a time (a push may take a while)
+        self.flags = threading.Lock()  # held/active: a release never waits for a hanging push
         self.journal = Journal()
         self.held = False
         self.sha: str | None = None
@@ -114,6 +115,7 @@ class ChannelHolder:
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
         self.starter: threading.Thread | None = None
+        self.guard: threading.Thread | None = None
 
     @property
     def margin(self) -> float:
@@ -123,6 +125,21 @@ class ChannelHolder:
     def start(self) -> None:
         self.thread = threading.Thread(target=self._loop, name=f"lease-{self.lease.name}", daemon=True)
         self.thread.start()
+        self.guard = threading.Thread(target=self._guard_loop, name=f"lease-guard-{self.lease.name}", daemon=True)
+        self.guard.start()
+
+    def _guard_loop(self) -> None:
+        """Stop consuming a margin before the lease runs out unless it was renewed: on a thread of
+        its own, so a push hanging on a dead network never keeps the channel running past it."""
+        while not self.stopped.is_set():
+            deadline = self.expires - self.margin
+            if self.active and self.held and time.time() >= deadline:
+                self.lost = "cut off from the remote past the lease"
+                self.held = False
+                self.wake.set()
+                self._release(self.lost)
+                continue
+            self.stopped.wait(min(0.2, max(0.02, deadline - time.time())) if self.held else 0.2)
 
     def stop(self) -> None:
         """Stop the lease's thread: no more renewals nor takeovers (a held lease stays held until
@@ -131,6 +148,8 @@ class ChannelHolder:
         self.wake.set()
         if self.thread:
             self.thread.join(30)
+        if self.guard:
+            self.guard.join(5)
         if self.starter:
             self.starter.join(90)
 
@@ -212,17 +231,17 @@ class ChannelHolder:
             except NotHeld:
                 pass  # self.lost is set: the loop stops the channel
             except Unreachable:
-                if time.time() > self.expires - self.margin:
-                    self.lost = "cut off from the remote past the lease"
-                return RETRY_S * 2
+                return RETRY_S  # the guard stops the channel if this lasts past the margin
         return self.lease_s / 3
 
     def _release(self, why: str) -> None:
         if self.starter is not None and self.starter is not threading.current_thread():
             self.starter.join(90)  # a channel still starting is stopped once it has started
-        with self.lock:
+        with self.flags:
             was = self.active
-            self.held, self.lost, self.active = False, None, False
+            self.held, self.active = False, False
+            if self.lost == why:
+                self.lost = None
         if was:
             try:
                 self.on_release(why)
@@ -252,6 +271,8 @@ class ChannelHolder:
         while True:
             try:
                 self._write()
+                if not self.held:  # the guard gave the channel up meanwhile: the write came too late
+                    raise NotHeld(f"{self.lease.name}: {self.lost or 'the lease ran out'}")
                 return
             except Unreachable:
                 if time.time() > self.expires - self.margin or self.stopped.is_set():
@@ -314,7 +335,9 @@ def lease_for(vault, account: str) -> RefLease | None:
 
     if remote_url(vault) is None:
         return None
-    return RefLease(vault.git, remote_for(vault), account, host_id(vault.state_dir))
+    remote = remote_for(vault)
+    remote.timeout_s = max(2.0, vault.config.sync.lease_s / 2)  # a lease write slower than that is too late anyway
+    return RefLease(vault.git, remote, account, host_id(vault.state_dir))
 
 
 __all__ = ["DONE", "SENDING", "TAKEN", "ChannelHolder", "Entry", "Journal", "NotHeld"]

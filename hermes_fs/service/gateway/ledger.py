@@ -41,6 +41,8 @@ CREATE TABLE IF NOT EXISTS pair_asked (platform TEXT, sender TEXT, at REAL NOT N
 CREATE TABLE IF NOT EXISTS approved (platform TEXT, sender TEXT, at REAL NOT NULL, PRIMARY KEY (platform, sender));
 CREATE TABLE IF NOT EXISTS pair_failures (at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS cursors (channel TEXT PRIMARY KEY, value TEXT NOT NULL, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS room_lines (
+  event TEXT PRIMARY KEY, room TEXT NOT NULL, sender TEXT NOT NULL, text TEXT NOT NULL, at REAL NOT NULL);
 """
 
 # message states
@@ -306,6 +308,21 @@ class Ledger:
     def set_cursor(self, channel: str, value: str) -> None:
         self._do("INSERT INTO cursors (channel, value, updated) VALUES (?, ?, ?) ON CONFLICT(channel) "
                  "DO UPDATE SET value = excluded.value, updated = excluded.updated", channel, value, time.time())
+
+    # -- a shared room's recent lines (others' text becomes untrusted context) --------------------
+    def add_room_line(self, room: str, event: str, sender: str, text: str, keep: int) -> None:
+        """Remember a line of a shared room (once per event: a replayed batch adds nothing); the
+        room keeps its last `keep` lines, so the context survives a restart without growing."""
+        with self.lock:
+            self.db.execute("INSERT OR IGNORE INTO room_lines (event, room, sender, text, at) VALUES (?, ?, ?, ?, ?)",
+                            (event, room, sender, text, time.time()))
+            self.db.execute("DELETE FROM room_lines WHERE room = ? AND event NOT IN (SELECT event FROM room_lines "
+                            "WHERE room = ? ORDER BY rowid DESC LIMIT ?)", (room, room, keep))
+
+    def room_lines(self, room: str) -> list[tuple[str, str, str]]:
+        """(event, sender, text) of the room's remembered lines, oldest first."""
+        return [tuple(r) for r in self._all("SELECT event, sender, text FROM room_lines WHERE room = ? ORDER BY rowid",
+                                            room)]
 
 
 def ledger_path(state_dir: Path) -> Path:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ...errors import HermesError
@@ -38,7 +37,7 @@ log = logging.getLogger(__name__)
 PLATFORM = "matrix"
 SYNC_TIMEOUT_MS = 30_000
 MAX_BODY_BYTES = 32_000  # a Matrix event is at most 64 KiB; a longer reply is cut with a note
-CONTEXT_LINES = 10  # others' recent lines in a shared room, kept as untrusted context
+CONTEXT_LINES = 10  # a shared room's recent lines kept (in the ledger) for untrusted context
 
 
 def strip_reply_fallback(body: str) -> str:
@@ -60,6 +59,17 @@ def cut(text: str, limit: int = MAX_BODY_BYTES) -> str:
     return kept + f"\n[... cut: {len(data) - limit} more bytes]"
 
 
+def others_since(lines: list[tuple[str, str, str]], sender: str, event: str) -> str | None:
+    """What others said in the room since `sender` last spoke (before `event`: a message re-read
+    after a crash sees what it saw the first time, not the lines after it)."""
+    ids = [e for e, _, _ in lines]
+    if event in ids:
+        lines = lines[: ids.index(event)]
+    mine = [i for i, (_, who, _) in enumerate(lines) if who == sender]
+    since = lines[mine[-1] + 1 :] if mine else lines
+    return "\n".join(f"{who}: {text}" for _, who, text in since) or None
+
+
 class MatrixChannel:
     name = PLATFORM
     idempotent_send = True
@@ -74,7 +84,6 @@ class MatrixChannel:
         self.ready = threading.Event()
         self.failure: str | None = None
         self.stopping = threading.Event()
-        self.context: dict[str, deque[tuple[str, str]]] = {}  # room -> recent (sender, text)
         self.encrypted_noted: set[str] = set()
 
     @property
@@ -308,12 +317,10 @@ class MatrixChannel:
         text = strip_reply_fallback(body) if "m.in_reply_to" in relates and not thread else body
         direct = room is not None and (room.member_count or 0) <= 2
         context = None
-        if not direct:
-            recent = self.context.setdefault(room_id, deque(maxlen=CONTEXT_LINES))
-            others = [f"{who}: {line}" for who, line in recent if who != sender]
-            context = "\n".join(others) or None
-            recent.clear()
-            recent.append((sender, text[:500]))
+        if not direct and self.gateway is not None and self.gateway.ledger is not None:
+            lines = self.gateway.ledger.room_lines(room_id)
+            context = others_since(lines, sender, event_id)
+            self.gateway.ledger.add_room_line(room_id, event_id, sender, text[:500], CONTEXT_LINES)
         origin = Origin(PLATFORM, room_id, sender, event_id, thread if isinstance(thread, str) else None)
         return Inbound(origin, text, direct=direct, context=context)
 

@@ -22,9 +22,8 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer  # this module is loaded only to serve MCP
 from mcp.server.mcpserver.exceptions import ToolError
 
+from .. import Act, Vault
 from ..errors import HermesError
-from ..store.provenance import Act
-from ..store.vault import Vault
 
 TOKEN_NAME = "HERMES_MCP_TOKEN"
 INSTRUCTIONS = ("hermes-fs: a person's curated memory (USER.md, MEMORY.md, projects/) and skills, in a git "
@@ -123,8 +122,8 @@ def build_server(vault: Vault) -> MCPServer:
 
 def refine_transcript(vault: Vault, transcript: str, focus: str | None, client: str) -> str:
     """A client's conversation as a session (source mcp), then a refine of it under the vault's policy."""
-    from ..learning.refine import RefineOptions
-    from ..learning.refine import refine as run_refine
+    from .. import RefineOptions
+    from .. import refine as run_refine
     from ..mind.sessions import Transcript
 
     if not transcript.strip():

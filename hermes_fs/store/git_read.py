@@ -1,0 +1,218 @@
+"""GitStore's reading calls: refs, commits, trees, blobs, diffs, history, what the working tree
+holds. They touch nothing: no ref, no index entry, no file is written.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+
+from ..errors import GitError
+from .git_base import (
+    MAIN,
+    BranchInfo,
+    CommitInfo,
+    GitBase,
+    PathCommit,
+)
+from .provenance import parse_trailers
+
+
+class GitReader(GitBase):
+    # -- reading -----------------------------------------------------------------------------
+    def rev(self, ref: str) -> str | None:
+        out = self._git("rev-parse", "--verify", "-q", f"{ref}^{{commit}}", ok=(0, 1))
+        return out.strip() or None
+
+    def head(self) -> str:
+        sha = self.rev(f"refs/heads/{MAIN}")
+        if not sha:
+            raise GitError(f"branch {MAIN} does not exist in {self.root}")
+        return sha
+
+    @cached_property
+    def repo(self):
+        """GitPython's Repo: its persistent `cat-file --batch` makes many reads cost one process."""
+        import git
+
+        return git.Repo(self.root)
+
+    def read_file(self, commit: str, path: str) -> bytes | None:
+        """A file's bytes at a commit (None if absent), through one persistent `cat-file --batch`:
+        git resolves `commit:path` in C, so wide folders cost nothing extra."""
+        with self._read_lock:  # one cat-file process: one reader at a time
+            try:
+                _sha, kind, _size, data = self.repo.git.get_object_data(f"{commit}:{path}")
+            except ValueError:
+                return None
+        return data if kind == b"blob" else None
+
+    def list_files(self, commit: str, prefix: str = "") -> list[str]:
+        args = ["ls-tree", "-r", "-z", "--name-only", commit]
+        if prefix:
+            args += ["--", prefix]
+        return [p for p in self._git(*args).split("\0") if p]
+
+    def newest_paths(self, prefix: str) -> list[str]:
+        """Files added or changed under `prefix` by the newest commit on main that touched it."""
+        # every parent: a commit another machine made arrives on a merge's second parent
+        out = self._git("log", "-1", "--format=", "--name-only", "--diff-filter=AM", MAIN, "--", prefix)
+        return [p for p in out.splitlines() if p.strip()]
+
+    def changed_paths(self, a: str, b: str) -> list[str]:
+        out = self._git("diff-tree", "-r", "-z", "--no-renames", "--name-only", a, b)
+        return [p for p in out.split("\0") if p]
+
+    def changed_paths_of(self, commits: list[str]) -> dict[str, list[str]]:
+        """Paths each commit changed against its first parent, for many commits in one git call
+        (the pending list of 200 changes costs one process, not 400); remembered per commit id."""
+        todo = [c for c in dict.fromkeys(commits) if c not in self._paths_of]
+        if todo:
+            out = self._git("log", "--no-walk=unsorted", "-z", "--format=%x01%H", "--name-only", "--no-renames",
+                            *todo, "--")
+            for record in out.split("\x01")[1:]:
+                sha, _, rest = record.partition("\0")
+                rest = rest[1:] if rest.startswith("\n") else rest
+                self._paths_of[sha] = [p for p in rest.split("\0") if p]  # a commit never changes: kept
+        return {c: self._paths_of[c] for c in commits if c in self._paths_of}
+
+    def numstat(self, a: str, b: str) -> list[tuple[int, int, str]]:
+        """(added, deleted, path) per changed file; binary files count as one line each way."""
+        rows = []
+        for line in self._git("diff", "--numstat", "--no-renames", a, b).splitlines():
+            added, deleted, path = line.split("\t", 2)
+            rows.append((int(added) if added.isdigit() else 1, int(deleted) if deleted.isdigit() else 1, path))
+        return rows
+
+    def diff(self, a: str, b: str, color: bool = False) -> str:
+        return self._git("diff", "--no-renames", f"--color={'always' if color else 'never'}", a, b)
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        return self._git("merge-base", a, b, ok=(0, 1)).strip() or None
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        code, _ = self._run("merge-base", "--is-ancestor", a, b, ok=(0, 1))
+        return code == 0
+
+    def path_history(self, since: str | None, prefixes: list[str], until: str = MAIN) -> list[PathCommit]:
+        """Non-merge commits after `since` (None: all) up to `until` touching `prefixes`, oldest
+        first, with the paths each added, modified or deleted: one git process, O(those commits)."""
+        span = f"{since}..{until}" if since else until
+        out = self._git("log", "--no-merges", "--reverse", "-z", "--no-renames", "--name-status",
+                        "--format=%x01%H%x00%ct%x00%an <%ae>", span, "--", *prefixes)
+        commits = []
+        for record in out.split("\x01")[1:]:
+            head, _, rest = record.partition("\n")
+            sha, ts, author = head.split("\0", 2)
+            fields = [f for f in rest.lstrip("\n").split("\0") if f]
+            changes = [(fields[i], fields[i + 1]) for i in range(0, len(fields) - 1, 2)]
+            commits.append(PathCommit(sha, int(ts), author.rstrip("\0"), changes))
+        return commits
+
+    def blame_authors(self, commit: str, path: str) -> list[tuple[str, int]]:
+        """(author `Name <email>`, author time) of each line of a file at a commit."""
+        out = self._git("blame", "--line-porcelain", commit, "--", path)
+        lines: list[tuple[str, int]] = []
+        name = mail = ""
+        ts = 0
+        for line in out.split("\n"):
+            if line.startswith("author "):
+                name = line[7:]
+            elif line.startswith("author-mail "):
+                mail = line[12:]
+            elif line.startswith("author-time "):
+                ts = int(line[12:])
+            elif line.startswith("\t"):
+                lines.append((f"{name} {mail}", ts))
+        return lines
+
+    _LOG_FORMAT = "--format=%H%x00%P%x00%an <%ae>%x00%ct%x00%B%x1e"
+
+    def commit_info(self, ref: str) -> CommitInfo:
+        return self._parse_log(self._git("show", "-s", self._LOG_FORMAT, ref))[0]
+
+    def log(self, ref: str = MAIN, grep: str | None = None, first_parent: bool = True, limit: int = 500) -> list[CommitInfo]:
+        """Commits newest first, in one git process (`limit=0`: all of them)."""
+        args = ["log", *([f"-n{limit}"] if limit else []), self._LOG_FORMAT]
+        if first_parent:
+            args.append("--first-parent")
+        if grep:
+            args += ["-E", f"--grep={grep}"]
+        return self._parse_log(self._git(*args, ref, "--"))
+
+    @staticmethod
+    def _parse_log(out: str) -> list[CommitInfo]:
+        commits = []
+        for record in out.split("\x1e"):
+            record = record.lstrip("\n")
+            if not record:
+                continue
+            sha, parents, author, ts, message = record.split("\0", 4)
+            lines = message.strip().split("\n", 1)
+            commits.append(CommitInfo(sha, parents.split(), author, int(ts), lines[0],
+                                      lines[1].strip() if len(lines) > 1 else "", parse_trailers(message)))
+        return commits
+
+    def branches(self, *prefixes: str) -> list[BranchInfo]:
+        """Branches under refs/heads/<prefix> (e.g. 'refine/'; several prefixes: one git call), newest first."""
+        return self._refs([f"refs/heads/{p}" for p in prefixes], "refs/heads/")
+
+    def rejected(self) -> list[BranchInfo]:
+        return self._refs("refs/hermes/rejected/", "refs/hermes/rejected/")
+
+    def _refs(self, patterns: str | list[str], strip: str) -> list[BranchInfo]:
+        fmt = "%(refname)%00%(objectname)%00%(committerdate:unix)%00%(contents:subject)"
+        out = self._git("for-each-ref", "--sort=-committerdate", f"--format={fmt}",
+                        *([patterns] if isinstance(patterns, str) else patterns))
+        result = []
+        for line in out.splitlines():
+            ref, sha, ts, subject = line.split("\0", 3)
+            result.append(BranchInfo(ref[len(strip) :], sha, int(ts or 0), subject))
+        return result
+
+    def dirty_paths(self, paths: list[str] | None = None) -> list[str]:
+        """Paths whose working-tree content differs from main (edits, new files, deletions).
+
+        With `paths`, compares bytes against main's blobs directly: no index read, no tree walk, so
+        it costs the same on a 100-file vault as on a 100,000-file one. Without, asks `git status`.
+        """
+        if paths is not None:
+            head = self.head()
+            return sorted(p for p in set(paths) if self._disk_bytes(p) != self.read_file(head, p))
+        out = self._git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+        return sorted({entry[3:] for entry in out.split("\0") if len(entry) > 3})
+
+    def changed_under(self, prefix: str) -> list[str]:
+        """Modified, deleted or untracked (not ignored) files below a folder, without a full status."""
+        out = self._git("ls-files", "-z", "-m", "-d", "-o", "--exclude-standard", "--", prefix)
+        return sorted({p for p in out.split("\0") if p})
+
+    def _disk_entry(self, rel: str) -> tuple[str, bytes] | None:
+        """(mode, bytes) of a working-tree file as git would store it; None if absent."""
+        p = self.root / rel
+        if p.is_symlink():
+            return "120000", os.readlink(p).encode("utf-8", "surrogateescape")
+        if not p.is_file():
+            return None
+        return ("100755" if os.access(p, os.X_OK) else "100644"), p.read_bytes()
+
+    def _disk_bytes(self, rel: str) -> bytes | None:
+        entry = self._disk_entry(rel)
+        return entry[1] if entry else None
+
+    def message(self, ref: str) -> str:
+        """A commit's whole message, trailers included."""
+        return self._git("show", "-s", "--format=%B", ref)
+
+    def _ls_paths(self, commit: str, paths: list[str]) -> dict[str, tuple[str, str]]:
+        """path -> (mode, blob id) at `commit` for those of `paths` that are files there; one git call."""
+        if not paths:
+            return {}
+        found = {}
+        for item in self._git("ls-tree", "-z", commit, "--", *[f":(literal){p}" for p in paths]).split("\0"):
+            if item:
+                meta, path = item.split("\t", 1)
+                mode, kind, sha = meta.split()
+                if kind == "blob":
+                    found[path] = (mode, sha)
+        return found

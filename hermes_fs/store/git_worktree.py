@@ -1,0 +1,119 @@
+"""GitStore's calls that make the index and the working tree show a commit at given paths, file by
+file (compare-and-swap against what a person may have typed), and put back what a killed merge
+left (its journal). Callers hold the vault lock; main does not move here.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import ConflictError, GitError
+from .files import atomic_write, prune_empty_dirs, swap_if_unchanged, symlink_on_path
+from .git_base import ZERO
+from .git_objects import GitObjects
+
+
+class GitWorktree(GitObjects):
+    def _stage(self, blobs: dict[str, str], deleted: list[str], modes: dict[str, str]) -> None:
+        """Put committed blobs in the index (and drop deleted paths) without touching other entries."""
+        lines = [f"{modes.get(p, '100644')} {sha}\t{p}" for p, sha in blobs.items()]
+        lines += [f"0 {ZERO}\t{p}" for p in deleted]
+        if lines:
+            self._git("update-index", "-z", "--index-info", input="\0".join(lines) + "\0")
+
+    def recover_interrupted_merge(self) -> list[str]:
+        """After a merge was killed between writing files and moving main: put back the files it
+        wrote (where they still hold exactly what it wrote), so the branch's text is never
+        committed as a person's edit. Returns the paths put back.
+
+        Every commit of working-tree state (`commit_paths`, `commit_all`, `commit_human_edits`,
+        and the merges through the last) runs this first, under the lock: a commit that moved main
+        before it (the daemon's restart saving interrupted transcripts did) used to make it skip
+        the files, and the merge's half-written text was then committed as a person's edit."""
+        try:
+            j = json.loads(self.journal.read_text())
+        except (OSError, ValueError):
+            return []
+        restored = []
+        head = self.head()
+        if self.rev(j["new"]) is None:  # not in this repository (a foreign or pruned journal)
+            self.journal.unlink(missing_ok=True)
+            return []
+        if head != j["new"] and not self.is_ancestor(j["new"], head):  # the merge never landed
+            listed = self._ls_paths(j["new"], j["paths"])
+            for rel in j["paths"]:
+                disk = self._disk_bytes(rel)
+                wrote = self.read_file(j["new"], rel) if rel in listed else None
+                if disk == wrote:
+                    restored.append(rel)
+            self._write_tree(head, restored)
+            self._stage_from(head, j["paths"])
+        self.journal.unlink(missing_ok=True)
+        return restored
+
+    def _write_tree(self, commit: str, paths: list[str]) -> None:
+        """The working tree shows `commit` at `paths` (the index is left alone)."""
+        listed = self._ls_paths(commit, paths)
+        for rel in paths:
+            self._refuse_symlinked_parent(rel)
+            target = self.root / rel
+            if rel not in listed:
+                target.unlink(missing_ok=True)
+                prune_empty_dirs(target.parent, self.root)
+            else:
+                data = self.read_file(commit, rel)
+                assert data is not None, f"{commit}:{rel} listed but unreadable"
+                atomic_write(target, data, mode=0o755 if listed[rel][0] == "100755" else None)
+
+    def _stage_from(self, commit: str, paths: list[str]) -> None:
+        """The index shows `commit` at `paths` (the working tree is left alone)."""
+        listed = self._ls_paths(commit, paths)
+        self._stage({p: sha for p, (_m, sha) in listed.items()}, [p for p in paths if p not in listed],
+                    {p: m for p, (m, _sha) in listed.items()})
+
+    def _write_paths(self, commit: str, paths: list[str], expect: str | None = None) -> None:
+        """Make the working tree and the index show `commit` at `paths` (and nowhere else).
+
+        With `expect`, each file is compared with its bytes at `expect` right before it is replaced
+        (compare-and-swap, file by file): a keystroke that landed after the merge's check is never
+        overwritten; the files already written are put back and the merge is refused. No file is
+        written through a symlinked folder.
+        """
+        blobs, modes, deleted = {}, {}, []
+        done: list[str] = []
+        listed = self._ls_paths(commit, paths)
+        for rel in paths:
+            target = self.root / rel
+            self._refuse_symlinked_parent(rel)
+            entry = listed.get(rel)
+            data = None
+            if entry is not None:
+                data = self.read_file(commit, rel)
+                assert data is not None, f"{commit}:{rel} listed but unreadable"
+            file_mode = 0o755 if entry is not None and entry[0] == "100755" else None
+            if expect is not None and not target.is_symlink():
+                # compare and swap in one step that also catches a write landing during the swap
+                if not swap_if_unchanged(target, data, self.read_file(expect, rel), file_mode):
+                    self._write_paths(expect, done)
+                    raise ConflictError("a person changed this file while merging; nothing changed", [rel])
+            else:
+                if expect is not None and self._disk_bytes(rel) != self.read_file(expect, rel):
+                    self._write_paths(expect, done)
+                    raise ConflictError("a person changed this file while merging; nothing changed", [rel])
+                if data is None:
+                    target.unlink(missing_ok=True)
+                else:
+                    atomic_write(target, data, mode=file_mode)
+            if entry is None:
+                deleted.append(rel)
+                prune_empty_dirs(target.parent, self.root)
+            else:
+                blobs[rel], modes[rel] = entry[1], entry[0]
+            done.append(rel)
+        self._stage(blobs, deleted, modes)
+
+    def _refuse_symlinked_parent(self, rel: str) -> None:
+        link = symlink_on_path(self.root, rel)
+        if link is not None:
+            raise GitError(f"{link.relative_to(self.root)}/ is a symlink; hermes-fs does not write through it "
+                           f"(it could point outside the vault): {rel}")
