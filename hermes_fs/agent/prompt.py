@@ -36,7 +36,8 @@ def skills_index(vault: Vault, query: str, budget: int, semantic: bool | None = 
     """All skills if they fit the budget; otherwise the most relevant first, then a pointer to search.
     Relevance is full-text (BM25), fused with meaning when `skills.embeddings` is on (or `semantic`).
     `related`: full-text fused with a search for words mined from the skills (SearchIndex.related);
-    measured by bench/routing_heldout.py, off by default (it did not help on the development set)."""
+    measured by bench/routing_heldout.py, off by default (it named more needed skills on the development
+    set but pushed exact full-text hits down)."""
     names = skills.names(vault.files)
     use_meaning = vault.config.skills.embeddings if semantic is None else semantic
     index = SearchIndex(vault.root)
