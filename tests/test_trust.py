@@ -267,19 +267,25 @@ def test_agent_write_never_overwrites_an_uncommitted_secret_edit(agent_vault, mo
 
 
 # 14. an interrupted merge is rolled back, and the daemon waits out a person's git ---------------
-def test_interrupted_merge_is_rolled_back_not_committed_as_a_human_edit(vault):
+def interrupted_merge(vault) -> bytes:
+    """What a kill -9 between writing a merge's files and moving main leaves behind: the journal
+    and the merged text in the working tree. Returns the file's text before the merge."""
     store = vault.git
     base = store.head()
     old = store.read_file(base, USER)
     tip = store.commit_overlay(base, "refine/20261130-000000-a", {USER: old + b"- learned\n"}, "a", Act.learned())
     merged = store._commit_tree(store.merged_tree(base, tip), [base, tip], "merge", Act.person())
-    # what a kill -9 between writing the files and moving main leaves behind
     store.journal.write_text(json.dumps({"old": base, "new": merged, "paths": [USER]}))
     (vault.root / USER).write_bytes(old + b"- learned\n")
+    return old
+
+
+def test_interrupted_merge_is_rolled_back_not_committed_as_a_human_edit(vault):
+    store = vault.git
+    old = interrupted_merge(vault)
     result = store.commit_human_edits()
     assert result.sha is None and (vault.root / USER).read_bytes() == old
     assert not store.journal.exists() and git(vault, "status", "--porcelain") == ""
-
 
 
 def test_interrupted_merge_is_rolled_back_even_when_another_commit_comes_first(vault):
@@ -288,12 +294,7 @@ def test_interrupted_merge_is_rolled_back_even_when_another_commit_comes_first(v
     and the recovery then skipped the files (main was no longer the merge's `old`), so the merge's
     half-written text went in as a person's edit and the next merge kept it as a conflict."""
     store = vault.git
-    base = store.head()
-    old = store.read_file(base, USER)
-    tip = store.commit_overlay(base, "refine/20261130-000000-a", {USER: old + b"- learned\n"}, "a", Act.learned())
-    merged = store._commit_tree(store.merged_tree(base, tip), [base, tip], "merge", Act.person())
-    store.journal.write_text(json.dumps({"old": base, "new": merged, "paths": [USER]}))
-    (vault.root / USER).write_bytes(old + b"- learned\n")
+    old = interrupted_merge(vault)
     (vault.root / "sessions").mkdir(exist_ok=True)
     (vault.root / "sessions" / "cut-short.md").write_text("a transcript cut short\n")
     store.commit_paths(["sessions/cut-short.md"], "session: saved after an interruption", Act.recovered())
