@@ -17,7 +17,7 @@ from ..errors import HermesError, InputError
 from ..mind.jobs import CronJob
 from ..store.docs import dump_doc, parse_doc
 from ..store.edit import Edit, Staged, edit
-from ..store.files import DiskFiles, atomic_write
+from ..store.files import atomic_write
 from ..store.notify import Delivery
 from ..store.provenance import Act
 from ..store.secrets import redact
@@ -167,7 +167,7 @@ def disable_job(vault: Vault, job: CronJob) -> Edit[None] | None:
         if data is not None:
             files.write(job.path, disabled(data.decode("utf-8"), job.path).encode("utf-8"))
 
-    return edit(DiskFiles(vault.root), vault.git.lock, change)
+    return edit(vault.files, vault.git.lock, change)
 
 
 def disabled(text: str, rel: str) -> str:
