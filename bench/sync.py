@@ -399,8 +399,20 @@ def check(machines: list[Machine], git: GitDaemon, schedule, written, seen, even
 
 
 def main() -> dict:
-    quick = "--quick" in sys.argv
-    result = run(duration_s=60 if quick else 180, jobs=20 if quick else 100, requests=40 if quick else 200)
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="60 s, 20 jobs, 40 requests")
+    ap.add_argument("--duration", type=float, help="seconds of chaos (default 180)")
+    ap.add_argument("--jobs", type=int)
+    ap.add_argument("--requests", type=int)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--work", type=Path, help="keep the vaults, remote and daemon logs here (for diagnosis)")
+    args = ap.parse_args()
+    result = run(duration_s=args.duration or (60 if args.quick else 180),
+                 jobs=args.jobs if args.jobs is not None else (20 if args.quick else 100),
+                 requests=args.requests if args.requests is not None else (40 if args.quick else 200),
+                 seed=args.seed, work=args.work)
     print(json.dumps(result, indent=2))
     write_results("sync", result)
     return result

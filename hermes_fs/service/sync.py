@@ -519,6 +519,30 @@ def _format_resolver(store: GitStore):
 __all__ = ["Round", "Syncer", "beside", "claims_for", "conflict_files", "format_message", "remote_for"]
 
 
+READS = ("opened", "closed_no_write")  # watchdog's events for a file only read
+
+
+def watch_main(root: Path, poke: Callable[[], None]) -> Any:
+    """A started watchdog Observer calling `poke` whenever main moves (git writes main.lock and
+    renames it). Not when main is only read: every git command opens the ref, so a round (dozens
+    of git calls) poked on reads would start the next at once, for ever — the sync thread spun
+    at a third of a core per idle daemon, and three of them saturated this 2-core machine."""
+    from watchdog.events import FileSystemEventHandler
+    from watchdog.observers import Observer
+
+    class MainMoved(FileSystemEventHandler):
+        def on_any_event(self, event) -> None:
+            if event.event_type in READS or event.is_directory:
+                return
+            if PurePosixPath(str(getattr(event, "dest_path", "") or event.src_path)).name == MAIN:
+                poke()
+
+    observer = Observer()
+    observer.schedule(MainMoved(), str(root / ".git" / "refs" / "heads"), recursive=False)
+    observer.start()
+    return observer
+
+
 class SyncService:
     """The daemon's continuous sync (a DaemonService): a round as soon as main moves here (so
     this machine's commits go up at once) and every `sync.interval_s` (one cheap ls-remote), so
@@ -543,20 +567,7 @@ class SyncService:
         self.wake.set()
 
     def start(self) -> None:
-        from watchdog.events import FileSystemEventHandler
-        from watchdog.observers import Observer
-
-        poke = self.poke
-
-        class MainMoved(FileSystemEventHandler):
-            def on_any_event(self, event) -> None:
-                if PurePosixPath(str(getattr(event, "dest_path", "") or event.src_path)).name == MAIN:
-                    poke()
-
-        observer = Observer()
-        observer.schedule(MainMoved(), str(self.vault.root / ".git" / "refs" / "heads"), recursive=False)
-        observer.start()
-        self.observer = observer
+        self.observer = watch_main(self.vault.root, self.poke)
         self.thread = threading.Thread(target=self._loop, name="sync", daemon=True)
         self.thread.start()
         self.renewer = threading.Thread(target=self._renew_loop, name="sync-renew", daemon=True)
