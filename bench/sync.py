@@ -307,6 +307,10 @@ def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_
     for m in machines:
         m.stop()
     result = check(machines, git, schedule, written, seen, events, requests, healed, ttl_s)
+    if not tmp:  # a kept work folder also keeps what happened to each line, for diagnosis
+        (work / "records.json").write_text(json.dumps({
+            "t0": t0, "healed": healed, "written": written, "seen": seen,
+            "kills": events.kills, "cuts": events.cuts}, indent=1))
     result.update(duration_s=duration_s, interval_s=interval_s, claim_ttl_s=ttl_s, seed=seed,
                   kills=len(events.kills), partitions=len(events.cuts),
                   lines_everywhere_after_heal_s=round(lines_s, 1) if lines_s is not None else None,

@@ -45,13 +45,29 @@ from ..store.vault import Vault
 from .host import DaemonHost
 
 log = logging.getLogger("hermes_fs.sync")
+import os as _os
+_TRACE = bool(_os.environ.get("HERMES_SYNC_TRACE"))
+
+
+def _trace(msg, *a):
+    if _TRACE:
+        log.info("TRACE " + msg, *a)
 
 CONFLICT_MARK = ".conflict-"
 CRON_OUTPUTS = "outputs/cron/"
 LEARNED_REFS = ("refs/heads/refine/", "refs/heads/learn/", "refs/heads/curate/", "refs/hermes/rejected/")
 PUSH_TRIES = 8  # a push that lost a race fetches main, merges and tries again, this many times per round
 PUSH_GAP_S = 1.0  # after a push of main, the next round waits this long even if main moved again
-RETRY_PAUSE_S = 0.15  # up to this times the attempt, at random: machines that collided do not collide again
+
+
+def retry_pause(attempt: int, last_s: float) -> float:
+    """How long a machine that lost the race for main waits before its next attempt: at random
+    within the time its last attempt took (fetch, merge, push), twice that from the third on.
+    The machines that collided were all inside that window at once; spread over it, they seldom
+    collide again, and the loser's merge does not take the CPU the winner's push needs. (A fixed
+    0.15 s pause was far shorter than an attempt on a loaded machine, 0.5-2 s: the losers
+    collided again and again, up to 8 attempts and 15 s a round.)"""
+    return random.uniform(0, max(last_s, 0.05) * min(attempt, 2))
 
 _claims: dict[Path, RefClaims] = {}
 _claims_lock = threading.Lock()
@@ -239,16 +255,23 @@ class Syncer:
         machines' claims, for the caller to run."""
         with self.lock:
             r = Round()
+            _ts = time.time()
             try:
+                took = 0.0  # how long the last attempt took: the window in which machines collide
                 for attempt in range(PUSH_TRIES):
+                    started = time.time()
                     if attempt == 0:
                         self._fetch(r)
                         self._withdraw_lost(r, self.claims.lost_to_takeover())
-                    else:  # lost a race for main: only main moved that matters; a short pause, then again
-                        time.sleep(random.uniform(0, RETRY_PAUSE_S * attempt))
+                    else:  # lost a race for main: only main moved that matters; a pause, then again
+                        time.sleep(retry_pause(attempt, took))
+                        started = time.time()
                         self.remote.fetch_ref(self.branch_ref)
                     self._integrate(r)
-                    if self._push_main(r):
+                    pushed = self._push_main(r)
+                    took = time.time() - started
+                    _trace("attempt %d took %.2f ok=%s", attempt, took, pushed)
+                    if pushed:
                         break
                 self._sync_learned(r)
                 if work:
@@ -258,6 +281,8 @@ class Syncer:
                         r.pruned = self.claims.prune()
             except Unreachable as exc:
                 r.offline = str(exc)
+            _trace("round %.3f %.2fs fetched=%s merged=%s pushed=%s offline=%s", _ts, time.time() - _ts, r.fetched,
+                   bool(r.merged), r.pushed, bool(r.offline))
             return r
 
     def _fetch(self, r: Round) -> None:
@@ -272,8 +297,8 @@ class Syncer:
     def _unmirror(ref: str) -> str:
         return "refs/" + ref.removeprefix(MIRROR)
 
-    def _refs(self, prefix: str) -> dict[str, str]:
-        out = self.store._git("for-each-ref", "--format=%(objectname) %(refname)", prefix)
+    def _refs(self, *prefixes: str) -> dict[str, str]:
+        out = self.store._git("for-each-ref", "--format=%(objectname) %(refname)", *prefixes)
         found = {}
         for line in out.splitlines():
             sha, _, ref = line.partition(" ")
@@ -291,6 +316,7 @@ class Syncer:
             new = self.store.integrate(theirs, message, Act.sync(self.host), resolve=_format_resolver(self.store),
                                        keep_both=self._keep_both(r, theirs), recheck=_merges_by_entry)
         except ConflictError as exc:  # a person is typing in those files: their text wins, try next round
+            _trace("integrate refused")
             log.info("sync: not merging now: %s", exc)
             return
         except GitError as exc:
@@ -356,6 +382,7 @@ class Syncer:
             if not updates:
                 return True
             result = self.remote.push(updates)
+            _trace("push %s rejected %s", [u.ref[-30:] for u in updates], result.rejected)
             lost = self.claims.settle(result.accepted, [ref for ref, why in result.rejected.items() if "stale" in why])
         if result.ok:
             r.pushed = r.pushed or self.branch_ref in result.accepted
@@ -384,11 +411,7 @@ class Syncer:
     # -- learned branches and rejected changes ---------------------------------------------------
     def _sync_learned(self, r: Round) -> None:
         base = self._load_base()
-        local: dict[str, str] = {}
-        mirror: dict[str, str] = {}
-        for prefix in LEARNED_REFS:
-            local.update(self._refs(prefix))
-            mirror.update({self._unmirror(k): v for k, v in self._refs(mirror_of(prefix)).items()})
+        local, mirror = self._learned_refs()
         updates = []
         for ref in sorted(set(local) | set(mirror) | set(base)):
             here, there, was = local.get(ref), mirror.get(ref), base.get(ref)
@@ -407,10 +430,20 @@ class Syncer:
             r.refs += result.accepted
             if result.accepted:
                 self.remote.fetch(*LEARNED_REFS)
-        agreed = {}
-        for prefix in LEARNED_REFS:
-            agreed.update({self._unmirror(k): v for k, v in self._refs(mirror_of(prefix)).items()})
-        atomic_write(self.refs_path, json.dumps(agreed, indent=1))
+        agreed = self._learned_refs()[1] if updates else mirror
+        if agreed != base:
+            atomic_write(self.refs_path, json.dumps(agreed, indent=1))
+
+    def _learned_refs(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(local, mirrored) learned refs, both by their name on the remote, in one git call: a
+        round runs every second or so on each machine, and each git call counts."""
+        local, mirror = {}, {}
+        for ref, sha in self._refs(*LEARNED_REFS, *map(mirror_of, LEARNED_REFS)).items():
+            if ref.startswith(MIRROR):
+                mirror[self._unmirror(ref)] = sha
+            else:
+                local[ref] = sha
+        return local, mirror
 
     def _load_base(self) -> dict[str, str]:
         try:
