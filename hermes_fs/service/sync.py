@@ -45,13 +45,6 @@ from ..store.vault import Vault
 from .host import DaemonHost
 
 log = logging.getLogger("hermes_fs.sync")
-import os as _os
-_TRACE = bool(_os.environ.get("HERMES_SYNC_TRACE"))
-
-
-def _trace(msg, *a):
-    if _TRACE:
-        log.info("TRACE " + msg, *a)
 
 CONFLICT_MARK = ".conflict-"
 CRON_OUTPUTS = "outputs/cron/"
@@ -255,7 +248,7 @@ class Syncer:
         machines' claims, for the caller to run."""
         with self.lock:
             r = Round()
-            _ts = time.time()
+            began = time.time()
             try:
                 took = 0.0  # how long the last attempt took: the window in which machines collide
                 for attempt in range(PUSH_TRIES):
@@ -270,7 +263,7 @@ class Syncer:
                     self._integrate(r)
                     pushed = self._push_main(r)
                     took = time.time() - started
-                    _trace("attempt %d took %.2f ok=%s", attempt, took, pushed)
+                    log.debug("sync: attempt %d took %.2f s, pushed: %s", attempt, took, pushed)
                     if pushed:
                         break
                 self._sync_learned(r)
@@ -281,8 +274,7 @@ class Syncer:
                         r.pruned = self.claims.prune()
             except Unreachable as exc:
                 r.offline = str(exc)
-            _trace("round %.3f %.2fs fetched=%s merged=%s pushed=%s offline=%s", _ts, time.time() - _ts, r.fetched,
-                   bool(r.merged), r.pushed, bool(r.offline))
+            log.debug("sync: round of %.2f s: %s", time.time() - began, r.line())
             return r
 
     def _fetch(self, r: Round) -> None:
@@ -316,7 +308,6 @@ class Syncer:
             new = self.store.integrate(theirs, message, Act.sync(self.host), resolve=_format_resolver(self.store),
                                        keep_both=self._keep_both(r, theirs), recheck=_merges_by_entry)
         except ConflictError as exc:  # a person is typing in those files: their text wins, try next round
-            _trace("integrate refused")
             log.info("sync: not merging now: %s", exc)
             return
         except GitError as exc:
@@ -382,7 +373,6 @@ class Syncer:
             if not updates:
                 return True
             result = self.remote.push(updates)
-            _trace("push %s rejected %s", [u.ref[-30:] for u in updates], result.rejected)
             lost = self.claims.settle(result.accepted, [ref for ref, why in result.rejected.items() if "stale" in why])
         if result.ok:
             r.pushed = r.pushed or self.branch_ref in result.accepted
