@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from ..errors import HermesError
 from ..store.config import CONFIG_NAME
@@ -118,7 +118,7 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         self.warm: WarmServer | None = None
         self.services: list = []  # DaemonService objects started by _start_services
-        self._log_stream = None  # daemon.log, once open: faulthandler writes stacks there
+        self._log_stream: TextIO | None = None  # daemon.log, once open: faulthandler writes stacks there
 
     def note(self, message: str) -> None:
         self.state.note(message)
@@ -170,8 +170,8 @@ class Daemon:
         self.log.setLevel(logging.INFO)
         # `kill -USR1 <pid>` writes what every thread is doing to daemon.log (the daemon goes on);
         # a file of its own, open until the end, as faulthandler writes to its descriptor later
-        self._log_stream = open(self.vault.state_dir / "daemon.log", "a")  # noqa: SIM115
-        faulthandler.register(signal.SIGUSR1, file=self._log_stream, all_threads=True)
+        self._log_stream = stream = open(self.vault.state_dir / "daemon.log", "a")  # noqa: SIM115
+        faulthandler.register(signal.SIGUSR1, file=stream, all_threads=True)
 
     def _recover(self) -> None:
         """After a crash: drop a stale git index lock, commit what was left, re-queue claimed requests."""
