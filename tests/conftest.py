@@ -133,9 +133,13 @@ def wait_for(pred, timeout=30.0, interval=0.05):
 class DaemonProc:
     def __init__(self, root: Path, debounce=0.5, env: dict | None = None):
         self.root = root
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hermes_fs", "--vault", str(root), "daemon", "--debounce", str(debounce)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        # stdout and stderr go to a file beside the vault, never to a pipe nobody reads: a daemon
+        # that fills a pipe's 64 KiB blocks on its next write (a log line, a warning) and never stops.
+        self.console = root.parent / f"daemon-console-{time.time_ns()}.log"
+        with open(self.console, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "hermes_fs", "--vault", str(root), "daemon", "--debounce", str(debounce)],
+                stdout=out, stderr=subprocess.STDOUT, env=env)
         assert wait_for(self.started, 30), self.output()
 
     def started(self) -> bool:
@@ -151,12 +155,26 @@ class DaemonProc:
             return {}
 
     def output(self) -> str:
-        return (self.root / ".hermes" / "daemon.log").read_text() if (self.root / ".hermes" / "daemon.log").exists() else ""
+        """daemon.log, then what the process wrote to its console (tracebacks of a crash)."""
+        log = self.root / ".hermes" / "daemon.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        console = self.console.read_text(errors="replace") if self.console.exists() else ""
+        return f"{text}\n--- console ---\n{console}"
 
-    def stop(self, sig=signal.SIGTERM) -> int:
+    def stop(self, sig=signal.SIGTERM, timeout: float = 60) -> int:
+        """Signal the daemon and wait for it; one that does not stop fails with every thread's
+        stack (the daemon writes them to daemon.log on SIGUSR1) and is then killed."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        return self.proc.wait(60)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"the daemon did not stop within {timeout} s of signal {sig}:\n"
+                                 + self.output()[-20000:]) from None
 
 
 @pytest.fixture

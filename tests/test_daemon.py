@@ -122,6 +122,52 @@ def test_sigterm_stops_cleanly_and_lock_is_free(vault, daemon, run_cli):
     daemon()  # and it can start again
 
 
+def _other_thread(pid: int) -> int:
+    """A thread of the daemon that is not its main thread (the daemon always runs several)."""
+    return next(int(t) for t in sorted(os.listdir(f"/proc/{pid}/task")) if int(t) != pid)
+
+
+def test_a_sigterm_caught_by_another_thread_still_stops_the_daemon(vault, daemon):
+    """kill(2) lets any thread of a process take the signal; Python runs the handler only when the
+    main thread next runs Python code. A main thread asleep on an endless wait never did, and the
+    daemon ignored SIGTERM for good (the CI hangs of the two-daemon tests). kill() on a thread id
+    makes that thread the one that takes it."""
+    d = daemon()
+    os.kill(_other_thread(d.proc.pid), signal.SIGTERM)
+    assert d.proc.wait(60) == 0, d.output()
+    assert "stopping" in d.output()
+
+
+def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_daemon_goes_on(vault, daemon, run_cli):
+    d = daemon()
+    d.proc.send_signal(signal.SIGUSR1)
+    assert wait_for(lambda: "Current thread" in d.output() or "Thread 0x" in d.output(), 30), d.output()
+    assert d.proc.poll() is None
+    assert "daemon: running" in run_cli("--vault", str(vault.root), "daemon", "status").stdout
+    assert d.stop() == 0
+
+
+def test_a_second_sigterm_while_stopping_exits_at_once_and_the_request_resumes(agent_vault, model_server,
+                                                                              daemon):
+    """The first signal waits for running jobs (here a turn the model takes 60 s over); a second
+    one ends the process now, and the request, still claimed on disk, is answered at the next start."""
+    vault = agent_vault
+    model_server.add({"content": "slow answer", "delay": 60}, {"content": "second try answer"})
+    d = daemon()
+    (vault.root / "inbox" / "job.md").write_text("---\ntype: run\n---\nDo the thing.\n")
+    assert wait_for(lambda: len(model_server.requests) == 1, 60)
+    d.proc.send_signal(signal.SIGTERM)
+    assert wait_for(lambda: "stopping" in d.output(), 30), d.output()
+    assert d.proc.poll() is None  # waiting for the running turn
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(30) == 128 + signal.SIGTERM, d.output()
+    assert "again while stopping" in d.output()
+    daemon()
+    assert wait_for(lambda: commits(vault)[0].startswith("request: job.md"), 60)
+    results = list((vault.root / "outputs" / "requests").glob("*-job.md"))
+    assert len(results) == 1 and "second try answer" in results[0].read_text()
+
+
 def test_kill_9_mid_request_then_restart_answers_exactly_once(agent_vault, model_server, daemon):
     vault = agent_vault
     model_server.add({"content": "slow answer", "delay": 30}, {"content": "second try answer"})

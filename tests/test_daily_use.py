@@ -378,7 +378,7 @@ def test_the_daemon_log_says_each_thing_once(agent_vault, model_server, no_litel
         time.sleep(1.0)
     finally:
         d.stop()
-    out = d.proc.stdout.read()
+    out = d.console.read_text()
     log = (agent_vault.root / ".hermes" / "daemon.log").read_text()
     assert "LiteLLM" not in out and "HTTP Request" not in out, out  # no litellm/httpx INFO lines, not twice
     assert log.count("loaded 2 cron job(s)") == 1, log

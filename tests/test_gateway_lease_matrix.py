@@ -25,10 +25,6 @@ def matrix_state(root) -> str | None:
         return None
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "KNOWN FAILING (issue 25 open): in the final clean-clone run the takeover and the answers passed "
-    "(b took over 3.8 s after a's kill -9; each message answered once) but daemon b, holding the Matrix "
-    "lease, did not stop within 60 s of SIGTERM and logged nothing after it; not diagnosed"))
 def test_two_daemons_one_matrix_account_kill_the_holder_every_message_answered_once(tmp_path, synapse,  # noqa: F811
                                                                                      model_server):
     server = GitDaemon(tmp_path / "srv")

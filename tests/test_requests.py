@@ -173,9 +173,6 @@ def test_a_file_dropped_in_the_inbox_cannot_claim_to_come_from_a_chat():
     assert inbox.parse_request(text, "gateway/x.md", chat=True).origin.sender == "@boss:x"
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "KNOWN FAILING sometimes: in the final clean-clone run the three answers were written but the daemon "
-    "did not stop within 60 s of SIGTERM, the same undiagnosed shutdown hang as the Matrix lease test"))
 def test_inbox_files_continuing_one_session_run_in_order_one_at_a_time(agent_vault, model_server, tmp_path):
     """Three files dropped at once, each continuing one session, with two workers: each turn sees
     the ones before it (2, 3, 4 user turns), as a chat's messages do; in parallel two would both

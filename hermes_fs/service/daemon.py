@@ -8,6 +8,7 @@ frees if the daemon dies. State goes to .hermes/daemon.json; the log to .hermes/
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from ..errors import HermesError
 from ..store.config import CONFIG_NAME
@@ -38,6 +39,8 @@ OWN_DIRS = ("sessions/", "outputs/", "inbox/")
 SETTLE_S = 0.15  # an inbox file must be unchanged this long before it is taken
 EVENT_CHARS = 300  # longest event or error line kept for `daemon status`
 LOGGER = "hermes_fs"  # every module's logger is a child: the daemon's log file gets them all
+WAKE_S = 1.0  # the main thread wakes this often: a signal caught by another thread runs its handler then
+SLOW_STOP_S = 30.0  # a stop that takes longer writes every thread's stack to daemon.log
 
 __all__ = ["Daemon", "DaemonOptions", "ignored", "is_running", "status", "stop"]
 
@@ -115,6 +118,7 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         self.warm: WarmServer | None = None
         self.services: list = []  # DaemonService objects started by _start_services
+        self._log_stream: TextIO | None = None  # daemon.log, once open: faulthandler writes stacks there
 
     def note(self, message: str) -> None:
         self.state.note(message)
@@ -137,24 +141,37 @@ class Daemon:
             self.settler = Settler(SETTLE_S, self._size_of, self._take,
                                    lambda rel: open_for_writing(self.vault.root / rel))
             self.watcher.start()
-            signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())
-            signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
             self._reload_jobs()
             self._start_scheduler()
             self._start_warm()
             self._start_services()
             self.note("daemon started")
             self._scan_inbox()
-            self.stop_event.wait()
+            while not self.stop_event.wait(WAKE_S):  # never a wait without end: see WAKE_S
+                pass
             self.note("stopping")
         finally:
             self._shutdown()
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        """The first SIGTERM or Ctrl-C stops in order; a second one, while stopping, exits at once
+        (running jobs are cut off; their requests stay claimed and resume at the next start)."""
+        if self.stop_event.is_set():
+            self.log.error(f"signal {signum} again while stopping: exiting now")
+            os._exit(128 + signum)
+        self.stop_event.set()
 
     def _setup_logging(self) -> None:
         handler = logging.FileHandler(self.vault.state_dir / "daemon.log")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         self.log.addHandler(handler)
         self.log.setLevel(logging.INFO)
+        # `kill -USR1 <pid>` writes what every thread is doing to daemon.log (the daemon goes on);
+        # a file of its own, open until the end, as faulthandler writes to its descriptor later
+        self._log_stream = stream = open(self.vault.state_dir / "daemon.log", "a")  # noqa: SIM115
+        faulthandler.register(signal.SIGUSR1, file=stream, all_threads=True)
 
     def _recover(self) -> None:
         """After a crash: drop a stale git index lock, commit what was left, re-queue claimed requests."""
@@ -220,6 +237,8 @@ class Daemon:
             self.error(f"cron {job.name} failed: {type(exc).__name__}: {exc} (traceback in daemon.log)")
 
     def _shutdown(self) -> None:
+        if self._log_stream is not None:  # a stop that hangs says where, in daemon.log
+            faulthandler.dump_traceback_later(SLOW_STOP_S, file=self._log_stream)
         for service in reversed(self.services):
             try:
                 service.stop()
@@ -236,6 +255,10 @@ class Daemon:
             self.settler.stop()
         self.executor.shutdown(wait=True)  # running jobs finish; queued ones stay claimed
         self.state.write(running=False)
+        faulthandler.cancel_dump_traceback_later()
+        if self._log_stream is not None:
+            faulthandler.unregister(signal.SIGUSR1)
+            self._log_stream.close()
         self.lock.release()
 
     # -- events ----------------------------------------------------------------------------------

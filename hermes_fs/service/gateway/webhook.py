@@ -116,8 +116,10 @@ class WebhookChannel:
         import uvicorn
 
         self.gateway = sink
+        # log_config=None: uvicorn's own dictConfig would close every handler of the process,
+        # the daemon's log file among them
         config = uvicorn.Config(self.app(), host=self.host, port=self.port, log_level="warning",
-                                access_log=False, lifespan="off")
+                                access_log=False, lifespan="off", log_config=None)
         self.server = server = uvicorn.Server(config)
         self.thread = threading.Thread(target=server.run, name="gateway-webhook", daemon=True)
         self.thread.start()

@@ -86,7 +86,8 @@ class WebServer:
         self.sock = _bind(host, port)
         self.host, self.port = host, self.sock.getsockname()[1]
         self.app.guard.set_port(self.port)
-        config = uvicorn.Config(self.app.asgi, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
+        config = uvicorn.Config(self.app.asgi, log_level="warning", lifespan="off", timeout_graceful_shutdown=2,
+                                log_config=None)  # never uvicorn's dictConfig: it closes the daemon's log handlers
         self.server = uvicorn.Server(config)
         self.thread: threading.Thread | None = None
 
