@@ -6,9 +6,17 @@ import pytest
 from conftest import git
 from test_refine import SKILL, session  # noqa: F401  (the fixture: a real session)
 
+from hermes_fs.agent.conversation import Conversation, ConversationOptions
 from hermes_fs.learning.learn import LearnOptions, learn
-from hermes_fs.learning.refine import RefineOptions, refine
-from hermes_fs.learning.structured import ReviewDocument, json_schema, parse_document
+from hermes_fs.learning.refine import STRUCTURED_REVIEWER_PROMPT, RefineOptions, refine
+from hermes_fs.learning.structured import (
+    ReviewDocument,
+    SkillDocument,
+    SkillEdit,
+    json_schema,
+    parse_document,
+    tool_calls,
+)
 from hermes_fs.store.provenance import Act
 
 USER = "memory/USER.md"
@@ -22,9 +30,15 @@ def mem(text, action="add", file="USER.md", old_text="", reason="the user said s
     return {"action": action, "file": file, "text": text, "old_text": old_text, "reason": reason}
 
 
-def skill(name, content="", action="create", old_text="", new_text="", file="", reason="it worked"):
-    return {"action": action, "name": name, "content": content, "old_text": old_text, "new_text": new_text,
-            "file": file, "reason": reason}
+def skill(name, content="", action="create", old_text="", new_text="", reason="it worked"):
+    """A refine skill entry (create or patch SKILL.md; no support files)."""
+    return {"action": action, "name": name, "reason": reason, "content": content, "old_text": old_text,
+            "new_text": new_text}
+
+
+def learn_skill(name, content="", action="create", file=""):
+    """A learn skill entry (it may write support files)."""
+    return {**skill(name, content, action), "file": file}
 
 
 def structured(vault):
@@ -128,7 +142,7 @@ def test_learn_structured(agent_vault, model_server, tmp_path):
     structured(agent_vault)
     src = tmp_path / "guide.md"
     src.write_text("# Deploying\n\nRun `fly deploy --strategy rolling`, then `fly status`.\n")
-    model_server.add({"content": json.dumps({"summary": "deploy skill", "skills": [skill("deploy-fly", SKILL)]})})
+    model_server.add({"content": json.dumps({"summary": "deploy skill", "skills": [learn_skill("deploy-fly", SKILL)]})})
     result = learn(agent_vault, LearnOptions([src]))
     assert result.status == "pending", result.reason
     assert result.files == ["skills/deploy-fly/SKILL.md"]
@@ -140,7 +154,7 @@ def test_learn_structured(agent_vault, model_server, tmp_path):
 def test_learn_update_restriction_holds_in_structured_mode(agent_vault, model_server, tmp_path):
     src = tmp_path / "guide.md"
     src.write_text("# Notes on skills\n\nWrite each skill with a description that says when to use it.\n")
-    other = json.dumps({"summary": "x", "skills": [skill("deploy-fly", SKILL)]})
+    other = json.dumps({"summary": "x", "skills": [learn_skill("deploy-fly", SKILL)]})
     model_server.add(*[{"content": other}] * 3)
     result = learn(agent_vault, LearnOptions([src], update="writing-skills", mode="structured"))
     assert result.status == "nothing"
@@ -184,3 +198,47 @@ def test_doctor_names_the_missing_embeddings_extra(agent_vault, run_cli):
         assert "ok  skill embeddings: model at" in r.stdout
     else:
         assert r.returncode == 1 and "skills.embeddings is on but not installed: pip install torch==2.13.0" in r.stdout
+
+
+def test_the_schema_puts_the_lessons_first_and_the_prompt_example_is_a_document():
+    """Under a grammar the fields are written in schema order: lessons before the summary, and each
+    entry's reason (the user's words) before its text. The prompt's worked example must parse."""
+    schema = json_schema(ReviewDocument)
+    assert list(schema["properties"]) == ["memory", "skills", "summary"]
+    assert list(schema["properties"]["memory"]["items"]["properties"])[:3] == ["action", "file", "reason"]
+    assert "file" not in schema["properties"]["skills"]["items"]["properties"]  # refine writes SKILL.md only
+    example = STRUCTURED_REVIEWER_PROMPT.split("The answer:\n", 1)[1].split("\n\n", 1)[0]
+    assert parse_document(example, ReviewDocument).memory[0].file == "USER.md"  # type: ignore[attr-defined]
+    nothing = STRUCTURED_REVIEWER_PROMPT.rsplit("If nothing is worth keeping: ", 1)[1]
+    assert parse_document(nothing, ReviewDocument).summary == "nothing to change"
+
+
+def test_learn_patch_naming_skill_md_means_skill_md():
+    doc = SkillDocument(skills=[SkillEdit(action="patch", name="deploy-fly", content="", old_text="a", new_text="b",
+                                          file=f, reason="r") for f in ("SKILL.md", "skills/deploy-fly/SKILL.md")],
+                        summary="x")
+    calls = tool_calls(doc)
+    assert [c[1] for c in calls] == [{"action": "patch", "name": "deploy-fly", "old_text": "a", "new_text": "b"}] * 2
+    assert [c[2] for c in calls] == ["skills/deploy-fly/SKILL.md"] * 2
+
+
+def test_only_skills_the_conversation_used_are_shown_whole(agent_vault, model_server, tmp_path):
+    """A reviewer without tools sees in full the skills the conversation named (to patch them), and no
+    index of the others (writing-skills shares words with most conversations)."""
+    structured(agent_vault)
+    (agent_vault.root / "skills" / "deploy-fly").mkdir()
+    (agent_vault.root / "skills" / "deploy-fly" / "SKILL.md").write_text(SKILL)
+    agent_vault.git.commit_paths(["skills/deploy-fly/SKILL.md"], "test: a skill", Act.person())
+    model_server.add({"content": "Deployed, then checked `fly secrets list` too."})
+    with Conversation(agent_vault, ConversationOptions(source="run", workspace=tmp_path)) as c:
+        c.ask("Follow the deploy-fly skill, and from now on check the secrets first.")
+    patch = skill("deploy-fly", action="patch", old_text="1. Run `fly deploy --strategy rolling`.",
+                  new_text="1. Check `fly secrets list`.\n2. Run `fly deploy --strategy rolling`.")
+    model_server.add({"content": doc(skills=[patch], summary="check secrets before deploying")})
+    result = refine(agent_vault, RefineOptions(session=c.id))
+    assert result.status == "pending", result.reason
+    assert result.files == ["skills/deploy-fly/SKILL.md"]
+    assert b"1. Check `fly secrets list`." in agent_vault.git.read_file(result.branch, "skills/deploy-fly/SKILL.md")
+    brief = model_server.requests[-1]["messages"][1]["content"]
+    assert "## Skill deploy-fly, used in the conversation" in brief and "description: Deploy the web app" in brief
+    assert "writing-skills" not in brief

@@ -31,13 +31,14 @@ class _Strict(BaseModel):
 
 
 class MemoryEdit(_Strict):
-    """One `memory` tool call."""
+    """One `memory` tool call. The reason comes before the entry: written first (a grammar keeps the
+    order), the words of the conversation it quotes lead a small model to the lesson they state."""
 
     action: Literal["add", "replace", "remove"]
     file: str = Field(description="USER.md, MEMORY.md or projects/<slug>.md")
+    reason: str = Field(description="why, pointing at the conversation")
     text: str = Field(description="the entry to add, or the new text of the replaced entry; empty for remove")
     old_text: str = Field(description="replace/remove: a unique part of the existing entry; empty for add")
-    reason: str = Field(description="why, pointing at the conversation")
 
 
 class SkillEdit(_Strict):
@@ -52,19 +53,33 @@ class SkillEdit(_Strict):
     reason: str = Field(description="why, pointing at the conversation or the document")
 
 
-class ReviewDocument(_Strict):
-    """What refine's reviewer answers in structured mode."""
+class ReviewSkillEdit(_Strict):
+    """Refine's skill entry: create or patch a SKILL.md (no support files: fewer fields for a small
+    model to fill with noise; learn's `SkillEdit` keeps them)."""
 
-    summary: str = Field(description="one line saying what you changed, or 'nothing to change'")
+    action: Literal["create", "patch"]
+    name: str = Field(description="the skill's folder name: lowercase letters, digits, single hyphens")
+    reason: str = Field(description="why, pointing at the conversation")
+    content: str = Field(description="create: the full SKILL.md with frontmatter")
+    old_text: str = Field(description="patch: the exact text to replace")
+    new_text: str = Field(description="patch: the text that replaces it")
+
+
+class ReviewDocument(_Strict):
+    """What refine's reviewer answers in structured mode. The lessons come first and the summary
+    last: under a grammar the fields are written in this order, and a small model that starts with
+    a summary of "nothing to change" keeps to it (measured: bench/learning_eval.py)."""
+
     memory: list[MemoryEdit] = Field(max_length=12)
-    skills: list[SkillEdit] = Field(max_length=4)
+    skills: list[ReviewSkillEdit] = Field(max_length=4)
+    summary: str = Field(description="one line saying what you changed, or 'nothing to change'")
 
 
 class SkillDocument(_Strict):
     """What learn's drafter answers in structured mode (skills only, as with its tools)."""
 
-    summary: str = Field(description="one line saying what you wrote")
     skills: list[SkillEdit] = Field(max_length=4)
+    summary: str = Field(description="one line saying what you wrote")
 
 
 Document = ReviewDocument | SkillDocument
@@ -147,15 +162,21 @@ def tool_calls(doc: BaseModel) -> list[tuple[str, dict, str, str, str]]:
         calls.append(("memory", args, f"memory/{name}", f"{m.action} {_quote(m.text or m.old_text)}", m.reason))
     for s in doc.skills:  # type: ignore[attr-defined]
         args = {"action": s.action, "name": s.name}
+        file = getattr(s, "file", "")
+        inside = "" if _names_skill_md(file, s.name) else file  # its own SKILL.md, however spelled: ""
         if s.action == "create":
             args["content"] = s.content
         elif s.action == "patch":
-            args.update(old_text=s.old_text, new_text=s.new_text, **({"file": s.file} if s.file else {}))
+            args.update(old_text=s.old_text, new_text=s.new_text, **({"file": inside} if inside else {}))
         else:
-            args.update(file=s.file, content=s.content)
-        inside = s.file if s.action != "create" and s.file else "SKILL.md"
-        calls.append(("skill_manage", args, f"skills/{s.name}/{inside}", s.action, s.reason))
+            args.update(file=file, content=s.content)
+        shown = inside if s.action != "create" and inside else "SKILL.md"
+        calls.append(("skill_manage", args, f"skills/{s.name}/{shown}", s.action, s.reason))
     return calls
+
+
+def _names_skill_md(file: str, name: str) -> bool:
+    return file.strip().strip("/") in ("SKILL.md", f"{name}/SKILL.md", f"skills/{name}/SKILL.md")
 
 
 def _quote(text: str, limit: int = 80) -> str:
@@ -178,13 +199,6 @@ def report(doc: BaseModel, applied: list[Applied]) -> str:
     lines = [f"- {a.path}: {a.what} (because {' '.join(a.reason.split()) or 'no reason given'})" for a in done]
     return "\n".join([f"Summary: {summary}", *lines])
 
-
-STRUCTURED_ANSWER = """You have no tools. Answer with one JSON document and nothing else, under the \
-JSON schema you are given: each entry of `memory` is one edit of a memory file (add a new entry, or \
-replace/remove an existing one named by a unique part of it in old_text), each entry of `skills` is a \
-skill written (create: the full SKILL.md) or patched (old_text -> new_text), and every entry gives its \
-reason. Leave fields that do not apply as empty strings. If nothing is worth keeping, answer \
-{"summary": "nothing to change", "memory": [], "skills": []}."""
 
 FIX_HINT = ("Answer with the whole corrected JSON document: it replaces your previous one "
             "(leave out a change you cannot fix).")
