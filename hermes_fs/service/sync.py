@@ -240,6 +240,7 @@ class Syncer:
         self.notify = notify or self._notify
         self.refs_path = sync_dir(vault) / "refs.json"
         self.lock = threading.Lock()  # one round at a time (the daemon's timer and a push at once)
+        self.stopping = threading.Event()  # set when the daemon stops: a round stops retrying at once
 
     # -- one round -------------------------------------------------------------------------------
     def round(self, work: bool = True) -> Round:
@@ -256,7 +257,8 @@ class Syncer:
                         self._fetch(r)
                         self._withdraw_lost(r, self.claims.lost_to_takeover())
                     else:  # lost a race for main: only main moved that matters; a pause, then again
-                        time.sleep(retry_pause(attempt, took))
+                        if self.stopping.wait(retry_pause(attempt, took)):
+                            break
                         started = time.time()
                         self.remote.fetch_ref(self.branch_ref)
                     self._integrate(r)
@@ -596,6 +598,7 @@ class SyncService:
 
     def stop(self) -> None:
         self.stopped.set()
+        self.syncer.stopping.set()
         self.wake.set()
         if self.observer is not None:
             self.observer.stop()
