@@ -51,7 +51,16 @@ CRON_OUTPUTS = "outputs/cron/"
 LEARNED_REFS = ("refs/heads/refine/", "refs/heads/learn/", "refs/heads/curate/", "refs/hermes/rejected/")
 PUSH_TRIES = 8  # a push that lost a race fetches main, merges and tries again, this many times per round
 PUSH_GAP_S = 1.0  # after a push of main, the next round waits this long even if main moved again
-RETRY_PAUSE_S = 0.15  # up to this times the attempt, at random: machines that collided do not collide again
+
+
+def retry_pause(attempt: int, last_s: float) -> float:
+    """How long a machine that lost the race for main waits before its next attempt: at random
+    within the time its last attempt took (fetch, merge, push), twice that from the third on.
+    The machines that collided were all inside that window at once; spread over it, they seldom
+    collide again, and the loser's merge does not take the CPU the winner's push needs. (A fixed
+    0.15 s pause was far shorter than an attempt on a loaded machine, 0.5-2 s: the losers
+    collided again and again, up to 8 attempts and 15 s a round.)"""
+    return random.uniform(0, max(last_s, 0.05) * min(attempt, 2))
 
 _claims: dict[Path, RefClaims] = {}
 _claims_lock = threading.Lock()
@@ -241,16 +250,23 @@ class Syncer:
         machines' claims, for the caller to run."""
         with self.lock:
             r = Round()
+            began = time.time()
             try:
+                took = 0.0  # how long the last attempt took: the window in which machines collide
                 for attempt in range(PUSH_TRIES):
+                    started = time.time()
                     if attempt == 0:
                         self._fetch(r)
                         self._withdraw_lost(r, self.claims.lost_to_takeover())
-                    else:  # lost a race for main: only main moved that matters; a short pause, then again
-                        time.sleep(random.uniform(0, RETRY_PAUSE_S * attempt))
+                    else:  # lost a race for main: only main moved that matters; a pause, then again
+                        time.sleep(retry_pause(attempt, took))
+                        started = time.time()
                         self.remote.fetch_ref(self.branch_ref)
                     self._integrate(r)
-                    if self._push_main(r):
+                    pushed = self._push_main(r)
+                    took = time.time() - started
+                    log.debug("sync: attempt %d took %.2f s, pushed: %s", attempt, took, pushed)
+                    if pushed:
                         break
                 self._sync_learned(r)
                 if work:
@@ -260,6 +276,7 @@ class Syncer:
                         r.pruned = self.claims.prune()
             except Unreachable as exc:
                 r.offline = str(exc)
+            log.debug("sync: round of %.2f s: %s", time.time() - began, r.line())
             return r
 
     def _fetch(self, r: Round) -> None:
@@ -274,8 +291,8 @@ class Syncer:
     def _unmirror(ref: str) -> str:
         return "refs/" + ref.removeprefix(MIRROR)
 
-    def _refs(self, prefix: str) -> dict[str, str]:
-        out = self.store._git("for-each-ref", "--format=%(objectname) %(refname)", prefix)
+    def _refs(self, *prefixes: str) -> dict[str, str]:
+        out = self.store._git("for-each-ref", "--format=%(objectname) %(refname)", *prefixes)
         found = {}
         for line in out.splitlines():
             sha, _, ref = line.partition(" ")
@@ -386,11 +403,7 @@ class Syncer:
     # -- learned branches and rejected changes ---------------------------------------------------
     def _sync_learned(self, r: Round) -> None:
         base = self._load_base()
-        local: dict[str, str] = {}
-        mirror: dict[str, str] = {}
-        for prefix in LEARNED_REFS:
-            local.update(self._refs(prefix))
-            mirror.update({self._unmirror(k): v for k, v in self._refs(mirror_of(prefix)).items()})
+        local, mirror = self._learned_refs()
         updates = []
         for ref in sorted(set(local) | set(mirror) | set(base)):
             here, there, was = local.get(ref), mirror.get(ref), base.get(ref)
@@ -409,10 +422,20 @@ class Syncer:
             r.refs += result.accepted
             if result.accepted:
                 self.remote.fetch(*LEARNED_REFS)
-        agreed = {}
-        for prefix in LEARNED_REFS:
-            agreed.update({self._unmirror(k): v for k, v in self._refs(mirror_of(prefix)).items()})
-        atomic_write(self.refs_path, json.dumps(agreed, indent=1))
+        agreed = self._learned_refs()[1] if updates else mirror
+        if agreed != base:
+            atomic_write(self.refs_path, json.dumps(agreed, indent=1))
+
+    def _learned_refs(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(local, mirrored) learned refs, both by their name on the remote, in one git call: a
+        round runs every second or so on each machine, and each git call counts."""
+        local, mirror = {}, {}
+        for ref, sha in self._refs(*LEARNED_REFS, *map(mirror_of, LEARNED_REFS)).items():
+            if ref.startswith(MIRROR):
+                mirror[self._unmirror(ref)] = sha
+            else:
+                local[ref] = sha
+        return local, mirror
 
     def _load_base(self) -> dict[str, str]:
         try:
@@ -521,6 +544,30 @@ def _format_resolver(store: GitStore):
 __all__ = ["Round", "Syncer", "beside", "claims_for", "conflict_files", "format_message", "remote_for"]
 
 
+READS = ("opened", "closed_no_write")  # watchdog's events for a file only read
+
+
+def watch_main(root: Path, poke: Callable[[], None]) -> Any:
+    """A started watchdog Observer calling `poke` whenever main moves (git writes main.lock and
+    renames it). Not when main is only read: every git command opens the ref, so a round (dozens
+    of git calls) poked on reads would start the next at once, for ever — the sync thread spun
+    at a third of a core per idle daemon, and three of them saturated this 2-core machine."""
+    from watchdog.events import FileSystemEventHandler
+    from watchdog.observers import Observer
+
+    class MainMoved(FileSystemEventHandler):
+        def on_any_event(self, event) -> None:
+            if event.event_type in READS or event.is_directory:
+                return
+            if PurePosixPath(str(getattr(event, "dest_path", "") or event.src_path)).name == MAIN:
+                poke()
+
+    observer = Observer()
+    observer.schedule(MainMoved(), str(root / ".git" / "refs" / "heads"), recursive=False)
+    observer.start()
+    return observer
+
+
 class SyncService:
     """The daemon's continuous sync (a DaemonService): a round as soon as main moves here (so
     this machine's commits go up at once) and every `sync.interval_s` (one cheap ls-remote), so
@@ -545,20 +592,7 @@ class SyncService:
         self.wake.set()
 
     def start(self) -> None:
-        from watchdog.events import FileSystemEventHandler
-        from watchdog.observers import Observer
-
-        poke = self.poke
-
-        class MainMoved(FileSystemEventHandler):
-            def on_any_event(self, event) -> None:
-                if PurePosixPath(str(getattr(event, "dest_path", "") or event.src_path)).name == MAIN:
-                    poke()
-
-        observer = Observer()
-        observer.schedule(MainMoved(), str(self.vault.root / ".git" / "refs" / "heads"), recursive=False)
-        observer.start()
-        self.observer = observer
+        self.observer = watch_main(self.vault.root, self.poke)
         self.thread = threading.Thread(target=self._loop, name="sync", daemon=True)
         self.thread.start()
         self.renewer = threading.Thread(target=self._renew_loop, name="sync-renew", daemon=True)
