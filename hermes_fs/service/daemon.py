@@ -182,7 +182,7 @@ class Daemon:
             self.vault.git.commit_paths(orphans, "session: saved after an interruption",
                                         Act.recovered())
             self.note(f"committed {len(orphans)} interrupted session transcript(s)")
-        edited = [p for p in self.vault.git.dirty_paths() if not p.startswith(OWN_DIRS) and not ignored(p)]
+        edited = pending_edits(self.vault)
         if edited:  # edits made while no daemon was watching (or lost in a crash before the debounce)
             self._commit_edits(edited)
         for c in inbox.pending_claims(self.vault):
@@ -391,6 +391,12 @@ def wait_started(vault: Vault, pid: int, timeout: float = 15.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def pending_edits(vault: Vault) -> list[str]:
+    """A person's uncommitted edits: changed files outside what hermes-fs writes and commits itself
+    (sessions, outputs, inbox) and outside editors' swap and backup files."""
+    return [p for p in vault.git.dirty_paths() if not p.startswith(OWN_DIRS) and not ignored(p)]
 
 
 def stop(vault: Vault, timeout: float = 60) -> bool:

@@ -111,7 +111,9 @@ def clone_vault(url: str, path: Path, branch: str = MAIN) -> Vault:
     vault = Vault(path)
     vault.reload_config()
     if vault.config.remote is None:
-        raise HermesError(f"{path}/hermes.yaml has no `remote:`; add it there so every machine syncs")
+        raise HermesError(f"the vault cloned into {path} has no `remote:` in its hermes.yaml: on the machine where "
+                          "you added it, commit hermes.yaml (`hermes-fs sync` does, and so does a running daemon), "
+                          f"then remove {path} and clone again")
     return vault
 
 
