@@ -202,7 +202,7 @@ def setup(work: Path, interval_s: float, ttl_s: float, jobs: int, job_start: dat
 
 def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_s: float = 2.0, ttl_s: float = 20.0,
         seed: int = 1, kill_every: tuple[float, float] = (3, 8), cut_every: tuple[float, float] = (4, 10),
-        cut_for: tuple[float, float] = (2, 10), settle_s: float = 150, work: Path | None = None,
+        cut_for: tuple[float, float] = (2, 10), settle_s: float = 300, work: Path | None = None,
         say=print) -> dict:
     rng = random.Random(seed)
     server = ModelServer(responder=lambda body: {"content": "ok"})

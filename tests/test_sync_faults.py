@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 
-from hermes_fs.service.sync import watch_main
-from hermes_fs.store.vault import init_vault
+import pytest
+from gitserver import GitDaemon
+
+from hermes_fs.service.sync import Syncer, watch_main
+from hermes_fs.store.claims import Ledger, RefClaims, Take
+from hermes_fs.store.provenance import Act
+from hermes_fs.store.remote import RefUpdate, Remote
+from hermes_fs.store.vault import Vault, init_vault
 
 
 def test_reading_main_does_not_start_a_sync_round(tmp_path):
@@ -35,3 +42,82 @@ def test_reading_main_does_not_start_a_sync_round(tmp_path):
         observer.join(5)
     # one inotify queue, in order: a poke for a read would come before the one for the move
     assert seen[0] != before, "reading main poked the sync loop"
+
+
+class CountingRemote(Remote):
+    """A real Remote that counts its pushes (each one a network round trip to `git daemon`)."""
+
+    pushes = 0
+
+    def push(self, updates, atomic=True):
+        self.pushes += 1
+        return super().push(updates, atomic)
+
+
+@pytest.fixture
+def synced(tmp_path):
+    server = GitDaemon(tmp_path / "srv")
+    server.bare()
+    v = init_vault(tmp_path / "a").vault
+    cfg = v.root / "hermes.yaml"
+    cfg.write_text(cfg.read_text() + f"\nremote:\n  url: {server.url()}\n  branch: main\n")
+    v.git.commit_paths(["hermes.yaml"], "edit: hermes.yaml", Act.human_edit())
+    v.reload_config()
+    assert Syncer(v).round(work=False).pushed
+    yield v, server
+    server.close()
+
+
+def claims(v: Vault, server: GitDaemon, host: str, ttl: float, state) -> RefClaims:
+    return RefClaims(v.git, CountingRemote(v.root, server.url()), host, ttl, Ledger(state.with_suffix(".ledger")),
+                     state)
+
+
+KEYS = [f"cron/job-{i}/20261201T0900{i:02d}Z" for i in range(6)]
+
+
+def test_many_claims_are_renewed_and_taken_over_in_one_push(synced, tmp_path):
+    """A machine holding many claims renewed them one push each, and took over a dead machine's
+    one after the other (three network calls each): behind that the takeovers waited for minutes
+    in the chaos run. Now one push renews them all, and one takes them all over."""
+    v, server = synced
+    holder = claims(v, server, "holder", 1.0, tmp_path / "h.json")
+    for key in KEYS:
+        assert holder.take(key) == Take.WON
+    for held in holder.held.values():
+        held.expires = 0  # all due for renewal
+    holder.remote.pushes = 0
+    assert holder.renew() == []
+    assert holder.remote.pushes == 1
+    taker = claims(v, server, "taker", 30.0, tmp_path / "t.json")
+    taker.remote.fetch()
+    time.sleep(1.1)  # the holder stops renewing (dies): its claims expire (ttl 1 s)
+    dead = taker.dead()
+    assert sorted(r.key for r in dead) == sorted(KEYS)
+    taker.remote.pushes = 0
+    assert sorted(taker.take_over(dead)) == sorted(KEYS)
+    assert taker.remote.pushes == 1
+    assert all(taker.holder(k).host == "taker" for k in KEYS)
+    assert sorted(holder.renew()) == sorted(KEYS)  # the old holder learns it lost them all, in one push
+    assert taker.take_over(dead) == []  # the same leases again: the values moved, nothing is taken twice
+
+
+def test_a_restarted_machine_takes_its_own_dead_runs_over_at_once(synced, tmp_path):
+    """A claim held by a previous process of this machine (killed mid-run) waited out its whole
+    expiry before anyone, this machine included, ran the job again. The process holding the daemon
+    lock now knows that one is gone: it takes the claim over at once, with a lease on the value it
+    last pushed; a claim someone else took over meanwhile is not taken back."""
+    v, server = synced
+    first = claims(v, server, "me", 600.0, tmp_path / "me.json")
+    assert first.take(KEYS[0]) == Take.WON and first.take(KEYS[1]) == Take.WON
+    restarted = claims(v, server, "me", 600.0, tmp_path / "me.json")  # same state file: a new process
+    assert all(h.orphan for h in restarted.held.values())
+    assert restarted.expired() == []  # ten minutes before the expiry says so
+    other = claims(v, server, "other", 600.0, tmp_path / "o.json")
+    sha, _ = other._commit(KEYS[1], "running", "taken over", parent=first.held[KEYS[1]].sha)
+    assert other.remote.push([RefUpdate("refs/hermes/claims/" + KEYS[1], sha, first.held[KEYS[1]].sha)]).ok
+    dead = restarted.dead()
+    assert sorted(r.key for r in dead) == sorted(KEYS[:2])
+    assert restarted.take_over(dead) == [KEYS[0]]
+    assert not restarted.held[KEYS[0]].orphan and KEYS[1] not in restarted.held
+    assert restarted.holder(KEYS[0]).host == "me" and restarted.holder(KEYS[1]).host == "other"

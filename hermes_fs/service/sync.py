@@ -14,9 +14,9 @@ One round (`Syncer.round`, run by `hermes-fs sync` once and by the daemon contin
    the remote main that was merged; a lost race (someone pushed first) goes back to 1;
 5. publish and adopt learned branches (`refine/*`, `learn/*`) and rejected changes, three-way
    against what both sides had at the last round (.hermes/sync/refs.json);
-6. claim due times it missed while offline, and list the expired claims of dead machines for the
-   daemon to take over (the daemon renews its running claims on a timer of their own); once an
-   hour, prune the done claims past their retention (store/claims.py, `prunable`).
+6. claim due times it missed while offline (one push); once an hour, prune the done claims past
+   their retention (store/claims.py, `prunable`). The daemon renews its running claims and takes
+   over those of dead holders on a timer of its own (SyncService), never inside a round.
 """
 
 from __future__ import annotations
@@ -220,7 +220,6 @@ class Round:
     withdrawn: list[str] = field(default_factory=list)
     refs: list[str] = field(default_factory=list)  # learned refs published or adopted
     caught_up: list[tuple[str, datetime]] = field(default_factory=list)  # missed due times now claimed here
-    expired: list[ClaimRecord] = field(default_factory=list)  # claims of dead machines
     pruned: list[str] = field(default_factory=list)  # done claims past their retention, deleted
 
     def line(self) -> str:
@@ -243,6 +242,7 @@ class Syncer:
         self.notify = notify or self._notify
         self.refs_path = sync_dir(vault) / "refs.json"
         self.lock = threading.Lock()  # one round at a time (the daemon's timer and a push at once)
+        self.stopping = threading.Event()  # set when the daemon stops: a round stops retrying at once
 
     # -- one round -------------------------------------------------------------------------------
     def round(self, work: bool = True) -> Round:
@@ -259,7 +259,8 @@ class Syncer:
                         self._fetch(r)
                         self._withdraw_lost(r, self.claims.lost_to_takeover())
                     else:  # lost a race for main: only main moved that matters; a pause, then again
-                        time.sleep(retry_pause(attempt, took))
+                        if self.stopping.wait(retry_pause(attempt, took)):
+                            break
                         started = time.time()
                         self.remote.fetch_ref(self.branch_ref)
                     self._integrate(r)
@@ -271,7 +272,6 @@ class Syncer:
                 self._sync_learned(r)
                 if work:
                     r.caught_up = self.claims.take_missed()
-                    r.expired = self.claims.expired()
                     if self.claims.prune_due():
                         r.pruned = self.claims.prune()
             except Unreachable as exc:
@@ -358,8 +358,8 @@ class Syncer:
                 self.claims.finish(key, [rel])
             elif key.startswith(INBOX_KEY) and _request_done(self.vault, key, head):
                 self.claims.finish(key)
-            elif self.claims.held[key].orphan:
-                self.claims.forget(key)
+            elif self.claims.held[key].orphan and parse_cron_key(key) is None:
+                self.claims.forget(key)  # a cron run's is taken over at once by the renewer (`dead`)
 
     def _push_main(self, r: Round) -> bool:
         """Push main with the pending `done` claims, atomically. False: lost a race, go again."""
@@ -600,6 +600,7 @@ class SyncService:
 
     def stop(self) -> None:
         self.stopped.set()
+        self.syncer.stopping.set()
         self.wake.set()
         if self.observer is not None:
             self.observer.stop()
@@ -619,8 +620,7 @@ class SyncService:
                 for key in self.syncer.claims.renew():
                     self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
                 if self.offline is None:
-                    for rec in self.syncer.claims.expired():
-                        self._take_over(rec)
+                    self._take_over(self.syncer.claims.dead())
             except Unreachable:
                 continue  # offline: the claim holds until its expiry
             except Exception:
@@ -656,31 +656,40 @@ class SyncService:
             self._run(job, due, "missed while offline, nobody ran it")
         if r.pruned:
             self.daemon.note(f"sync: pruned {len(r.pruned)} done claim(s) older than a week from the remote")
-        for rec in r.expired:
-            self._take_over(rec)
 
-    def _take_over(self, rec: ClaimRecord) -> None:
-        from ..store.claims import Take
+    def _take_over(self, records: list[ClaimRecord]) -> None:
+        """Take over the claims of dead holders (renewer thread only: never behind, nor in the way
+        of, a round): the cron ones this machine may run in one push, then run those won; a
+        request is written again so the inbox takes it (its claim step takes the claim over)."""
+        cron = []
+        for rec in records:
+            if rec.key.startswith(INBOX_KEY):
+                self._redrop(rec)
+            elif self._may_take(rec):
+                cron.append(rec)
+            elif rec.host == self.syncer.host:
+                self.syncer.claims.forget(rec.key)  # an orphan of a job gone or pinned elsewhere: it expires
+        holders = {rec.key: rec.host for rec in cron}
+        for key in self.syncer.claims.take_over(cron):
+            rel = result_of(key)
+            mirror = self.syncer.store.rev(mirror_of(self.syncer.branch_ref))
+            if rel and any(self.syncer.store.read_file(c, rel) is not None for c in (self.syncer.store.head(), mirror) if c):
+                self.syncer.claims.finish(key, [rel])  # its result is published: the claim is only closed
+                continue
+            parsed = parse_cron_key(key)
+            if parsed:
+                why = "whose claim expired" if holders[key] != self.syncer.host else "a process of this machine that died"
+                self._run(*parsed, f"took over from {holders[key]}, {why}")
 
-        if rec.key.startswith(INBOX_KEY):
-            self._redrop(rec)
-            return
+    def _may_take(self, rec: ClaimRecord) -> bool:
         parsed = parse_cron_key(rec.key)
         if parsed is None or parsed[0] not in self._jobs():
-            return
+            return False
         if (getattr(self._jobs()[parsed[0]], "host", None) or self.syncer.host) != self.syncer.host:
-            return  # pinned to another machine now: not this one's to take
+            return False  # pinned to another machine now: not this one's to take
         scheduler = self.daemon.scheduler
-        if scheduler is not None and parsed[0] in scheduler.running:
-            return  # this machine runs that job right now: not a dead machine's claim to take
-        if self.syncer.claims.take(rec.key) != Take.WON:
-            return
-        rel = result_of(rec.key)
-        mirror = self.syncer.store.rev(mirror_of(self.syncer.branch_ref))
-        if rel and any(self.syncer.store.read_file(c, rel) is not None for c in (self.syncer.store.head(), mirror) if c):
-            self.syncer.claims.finish(rec.key, [rel])  # its result is published: the claim is only closed
-            return
-        self._run(*parsed, f"took over from {rec.host}, whose claim expired")
+        # this machine runs that job right now: not a dead machine's claim to take
+        return scheduler is None or parsed[0] not in scheduler.running
 
     def _redrop(self, rec: ClaimRecord) -> None:
         """A request claimed by a machine that died: write it again, unchanged, so this daemon's
