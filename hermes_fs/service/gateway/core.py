@@ -133,6 +133,7 @@ class CommitCadence:
         self.paths: dict[str, None] = {}  # ordered set
         self.results: dict[str, str] = {}  # request id -> result path
         self.lock = threading.Lock()
+        self.flushing = threading.Lock()
         self.timer: threading.Timer | None = None
 
     def add(self, rid: str, result_rel: str, paths: list[str]) -> None:
@@ -153,7 +154,13 @@ class CommitCadence:
 
     def flush(self, final: bool = False) -> str | None:
         """Commit what waits. A result whose reply is still pending or being sent waits for the
-        next flush (so the committed file says how its reply went), unless `final` (at stop)."""
+        next flush (so the committed file says how its reply went), unless `final` (at stop).
+        One flush at a time: the final one waits for a timer's commit under way, which would
+        otherwise die half-done with the process (its timer thread is a daemon thread)."""
+        with self.flushing:
+            return self._flush(final)
+
+    def _flush(self, final: bool) -> str | None:
         with self.lock:
             if self.timer:
                 self.timer.cancel()
