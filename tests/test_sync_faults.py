@@ -169,3 +169,48 @@ def test_a_machine_takes_over_no_more_dead_runs_than_it_runs_at_once(synced, tmp
         gate.set()
         d.stop()
     assert count("cron started") == len(jobs)  # each once
+
+
+def test_the_scheduler_starts_without_waiting_for_the_remote(tmp_path):
+    """With shared claims each due time missed while the daemon was down is claimed on the
+    remote (a push or two); the scheduler did that before returning from start(), so a restarted
+    daemon began to sync only 3-7 s later in the chaos run. The catch-up now runs on the
+    scheduler's own thread."""
+    from datetime import UTC, datetime, timedelta
+
+    from hermes_fs.mind.jobs import CronJob
+    from hermes_fs.mind.schedule import parse_schedule
+    from hermes_fs.service.scheduler import Scheduler
+
+    asked = threading.Event()
+    answer = threading.Event()
+    ran: list[str] = []
+
+    class SlowRemoteClaims(Ledger):
+        def mark(self, job, due):  # the remote takes its time to answer
+            asked.set()
+            answer.wait(30)
+            return super().mark(job, due)
+
+    due = datetime.now(UTC) - timedelta(minutes=5)
+    Ledger(tmp_path / "ledger.json").passed("brief", due - timedelta(days=1))  # seen before: owed its run at `due`
+    claims_ = SlowRemoteClaims(tmp_path / "ledger.json")
+    brief = CronJob(name="brief", schedule=parse_schedule(f"at {due.isoformat()}", UTC), prompt="p")
+    s = Scheduler(claims_, lambda j, d: ran.append(j.name))
+    starting = threading.Thread(target=s.start, args=([brief],))
+    starting.start()
+    try:
+        assert asked.wait(30)  # the catch-up is asking the remote ...
+        starting.join(10)
+        assert not starting.is_alive(), "start() waited for the remote"  # ... and start() has returned
+    finally:
+        answer.set()
+        starting.join(30)
+    assert wait_for_run(ran)
+    s.stop()
+
+
+def wait_for_run(ran: list[str]) -> bool:
+    from conftest import wait_for
+
+    return bool(wait_for(lambda: ran == ["brief"], 30))
