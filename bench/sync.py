@@ -424,6 +424,9 @@ def check(machines: list[Machine], git: GitDaemon, schedule, written, seen, even
                   "unanswered": sum(1 for v in answers.values() if v == 0),
                   "unanswered_on_every_main": sum(1 for n in range(requests) if not any(a.get(str(n)) for a in answered))},
         "takeovers": {"n": len(takeovers), "max_after_expiry_s": round(max(takeovers), 1) if takeovers else None,
+                      "p50_after_expiry_s": round(percentile(takeovers, 50), 1) if takeovers else None,
+                      "p95_after_expiry_s": round(percentile(takeovers, 95), 1) if takeovers else None,
+                      "n_within_expiry_plus_5s": sum(1 for t in takeovers if t <= 5),
                       "within_expiry_plus_5s": all(t <= 5 for t in takeovers)},
     }
 

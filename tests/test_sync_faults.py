@@ -121,3 +121,96 @@ def test_a_restarted_machine_takes_its_own_dead_runs_over_at_once(synced, tmp_pa
     assert restarted.take_over(dead) == [KEYS[0]]
     assert not restarted.held[KEYS[0]].orphan and KEYS[1] not in restarted.held
     assert restarted.holder(KEYS[0]).host == "me" and restarted.holder(KEYS[1]).host == "other"
+
+
+def test_a_machine_takes_over_no_more_dead_runs_than_it_runs_at_once(synced, tmp_path, model_server):
+    """Taking every dead claim over at once started 96 agent runs at once on one machine of the
+    chaos run, each slower than the claims' expiry. A machine takes over at most RUN_AT_ONCE cron
+    runs at a time; the others wait for a free slot (or another machine), and each runs once."""
+    from datetime import UTC, datetime, timedelta
+
+    from conftest import DaemonProc, wait_for
+    from model_server import configure_vault
+
+    from hermes_fs.service.sync import RUN_AT_ONCE
+    from hermes_fs.store.claims import LEDGER_NAME, cron_key
+
+    v, server = synced
+    gate = threading.Event()
+    model_server.responder = lambda body: {"content": "done", "wait": gate}
+    configure_vault(v.root, model_server, f"remote:\n  url: {server.url()}\n  branch: main\n"
+                    "sync:\n  interval_s: 0.5\n  claim_ttl_s: 30\n")
+    due = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
+    jobs = [f"job-{i}" for i in range(RUN_AT_ONCE + 2)]
+    for job in jobs:
+        (v.root / "cron" / f"{job}.md").write_text(f"---\nschedule: \"at {due.isoformat()}\"\n---\nSay done.\n")
+    v.git.commit_all("test: jobs", Act.human_edit())
+    assert Syncer(v).round(work=False).pushed
+    dead = claims(v, server, "dead", 0.5, tmp_path / "dead.json")  # claimed them all, then died
+    seen = Ledger(v.state_dir / LEDGER_NAME)  # this machine saw those due times pass (not its to catch up)
+    for job in jobs:
+        assert dead.take(cron_key(job, due)) == Take.WON
+        seen.passed(job, due)
+    time.sleep(0.6)  # past their expiry
+    d = DaemonProc(v.root)
+
+    def count(what: str) -> int:
+        return (v.state_dir / "daemon.log").read_text().count(what)
+
+    try:
+        assert wait_for(lambda: count("cron started") >= RUN_AT_ONCE, 60), d.output()
+        time.sleep(6)  # two looks of the renewer (every 2.5 s with this expiry), all slots busy
+        assert count("cron started") == RUN_AT_ONCE, d.output()
+        assert count("took over from dead") == RUN_AT_ONCE
+        gate.set()
+        assert wait_for(lambda: count("cron finished") == len(jobs), 90), d.output()
+        assert wait_for(lambda: len(v.git.list_files(v.git.head(), "outputs/cron/")) == len(jobs), 60)
+    finally:
+        gate.set()
+        d.stop()
+    assert count("cron started") == len(jobs)  # each once
+
+
+def test_the_scheduler_starts_without_waiting_for_the_remote(tmp_path):
+    """With shared claims each due time missed while the daemon was down is claimed on the
+    remote (a push or two); the scheduler did that before returning from start(), so a restarted
+    daemon began to sync only 3-7 s later in the chaos run. The catch-up now runs on the
+    scheduler's own thread."""
+    from datetime import UTC, datetime, timedelta
+
+    from hermes_fs.mind.jobs import CronJob
+    from hermes_fs.mind.schedule import parse_schedule
+    from hermes_fs.service.scheduler import Scheduler
+
+    asked = threading.Event()
+    answer = threading.Event()
+    ran: list[str] = []
+
+    class SlowRemoteClaims(Ledger):
+        def mark(self, job, due):  # the remote takes its time to answer
+            asked.set()
+            answer.wait(30)
+            return super().mark(job, due)
+
+    due = datetime.now(UTC) - timedelta(minutes=5)
+    Ledger(tmp_path / "ledger.json").passed("brief", due - timedelta(days=1))  # seen before: owed its run at `due`
+    claims_ = SlowRemoteClaims(tmp_path / "ledger.json")
+    brief = CronJob(name="brief", schedule=parse_schedule(f"at {due.isoformat()}", UTC), prompt="p")
+    s = Scheduler(claims_, lambda j, d: ran.append(j.name))
+    starting = threading.Thread(target=s.start, args=([brief],))
+    starting.start()
+    try:
+        assert asked.wait(30)  # the catch-up is asking the remote ...
+        starting.join(10)
+        assert not starting.is_alive(), "start() waited for the remote"  # ... and start() has returned
+    finally:
+        answer.set()
+        starting.join(30)
+    assert wait_for_run(ran)
+    s.stop()
+
+
+def wait_for_run(ran: list[str]) -> bool:
+    from conftest import wait_for
+
+    return bool(wait_for(lambda: ran == ["brief"], 30))

@@ -50,17 +50,26 @@ CONFLICT_MARK = ".conflict-"
 CRON_OUTPUTS = "outputs/cron/"
 LEARNED_REFS = ("refs/heads/refine/", "refs/heads/learn/", "refs/heads/curate/", "refs/hermes/rejected/")
 PUSH_TRIES = 8  # a push that lost a race fetches main, merges and tries again, this many times per round
+RUN_AT_ONCE = 4
+"""At most this many cron runs at once may a machine start from takeovers and catch-ups; the rest
+stay for the next look (or for another machine). After a partition, or when the other machines
+died holding many claims, taking all over at once started 96 agent runs at once on one 2-core
+machine (the chaos bench), each slower than the claims' expiry."""
 PUSH_GAP_S = 1.0  # after a push of main, the next round waits this long even if main moved again
+
+
+RETRY_PAUSE_MAX_S = 2.0
 
 
 def retry_pause(attempt: int, last_s: float) -> float:
     """How long a machine that lost the race for main waits before its next attempt: at random
-    within the time its last attempt took (fetch, merge, push), twice that from the third on.
-    The machines that collided were all inside that window at once; spread over it, they seldom
-    collide again, and the loser's merge does not take the CPU the winner's push needs. (A fixed
-    0.15 s pause was far shorter than an attempt on a loaded machine, 0.5-2 s: the losers
-    collided again and again, up to 8 attempts and 15 s a round.)"""
-    return random.uniform(0, max(last_s, 0.05) * min(attempt, 2))
+    within the time its last attempt took (fetch, merge, push), twice that from the third on,
+    never more than RETRY_PAUSE_MAX_S. The machines that collided were all inside that window at
+    once; spread over it, they seldom collide again, and the loser's merge does not take the CPU
+    the winner's push needs. (A fixed 0.15 s pause was far shorter than an attempt on a loaded
+    machine, 0.5-2 s: the losers collided again and again, up to 8 attempts and 15 s a round.
+    Uncapped, one attempt slowed to a minute by a busy machine was followed by a minute's pause.)"""
+    return random.uniform(0, min(max(last_s, 0.05) * min(attempt, 2), RETRY_PAUSE_MAX_S))
 
 _claims: dict[Path, RefClaims] = {}
 _claims_lock = threading.Lock()
@@ -242,6 +251,7 @@ class Syncer:
         self.notify = notify or self._notify
         self.refs_path = sync_dir(vault) / "refs.json"
         self.lock = threading.Lock()  # one round at a time (the daemon's timer and a push at once)
+        self.room: Callable[[], int | None] = lambda: None  # how many missed due times a round may claim
         self.stopping = threading.Event()  # set when the daemon stops: a round stops retrying at once
 
     # -- one round -------------------------------------------------------------------------------
@@ -271,7 +281,7 @@ class Syncer:
                         break
                 self._sync_learned(r)
                 if work:
-                    r.caught_up = self.claims.take_missed()
+                    r.caught_up = self.claims.take_missed(self.room())
                     if self.claims.prune_due():
                         r.pruned = self.claims.prune()
             except Unreachable as exc:
@@ -581,6 +591,7 @@ class SyncService:
         self.vault = daemon.vault
         self.syncer = Syncer(self.vault)
         self.syncer.claims.on_finish = self.poke
+        self.syncer.room = self._room
         self.wake = threading.Event()
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
@@ -669,6 +680,7 @@ class SyncService:
                 cron.append(rec)
             elif rec.host == self.syncer.host:
                 self.syncer.claims.forget(rec.key)  # an orphan of a job gone or pinned elsewhere: it expires
+        cron = sorted(cron, key=lambda rec: rec.key.rsplit("/", 1)[-1])[:self._room()]  # the oldest due first
         holders = {rec.key: rec.host for rec in cron}
         for key in self.syncer.claims.take_over(cron):
             rel = result_of(key)
@@ -680,6 +692,11 @@ class SyncService:
             if parsed:
                 why = "whose claim expired" if holders[key] != self.syncer.host else "a process of this machine that died"
                 self._run(*parsed, f"took over from {holders[key]}, {why}")
+
+    def _room(self) -> int:
+        """How many more cron runs this machine may start now (RUN_AT_ONCE)."""
+        scheduler = self.daemon.scheduler
+        return max(0, RUN_AT_ONCE - (len(scheduler.running) if scheduler is not None else 0))
 
     def _may_take(self, rec: ClaimRecord) -> bool:
         parsed = parse_cron_key(rec.key)

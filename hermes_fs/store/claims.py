@@ -461,16 +461,17 @@ class RefClaims:
     def done(self, job: str, due: datetime) -> None:
         self.finish(cron_key(job, due))
 
-    def take_missed(self) -> list[tuple[str, datetime]]:
-        """Once the remote answers again: claim the due times missed while offline, in one push;
-        those won are returned, to be run now (a due time another machine claimed meanwhile is
-        dropped: it ran it, or its claim expires and is taken over like any dead machine's)."""
-        missed = {}
-        for job, due_iso in list(self.missed.items()):
+    def take_missed(self, limit: int | None = None) -> list[tuple[str, datetime]]:
+        """Once the remote answers again: claim the due times missed while offline (the `limit`
+        oldest, the others wait for a later round), in one push; those won are returned, to be run
+        now (a due time another machine claimed meanwhile is dropped: it ran it, or its claim
+        expires and is taken over like any dead machine's)."""
+        missed: dict[str, datetime] = {}
+        for job, due_iso in sorted(self.missed.items(), key=lambda item: item[1]):
             due = datetime.fromisoformat(due_iso)
             if too_old_to_claim(due):
                 log.warning("cron %s due %s: missed while offline for too long; not caught up", job, due_iso)
-            else:
+            elif limit is None or len(missed) < limit:
                 missed[job] = due
         if not missed:
             if self.missed:
