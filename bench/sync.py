@@ -60,6 +60,7 @@ class Machine:
     proc: subprocess.Popen | None = None
     down_since: float | None = None
     cut_until: float = 0.0
+    cut_since: float = 0.0
 
     @property
     def root(self) -> Path:
@@ -113,9 +114,23 @@ class Events:
 
     kills: list[tuple[float, str]] = field(default_factory=list)
     cuts: list[tuple[float, float, str]] = field(default_factory=list)  # start, end, machine
+    downs: list[tuple[float, float, str]] = field(default_factory=list)  # killed, started again, machine
 
     def disturbed(self, start: float, end: float) -> bool:
         return any(start - 10 <= t <= end for t, _ in self.kills) or any(a <= end and b >= start for a, b, _ in self.cuts)
+
+    def away(self, start: float, end: float, *names: str) -> float:
+        """Seconds of [start, end] during which any of `names` was killed (until its daemon was
+        started again) or cut off: time no sync can shorten. A restarted daemon's own start-up
+        is not counted here, so it weighs on the product."""
+        spans = sorted((max(a, start), min(b, end)) for a, b, n in self.cuts + self.downs
+                       if n in names and a < end and b > start)
+        total, reach = 0.0, start
+        for a, b in spans:
+            if b > reach:
+                total += b - max(a, reach)
+                reach = b
+        return total
 
 
 def _write_line(root: Path, rel: str, line: str) -> None:
@@ -187,7 +202,7 @@ def setup(work: Path, interval_s: float, ttl_s: float, jobs: int, job_start: dat
 
 def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_s: float = 2.0, ttl_s: float = 20.0,
         seed: int = 1, kill_every: tuple[float, float] = (3, 8), cut_every: tuple[float, float] = (4, 10),
-        cut_for: tuple[float, float] = (2, 10), settle_s: float = 150, work: Path | None = None,
+        cut_for: tuple[float, float] = (2, 10), settle_s: float = 300, work: Path | None = None,
         say=print) -> dict:
     rng = random.Random(seed)
     server = ModelServer(responder=lambda body: {"content": "ok"})
@@ -257,6 +272,7 @@ def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_
             next_kill = now + rng.uniform(*kill_every)
         for when, m in list(restarts):
             if now >= when:
+                events.downs.append((m.down_since or now, time.time(), m.name))
                 m.start()
                 restarts.remove((when, m))
         if now >= next_cut:
@@ -265,11 +281,12 @@ def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_
                 length = rng.uniform(*cut_for)
                 m.proxy.cut()
                 m.cut_until = now + length
-                events.cuts.append((now, now + length, m.name))
+                m.cut_since = now
             next_cut = now + rng.uniform(*cut_every)
         for m in machines:
             if m.cut_until and now >= m.cut_until:
                 m.proxy.heal()
+                events.cuts.append((m.cut_since, time.time(), m.name))
                 m.cut_until = 0.0
         time.sleep(max(0.0, 1.0 - (time.time() - now)))
     while n_req < requests:  # what the chaos window had no time for
@@ -277,8 +294,11 @@ def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_
         n_req += 1
     for m in machines:
         m.proxy.heal()
+        if m.cut_until:
+            events.cuts.append((m.cut_since, time.time(), m.name))
         m.cut_until = 0.0
         if m.proc is None or m.proc.poll() is not None:
+            events.downs.append((m.down_since or time.time(), time.time(), m.name))
             m.start()
     healed = time.time()
     say(f"healed after {healed - t0:.0f} s; waiting for the three mains to agree")
@@ -307,6 +327,10 @@ def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_
     for m in machines:
         m.stop()
     result = check(machines, git, schedule, written, seen, events, requests, healed, ttl_s)
+    if not tmp:  # a kept work folder also keeps what happened to each line, for diagnosis
+        (work / "records.json").write_text(json.dumps({
+            "t0": t0, "healed": healed, "written": written, "seen": seen,
+            "kills": events.kills, "cuts": events.cuts, "downs": events.downs}, indent=1))
     result.update(duration_s=duration_s, interval_s=interval_s, claim_ttl_s=ttl_s, seed=seed,
                   kills=len(events.kills), partitions=len(events.cuts),
                   lines_everywhere_after_heal_s=round(lines_s, 1) if lines_s is not None else None,
@@ -331,7 +355,7 @@ def check(machines: list[Machine], git: GitDaemon, schedule, written, seen, even
             counts[line] = counts.get(line, 0) + 1
         lost += sum(1 for line in written if counts.get(line, 0) == 0)
         dup += sum(1 for line in written if counts.get(line, 0) > 1)
-    latencies, quiet = [], []
+    latencies, quiet, net = [], [], []
     for line, (origin, _t) in written.items():
         arrivals = seen.get(line, {})
         if origin not in arrivals or len(arrivals) < 3 + (origin == "phone"):
@@ -341,6 +365,9 @@ def check(machines: list[Machine], git: GitDaemon, schedule, written, seen, even
         latencies.append(lat)
         if not events.disturbed(start, start + lat):
             quiet.append(lat)
+        for name, t in arrivals.items():  # each other machine, less the time either end was away
+            if name not in (origin, "phone"):
+                net.append(t - start - events.away(start, t, origin, name))
     markers = 0
     for m in machines:
         for rel in m.files():
@@ -351,10 +378,10 @@ def check(machines: list[Machine], git: GitDaemon, schedule, written, seen, even
             for m in machines}
     fsck["remote"] = subprocess.run(["git", "fsck", "--no-progress"], cwd=git.base / "vault.git",
                                     capture_output=True).returncode == 0
-    outputs = machines[0].files("outputs/cron/")
-    per_job: dict[str, int] = {}
-    for p in outputs:
-        per_job[p.split("/")[2]] = per_job.get(p.split("/")[2], 0) + 1
+    # outputs and answers as every main has them: a result only one main holds is not done yet
+    per_main = [_count(m.files("outputs/cron/"), r"^outputs/cron/([^/]+)/") for m in machines]
+    per_job = {job: min(p.get(job, 0) for p in per_main) if all(p.get(job, 0) <= 1 for p in per_main)
+               else max(p.get(job, 0) for p in per_main) for job in set().union(*per_main)}
     refs = subprocess.run(["git", "for-each-ref", "--format=%(refname) %(objectname)", "refs/hermes/claims/cron/"],
                           cwd=git.base / "vault.git", capture_output=True, text=True).stdout.splitlines()
     claims_per_job: dict[str, int] = {}
@@ -371,17 +398,19 @@ def check(machines: list[Machine], git: GitDaemon, schedule, written, seen, even
             took = re.search(r"^Claim-Took-Over: \S+ ([0-9.]+)$", msg, re.M)
             if took:
                 takeovers.append(int(msg.strip().split("\n", 1)[0]) - float(took.group(1)))
-    answers: dict[str, int] = {}
-    for p in machines[0].files("outputs/requests/"):
-        m = re.search(r"-req-(\d+)\.md$", p)
-        if m:
-            answers[m.group(1)] = answers.get(m.group(1), 0) + 1
+    answered = [_count(m.files("outputs/requests/"), r"-req-(\d+)\.md$") for m in machines]
+    answers = {str(n): (max if any(a.get(str(n), 0) > 1 for a in answered) else min)(a.get(str(n), 0) for a in answered)
+               for n in range(requests)}
     return {
         "heads_agree": len(set(heads.values())) == 1,
         "edits": len(written),
         "edit_latency_s": {"p50": round(percentile(latencies, 50), 2) if latencies else None,
                            "p95": round(percentile(latencies, 95), 2) if latencies else None,
                            "max": round(max(latencies), 2) if latencies else None, "n": len(latencies)},
+        "edit_latency_net_s": {"p50": round(percentile(net, 50), 2) if net else None,
+                               "p95": round(percentile(net, 95), 2) if net else None,
+                               "max": round(max(net), 2) if net else None, "n": len(net),
+                               "what": "per edit and other machine, less the time either was killed or cut off"},
         "edit_latency_undisturbed_s": {"p50": round(percentile(quiet, 50), 2) if quiet else None,
                                        "p95": round(percentile(quiet, 95), 2) if quiet else None, "n": len(quiet)},
         "lost_lines": lost, "duplicated_lines": dup, "conflict_markers": markers, "conflict_copies": conflict_copies,
@@ -392,15 +421,41 @@ def check(machines: list[Machine], git: GitDaemon, schedule, written, seen, even
                  "with_more_claims": sum(1 for n, _ in schedule if claims_per_job.get(n, 0) > 1)},
         "inbox": {"requests": requests, "answered_once": sum(1 for v in answers.values() if v == 1),
                   "answered_twice_or_more": sum(1 for v in answers.values() if v > 1),
-                  "unanswered": requests - len(answers)},
+                  "unanswered": sum(1 for v in answers.values() if v == 0),
+                  "unanswered_on_every_main": sum(1 for n in range(requests) if not any(a.get(str(n)) for a in answered))},
         "takeovers": {"n": len(takeovers), "max_after_expiry_s": round(max(takeovers), 1) if takeovers else None,
+                      "p50_after_expiry_s": round(percentile(takeovers, 50), 1) if takeovers else None,
+                      "p95_after_expiry_s": round(percentile(takeovers, 95), 1) if takeovers else None,
+                      "n_within_expiry_plus_5s": sum(1 for t in takeovers if t <= 5),
                       "within_expiry_plus_5s": all(t <= 5 for t in takeovers)},
     }
 
 
+def _count(paths: list[str], pattern: str) -> dict[str, int]:
+    """How many of `paths` match `pattern`, by its first group (a job, a request number)."""
+    found: dict[str, int] = {}
+    for p in paths:
+        m = re.search(pattern, p)
+        if m:
+            found[m.group(1)] = found.get(m.group(1), 0) + 1
+    return found
+
+
 def main() -> dict:
-    quick = "--quick" in sys.argv
-    result = run(duration_s=60 if quick else 180, jobs=20 if quick else 100, requests=40 if quick else 200)
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="60 s, 20 jobs, 40 requests")
+    ap.add_argument("--duration", type=float, help="seconds of chaos (default 180)")
+    ap.add_argument("--jobs", type=int)
+    ap.add_argument("--requests", type=int)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--work", type=Path, help="keep the vaults, remote and daemon logs here (for diagnosis)")
+    args = ap.parse_args()
+    result = run(duration_s=args.duration or (60 if args.quick else 180),
+                 jobs=args.jobs if args.jobs is not None else (20 if args.quick else 100),
+                 requests=args.requests if args.requests is not None else (40 if args.quick else 200),
+                 seed=args.seed, work=args.work)
     print(json.dumps(result, indent=2))
     write_results("sync", result)
     return result

@@ -451,3 +451,30 @@ def test_a_shared_rooms_lines_survive_a_restart_and_context_is_what_others_said_
     for i in range(CONTEXT_LINES + 5):
         led.add_room_line("!room", f"$x{i}", "@eve", f"line {i}", CONTEXT_LINES)
     assert len(led.room_lines("!room")) == CONTEXT_LINES and led.room_lines("!other") == []
+
+
+def test_the_final_commit_at_stop_waits_for_a_timers_commit_under_way(vault, tmp_path):
+    """The cadence's timer had taken the waiting paths and was committing them when the gateway
+    stopped: the final flush found nothing to do and the process ended with the timer's commit
+    half-done (its thread is a daemon thread), leaving the result and transcript uncommitted. The
+    final flush now returns only once that commit is made."""
+    from hermes_fs.service.gateway.core import CommitCadence
+
+    ledger = Ledger(tmp_path / "gateway.db")
+    rel = "outputs/requests/20261201-120000-000000-webhook-0123456789abcdef.md"
+    (vault.root / rel).parent.mkdir(parents=True)
+    (vault.root / rel).write_text("---\nstatus: ok\n---\nanswer\n")
+    cadence = CommitCadence(vault, ledger, idle_s=0.05)
+    finished = threading.Event()
+    try:
+        with vault.git.lock.hold():  # the timer's commit waits here, as a slow commit would
+            cadence.add("webhook-0123456789abcdef", rel, [])
+            assert wait_for(lambda: not cadence.paths, 10)  # the timer has taken the paths
+            final = threading.Thread(target=lambda: (cadence.flush(final=True), finished.set()))
+            final.start()
+            assert not finished.wait(1.0)  # it waits for the commit under way
+        assert finished.wait(30)
+        assert git(vault, "status", "--porcelain") == ""
+        assert git(vault, "log", "-1", "--format=%s").strip() == "gateway: 1 request(s)"
+    finally:
+        ledger.close()

@@ -172,6 +172,126 @@ def test_a_clean_stop_hands_over_at_once(tmp_path, server):
         hb.stop()
 
 
+def test_the_next_holder_takes_in_chat_sessions_approvals_and_pairing_codes(tmp_path, server):
+    """What a chat needs to go on, carried in the lease journal: on the machine taking over, a
+    chat continues its session, an approved sender stays approved, a pending code can be approved."""
+    from hermes_fs.service.gateway.ledger import Ledger
+
+    a = first_machine(tmp_path, server)
+    lease_s = 2.0
+    ledgers = {h: Ledger(tmp_path / h / "gateway.db") for h in ("a", "b")}
+    consumers = {h: Consumer(h) for h in ("a", "b")}
+
+    def start(h: str) -> ChannelHolder:
+        c, ledger = consumers[h], ledgers[h]
+
+        def acquire(journal: Journal) -> None:
+            ledger.merge_shared("matrix", journal.shared)
+            c.on_acquire(journal)
+
+        lease = RefLease(a.git, Remote(a.root, server.url(), timeout_s=5), "matrix/@bot:test", h)
+        held = ChannelHolder(lease, lease_s, lambda: c.cursor, acquire, c.on_release,
+                             lambda: ledger.shared_state("matrix", time.time() - 3600))
+        held.start()
+        return held
+
+    ha = start("a")
+    assert consumers["a"].consuming.wait(20)
+    hb = start("b")
+    la, lb = ledgers["a"], ledgers["b"]
+    lb.set_session("matrix|!room:test|-", "20261130-090000-bb01")  # b's own, older, is replaced
+    time.sleep(0.05)
+    la.set_session("matrix|!room:test|-", "20261201-100000-aa01")
+    la.set_session("email|me@x|<t@x>", "20261201-100000-aa02")  # another platform's: not this lease's
+    la.approve("matrix", "@friend:test")
+    la.add_pairing("c0ffee", "matrix", "@waiting:test")
+    time.sleep(1.0)
+    ha._write()  # a renewal publishes it (as the renewal timer would)
+    try:
+        ha.stopped.set()  # a dies
+        ha.wake.set()
+        ha.thread.join(10)
+        assert consumers["b"].consuming.wait(lease_s + 5 + 10)
+        assert lb.session("matrix|!room:test|-") == "20261201-100000-aa01"
+        assert lb.session("email|me@x|<t@x>") is None
+        assert lb.is_approved("matrix", "@friend:test")
+        assert lb.pairing_by_hash("c0ffee", time.time() - 3600).sender == "@waiting:test"
+        hb._write()  # and b publishes what it took in, for the machine after it
+        assert hb.lease.read().journal["shared"]["approved"][0][0] == "@friend:test"
+    finally:
+        for h in (ha, hb):
+            h.stop()
+        for ledger in ledgers.values():
+            ledger.close()
+
+
+def test_shared_state_from_the_remote_is_checked_row_by_row(tmp_path):
+    """The journal is read from the remote, which anyone with push access writes: malformed rows
+    are skipped, other platforms' rows ignored, and nothing else in the ledger is touched."""
+    from hermes_fs.service.gateway.ledger import Ledger
+
+    ledger = Ledger(tmp_path / "gateway.db")
+    try:
+        assert ledger.merge_shared("matrix", "not a dict") == 0
+        assert ledger.merge_shared("matrix", {"sessions": "x", "approved": [1, 2], "pairings": None}) == 0
+        taken = ledger.merge_shared("matrix", {
+            "sessions": [["matrix|!r:x|-", "20261201-100000-aa01", 5.0], ["matrix|!s:x|-", 7, 5.0],
+                         ["email|a@b|-", "20261201-100000-aa02", 5.0], ["matrix|!t:x|-", None, True]],
+            "approved": [["@ok:x", 1.0], ["@bad:x"], [None, 1.0], ["@late:x", "yesterday"]],
+            "pairings": [["ab12", "@w:x", 2.0], ["ab13", "@w:x"], ["ab14", 3, 2.0]],
+        })
+        assert taken == 3
+        assert ledger.session("matrix|!r:x|-") == "20261201-100000-aa01"
+        assert ledger.session("matrix|!s:x|-") is None and ledger.session("email|a@b|-") is None
+        assert ledger.approved() == [("matrix", "@ok:x")]
+        assert [p.sender for p in ledger.pairings(0)] == ["@w:x"]
+    finally:
+        ledger.close()
+
+
+def test_a_webhook_request_answered_on_one_machine_can_be_polled_on_another(tmp_path, server, model_server):
+    """A POST taken by machine a; its status GET reaching machine b (a fail-over address) is
+    answered from the result that came to b through sync; another route still gets a 404."""
+    import httpx
+    from test_gateway_webhook import STANDARD_SECRET, signed
+
+    from hermes_fs.service.gateway.core import Gateway
+    from hermes_fs.service.sync import Syncer
+    from hermes_fs.store.vault import Vault
+
+    server.bare()
+    model_server.add({"content": "Deploy 7 is fine."})
+    a, b = two_machines(tmp_path, server, model_server, """  webhook:
+    listen: 127.0.0.1:0
+    routes:
+      deploys: {secret_env: DEPLOY_SECRET}
+      other: {secret_env: DEPLOY_SECRET}
+""", f"DEPLOY_SECRET={STANDARD_SECRET}\n")
+    gws = []
+    try:
+        gws.append(ga := Gateway(Vault(a.root)))
+        ga.start()
+        base_a = f"http://127.0.0.1:{ga.channels['webhook'].bound_port}"
+        r = httpx.post(f"{base_a}/hooks/deploys", content=b"deploy 7", headers=signed(b"deploy 7", "d7"), timeout=30)
+        rid = r.json()["id"]
+        assert ga.wait_idle(60)
+        assert wait_for(lambda: not a.git.dirty_paths(), 30)  # the result is committed
+        Syncer(a).round()
+        Syncer(b).round()
+        gws.append(gb := Gateway(Vault(b.root)))
+        gb.start()
+        base_b = f"http://127.0.0.1:{gb.channels['webhook'].bound_port}"
+        got = httpx.get(f"{base_b}/hooks/deploys/requests/{rid}", headers=signed(b"", "p1"), timeout=10)
+        assert got.status_code == 200 and got.json() == {"status": "ok", "answer": "Deploy 7 is fine."}, got.text
+        assert httpx.get(f"{base_b}/hooks/other/requests/{rid}", headers=signed(b"", "p2"), timeout=10).status_code == 404
+        for bad in ("..%2F..%2Fhermes.yaml", "*", "webhook-0000000000000000"):
+            assert httpx.get(f"{base_b}/hooks/deploys/requests/{bad}", headers=signed(b"", "p3"),
+                             timeout=10).status_code == 404
+    finally:
+        for gw in gws:
+            gw.stop()
+
+
 # --- real daemons, one real mailbox -----------------------------------------------------------
 
 def two_machines(tmp_path, server, model_server, channel_yaml: str, secrets: str):
@@ -245,18 +365,30 @@ def test_two_daemons_one_mailbox_kill_the_holder_every_mail_answered_once(tmp_pa
         first = holder_name()
         assert wait_for(lambda: (vaults[first].root / ".hermes/gateway/email.sqlite").exists(), 20)
         time.sleep(1.0)  # the first holder's first start records the mailbox's position
-        send(env, keys, mail(subject="one", body="first"))
-        assert [r.text.strip() for r in env.wait_for(ME, 1)] == ["re: first"]
+        one = mail(subject="one", body="first")
+        send(env, keys, one)
+        answer_one = env.wait_for(ME, 1)
+        assert [r.text.strip() for r in answer_one] == ["re: first"]
+        other = "b" if first == "a" else "a"
+        # the thread's transcript is on the other machine (sync) before its holder dies
+        assert wait_for(lambda: list((vaults[other].root / "sessions").rglob("*.md")), 30)
+        time.sleep(1.5)  # and a renewal has published which session the thread continues
 
         dead = procs[list(vaults).index(first)]
         dead.stop(signal.SIGKILL)
         killed = time.time()
         for body in ("second", "third"):
             send(env, keys, mail(subject=body, body=body))
-        other = "b" if first == "a" else "a"
         assert wait_for(lambda: _gateway_state(vaults[other]).get("state") == "connected", 3 + 5 + 10)
         took = time.time() - killed
         replies = env.wait_for(ME, 3, timeout=60)
+        # a reply in the first thread, now read by the other machine: the same session goes on
+        reply_id = answer_one[0].obj["Message-ID"]
+        send(env, keys, mail(subject="Re: one", body="fourth", In_Reply_To=reply_id,
+                             References=f"{one['Message-ID']} {reply_id}"))
+        replies = env.wait_for(ME, 4, timeout=60)
+        fourth = next(r for r in model_server.requests if "fourth" in str(r["messages"][-1]["content"]))
+        assert any("first" in str(m.get("content")) for m in fourth["messages"][:-1]), fourth["messages"]
         print(f"machine {other} consumed the mailbox {took:.1f} s after {first} was killed (lease 3 s)")
 
         # the killed machine comes back and stands by; the holder is killed while it works on a mail
@@ -275,10 +407,11 @@ def test_two_daemons_one_mailbox_kill_the_holder_every_mail_answered_once(tmp_pa
         assert slow.wait(30)
         procs[list(vaults).index(other)].stop(signal.SIGKILL)
         assert wait_for(lambda: _gateway_state(vaults[first]).get("state") == "connected", 3 + 5 + 10)
-        replies = env.wait_for(ME, 4, timeout=60)
+        replies = env.wait_for(ME, 5, timeout=60)
         time.sleep(5.0)  # the killed holder's slow answer, or a second answer to anything, would be here by now
-        replies = env.wait_for(ME, 4, timeout=0)
-        assert sorted(r.text.strip() for r in replies) == ["re: first", "re: second", "re: slow", "re: third"]
+        replies = env.wait_for(ME, 5, timeout=0)
+        assert sorted(r.text.strip() for r in replies) == ["re: first", "re: fourth", "re: second", "re: slow",
+                                                            "re: third"]
     finally:
         for d in procs:
             if d.proc.poll() is None:

@@ -71,6 +71,28 @@ def test_two_machines_merge_by_entry_and_never_rewrite(tmp_path, server, run_cli
     git(a, "fsck", "--no-progress")  # raises if the repository is not clean
 
 
+def test_the_readmes_set_up_edit_hermes_yaml_sync_then_clone(tmp_path, server, run_cli):
+    """As the README says, with no daemon running: append `remote:` to hermes.yaml, `hermes-fs
+    sync`, then `hermes-fs clone` on the next machine. The sync commits that edit (and the
+    person's others) first, so the clone has its remote; a secret stays uncommitted and is said."""
+    server.bare()
+    a = init_vault(tmp_path / "a").vault
+    with open(a.root / "hermes.yaml", "a") as f:
+        f.write(f"\nremote:\n  url: {server.url()}\n  branch: main\n")
+    add = a.root / "memory" / "USER.md"
+    add.write_text(add.read_text() + "- Prefers tabs\n")
+    (a.root / "notes.md").write_text("api key: sk-live-0123456789abcdefghijklmnopqrstuv\n")
+    out = run_cli("--vault", str(a.root), "sync")
+    assert out.returncode == 0, out.stderr
+    assert "committed your edits: hermes.yaml, memory/USER.md" in out.stdout and "pushed" in out.stdout
+    assert "not committed: notes.md" in out.stderr
+    cloned = run_cli("clone", server.url(), str(tmp_path / "b"))
+    assert cloned.returncode == 0, cloned.stderr
+    b = Vault(tmp_path / "b")
+    assert b.config.remote is not None and "- Prefers tabs" in (b.root / "memory" / "USER.md").read_text()
+    assert not (b.root / "notes.md").exists()
+
+
 def test_conflict_keeps_both_versions_and_status_lists_it(tmp_path, server, run_cli):
     a = first_machine(tmp_path, server)
     add_entry(a, "Editor: vim")

@@ -101,10 +101,20 @@ def pair_deny(ctx: click.Context, code: str):
 
 
 def _decide(ctx: click.Context, code: str, approved: bool) -> None:
+    from ..errors import InputError
     from ..service.gateway.access import approve, deny
     from ..service.gateway.ledger import Ledger, ledger_path
+    from ..service.sync import remote_url
 
-    found = (approve if approved else deny)(Ledger(ledger_path(_vault(ctx).state_dir)), code)
+    v = _vault(ctx)
+    try:
+        found = (approve if approved else deny)(Ledger(ledger_path(v.state_dir)), code)
+    except InputError as exc:
+        if remote_url(v) is None:
+            raise
+        raise InputError(f"{exc}. With several machines a code is kept by the machine holding the channel "
+                         "(and handed to the next holder): run this there — the one whose `hermes-fs gateway "
+                         "status` says connected") from None
     echo(f"{'approved' if approved else 'denied'} {found.sender} on {found.platform}")
 
 

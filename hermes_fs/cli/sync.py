@@ -22,9 +22,18 @@ def sync(ctx: click.Context, vault: str | None, as_json: bool):
     from dataclasses import asdict
 
     from .. import open_vault as find_vault
+    from ..service.daemon import pending_edits
     from ..service.sync import Syncer
 
-    r = Syncer(find_vault(vault or ctx.find_root().obj.get("vault"))).round(work=False)  # due times: the daemon's
+    v = find_vault(vault or ctx.find_root().obj.get("vault"))
+    edited = pending_edits(v)
+    if edited:  # what the daemon would commit: a sync carries every edit made here (hermes.yaml's remote: first)
+        done = v.git.commit_human_edits(edited)
+        if done.committed:
+            echo(f"committed your edits: {', '.join(done.committed)}", err=as_json)
+        for f in done.refused:
+            echo(f"not committed: {f}", err=True)
+    r = Syncer(v).round(work=False)  # due times: the daemon's
     if as_json:
         echo(json.dumps(asdict(r), indent=2, default=str))
     else:

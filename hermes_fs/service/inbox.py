@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -167,6 +168,25 @@ def read_result(vault: Vault, c: Claim) -> Result:
     doc = parse_doc(text, c.result_rel)
     body = doc.body.split("\n## Original request", 1)[0].strip()
     return Result.from_meta(doc.meta, body)
+
+
+def committed_result(vault: Vault, name: str) -> tuple[Result, str] | None:
+    """The result of request `name` (a file name without `.md`, as a request id is) and the text
+    of the original request, from outputs/requests/ — where a result made on another machine
+    arrives through sync. None if there is none (or `name` is not a plain name)."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,150}", name):
+        return None
+    found = sorted((vault.root / RESULTS_DIR).glob(f"*-{name}.md"))
+    if not found:
+        return None
+    rel = f"{RESULTS_DIR}/{found[-1].name}"
+    try:
+        doc = parse_doc(found[-1].read_text(encoding="utf-8"), rel)
+    except (OSError, UnicodeDecodeError, HermesError):
+        return None
+    body, _, original = doc.body.partition("\n## Original request")
+    fenced = re.search(r"^(`{3,})markdown\n(.*)\n\1$", original, re.S | re.M)
+    return Result.from_meta(doc.meta, body.strip()), (fenced.group(2) if fenced else "")
 
 
 MAX_REQUEST_BYTES = 1_000_000

@@ -14,9 +14,9 @@ One round (`Syncer.round`, run by `hermes-fs sync` once and by the daemon contin
    the remote main that was merged; a lost race (someone pushed first) goes back to 1;
 5. publish and adopt learned branches (`refine/*`, `learn/*`) and rejected changes, three-way
    against what both sides had at the last round (.hermes/sync/refs.json);
-6. claim due times it missed while offline, and list the expired claims of dead machines for the
-   daemon to take over (the daemon renews its running claims on a timer of their own); once an
-   hour, prune the done claims past their retention (store/claims.py, `prunable`).
+6. claim due times it missed while offline (one push); once an hour, prune the done claims past
+   their retention (store/claims.py, `prunable`). The daemon renews its running claims and takes
+   over those of dead holders on a timer of its own (SyncService), never inside a round.
 """
 
 from __future__ import annotations
@@ -50,8 +50,26 @@ CONFLICT_MARK = ".conflict-"
 CRON_OUTPUTS = "outputs/cron/"
 LEARNED_REFS = ("refs/heads/refine/", "refs/heads/learn/", "refs/heads/curate/", "refs/hermes/rejected/")
 PUSH_TRIES = 8  # a push that lost a race fetches main, merges and tries again, this many times per round
+RUN_AT_ONCE = 4
+"""At most this many cron runs at once may a machine start from takeovers and catch-ups; the rest
+stay for the next look (or for another machine). After a partition, or when the other machines
+died holding many claims, taking all over at once started 96 agent runs at once on one 2-core
+machine (the chaos bench), each slower than the claims' expiry."""
 PUSH_GAP_S = 1.0  # after a push of main, the next round waits this long even if main moved again
-RETRY_PAUSE_S = 0.15  # up to this times the attempt, at random: machines that collided do not collide again
+
+
+RETRY_PAUSE_MAX_S = 2.0
+
+
+def retry_pause(attempt: int, last_s: float) -> float:
+    """How long a machine that lost the race for main waits before its next attempt: at random
+    within the time its last attempt took (fetch, merge, push), twice that from the third on,
+    never more than RETRY_PAUSE_MAX_S. The machines that collided were all inside that window at
+    once; spread over it, they seldom collide again, and the loser's merge does not take the CPU
+    the winner's push needs. (A fixed 0.15 s pause was far shorter than an attempt on a loaded
+    machine, 0.5-2 s: the losers collided again and again, up to 8 attempts and 15 s a round.
+    Uncapped, one attempt slowed to a minute by a busy machine was followed by a minute's pause.)"""
+    return random.uniform(0, min(max(last_s, 0.05) * min(attempt, 2), RETRY_PAUSE_MAX_S))
 
 _claims: dict[Path, RefClaims] = {}
 _claims_lock = threading.Lock()
@@ -102,7 +120,9 @@ def clone_vault(url: str, path: Path, branch: str = MAIN) -> Vault:
     vault = Vault(path)
     vault.reload_config()
     if vault.config.remote is None:
-        raise HermesError(f"{path}/hermes.yaml has no `remote:`; add it there so every machine syncs")
+        raise HermesError(f"the vault cloned into {path} has no `remote:` in its hermes.yaml: on the machine where "
+                          "you added it, commit hermes.yaml (`hermes-fs sync` does, and so does a running daemon), "
+                          f"then remove {path} and clone again")
     return vault
 
 
@@ -209,7 +229,6 @@ class Round:
     withdrawn: list[str] = field(default_factory=list)
     refs: list[str] = field(default_factory=list)  # learned refs published or adopted
     caught_up: list[tuple[str, datetime]] = field(default_factory=list)  # missed due times now claimed here
-    expired: list[ClaimRecord] = field(default_factory=list)  # claims of dead machines
     pruned: list[str] = field(default_factory=list)  # done claims past their retention, deleted
 
     def line(self) -> str:
@@ -232,6 +251,8 @@ class Syncer:
         self.notify = notify or self._notify
         self.refs_path = sync_dir(vault) / "refs.json"
         self.lock = threading.Lock()  # one round at a time (the daemon's timer and a push at once)
+        self.room: Callable[[], int | None] = lambda: None  # how many missed due times a round may claim
+        self.stopping = threading.Event()  # set when the daemon stops: a round stops retrying at once
 
     # -- one round -------------------------------------------------------------------------------
     def round(self, work: bool = True) -> Round:
@@ -239,25 +260,33 @@ class Syncer:
         machines' claims, for the caller to run."""
         with self.lock:
             r = Round()
+            began = time.time()
             try:
+                took = 0.0  # how long the last attempt took: the window in which machines collide
                 for attempt in range(PUSH_TRIES):
+                    started = time.time()
                     if attempt == 0:
                         self._fetch(r)
                         self._withdraw_lost(r, self.claims.lost_to_takeover())
-                    else:  # lost a race for main: only main moved that matters; a short pause, then again
-                        time.sleep(random.uniform(0, RETRY_PAUSE_S * attempt))
+                    else:  # lost a race for main: only main moved that matters; a pause, then again
+                        if self.stopping.wait(retry_pause(attempt, took)):
+                            break
+                        started = time.time()
                         self.remote.fetch_ref(self.branch_ref)
                     self._integrate(r)
-                    if self._push_main(r):
+                    pushed = self._push_main(r)
+                    took = time.time() - started
+                    log.debug("sync: attempt %d took %.2f s, pushed: %s", attempt, took, pushed)
+                    if pushed:
                         break
                 self._sync_learned(r)
                 if work:
-                    r.caught_up = self.claims.take_missed()
-                    r.expired = self.claims.expired()
+                    r.caught_up = self.claims.take_missed(self.room())
                     if self.claims.prune_due():
                         r.pruned = self.claims.prune()
             except Unreachable as exc:
                 r.offline = str(exc)
+            log.debug("sync: round of %.2f s: %s", time.time() - began, r.line())
             return r
 
     def _fetch(self, r: Round) -> None:
@@ -272,8 +301,8 @@ class Syncer:
     def _unmirror(ref: str) -> str:
         return "refs/" + ref.removeprefix(MIRROR)
 
-    def _refs(self, prefix: str) -> dict[str, str]:
-        out = self.store._git("for-each-ref", "--format=%(objectname) %(refname)", prefix)
+    def _refs(self, *prefixes: str) -> dict[str, str]:
+        out = self.store._git("for-each-ref", "--format=%(objectname) %(refname)", *prefixes)
         found = {}
         for line in out.splitlines():
             sha, _, ref = line.partition(" ")
@@ -339,8 +368,8 @@ class Syncer:
                 self.claims.finish(key, [rel])
             elif key.startswith(INBOX_KEY) and _request_done(self.vault, key, head):
                 self.claims.finish(key)
-            elif self.claims.held[key].orphan:
-                self.claims.forget(key)
+            elif self.claims.held[key].orphan and parse_cron_key(key) is None:
+                self.claims.forget(key)  # a cron run's is taken over at once by the renewer (`dead`)
 
     def _push_main(self, r: Round) -> bool:
         """Push main with the pending `done` claims, atomically. False: lost a race, go again."""
@@ -384,11 +413,7 @@ class Syncer:
     # -- learned branches and rejected changes ---------------------------------------------------
     def _sync_learned(self, r: Round) -> None:
         base = self._load_base()
-        local: dict[str, str] = {}
-        mirror: dict[str, str] = {}
-        for prefix in LEARNED_REFS:
-            local.update(self._refs(prefix))
-            mirror.update({self._unmirror(k): v for k, v in self._refs(mirror_of(prefix)).items()})
+        local, mirror = self._learned_refs()
         updates = []
         for ref in sorted(set(local) | set(mirror) | set(base)):
             here, there, was = local.get(ref), mirror.get(ref), base.get(ref)
@@ -407,10 +432,20 @@ class Syncer:
             r.refs += result.accepted
             if result.accepted:
                 self.remote.fetch(*LEARNED_REFS)
-        agreed = {}
-        for prefix in LEARNED_REFS:
-            agreed.update({self._unmirror(k): v for k, v in self._refs(mirror_of(prefix)).items()})
-        atomic_write(self.refs_path, json.dumps(agreed, indent=1))
+        agreed = self._learned_refs()[1] if updates else mirror
+        if agreed != base:
+            atomic_write(self.refs_path, json.dumps(agreed, indent=1))
+
+    def _learned_refs(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(local, mirrored) learned refs, both by their name on the remote, in one git call: a
+        round runs every second or so on each machine, and each git call counts."""
+        local, mirror = {}, {}
+        for ref, sha in self._refs(*LEARNED_REFS, *map(mirror_of, LEARNED_REFS)).items():
+            if ref.startswith(MIRROR):
+                mirror[self._unmirror(ref)] = sha
+            else:
+                local[ref] = sha
+        return local, mirror
 
     def _load_base(self) -> dict[str, str]:
         try:
@@ -519,6 +554,30 @@ def _format_resolver(store: GitStore):
 __all__ = ["Round", "Syncer", "beside", "claims_for", "conflict_files", "format_message", "remote_for"]
 
 
+READS = ("opened", "closed_no_write")  # watchdog's events for a file only read
+
+
+def watch_main(root: Path, poke: Callable[[], None]) -> Any:
+    """A started watchdog Observer calling `poke` whenever main moves (git writes main.lock and
+    renames it). Not when main is only read: every git command opens the ref, so a round (dozens
+    of git calls) poked on reads would start the next at once, for ever — the sync thread spun
+    at a third of a core per idle daemon, and three of them saturated this 2-core machine."""
+    from watchdog.events import FileSystemEventHandler
+    from watchdog.observers import Observer
+
+    class MainMoved(FileSystemEventHandler):
+        def on_any_event(self, event) -> None:
+            if event.event_type in READS or event.is_directory:
+                return
+            if PurePosixPath(str(getattr(event, "dest_path", "") or event.src_path)).name == MAIN:
+                poke()
+
+    observer = Observer()
+    observer.schedule(MainMoved(), str(root / ".git" / "refs" / "heads"), recursive=False)
+    observer.start()
+    return observer
+
+
 class SyncService:
     """The daemon's continuous sync (a DaemonService): a round as soon as main moves here (so
     this machine's commits go up at once) and every `sync.interval_s` (one cheap ls-remote), so
@@ -532,6 +591,7 @@ class SyncService:
         self.vault = daemon.vault
         self.syncer = Syncer(self.vault)
         self.syncer.claims.on_finish = self.poke
+        self.syncer.room = self._room
         self.wake = threading.Event()
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
@@ -543,20 +603,7 @@ class SyncService:
         self.wake.set()
 
     def start(self) -> None:
-        from watchdog.events import FileSystemEventHandler
-        from watchdog.observers import Observer
-
-        poke = self.poke
-
-        class MainMoved(FileSystemEventHandler):
-            def on_any_event(self, event) -> None:
-                if PurePosixPath(str(getattr(event, "dest_path", "") or event.src_path)).name == MAIN:
-                    poke()
-
-        observer = Observer()
-        observer.schedule(MainMoved(), str(self.vault.root / ".git" / "refs" / "heads"), recursive=False)
-        observer.start()
-        self.observer = observer
+        self.observer = watch_main(self.vault.root, self.poke)
         self.thread = threading.Thread(target=self._loop, name="sync", daemon=True)
         self.thread.start()
         self.renewer = threading.Thread(target=self._renew_loop, name="sync-renew", daemon=True)
@@ -564,6 +611,7 @@ class SyncService:
 
     def stop(self) -> None:
         self.stopped.set()
+        self.syncer.stopping.set()
         self.wake.set()
         if self.observer is not None:
             self.observer.stop()
@@ -583,8 +631,7 @@ class SyncService:
                 for key in self.syncer.claims.renew():
                     self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
                 if self.offline is None:
-                    for rec in self.syncer.claims.expired():
-                        self._take_over(rec)
+                    self._take_over(self.syncer.claims.dead())
             except Unreachable:
                 continue  # offline: the claim holds until its expiry
             except Exception:
@@ -620,31 +667,46 @@ class SyncService:
             self._run(job, due, "missed while offline, nobody ran it")
         if r.pruned:
             self.daemon.note(f"sync: pruned {len(r.pruned)} done claim(s) older than a week from the remote")
-        for rec in r.expired:
-            self._take_over(rec)
 
-    def _take_over(self, rec: ClaimRecord) -> None:
-        from ..store.claims import Take
+    def _take_over(self, records: list[ClaimRecord]) -> None:
+        """Take over the claims of dead holders (renewer thread only: never behind, nor in the way
+        of, a round): the cron ones this machine may run in one push, then run those won; a
+        request is written again so the inbox takes it (its claim step takes the claim over)."""
+        cron = []
+        for rec in records:
+            if rec.key.startswith(INBOX_KEY):
+                self._redrop(rec)
+            elif self._may_take(rec):
+                cron.append(rec)
+            elif rec.host == self.syncer.host:
+                self.syncer.claims.forget(rec.key)  # an orphan of a job gone or pinned elsewhere: it expires
+        cron = sorted(cron, key=lambda rec: rec.key.rsplit("/", 1)[-1])[:self._room()]  # the oldest due first
+        holders = {rec.key: rec.host for rec in cron}
+        for key in self.syncer.claims.take_over(cron):
+            rel = result_of(key)
+            mirror = self.syncer.store.rev(mirror_of(self.syncer.branch_ref))
+            if rel and any(self.syncer.store.read_file(c, rel) is not None for c in (self.syncer.store.head(), mirror) if c):
+                self.syncer.claims.finish(key, [rel])  # its result is published: the claim is only closed
+                continue
+            parsed = parse_cron_key(key)
+            if parsed:
+                why = "whose claim expired" if holders[key] != self.syncer.host else "a process of this machine that died"
+                self._run(*parsed, f"took over from {holders[key]}, {why}")
 
-        if rec.key.startswith(INBOX_KEY):
-            self._redrop(rec)
-            return
+    def _room(self) -> int:
+        """How many more cron runs this machine may start now (RUN_AT_ONCE)."""
+        scheduler = self.daemon.scheduler
+        return max(0, RUN_AT_ONCE - (len(scheduler.running) if scheduler is not None else 0))
+
+    def _may_take(self, rec: ClaimRecord) -> bool:
         parsed = parse_cron_key(rec.key)
         if parsed is None or parsed[0] not in self._jobs():
-            return
+            return False
         if (getattr(self._jobs()[parsed[0]], "host", None) or self.syncer.host) != self.syncer.host:
-            return  # pinned to another machine now: not this one's to take
+            return False  # pinned to another machine now: not this one's to take
         scheduler = self.daemon.scheduler
-        if scheduler is not None and parsed[0] in scheduler.running:
-            return  # this machine runs that job right now: not a dead machine's claim to take
-        if self.syncer.claims.take(rec.key) != Take.WON:
-            return
-        rel = result_of(rec.key)
-        mirror = self.syncer.store.rev(mirror_of(self.syncer.branch_ref))
-        if rel and any(self.syncer.store.read_file(c, rel) is not None for c in (self.syncer.store.head(), mirror) if c):
-            self.syncer.claims.finish(rec.key, [rel])  # its result is published: the claim is only closed
-            return
-        self._run(*parsed, f"took over from {rec.host}, whose claim expired")
+        # this machine runs that job right now: not a dead machine's claim to take
+        return scheduler is None or parsed[0] not in scheduler.running
 
     def _redrop(self, rec: ClaimRecord) -> None:
         """A request claimed by a machine that died: write it again, unchanged, so this daemon's

@@ -276,27 +276,69 @@ class RefClaims:
     RENEW_EVERY = 1 / 6  # of the ttl: a claim just renewed outlives a partition of 5/6 of its ttl
 
     def renew(self) -> list[str]:
-        """Push fresh expiries for running claims a sixth of their time old; the keys lost to a
-        takeover (this machine was too slow or cut off) are returned and forgotten."""
-        lost = []
+        """Push fresh expiries for running claims a sixth of their time old, all in one push (each
+        with a lease on its own old value: one machine may hold dozens of claims, and one push
+        per claim took seconds each on a loaded machine, behind which the takeovers of the same
+        timer waited); the keys lost to a takeover (this machine was too slow or cut off) are
+        returned and forgotten."""
         now = time.time()
-        for key, held in list(self.held.items()):
-            # a done claim waiting for its result's push is renewed too: main may not go up at once
-            if held.orphan or held.expires - now > self.ttl_s * (1 - self.RENEW_EVERY):
-                continue
-            with self.push_lock:
-                sha, expires = self._commit(key, RUNNING, "renewed", parent=held.sha)
-                result = self.remote.push([RefUpdate(CLAIMS + key, sha, held.sha)])
-            with self.lock:
-                if result.ok:
-                    held.sha, held.expires = sha, expires
+        # a done claim waiting for its result's push is renewed too: main may not go up at once
+        due = {key: held for key, held in list(self.held.items())
+               if not held.orphan and held.expires - now <= self.ttl_s * (1 - self.RENEW_EVERY)}
+        if not due:
+            return []
+        lost = []
+        with self.push_lock:
+            fresh = {key: self._commit(key, RUNNING, "renewed", parent=held.sha) for key, held in due.items()}
+            result = self.remote.push([RefUpdate(CLAIMS + key, fresh[key][0], held.sha) for key, held in due.items()],
+                                      atomic=False)
+        with self.lock:
+            for key, held in due.items():
+                if CLAIMS + key in result.accepted:
+                    held.sha, held.expires = fresh[key]
                     if held.done:
-                        held.done = self._commit(key, DONE, parent=sha)[0]
-                else:
-                    self.held.pop(key, None)
+                        held.done = self._commit(key, DONE, parent=held.sha)[0]
+                elif self.held.get(key) is held:
+                    self.held.pop(key)
                     lost.append(key)
-                self._save()
+            self._save()
         return lost
+
+    def dead(self, prefix: str = "") -> list[ClaimRecord]:
+        """Running claims whose holder is dead, to take over: past their expiry (as of the last
+        fetch), and this machine's own orphans at once — a previous process of this machine held
+        them, and this process holds the daemon's lock, so that one is gone: waiting out the
+        expiry would only delay the work (the remote holds the value this machine last pushed,
+        unless someone took it over since, and then the lease on it fails)."""
+        found = {r.key: r for r in self.expired(prefix)}
+        for key, held in list(self.held.items()):  # cron runs: a request's claim is taken through the inbox
+            if held.orphan and not held.done and key.startswith(prefix) and key not in found and parse_cron_key(key):
+                found[key] = ClaimRecord(key, held.sha, self.host, RUNNING, held.expires)
+        return list(found.values())
+
+    def take_over(self, records: list[ClaimRecord]) -> list[str]:
+        """Take over these running claims of dead holders in one push, each with a lease on the
+        exact value seen (so, for each, at most one machine of any number racing wins); the keys
+        won. One push for all: after a partition heals or a machine dies holding many claims,
+        one takeover after the other (three network calls each) took minutes."""
+        if not records:
+            return []
+        now = time.time()
+        commits = {r.key: self._commit(r.key, RUNNING, f"taken over from {r.host}, whose "
+                                       + ("claim expired" if r.expired(now) else "process died"), r, r.sha)
+                   for r in records}
+        with self.push_lock:
+            result = self.remote.push([RefUpdate(CLAIMS + r.key, commits[r.key][0], r.sha) for r in records],
+                                      atomic=False)
+        won = [r.key for r in records if CLAIMS + r.key in result.accepted]
+        with self.lock:
+            for key in won:
+                self.held[key] = _Held(*commits[key])
+            for r in records:  # an orphan someone else took over meanwhile is not this machine's any more
+                if r.key not in won and r.key in self.held and self.held[r.key].orphan:
+                    del self.held[r.key]
+            self._save()
+        return won
 
     def finish(self, key: str, paths: list[str] | None = None) -> None:
         """The work is done: its `done` commit goes up with the next push of main (`pending`)."""
@@ -419,26 +461,37 @@ class RefClaims:
     def done(self, job: str, due: datetime) -> None:
         self.finish(cron_key(job, due))
 
-    def take_missed(self) -> list[tuple[str, datetime]]:
-        """Once the remote answers again: claim the due times missed while offline; those won are
-        returned, to be run now (a due time another machine ran meanwhile is dropped)."""
-        won = []
-        for job, due_iso in list(self.missed.items()):
+    def take_missed(self, limit: int | None = None) -> list[tuple[str, datetime]]:
+        """Once the remote answers again: claim the due times missed while offline (the `limit`
+        oldest, the others wait for a later round), in one push; those won are returned, to be run
+        now (a due time another machine claimed meanwhile is dropped: it ran it, or its claim
+        expires and is taken over like any dead machine's)."""
+        missed: dict[str, datetime] = {}
+        for job, due_iso in sorted(self.missed.items(), key=lambda item: item[1]):
             due = datetime.fromisoformat(due_iso)
             if too_old_to_claim(due):
                 log.warning("cron %s due %s: missed while offline for too long; not caught up", job, due_iso)
+            elif limit is None or len(missed) < limit:
+                missed[job] = due
+        if not missed:
+            if self.missed:
                 with self.lock:
-                    self.missed.pop(job, None)
+                    self.missed.clear()
                     self._save()
-                continue
-            outcome = self.take(cron_key(job, due))
-            if outcome == Take.OFFLINE:
-                break
-            with self.lock:
-                self.missed.pop(job, None)
-                self._save()
-            if outcome == Take.WON:
-                won.append((job, due))
+            return []
+        commits = {job: self._commit(cron_key(job, due), RUNNING) for job, due in missed.items()}
+        result = self.remote.push([RefUpdate(CLAIMS + cron_key(job, due), commits[job][0], None)
+                                   for job, due in missed.items()], atomic=False)  # Unreachable: still missed
+        won = []
+        with self.lock:
+            for job, due in missed.items():
+                if CLAIMS + cron_key(job, due) in result.accepted:
+                    self.held[cron_key(job, due)] = _Held(*commits[job])
+                    won.append((job, due))
+            for job, due_iso in list(self.missed.items()):  # not one the scheduler missed since
+                if (job in missed and due_iso == missed[job].isoformat()) or too_old_to_claim(datetime.fromisoformat(due_iso)):
+                    del self.missed[job]
+            self._save()
         return won
 
     def prune(self, now: float | None = None) -> list[str]:

@@ -133,6 +133,7 @@ class CommitCadence:
         self.paths: dict[str, None] = {}  # ordered set
         self.results: dict[str, str] = {}  # request id -> result path
         self.lock = threading.Lock()
+        self.flushing = threading.Lock()
         self.timer: threading.Timer | None = None
 
     def add(self, rid: str, result_rel: str, paths: list[str]) -> None:
@@ -153,7 +154,13 @@ class CommitCadence:
 
     def flush(self, final: bool = False) -> str | None:
         """Commit what waits. A result whose reply is still pending or being sent waits for the
-        next flush (so the committed file says how its reply went), unless `final` (at stop)."""
+        next flush (so the committed file says how its reply went), unless `final` (at stop).
+        One flush at a time: the final one waits for a timer's commit under way, which would
+        otherwise die half-done with the process (its timer thread is a daemon thread)."""
+        with self.flushing:
+            return self._flush(final)
+
+    def _flush(self, final: bool) -> str | None:
         with self.lock:
             if self.timer:
                 self.timer.cancel()
@@ -258,6 +265,7 @@ class Gateway:
         self.session_origins: dict[str, Origin] = {}
         self.state_lock = threading.Lock()
         self.holders: dict[str, ChannelHolder] = {}  # channel -> its lease (only with `remote:`)
+        self.merged: set[str] = set()  # channels held here whose last holder's shared state is taken in
         self.parked: dict[str, list[tuple[inbox.Claim, str, Origin]]] = {}  # claims waiting for their lease
         self.started: set[str] = set()  # channels whose inbound side was started
 
@@ -308,17 +316,31 @@ class Gateway:
         if lease is None:
             return None
         return ChannelHolder(lease, self.vault.config.sync.lease_s, partial(self._progress, ch.name),
-                             partial(self._acquired, ch.name), partial(self._released, ch.name))
+                             partial(self._acquired, ch.name), partial(self._released, ch.name),
+                             partial(self._shared, ch.name))
 
     def _progress(self, name: str) -> str | None:
         progress = getattr(self.channels.get(name), "progress", None)
         return progress(self.ledger) if progress is not None else None
+
+    def _shared(self, name: str) -> dict | None:
+        """What the channel's next holder takes in (ledger.shared_state); None (the journal keeps
+        what it has) until this hold has taken in the last holder's."""
+        if name not in self.merged or self.ledger is None:
+            return None
+        from .access import CODE_TTL_S
+
+        return self.ledger.shared_state(name, time.time() - CODE_TTL_S)
 
     def _acquired(self, name: str, journal: Journal) -> None:
         """This machine now holds `name`: go on where the journal says, then start consuming."""
         from .holder import TAKEN
 
         assert self.ledger
+        taken_in = self.ledger.merge_shared(name, journal.shared)
+        if taken_in:
+            self.note(f"gateway {name}: took in {taken_in} chat session(s), approval(s) and code(s) from the last holder")
+        self.merged.add(name)
         ch = self.channels[name]
         if name in self.started and self._given is None:  # a stopped channel is not restarted: a new one
             ch = self.channels[name] = load_channel(self.vault, name, getattr(self.config, name))
@@ -341,6 +363,7 @@ class Gateway:
             raise HermesError(f"gateway {name} did not start here")
 
     def _released(self, name: str, why: str) -> None:
+        self.merged.discard(name)
         ch = self.channels.get(name)
         if ch is not None:
             try:
@@ -552,6 +575,26 @@ class Gateway:
         if row.state == ANSWERED:
             return "error", "refused"
         return row.status or "error", row.answer or ""
+
+    def status_elsewhere(self, rid: str, matches: Callable[[Origin], bool]) -> tuple[str, str] | None:
+        """The status of a request this machine's ledger does not know: answered on another machine
+        (its result came here through sync) or, by a channel's lease journal, still being worked on
+        there. `matches(origin)` must accept the original request's origin (the caller's route)."""
+        found = inbox.committed_result(self.vault, rid)
+        if found is not None:
+            result, original = found
+            try:
+                origin = inbox.parse_request(original, f"gateway/{rid}.md", ("run", "command"), chat=True).origin
+            except HermesError:
+                origin = None
+            if origin is None or not matches(origin):
+                return None
+            return result.status if result.status in ("ok", "error") else "error", result.body
+        for holder in self.holders.values():
+            entry = holder.state(rid)
+            if entry is not None and entry.state != "done":  # holder.DONE
+                return "pending", ""
+        return None
 
     # -- running ----------------------------------------------------------------------------------
     def _claim_origin(self, c: inbox.Claim) -> Origin:

@@ -333,14 +333,16 @@ class MailState:
 
     def root_for(self, mail: ParsedMail) -> str:
         """The thread's root: that of the nearest known ancestor (In-Reply-To, then References from
-        the newest); a mail whose ancestors are all unknown starts a thread of its own."""
+        the newest); when none is known here (the thread began on another machine of this vault,
+        or before this mailbox was read), the oldest of References, which is the thread's first
+        mail by RFC 5322, else In-Reply-To; a mail with neither starts a thread of its own."""
         candidates = ([mail.in_reply_to] if mail.in_reply_to else []) + list(reversed(mail.references))
         with self.lock:
             for mid in candidates:
                 row = self.db.execute("SELECT root FROM mail WHERE message_id=?", (mid,)).fetchone()
                 if row and row[0]:
                     return row[0]
-        return mail.message_id
+        return mail.references[0] if mail.references else mail.in_reply_to or mail.message_id
 
     def remember(self, mail: ParsedMail, root: str, sender: str) -> None:
         """The thread facts a reply needs, written before submit (outcome `pending`)."""

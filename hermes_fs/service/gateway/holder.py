@@ -12,7 +12,9 @@ The lease carries the holder's *journal*, so the next holder neither skips nor r
   cursor from before the oldest message still being worked on, else the channel's cursor now;
 - every message from that watermark on (and the last KEEP_SETTLED before it), by request id:
   `taken` (published before anything can answer it), `sending` (published before its reply is
-  sent) or `done`, with the host that did it.
+  sent) or `done`, with the host that did it;
+- the channel's `shared` state (ledger.py: which session each chat continues, approved senders,
+  pending pairing codes), so conversations and approvals go on on the next holder.
 A new holder sets the channel's cursor to the watermark and reads on from there: a message the
 journal lists as `sending` or `done` is recorded as answered elsewhere and not run; one listed as
 `taken` was interrupted on the old holder and runs here. A reply is sent only after its `sending`
@@ -60,6 +62,7 @@ class Journal:
     def __init__(self, data: dict[str, Any] | None = None):
         data = data or {}
         self.cursor: str | None = data.get("cursor") if isinstance(data.get("cursor"), str) else None
+        self.shared: dict[str, Any] = data["shared"] if isinstance(data.get("shared"), dict) else {}
         self.entries: dict[str, Entry] = {}
         for row in data.get("entries") or []:
             if isinstance(row, list) and len(row) == 4 and row[1] in (TAKEN, SENDING, DONE):
@@ -72,10 +75,12 @@ class Journal:
                 return e.cursor
         return current if current is not None else self.cursor
 
-    def data(self, current: str | None) -> dict[str, Any]:
+    def data(self, current: str | None, shared: dict[str, Any] | None = None) -> dict[str, Any]:
         self.cursor = self.watermark(current)
+        if shared is not None:
+            self.shared = shared
         self._prune()
-        return {"v": 1, "cursor": self.cursor,
+        return {"v": 1, "cursor": self.cursor, "shared": self.shared,
                 "entries": [[rid, e.state, e.cursor, e.host] for rid, e in self.entries.items()]}
 
     def _prune(self) -> None:
@@ -91,14 +96,17 @@ class Journal:
 
 class ChannelHolder:
     """Holds (or waits for) one channel's lease on a thread of its own; `on_acquire(journal)`
-    starts the channel where the journal says, `on_release(why)` stops it."""
+    starts the channel where the journal says, `on_release(why)` stops it. `progress()` is the
+    channel's cursor now, `shared()` the state the next holder takes in (published with each write)."""
 
     def __init__(self, lease: RefLease, lease_s: float, progress: Callable[[], str | None],
-                 on_acquire: Callable[[Journal], None], on_release: Callable[[str], None]):
+                 on_acquire: Callable[[Journal], None], on_release: Callable[[str], None],
+                 shared: Callable[[], dict[str, Any] | None] = lambda: None):
         self.lease = lease
         self.host = lease.host
         self.lease_s = lease_s
         self.progress = progress
+        self.shared = shared
         self.on_acquire = on_acquire
         self.on_release = on_release
         self.lock = threading.RLock()  # one write of the lease at a time (a push may take a while)
@@ -253,12 +261,12 @@ class ChannelHolder:
         """Publish the journal with a fresh expiry (under self.lock). NotHeld if the remote's lease
         is no longer this machine's; Unreachable passes through."""
         expires = time.time() + self.lease_s if expires is None else expires
-        sha = self.lease.write(self.sha, expires, self.journal.data(self.progress()))
+        sha = self.lease.write(self.sha, expires, self.journal.data(self.progress(), self.shared()))
         if sha is None:
             rec = self.lease.read()  # a write whose answer was lost may have gone through
             if rec is not None and rec.host == self.host and not rec.expired():
                 self.sha = rec.sha
-                sha = self.lease.write(self.sha, expires, self.journal.data(self.progress()))
+                sha = self.lease.write(self.sha, expires, self.journal.data(self.progress(), self.shared()))
         if sha is None:
             self.lost = "another machine took the lease over"
             self.held = False

@@ -12,6 +12,11 @@ What must survive a restart and is not a vault file:
 - `cursors`: a channel's position (a Matrix sync token, an IMAP UID), saved after its messages'
   requests are durable.
 One connection per process, used under a lock; SQLite's own locking covers the CLI beside the daemon.
+
+With several machines (a vault with `remote:`), the part of this state a channel's next holder
+needs — which session each chat continues, approved senders, pending pairing codes — travels in the
+channel's lease journal (`shared_state` / `merge_shared`, holder.py), so a chat goes on in its
+session and an approved sender stays approved when another machine takes the channel over.
 """
 
 from __future__ import annotations
@@ -323,6 +328,55 @@ class Ledger:
         """(event, sender, text) of the room's remembered lines, oldest first."""
         return [tuple(r) for r in self._all("SELECT event, sender, text FROM room_lines WHERE room = ? ORDER BY rowid",
                                             room)]
+
+    # -- what a channel's next holder needs (carried in the lease journal) ---------------------------
+    def shared_state(self, platform: str, since_pairing: float) -> dict:
+        """This platform's chat sessions (the SHARED_SESSIONS most recent), approved senders and
+        pairing codes issued since `since_pairing` (hashes only), as plain JSON."""
+        prefix = f"{platform}|"
+        sessions = self._all("SELECT key, session, updated FROM sessions WHERE substr(key, 1, ?) = ? "
+                             "ORDER BY updated DESC LIMIT ?", len(prefix), prefix, SHARED_SESSIONS)
+        approved = self._all("SELECT sender, at FROM approved WHERE platform = ? ORDER BY at", platform)
+        codes = self._all("SELECT code_hash, sender, created FROM pairing WHERE platform = ? AND created >= ? "
+                          "ORDER BY created", platform, since_pairing)
+        return {"sessions": [list(r) for r in reversed(sessions)], "approved": [list(r) for r in approved],
+                "pairings": [list(r) for r in codes]}
+
+    def merge_shared(self, platform: str, data: object) -> int:
+        """Take in another machine's `shared_state` (read from the remote: checked row by row, a
+        malformed row is skipped). A chat's session is the more recently set of the two; approvals
+        and codes are added. Returns how many rows changed here."""
+        if not isinstance(data, dict):
+            return 0
+        changed = 0
+        prefix = f"{platform}|"
+        with self.lock:
+            for row in _rows(data.get("sessions"), (str, (str, type(None)), (int, float)))[:SHARED_SESSIONS]:
+                key, session, updated = row
+                if key.startswith(prefix):
+                    changed += self.db.execute(
+                        "INSERT INTO sessions (key, session, updated) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE "
+                        "SET session = excluded.session, updated = excluded.updated WHERE excluded.updated > updated",
+                        (key, session, float(updated))).rowcount
+            for sender, at in _rows(data.get("approved"), (str, (int, float)))[:SHARED_APPROVED]:
+                changed += self.db.execute("INSERT OR IGNORE INTO approved (platform, sender, at) VALUES (?, ?, ?)",
+                                           (platform, sender, float(at))).rowcount
+            for code_hash, sender, created in _rows(data.get("pairings"), (str, str, (int, float)))[:SHARED_APPROVED]:
+                changed += self.db.execute("INSERT OR IGNORE INTO pairing (code_hash, platform, sender, created) "
+                                           "VALUES (?, ?, ?, ?)", (code_hash, platform, sender, float(created))).rowcount
+        return changed
+
+
+SHARED_SESSIONS = 200  # chats whose session travels with a channel's lease (the most recent ones)
+SHARED_APPROVED = 1000  # approved senders and pending codes carried at most
+
+
+def _rows(value: object, types: tuple) -> list[tuple]:
+    """The rows of a JSON list whose cells have the given types (in order); others are dropped."""
+    if not isinstance(value, list):
+        return []
+    return [tuple(r) for r in value if isinstance(r, list) and len(r) == len(types)
+            and all(isinstance(c, t) and not isinstance(c, bool) for c, t in zip(r, types, strict=True))]
 
 
 def ledger_path(state_dir: Path) -> Path:

@@ -239,6 +239,7 @@ class WebhookChannel:
         return JSONResponse({"id": rid}, 202)
 
     async def get(self, request):
+        from starlette.concurrency import run_in_threadpool
         from starlette.responses import JSONResponse
 
         name, rid = request.path_params["route"], request.path_params["rid"]
@@ -252,7 +253,12 @@ class WebhookChannel:
             return JSONResponse({"error": str(exc)}, 401)
         assert self.gateway is not None
         row = self.gateway.ledger.message_by_id(rid) if self.gateway.ledger else None
-        state = self.gateway.request_status(rid) if row is not None and row.key.startswith(f"{PLATFORM}|{name}|") else None
+        if row is not None:
+            state = self.gateway.request_status(rid) if row.key.startswith(f"{PLATFORM}|{name}|") else None
+        else:  # posted to another machine of this vault: its result (or lease journal) says
+            state = await run_in_threadpool(self.gateway.status_elsewhere, rid,
+                                            lambda o: o.platform == PLATFORM and o.chat == name
+                                            and _rid(o) == rid)
         if state is None:
             return JSONResponse({"error": "no such request on this route"}, 404)
         return JSONResponse({"status": state[0], "answer": state[1]}, 200)

@@ -1,0 +1,216 @@
+"""Faults the full chaos bench (bench/sync.py) found, one test each, on real git and real
+processes. Nothing is timed: each test shows the wrong behaviour itself, not its cost."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import pytest
+from gitserver import GitDaemon
+
+from hermes_fs.service.sync import Syncer, watch_main
+from hermes_fs.store.claims import Ledger, RefClaims, Take
+from hermes_fs.store.provenance import Act
+from hermes_fs.store.remote import RefUpdate, Remote
+from hermes_fs.store.vault import Vault, init_vault
+
+
+def test_reading_main_does_not_start_a_sync_round(tmp_path):
+    """Every git command opens refs/heads/main; a round poked by those reads started the next
+    round at once, for ever (a third of a core per idle daemon). Only a move of main pokes."""
+    v = init_vault(tmp_path / "v").vault
+    before = v.git.head()
+    seen: list[str | None] = []  # main as it was at each poke
+    woke = threading.Event()
+
+    def poke() -> None:
+        seen.append(v.git.head())
+        woke.set()
+
+    observer = watch_main(v.root, poke)
+    try:
+        for args in (["rev-parse", "main"], ["log", "-1", "main"], ["for-each-ref"], ["status", "--short"]):
+            subprocess.run(["git", "-C", str(v.root), *args], check=True, capture_output=True)
+        p = v.root / "memory" / "USER.md"
+        p.write_text(p.read_text() + "- a line\n")
+        assert v.git.commit_human_edits(["memory/USER.md"]).sha
+        assert woke.wait(30), "a commit on main did not poke the sync loop"
+    finally:
+        observer.stop()
+        observer.join(5)
+    # one inotify queue, in order: a poke for a read would come before the one for the move
+    assert seen[0] != before, "reading main poked the sync loop"
+
+
+class CountingRemote(Remote):
+    """A real Remote that counts its pushes (each one a network round trip to `git daemon`)."""
+
+    pushes = 0
+
+    def push(self, updates, atomic=True):
+        self.pushes += 1
+        return super().push(updates, atomic)
+
+
+@pytest.fixture
+def synced(tmp_path):
+    server = GitDaemon(tmp_path / "srv")
+    server.bare()
+    v = init_vault(tmp_path / "a").vault
+    cfg = v.root / "hermes.yaml"
+    cfg.write_text(cfg.read_text() + f"\nremote:\n  url: {server.url()}\n  branch: main\n")
+    v.git.commit_paths(["hermes.yaml"], "edit: hermes.yaml", Act.human_edit())
+    v.reload_config()
+    assert Syncer(v).round(work=False).pushed
+    yield v, server
+    server.close()
+
+
+def claims(v: Vault, server: GitDaemon, host: str, ttl: float, state) -> RefClaims:
+    return RefClaims(v.git, CountingRemote(v.root, server.url()), host, ttl, Ledger(state.with_suffix(".ledger")),
+                     state)
+
+
+KEYS = [f"cron/job-{i}/20261201T0900{i:02d}Z" for i in range(6)]
+
+
+def test_many_claims_are_renewed_and_taken_over_in_one_push(synced, tmp_path):
+    """A machine holding many claims renewed them one push each, and took over a dead machine's
+    one after the other (three network calls each): behind that the takeovers waited for minutes
+    in the chaos run. Now one push renews them all, and one takes them all over."""
+    v, server = synced
+    holder = claims(v, server, "holder", 1.0, tmp_path / "h.json")
+    for key in KEYS:
+        assert holder.take(key) == Take.WON
+    for held in holder.held.values():
+        held.expires = 0  # all due for renewal
+    holder.remote.pushes = 0
+    assert holder.renew() == []
+    assert holder.remote.pushes == 1
+    taker = claims(v, server, "taker", 30.0, tmp_path / "t.json")
+    taker.remote.fetch()
+    time.sleep(1.1)  # the holder stops renewing (dies): its claims expire (ttl 1 s)
+    dead = taker.dead()
+    assert sorted(r.key for r in dead) == sorted(KEYS)
+    taker.remote.pushes = 0
+    assert sorted(taker.take_over(dead)) == sorted(KEYS)
+    assert taker.remote.pushes == 1
+    assert all(taker.holder(k).host == "taker" for k in KEYS)
+    assert sorted(holder.renew()) == sorted(KEYS)  # the old holder learns it lost them all, in one push
+    assert taker.take_over(dead) == []  # the same leases again: the values moved, nothing is taken twice
+
+
+def test_a_restarted_machine_takes_its_own_dead_runs_over_at_once(synced, tmp_path):
+    """A claim held by a previous process of this machine (killed mid-run) waited out its whole
+    expiry before anyone, this machine included, ran the job again. The process holding the daemon
+    lock now knows that one is gone: it takes the claim over at once, with a lease on the value it
+    last pushed; a claim someone else took over meanwhile is not taken back."""
+    v, server = synced
+    first = claims(v, server, "me", 600.0, tmp_path / "me.json")
+    assert first.take(KEYS[0]) == Take.WON and first.take(KEYS[1]) == Take.WON
+    restarted = claims(v, server, "me", 600.0, tmp_path / "me.json")  # same state file: a new process
+    assert all(h.orphan for h in restarted.held.values())
+    assert restarted.expired() == []  # ten minutes before the expiry says so
+    other = claims(v, server, "other", 600.0, tmp_path / "o.json")
+    sha, _ = other._commit(KEYS[1], "running", "taken over", parent=first.held[KEYS[1]].sha)
+    assert other.remote.push([RefUpdate("refs/hermes/claims/" + KEYS[1], sha, first.held[KEYS[1]].sha)]).ok
+    dead = restarted.dead()
+    assert sorted(r.key for r in dead) == sorted(KEYS[:2])
+    assert restarted.take_over(dead) == [KEYS[0]]
+    assert not restarted.held[KEYS[0]].orphan and KEYS[1] not in restarted.held
+    assert restarted.holder(KEYS[0]).host == "me" and restarted.holder(KEYS[1]).host == "other"
+
+
+def test_a_machine_takes_over_no_more_dead_runs_than_it_runs_at_once(synced, tmp_path, model_server):
+    """Taking every dead claim over at once started 96 agent runs at once on one machine of the
+    chaos run, each slower than the claims' expiry. A machine takes over at most RUN_AT_ONCE cron
+    runs at a time; the others wait for a free slot (or another machine), and each runs once."""
+    from datetime import UTC, datetime, timedelta
+
+    from conftest import DaemonProc, wait_for
+    from model_server import configure_vault
+
+    from hermes_fs.service.sync import RUN_AT_ONCE
+    from hermes_fs.store.claims import LEDGER_NAME, cron_key
+
+    v, server = synced
+    gate = threading.Event()
+    model_server.responder = lambda body: {"content": "done", "wait": gate}
+    configure_vault(v.root, model_server, f"remote:\n  url: {server.url()}\n  branch: main\n"
+                    "sync:\n  interval_s: 0.5\n  claim_ttl_s: 30\n")
+    due = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
+    jobs = [f"job-{i}" for i in range(RUN_AT_ONCE + 2)]
+    for job in jobs:
+        (v.root / "cron" / f"{job}.md").write_text(f"---\nschedule: \"at {due.isoformat()}\"\n---\nSay done.\n")
+    v.git.commit_all("test: jobs", Act.human_edit())
+    assert Syncer(v).round(work=False).pushed
+    dead = claims(v, server, "dead", 0.5, tmp_path / "dead.json")  # claimed them all, then died
+    seen = Ledger(v.state_dir / LEDGER_NAME)  # this machine saw those due times pass (not its to catch up)
+    for job in jobs:
+        assert dead.take(cron_key(job, due)) == Take.WON
+        seen.passed(job, due)
+    time.sleep(0.6)  # past their expiry
+    d = DaemonProc(v.root)
+
+    def count(what: str) -> int:
+        return (v.state_dir / "daemon.log").read_text().count(what)
+
+    try:
+        assert wait_for(lambda: count("cron started") >= RUN_AT_ONCE, 60), d.output()
+        time.sleep(6)  # two looks of the renewer (every 2.5 s with this expiry), all slots busy
+        assert count("cron started") == RUN_AT_ONCE, d.output()
+        assert count("took over from dead") == RUN_AT_ONCE
+        gate.set()
+        assert wait_for(lambda: count("cron finished") == len(jobs), 90), d.output()
+        assert wait_for(lambda: len(v.git.list_files(v.git.head(), "outputs/cron/")) == len(jobs), 60)
+    finally:
+        gate.set()
+        d.stop()
+    assert count("cron started") == len(jobs)  # each once
+
+
+def test_the_scheduler_starts_without_waiting_for_the_remote(tmp_path):
+    """With shared claims each due time missed while the daemon was down is claimed on the
+    remote (a push or two); the scheduler did that before returning from start(), so a restarted
+    daemon began to sync only 3-7 s later in the chaos run. The catch-up now runs on the
+    scheduler's own thread."""
+    from datetime import UTC, datetime, timedelta
+
+    from hermes_fs.mind.jobs import CronJob
+    from hermes_fs.mind.schedule import parse_schedule
+    from hermes_fs.service.scheduler import Scheduler
+
+    asked = threading.Event()
+    answer = threading.Event()
+    ran: list[str] = []
+
+    class SlowRemoteClaims(Ledger):
+        def mark(self, job, due):  # the remote takes its time to answer
+            asked.set()
+            answer.wait(30)
+            return super().mark(job, due)
+
+    due = datetime.now(UTC) - timedelta(minutes=5)
+    Ledger(tmp_path / "ledger.json").passed("brief", due - timedelta(days=1))  # seen before: owed its run at `due`
+    claims_ = SlowRemoteClaims(tmp_path / "ledger.json")
+    brief = CronJob(name="brief", schedule=parse_schedule(f"at {due.isoformat()}", UTC), prompt="p")
+    s = Scheduler(claims_, lambda j, d: ran.append(j.name))
+    starting = threading.Thread(target=s.start, args=([brief],))
+    starting.start()
+    try:
+        assert asked.wait(30)  # the catch-up is asking the remote ...
+        starting.join(10)
+        assert not starting.is_alive(), "start() waited for the remote"  # ... and start() has returned
+    finally:
+        answer.set()
+        starting.join(30)
+    assert wait_for_run(ran)
+    s.stop()
+
+
+def wait_for_run(ran: list[str]) -> bool:
+    from conftest import wait_for
+
+    return bool(wait_for(lambda: ran == ["brief"], 30))
