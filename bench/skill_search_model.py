@@ -4,7 +4,8 @@ first prompt's index of a 1,000-skill vault (full-text ranking, the default), on
 model (up to 4 steps): did it call skill_search, did a search return the needed skill, did it open it
 with skill_view? The JSON is written after every request, so a slow model's partial run survives.
 
-Usage: python bench/skill_search_model.py --model M [--api-base URL] [--limit N] [--out FILE]
+Usage: python bench/skill_search_model.py --model M [--api-base URL] [--limit N] [--part START:END] [--out FILE]
+       python bench/skill_search_model.py --combine PART.json... [--out FILE]   (one result of a run in parts)
 """
 
 from __future__ import annotations
@@ -72,29 +73,54 @@ def one_turn(vault: Vault, request: str, needed: str, model: str, api_base: str 
     return row
 
 
+def totals(rows: list[Row]) -> dict:
+    n = max(1, len(rows))
+    return {"requests": len(rows), "called_skill_search": sum(r.searched for r in rows),
+            "search_returned_needed": sum(r.found for r in rows), "opened_needed": sum(r.opened for r in rows),
+            "errors": sum(bool(r.error) for r in rows),
+            "rates": {"called_skill_search": round(sum(r.searched for r in rows) / n, 3),
+                      "opened_needed": round(sum(r.opened for r in rows) / n, 3)}}
+
+
+def combine(paths: list[str], out: str) -> dict:
+    """The parts of one run (`--part`) as one result; a request measured twice counts once, its latest."""
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    by_request = {r["request"]: r for part in parts for r in part["rows"]}
+    rows = [Row(**r) for r in by_request.values()]
+    data = {"model": parts[0]["model"], "skills": parts[0]["skills"], "budget_chars": parts[0]["budget_chars"],
+            **totals(rows), "planned": parts[0]["planned"], "complete": len(rows) == parts[0]["planned"],
+            "command": "python bench/skill_search_model.py --combine " + " ".join(paths),
+            "parts": [part["command"] for part in parts], "rows": [asdict(r) for r in rows]}
+    Path(out).write_text(json.dumps(data, indent=2) + "\n")
+    print(f"of {len(rows)} requests the index missed: called skill_search {data['called_skill_search']}, "
+          f"a search returned the skill {data['search_returned_needed']}, opened it {data['opened_needed']}")
+    return data
+
+
 def main(argv: list[str] | None = None) -> dict:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--combine"]:
+        rest = args[1:]
+        out = rest[rest.index("--out") + 1] if "--out" in rest else str(HERE / "results" / "skill_search_model.json")
+        return combine([a for i, a in enumerate(rest) if a != "--out" and (i == 0 or rest[i - 1] != "--out")], out)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
     p.add_argument("--api-base")
     p.add_argument("--limit", type=int, default=20, help="most missed requests to try")
+    p.add_argument("--part", help="START:END, the requests of this part (0-based, of the missed ones): a slow "
+                   "model's run in parts, joined with --combine")
     p.add_argument("--out", default=str(HERE / "results" / "skill_search_model.json"))
-    a = p.parse_args(argv)
+    a = p.parse_args(args)
     if a.api_base:
         os.environ.setdefault("OPENAI_API_KEY", "local")
     real = real_skills()
     cases = load_requests()
-    command = "python bench/skill_search_model.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python bench/skill_search_model.py " + " ".join(args)
     rows: list[Row] = []
 
     def write(done: bool) -> dict:
-        n = max(1, len(rows))
-        data = {"model": a.model, "skills": 1000, "budget_chars": BUDGET, "requests": len(rows),
-                "planned": planned, "complete": done, "command": command,
-                "called_skill_search": sum(r.searched for r in rows), "search_returned_needed": sum(r.found for r in rows),
-                "opened_needed": sum(r.opened for r in rows), "errors": sum(bool(r.error) for r in rows),
-                "rates": {"called_skill_search": round(sum(r.searched for r in rows) / n, 3),
-                          "opened_needed": round(sum(r.opened for r in rows) / n, 3)},
-                "rows": [asdict(r) for r in rows]}
+        data = {"model": a.model, "skills": 1000, "budget_chars": BUDGET, **totals(rows),
+                "planned": planned, "part": a.part, "complete": done, "command": command, "rows": [asdict(r) for r in rows]}
         Path(a.out).write_text(json.dumps(data, indent=2) + "\n")
         return data
 
@@ -105,6 +131,9 @@ def main(argv: list[str] | None = None) -> dict:
         vault = Vault(root)
         missed = [(q, n) for q, n in cases if n not in skills_index(vault, q, BUDGET, semantic=False).shown][: a.limit]
         planned = len(missed)
+        if a.part:
+            start, end = (int(x) if x else None for x in a.part.split(":"))
+            missed = missed[start:end]
         ws = Path(tmp) / "ws"
         ws.mkdir()
         for request, needed in missed:

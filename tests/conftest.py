@@ -170,7 +170,7 @@ class DaemonProc:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.send_signal(signal.SIGUSR1)
-            time.sleep(1)
+            time.sleep(2)  # the main thread writes them within a second
             self.proc.kill()
             self.proc.wait()
             raise AssertionError(f"the daemon did not stop within {timeout} s of signal {sig}:\n"

@@ -141,7 +141,10 @@ def test_a_sigterm_caught_by_another_thread_still_stops_the_daemon(vault, daemon
 def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_daemon_goes_on(vault, daemon, run_cli):
     d = daemon()
     d.proc.send_signal(signal.SIGUSR1)
-    assert wait_for(lambda: "Current thread" in d.output() or "Thread 0x" in d.output(), 30), d.output()
+    assert wait_for(lambda: "SIGUSR1: the stack of every thread" in d.output(), 30), d.output()
+    assert "Thread MainThread:" in d.output() and "_loop" in d.output()  # the main thread's and the others'
+    d.proc.send_signal(signal.SIGUSR1)  # and again, while the first is long written
+    assert wait_for(lambda: d.output().count("SIGUSR1: the stack of every thread") == 2, 30), d.output()
     assert d.proc.poll() is None
     assert "daemon: running" in run_cli("--vault", str(vault.root), "daemon", "status").stdout
     assert d.stop() == 0

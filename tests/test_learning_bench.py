@@ -166,3 +166,25 @@ def test_command_line_writes_json(tmp_path):
     ("run pytest -x -q", [["-x"], ["-q"]], True), ("long options please", [["long option"]], True)])
 def test_keyword_matching(text, groups, hit):
     assert le.matches(text, groups) is hit
+
+
+def test_skill_search_bench_parts_combine_into_one_run(tmp_path):
+    """A slow model's skill_search run is done in parts (--part) and joined (--combine): each request once."""
+    import skill_search_model as ssm
+
+    def part(name, rows, which):
+        data = {"model": "m", "skills": 1000, "budget_chars": 4000, "planned": 3, "part": which,
+                "command": f"python bench/skill_search_model.py --part {which}", **ssm.totals(rows),
+                "rows": [ssm.asdict(r) for r in rows]}
+        (tmp_path / name).write_text(json.dumps(data))
+        return str(tmp_path / name)
+
+    a = part("a.json", [ssm.Row("q1", "s1", searched=True, found=True, opened=True), ssm.Row("q2", "s2")], "0:2")
+    b = part("b.json", [ssm.Row("q3", "s3", searched=True)], "2:")
+    out = tmp_path / "all.json"
+    data = ssm.main(["--combine", a, b, "--out", str(out)])
+    assert json.loads(out.read_text()) == data
+    assert (data["requests"], data["called_skill_search"], data["search_returned_needed"], data["opened_needed"]) \
+        == (3, 2, 1, 1)
+    assert data["complete"] and data["rates"]["called_skill_search"] == 0.667
+    assert data["parts"] == ["python bench/skill_search_model.py --part 0:2", "python bench/skill_search_model.py --part 2:"]

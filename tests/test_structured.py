@@ -11,6 +11,7 @@ from hermes_fs.learning.learn import LearnOptions, learn
 from hermes_fs.learning.refine import STRUCTURED_REVIEWER_PROMPT, RefineOptions, refine
 from hermes_fs.learning.structured import (
     ReviewDocument,
+    ReviewSkillEdit,
     SkillDocument,
     SkillEdit,
     json_schema,
@@ -242,3 +243,11 @@ def test_only_skills_the_conversation_used_are_shown_whole(agent_vault, model_se
     brief = model_server.requests[-1]["messages"][1]["content"]
     assert "## Skill deploy-fly, used in the conversation" in brief and "description: Deploy the web app" in brief
     assert "writing-skills" not in brief
+
+
+def test_a_skill_named_by_its_path_means_its_folder():
+    doc = ReviewDocument(memory=[], skills=[ReviewSkillEdit(action="create", name=n, reason="r", content="c",
+                                                            old_text="", new_text="")
+                                            for n in ("skills/thumbs", "skills/thumbs/SKILL.md", "../etc")],
+                         summary="x")
+    assert [c[1]["name"] for c in tool_calls(doc)] == ["thumbs", "thumbs", "../etc"]  # the last: skill_manage refuses

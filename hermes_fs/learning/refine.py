@@ -86,11 +86,12 @@ Write each memory entry as one short sentence that will still be true next month
 what memory already says.
 
 Answer with one JSON document and nothing else: "memory" (entries to add; "replace"/"remove" \
-name an existing entry by a unique part of it in old_text), then "skills" (create: "content" is the \
-whole SKILL.md: ---, name: <the folder name>, description: <what it does, when to use it>, ---, then \
-numbered steps with the exact commands; patch: old_text copied exactly from a skill shown below, \
-new_text), then "summary". Each entry starts with its reason: the user's words that show it. Fields \
-that do not apply are "". Today is {today}.
+name an existing entry by a unique part of it in old_text), then "skills" (create: "name" is a short \
+folder name like "make-thumbnails" and "content" the whole SKILL.md, like \
+"---\\nname: make-thumbnails\\ndescription: Make thumbnails of photos. Use when the user wants small \
+previews.\\n---\\n1. <the exact command>\\n2. ..."; patch: old_text copied exactly from a skill shown below, new_text), then \
+"summary". Each entry starts with its reason: the user's words that show it. Fields that do not \
+apply are "". Today is {today}.
 
 Example. The conversation:
 USER: Rename report.txt to report-2025.txt. And I indent with tabs, never spaces, remember that.

@@ -161,9 +161,10 @@ def tool_calls(doc: BaseModel) -> list[tuple[str, dict, str, str, str]]:
         name = m.file.removeprefix("memory/")
         calls.append(("memory", args, f"memory/{name}", f"{m.action} {_quote(m.text or m.old_text)}", m.reason))
     for s in doc.skills:  # type: ignore[attr-defined]
-        args = {"action": s.action, "name": s.name}
+        name = _skill_name(s.name)
+        args = {"action": s.action, "name": name}
         file = getattr(s, "file", "")
-        inside = "" if _names_skill_md(file, s.name) else file  # its own SKILL.md, however spelled: ""
+        inside = "" if _names_skill_md(file, name) else file  # its own SKILL.md, however spelled: ""
         if s.action == "create":
             args["content"] = s.content
         elif s.action == "patch":
@@ -171,8 +172,15 @@ def tool_calls(doc: BaseModel) -> list[tuple[str, dict, str, str, str]]:
         else:
             args.update(file=file, content=s.content)
         shown = inside if s.action != "create" and inside else "SKILL.md"
-        calls.append(("skill_manage", args, f"skills/{s.name}/{shown}", s.action, s.reason))
+        calls.append(("skill_manage", args, f"skills/{name}/{shown}", s.action, s.reason))
     return calls
+
+
+def _skill_name(name: str) -> str:
+    """A skill named by its path (`skills/x`, `skills/x/SKILL.md`) means `x`; anything else is left
+    for skill_manage to accept or refuse."""
+    m = re.fullmatch(r"(?:skills/)?([^/]+)(?:/SKILL\.md)?", name.strip().strip("/"))
+    return m.group(1) if m else name
 
 
 def _names_skill_md(file: str, name: str) -> bool:

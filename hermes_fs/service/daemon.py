@@ -8,7 +8,6 @@ frees if the daemon dies. State goes to .hermes/daemon.json; the log to .hermes/
 
 from __future__ import annotations
 
-import faulthandler
 import json
 import logging
 import os
@@ -18,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 from ..errors import HermesError
 from ..store.config import CONFIG_NAME
@@ -118,7 +117,6 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         self.warm: WarmServer | None = None
         self.services: list = []  # DaemonService objects started by _start_services
-        self._log_stream: TextIO | None = None  # daemon.log, once open: faulthandler writes stacks there
 
     def note(self, message: str) -> None:
         self.state.note(message)
@@ -168,10 +166,21 @@ class Daemon:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         self.log.addHandler(handler)
         self.log.setLevel(logging.INFO)
-        # `kill -USR1 <pid>` writes what every thread is doing to daemon.log (the daemon goes on);
-        # a file of its own, open until the end, as faulthandler writes to its descriptor later
-        self._log_stream = stream = open(self.vault.state_dir / "daemon.log", "a")  # noqa: SIM115
-        faulthandler.register(signal.SIGUSR1, file=stream, all_threads=True)
+        # `kill -USR1 <pid>` writes what every thread is doing to daemon.log (the daemon goes on)
+        signal.signal(signal.SIGUSR1, lambda *_: self._log_stacks("SIGUSR1"))
+
+    def _log_stacks(self, why: str) -> None:
+        """Every thread's stack, to the log: Python's own view, taken in the main thread with the
+        GIL held (faulthandler's C-level dump reads running threads unguarded; in CI it stopped
+        mid-stack and the daemon was gone)."""
+        import sys
+        import traceback
+
+        names = {t.ident: t.name for t in threading.enumerate()}
+        parts = [f"{why}: the stack of every thread"]
+        for ident, frame in sys._current_frames().items():
+            parts.append(f"Thread {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame)).rstrip())
+        self.log.warning("\n".join(parts))
 
     def _recover(self) -> None:
         """After a crash: drop a stale git index lock, commit what was left, re-queue claimed requests."""
@@ -237,8 +246,9 @@ class Daemon:
             self.error(f"cron {job.name} failed: {type(exc).__name__}: {exc} (traceback in daemon.log)")
 
     def _shutdown(self) -> None:
-        if self._log_stream is not None:  # a stop that hangs says where, in daemon.log
-            faulthandler.dump_traceback_later(SLOW_STOP_S, file=self._log_stream)
+        slow = threading.Timer(SLOW_STOP_S, self._log_stacks, args=(f"stopping for over {SLOW_STOP_S:.0f} s",))
+        slow.daemon = True  # a stop that hangs says where, in daemon.log
+        slow.start()
         for service in reversed(self.services):
             try:
                 service.stop()
@@ -255,10 +265,7 @@ class Daemon:
             self.settler.stop()
         self.executor.shutdown(wait=True)  # running jobs finish; queued ones stay claimed
         self.state.write(running=False)
-        faulthandler.cancel_dump_traceback_later()
-        if self._log_stream is not None:
-            faulthandler.unregister(signal.SIGUSR1)
-            self._log_stream.close()
+        slow.cancel()
         self.lock.release()
 
     # -- events ----------------------------------------------------------------------------------
