@@ -256,8 +256,8 @@ class Syncer:
 
     # -- one round -------------------------------------------------------------------------------
     def round(self, work: bool = True) -> Round:
-        """One round; with `work` (the daemon), also claim missed due times and list dead
-        machines' claims, for the caller to run."""
+        """One round; with `work` (the daemon), also claim due times missed while offline (at
+        most `room()` of them), for the caller to run. Dead machines' claims are the renewer's."""
         with self.lock:
             r = Round()
             began = time.time()
