@@ -222,7 +222,7 @@ def test_a_request_resumed_after_a_restart_keeps_its_claim(synced, tmp_path):
     so after the expiry another machine took the request over and answered it too (found by
     reading the code). Resumed, the claim is adopted: renewed, kept, and still this machine's."""
     from hermes_fs.service import inbox
-    from hermes_fs.service.sync import adopt_resumed_requests, claims_for, request_key
+    from hermes_fs.service.sync import adopt_request, claims_for, request_key
 
     v, server = synced
     for name in ("ask.md", "other.md"):
@@ -237,7 +237,8 @@ def test_a_request_resumed_after_a_restart_keeps_its_claim(synced, tmp_path):
     # the daemon is killed; a new process reads the same state file
     restarted = RefClaims(v.git, Remote(v.root, server.url()), first.host, 3.0, first.ledger, first.state_path)
     assert restarted.held[key].orphan and restarted.held[other].orphan
-    assert adopt_resumed_requests(v, restarted) == [key]
+    for c in inbox.pending_claims(v):  # what the daemon resumes at start (inbox.resume)
+        assert adopt_request(v, c.inbox_rel, restarted)
     assert not restarted.held[key].orphan and restarted.held[other].orphan
     Syncer(v, restarted).round(work=False)  # a round forgets orphans of requests, not this one
     assert key in restarted.held and other not in restarted.held

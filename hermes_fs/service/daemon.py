@@ -196,6 +196,7 @@ class Daemon:
             self._commit_edits(edited)
         for c in inbox.pending_claims(self.vault):
             self.note(f"resuming request {c.name}")
+            inbox.resume(self.vault, c)
             self._submit(c)
 
     def _start_scheduler(self) -> None:

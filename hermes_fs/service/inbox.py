@@ -105,6 +105,14 @@ def claim(vault: Vault, rel: str) -> Claim | None:
     return Claim(dest, name, stamp)
 
 
+def resume(vault: Vault, c: Claim) -> None:
+    """A request claimed before a crash or stop is answered again here: with a remote, its claim
+    across machines is this machine's still (sync.adopt_request)."""
+    from .sync import adopt_request
+
+    adopt_request(vault, c.inbox_rel)
+
+
 def pending_claims(vault: Vault, directory: Path | None = None, producer: str = INBOX_DIR) -> list[Claim]:
     """Requests claimed before a crash or stop, oldest first."""
     out = []

@@ -505,20 +505,17 @@ def claim_request(vault: Vault, rel: str) -> bool:
     return False
 
 
-def adopt_resumed_requests(vault: Vault, claims: RefClaims) -> list[str]:
-    """The claims of requests this machine took before a restart and is answering again now (its
-    daemon resumes every claimed request at start). Left orphans, they were neither renewed nor
-    kept: once expired another machine took the request over and answered it as well, and this
-    machine's answer went up without its claim. Adopted, they are renewed until the answer is on
-    main, and a lost claim withdraws this machine's answer (`_withdraw_lost`)."""
-    from .inbox import pending_claims
-
-    adopted = []
-    for c in pending_claims(vault):
-        key = request_key(vault, c.inbox_rel)
-        if key is not None and claims.adopt(key):
-            adopted.append(key)
-    return adopted
+def adopt_request(vault: Vault, rel: str, claims: RefClaims | None = None) -> bool:
+    """This machine answers again, after a restart, the request `rel` it had claimed (its daemon
+    resumes every claimed request at start): its claim goes on being renewed. Left an orphan, it
+    was dropped at the next round and never renewed: once expired another machine took the
+    request over and answered it as well, and this machine's answer went up without its claim.
+    Adopted, it is renewed until the answer is on main, and a claim lost anyway withdraws this
+    machine's answer (`_withdraw_lost`). False: no remote, or no such claim held here."""
+    if remote_url(vault) is None:
+        return False
+    key = request_key(vault, rel)
+    return key is not None and (claims or claims_for(vault)).adopt(key)
 
 
 def _still_asked(vault: Vault, claims: RefClaims, rel: str, key: str) -> bool:
@@ -619,8 +616,6 @@ class SyncService:
         self.wake.set()
 
     def start(self) -> None:
-        for key in adopt_resumed_requests(self.vault, self.syncer.claims):
-            self.daemon.note(f"sync: answering {key} again after a restart; its claim is renewed from here")
         self.observer = watch_main(self.vault.root, self.poke)
         self.thread = threading.Thread(target=self._loop, name="sync", daemon=True)
         self.thread.start()
