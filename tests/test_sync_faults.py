@@ -214,3 +214,33 @@ def wait_for_run(ran: list[str]) -> bool:
     from conftest import wait_for
 
     return bool(wait_for(lambda: ran == ["brief"], 30))
+
+
+def test_a_request_resumed_after_a_restart_keeps_its_claim(synced, tmp_path):
+    """A request that came through git, claimed by this machine, which was then killed: the new
+    daemon resumes it, but its claim was an orphan, dropped at the next round and never renewed,
+    so after the expiry another machine took the request over and answered it too (found by
+    reading the code). Resumed, the claim is adopted: renewed, kept, and still this machine's."""
+    from hermes_fs.service import inbox
+    from hermes_fs.service.sync import adopt_resumed_requests, claims_for, request_key
+
+    v, server = synced
+    for name in ("ask.md", "other.md"):
+        (v.root / "inbox" / name).write_text(f"---\ntype: run\n---\n{name}\n")
+    v.git.commit_paths(["inbox/ask.md", "inbox/other.md"], "edit: two requests from the phone", Act.human_edit())
+    assert Syncer(v).round(work=False).pushed
+    first = claims_for(v)
+    assert inbox.claim(v, "inbox/ask.md") is not None  # won its claim on the remote, moved to .hermes/inbox
+    key = request_key(v, "inbox/ask.md")
+    other = request_key(v, "inbox/other.md")
+    assert key in first.held and first.take(other) == Take.WON  # other: claimed, but its file is gone here
+    # the daemon is killed; a new process reads the same state file
+    restarted = RefClaims(v.git, Remote(v.root, server.url()), first.host, 3.0, first.ledger, first.state_path)
+    assert restarted.held[key].orphan and restarted.held[other].orphan
+    assert adopt_resumed_requests(v, restarted) == [key]
+    assert not restarted.held[key].orphan and restarted.held[other].orphan
+    Syncer(v, restarted).round(work=False)  # a round forgets orphans of requests, not this one
+    assert key in restarted.held and other not in restarted.held
+    restarted.held[key].expires = 0  # due for renewal: renewed from its last value, still this machine's
+    assert restarted.renew() == []
+    assert restarted.holder(key).host == first.host and not restarted.holder(key).expired(time.time())

@@ -256,8 +256,8 @@ class Syncer:
 
     # -- one round -------------------------------------------------------------------------------
     def round(self, work: bool = True) -> Round:
-        """One round; with `work` (the daemon), also claim missed due times and list dead
-        machines' claims, for the caller to run."""
+        """One round; with `work` (the daemon), also claim due times missed while offline (at
+        most `room()` of them), for the caller to run. Dead machines' claims are the renewer's."""
         with self.lock:
             r = Round()
             began = time.time()
@@ -505,6 +505,22 @@ def claim_request(vault: Vault, rel: str) -> bool:
     return False
 
 
+def adopt_resumed_requests(vault: Vault, claims: RefClaims) -> list[str]:
+    """The claims of requests this machine took before a restart and is answering again now (its
+    daemon resumes every claimed request at start). Left orphans, they were neither renewed nor
+    kept: once expired another machine took the request over and answered it as well, and this
+    machine's answer went up without its claim. Adopted, they are renewed until the answer is on
+    main, and a lost claim withdraws this machine's answer (`_withdraw_lost`)."""
+    from .inbox import pending_claims
+
+    adopted = []
+    for c in pending_claims(vault):
+        key = request_key(vault, c.inbox_rel)
+        if key is not None and claims.adopt(key):
+            adopted.append(key)
+    return adopted
+
+
 def _still_asked(vault: Vault, claims: RefClaims, rel: str, key: str) -> bool:
     """Does the remote's main still hold this request? A machine far behind (offline for longer
     than claims are kept) can hold a request that was answered long ago and whose claim has been
@@ -603,6 +619,8 @@ class SyncService:
         self.wake.set()
 
     def start(self) -> None:
+        for key in adopt_resumed_requests(self.vault, self.syncer.claims):
+            self.daemon.note(f"sync: answering {key} again after a restart; its claim is renewed from here")
         self.observer = watch_main(self.vault.root, self.poke)
         self.thread = threading.Thread(target=self._loop, name="sync", daemon=True)
         self.thread.start()

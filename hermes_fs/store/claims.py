@@ -356,6 +356,18 @@ class RefClaims:
         """Keys this machine holds whose work is not marked done."""
         return [k for k, h in self.held.items() if not h.done]
 
+    def adopt(self, key: str) -> bool:
+        """This process goes on with the work of a previous one's claim (a request it resumes
+        after a restart): renew it again, from its last value (if another machine took it over
+        meanwhile, the next renewal says so). False if that claim is not held here as an orphan."""
+        with self.lock:
+            held = self.held.get(key)
+            if held is None or not held.orphan or held.done:
+                return False
+            held.orphan = False
+            self._save()
+            return True
+
     def forget(self, key: str) -> None:
         """Stop tracking an orphan claim: it expires on the remote and is taken over there."""
         with self.lock:
