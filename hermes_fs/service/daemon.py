@@ -170,9 +170,9 @@ class Daemon:
         signal.signal(signal.SIGUSR1, lambda *_: self._log_stacks("SIGUSR1"))
 
     def _log_stacks(self, why: str) -> None:
-        """Every thread's stack, to the log: Python's own view, taken in the main thread with the
-        GIL held (faulthandler's C-level dump reads running threads unguarded; in CI it stopped
-        mid-stack and the daemon was gone)."""
+        """Every thread's stack, to the log: Python's own view, taken with the GIL held (from the
+        main thread on SIGUSR1, from a timer on a slow stop). faulthandler's C-level dump reads
+        running threads unguarded; in CI it stopped mid-stack and the daemon was gone."""
         import sys
         import traceback
 
