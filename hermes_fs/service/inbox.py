@@ -184,8 +184,8 @@ def committed_result(vault: Vault, name: str) -> tuple[Result, str] | None:
     arrives through sync. None if there is none (or `name` is not a plain name)."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,150}", name):
         return None
-    found = sorted((vault.root / RESULTS_DIR).glob(f"*-{name}.md"))
-    if not found:
+    found = sorted(p for p in (vault.root / RESULTS_DIR).glob(f"*-{name}.md") if not p.is_symlink())
+    if not found:  # a link (which sync could bring) is never followed out of the vault
         return None
     rel = f"{RESULTS_DIR}/{found[-1].name}"
     try:
