@@ -173,9 +173,15 @@ def read_result(vault: Vault, c: Claim) -> Result:
     """A result written before a crash, read back to finish the request (commit, reply)."""
     text = (vault.root / c.result_rel).read_text(encoding="utf-8") if (vault.root / c.result_rel).exists() \
         else (vault.git.read_file(vault.git.head(), c.result_rel) or b"").decode("utf-8", errors="replace")
-    doc = parse_doc(text, c.result_rel)
-    body = doc.body.split("\n## Original request", 1)[0].strip()
-    return Result.from_meta(doc.meta, body)
+    return parse_result(text, c.result_rel)[0]
+
+
+def parse_result(text: str, rel: str) -> tuple[Result, str]:
+    """A result file (write_result's layout): the Result, and the text of the original request."""
+    doc = parse_doc(text, rel)
+    body, _, original = doc.body.partition("\n## Original request")
+    fenced = re.search(r"^(`{3,})markdown\n(.*)\n\1$", original, re.S | re.M)
+    return Result.from_meta(doc.meta, body.strip()), (fenced.group(2) if fenced else "")
 
 
 def committed_result(vault: Vault, name: str) -> tuple[Result, str] | None:
@@ -187,14 +193,10 @@ def committed_result(vault: Vault, name: str) -> tuple[Result, str] | None:
     found = sorted(p for p in (vault.root / RESULTS_DIR).glob(f"*-{name}.md") if not p.is_symlink())
     if not found:  # a link (which sync could bring) is never followed out of the vault
         return None
-    rel = f"{RESULTS_DIR}/{found[-1].name}"
     try:
-        doc = parse_doc(found[-1].read_text(encoding="utf-8"), rel)
+        return parse_result(found[-1].read_text(encoding="utf-8"), f"{RESULTS_DIR}/{found[-1].name}")
     except (OSError, UnicodeDecodeError, HermesError):
         return None
-    body, _, original = doc.body.partition("\n## Original request")
-    fenced = re.search(r"^(`{3,})markdown\n(.*)\n\1$", original, re.S | re.M)
-    return Result.from_meta(doc.meta, body.strip()), (fenced.group(2) if fenced else "")
 
 
 MAX_REQUEST_BYTES = 1_000_000

@@ -53,7 +53,7 @@ from ...store.vault import Vault
 from .. import inbox
 from ..requests import ExecOptions, Handler, Request, Result, SerialExecutor, run_request
 from . import commands
-from .access import AccessRules, Verdict, decide, new_code, pairing_text
+from .access import CODE_TTL_S, AccessRules, Verdict, decide, new_code, pairing_text
 from .channel import Channel, Inbound, Origin, Outbound, attachments_dir
 from .ledger import (
     ANSWERED,
@@ -328,8 +328,6 @@ class Gateway:
         what it has) until this hold has taken in the last holder's."""
         if name not in self.merged or self.ledger is None:
             return None
-        from .access import CODE_TTL_S
-
         return self.ledger.shared_state(name, time.time() - CODE_TTL_S)
 
     def _acquired(self, name: str, journal: Journal) -> None:
@@ -577,24 +575,20 @@ class Gateway:
         return row.status or "error", row.answer or ""
 
     def status_elsewhere(self, rid: str, matches: Callable[[Origin], bool]) -> tuple[str, str] | None:
-        """The status of a request this machine's ledger does not know: answered on another machine
-        (its result came here through sync) or, by a channel's lease journal, still being worked on
-        there. `matches(origin)` must accept the original request's origin (the caller's route)."""
+        """The status of a request this machine's ledger does not know: answered on another machine,
+        its result come here through sync (None until then). `matches(origin)` must accept the
+        original request's origin (the caller's route)."""
         found = inbox.committed_result(self.vault, rid)
-        if found is not None:
-            result, original = found
-            try:
-                origin = inbox.parse_request(original, f"gateway/{rid}.md", ("run", "command"), chat=True).origin
-            except HermesError:
-                origin = None
-            if origin is None or not matches(origin):
-                return None
-            return result.status if result.status in ("ok", "error") else "error", result.body
-        for holder in self.holders.values():
-            entry = holder.state(rid)
-            if entry is not None and entry.state != "done":  # holder.DONE
-                return "pending", ""
-        return None
+        if found is None:
+            return None
+        result, original = found
+        try:
+            origin = inbox.parse_request(original, f"gateway/{rid}.md", ("run", "command"), chat=True).origin
+        except HermesError:
+            origin = None
+        if origin is None or not matches(origin):
+            return None
+        return result.status if result.status in ("ok", "error") else "error", result.body
 
     # -- running ----------------------------------------------------------------------------------
     def _claim_origin(self, c: inbox.Claim) -> Origin:

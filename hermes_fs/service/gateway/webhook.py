@@ -255,7 +255,7 @@ class WebhookChannel:
         row = self.gateway.ledger.message_by_id(rid) if self.gateway.ledger else None
         if row is not None:
             state = self.gateway.request_status(rid) if row.key.startswith(f"{PLATFORM}|{name}|") else None
-        else:  # posted to another machine of this vault: its result (or lease journal) says
+        else:  # posted to another machine of this vault: its synced result says
             state = await run_in_threadpool(self.gateway.status_elsewhere, rid,
                                             lambda o: o.platform == PLATFORM and o.chat == name
                                             and _rid(o) == rid)
