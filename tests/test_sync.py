@@ -196,6 +196,7 @@ def test_offline_runs_nothing_and_catches_up_when_back(tmp_path, server):
         with pytest.raises(Unreachable):
             c.remote.refs()
         proxy.heal()
+        assert c.take_missed(0) == [] and c.missed == {"brief": due.isoformat()}  # no room now: it waits
         assert c.take_missed() == [("brief", due)]  # nobody ran it: claimed here, to run now
         assert c.missed == {}
     finally:

@@ -485,10 +485,12 @@ class RefClaims:
                 log.warning("cron %s due %s: missed while offline for too long; not caught up", job, due_iso)
             elif limit is None or len(missed) < limit:
                 missed[job] = due
-        if not missed:
-            if self.missed:
+        if not missed:  # none to claim now (no room, or all too old): only the too old are dropped
+            stale = [job for job, due_iso in self.missed.items() if too_old_to_claim(datetime.fromisoformat(due_iso))]
+            if stale:
                 with self.lock:
-                    self.missed.clear()
+                    for job in stale:
+                        self.missed.pop(job, None)
                     self._save()
             return []
         commits = {job: self._commit(cron_key(job, due), RUNNING) for job, due in missed.items()}
