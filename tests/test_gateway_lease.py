@@ -17,7 +17,7 @@ from test_sync import first_machine
 
 from hermes_fs.service.gateway.holder import DONE, SENDING, TAKEN, ChannelHolder, Journal, NotHeld
 from hermes_fs.store.lease import RefLease, lease_ref
-from hermes_fs.store.remote import RefUpdate, Remote
+from hermes_fs.store.remote import RefUpdate, Remote, Unreachable
 
 
 @pytest.fixture
@@ -69,6 +69,38 @@ def test_lease_writes_are_compare_and_swap(tmp_path, server):
     remote = Remote(a.root, server.url())
     assert not remote.push([RefUpdate(lease.ref, a.git.head(), None)]).ok  # a plain create never moves it
     assert remote.refs("refs/hermes/leases/")[lease_ref(lease.name)] == first
+
+
+def test_a_lease_read_racing_the_sync_fetch_for_the_mirror_ref_is_no_network_failure(tmp_path, server):
+    """Both mirror refs/hermes/leases/ into the same local refs; the loser of git's ref lock got
+    "cannot lock ref", which read as "remote unreachable": a standby machine then missed its takeover."""
+    a = first_machine(tmp_path, server)
+    writer = RefLease(a.git, Remote(a.root, server.url()), "email/agent@test", "w")
+    reader = Remote(a.root, server.url())
+    errors: list[str] = []
+    done = threading.Event()
+
+    def renew() -> None:
+        sha = None
+        while not done.is_set():
+            sha = writer.write(sha, time.time() + 3, {"v": 1}) or sha
+
+    def read(call) -> None:
+        for _ in range(40):
+            try:
+                call()
+            except Unreachable as exc:
+                errors.append(str(exc))
+
+    threads = [threading.Thread(target=renew)] + [
+        threading.Thread(target=read, args=(c,)) for c in (reader.fetch, lambda: reader.fetch_ref(writer.ref))]
+    for t in threads:
+        t.start()
+    for t in threads[1:]:
+        t.join(120)
+    done.set()
+    threads[0].join(30)
+    assert errors == []
 
 
 def test_journal_watermark_and_pruning():
@@ -152,6 +184,38 @@ def test_a_holder_cut_off_stops_consuming_before_its_lease_runs_out(tmp_path, se
     finally:
         for h in (ha, hb):
             h.stop()
+        proxy.close()
+
+
+def test_a_holder_back_from_a_cut_consumes_again_even_when_stopping_took_a_while(tmp_path, server):
+    """A slow channel stop (an IMAP logout on a loaded machine) while the lease is re-acquired must
+    not leave the lease renewed here with the channel stopped: then nobody consumes at all."""
+    a = first_machine(tmp_path, server)
+    proxy = Proxy(server.port)
+    lease_s = 3.0
+    ca = Consumer("a")
+    stopping = threading.Event()
+    plain_release = ca.on_release
+
+    def slow_release(why: str) -> None:
+        stopping.set()
+        time.sleep(lease_s)  # the holder's thread meanwhile finds the remote back
+        plain_release(why)
+
+    ca.on_release = slow_release
+    ha = holder(a, server.url(port=proxy.port), "a", ca, lease_s)
+    try:
+        ha.start()
+        assert ca.consuming.wait(20)
+        proxy.cut()
+        assert stopping.wait(lease_s + 10)
+        proxy.heal()
+        assert wait_for(lambda: ca.released and ca.consuming.is_set(), lease_s * 2 + 20)
+        time.sleep(lease_s)
+        assert ha.held and ca.consuming.is_set(), (ha.held, ca.acquired, ca.released)
+        assert len(ca.acquired) == len(ca.released) + 1
+    finally:
+        ha.stop()
         proxy.close()
 
 

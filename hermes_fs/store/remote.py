@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,8 @@ MIRROR = "refs/hermes/remote/"
 # What a machine shares: main and the learned branches, claims and leases, rejected changes.
 SHARED = ("refs/heads/", "refs/hermes/claims/", "refs/hermes/leases/", "refs/hermes/rejected/")
 TIMEOUT_S = 30.0  # a remote that does not answer in this long counts as unreachable
+LOCAL_RACE = ("cannot lock ref", "Unable to create")  # git's words for a local ref another git holds
+LOCAL_RACE_TRIES = 5
 
 
 class Unreachable(GitError):
@@ -94,19 +97,29 @@ class Remote:
                 refs[ref] = sha
         return refs
 
+    def _fetch(self, *args: str) -> tuple[int, str, str]:
+        """`git fetch`, again when it lost the race for a local mirror ref to another fetch of this
+        repository (the sync round's and a lease read both mirror leases): that is no network
+        failure, and the next try writes the same fresh value."""
+        for attempt in range(LOCAL_RACE_TRIES):
+            code, out, err = self._run("fetch", *args)
+            if code == 0 or not any(s in err for s in LOCAL_RACE):
+                break
+            time.sleep(0.05 * (attempt + 1))
+        return code, out, err
+
     def fetch(self, *prefixes: str) -> None:
         """Mirror the remote's refs under `prefixes` into refs/hermes/remote/ (deleted ones pruned)."""
         specs = [f"+{p}*:{mirror_of(p)}*" for p in (prefixes or SHARED)]  # + only for the local mirror
-        code, _out, err = self._run("fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head",
-                                    self.url, *specs)
+        code, _out, err = self._fetch("--quiet", "--prune", "--no-tags", "--no-write-fetch-head", self.url, *specs)
         if code != 0:
             raise Unreachable(f"{self.url}: {self._failure(err)}")
 
     def fetch_ref(self, ref: str) -> str | None:
         """Mirror one remote ref now; its sha (as fetched, so its objects are here), or None if the
         remote does not have it."""
-        code, _out, err = self._run("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", self.url,
-                                    f"+{ref}:{mirror_of(ref)}")
+        code, _out, err = self._fetch("--quiet", "--no-tags", "--no-write-fetch-head", self.url,
+                                      f"+{ref}:{mirror_of(ref)}")
         if code != 0:
             if "couldn't find remote ref" in err:
                 self._run("update-ref", "-d", mirror_of(ref))

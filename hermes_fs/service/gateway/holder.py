@@ -111,6 +111,10 @@ class ChannelHolder:
         self.on_release = on_release
         self.lock = threading.RLock()  # one write of the lease at a time (a push may take a while)
         self.flags = threading.Lock()  # held/active: a release never waits for a hanging push
+        # a release (stopping the channel, which may take a while) and the next acquire never overlap:
+        # an acquire during a slow stop was undone by the stop's end, leaving the lease renewed here
+        # with the channel stopped, so no machine consumed
+        self.transition = threading.Lock()
         self.journal = Journal()
         self.held = False
         self.sha: str | None = None
@@ -142,10 +146,10 @@ class ChannelHolder:
         while not self.stopped.is_set():
             deadline = self.expires - self.margin
             if self.active and self.held and time.time() >= deadline:
-                self.lost = "cut off from the remote past the lease"
+                why = self.lost = "cut off from the remote past the lease"
                 self.held = False
                 self.wake.set()
-                self._release(self.lost)
+                self._release(why)
                 continue
             self.stopped.wait(min(0.2, max(0.02, deadline - time.time())) if self.held else 0.2)
 
@@ -185,8 +189,9 @@ class ChannelHolder:
             except Exception:  # the lease thread never dies: report, wait, try again
                 log.exception("lease %s: unexpected error", self.lease.name)
                 delay = 1.0
-            if self.lost is not None:
-                self._release(self.lost)
+            lost = self.lost
+            if lost is not None:
+                self._release(lost)
                 continue
             self.wake.clear()
             self.wake.wait(delay)
@@ -201,7 +206,7 @@ class ChannelHolder:
             self.seen = rec  # held elsewhere: look again just after it would run out
             return min(self.lease_s / 3, max(0.1, rec.expires - now + 0.1))
         journal = Journal(rec.journal if rec is not None else None)
-        with self.lock:
+        with self.transition, self.lock:
             expires = time.time() + self.lease_s
             try:
                 sha = self.lease.write(rec.sha if rec else None, expires, journal.data(journal.cursor))
@@ -209,9 +214,10 @@ class ChannelHolder:
                 return 1.0
             if sha is None:
                 return 0.1  # another machine was quicker: read again
-            self.held, self.sha, self.expires, self.written, self.lost = True, sha, expires, time.time(), None
-            self.journal = journal
-        self.active = True
+            with self.flags:
+                self.held, self.sha, self.expires, self.written, self.lost = True, sha, expires, time.time(), None
+                self.journal = journal
+                self.active = True
         # the channel starts on a thread of its own (a Matrix login may take a while): the lease is
         # renewed meanwhile
         self.starter = threading.Thread(target=self._start_channel, args=(journal,), name=f"lease-start-{self.lease.name}",
@@ -245,16 +251,17 @@ class ChannelHolder:
     def _release(self, why: str) -> None:
         if self.starter is not None and self.starter is not threading.current_thread():
             self.starter.join(90)  # a channel still starting is stopped once it has started
-        with self.flags:
-            was = self.active
-            self.held, self.active = False, False
-            if self.lost == why:
-                self.lost = None
-        if was:
-            try:
-                self.on_release(why)
-            except Exception:
-                log.exception("lease %s: stopping the channel failed", self.lease.name)
+        with self.transition:
+            with self.flags:
+                was = self.active
+                self.held, self.active = False, False
+                if self.lost == why:
+                    self.lost = None
+            if was:
+                try:
+                    self.on_release(why)
+                except Exception:
+                    log.exception("lease %s: stopping the channel failed", self.lease.name)
 
     # -- writing ----------------------------------------------------------------------------------
     def _write(self, expires: float | None = None) -> None:
