@@ -235,6 +235,45 @@ def test_the_renewer_sees_a_dead_claim_without_waiting_for_a_round(synced, tmp_p
         d.stop()
 
 
+def test_the_renewer_takes_over_while_the_last_round_said_offline(synced, tmp_path, model_server):
+    """The renewer looked for dead claims only while the last finished round had reached the
+    remote; a round that lost the race for main kept retrying for many seconds before it said
+    so, and meanwhile nobody took over (a claim 6 s past its expiry in the chaos bench, on the
+    one machine up and connected). The renewer now asks the remote itself: here the only round
+    so far found it cut off, the next is two minutes away, and the claim left to expire once the
+    network is back is taken over."""
+    from datetime import UTC, datetime, timedelta
+
+    from conftest import DaemonProc, wait_for
+    from gitserver import Proxy
+    from model_server import configure_vault
+
+    from hermes_fs.service.sync import URL_KEY
+    from hermes_fs.store.claims import LEDGER_NAME
+    from hermes_fs.store.host import host_id
+
+    v, server = synced
+    model_server.responder = lambda body: {"content": "done"}
+    configure_vault(v.root, model_server, f"remote:\n  url: {server.url()}\n  branch: main\n"
+                    "sync:\n  interval_s: 120\n  claim_ttl_s: 10\n")
+    due = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
+    one_shot_jobs(v, ["late"], due)
+    Ledger(v.state_dir / LEDGER_NAME).passed("late", due)  # seen passing: not this machine's to catch up
+    proxy = Proxy(server.port)
+    v.git.config_set(URL_KEY, server.url(port=proxy.port))  # this machine reaches the remote through the proxy
+    proxy.cut()
+    d = DaemonProc(v.root)
+    try:
+        assert wait_for(lambda: "remote unreachable" in d.output(), 60), d.output()
+        proxy.heal()
+        dead_claims(v, server, tmp_path, ["late"], due, seen=False)
+        assert wait_for(lambda: claim_hosts(server, ["late"], due) == [host_id(v.state_dir)], 60), d.output()
+        assert wait_for(lambda: "cron finished: late" in d.output(), 60), d.output()
+    finally:
+        d.stop()
+        proxy.close()
+
+
 def test_the_scheduler_starts_without_waiting_for_the_remote(tmp_path):
     """With shared claims each due time missed while the daemon was down is claimed on the
     remote (a push or two); the scheduler did that before returning from start(), so a restarted

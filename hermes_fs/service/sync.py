@@ -640,26 +640,29 @@ class SyncService:
     def _renew_loop(self) -> None:
         """Running claims are renewed on their own timer (every sixth of their time), never
         behind a slow round: a live, connected machine never loses a claim it is working on. The
-        same timer looks at the remote's claims itself (`look`: a round may be slow, many machines
-        racing to push main) and takes over those of dead machines as soon as they expire; and it
-        starts the runs taken over as run slots free up."""
-        while not self.stopped.wait(self.vault.config.sync.claim_ttl_s * self.syncer.claims.RENEW_EVERY / 2):
+        same timer looks at the remote's claims itself and takes over those of dead machines as
+        soon as they expire, and starts the runs taken over as run slots free up. It looks at once
+        at start (a restarted machine's own dead runs are taken over without waiting a turn) and
+        whatever the last round said: a round that is still retrying its push of main has not
+        said the remote answers again, and waiting for it kept takeovers back."""
+        tick = self.vault.config.sync.claim_ttl_s * self.syncer.claims.RENEW_EVERY / 2
+        while not self.stopped.is_set():
             began = time.time()
             try:
                 for key in self.syncer.claims.renew():
                     self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
                 renewed = time.time()
-                if self.offline is None:
-                    self.syncer.claims.look()
-                    looked = time.time()
-                    self._take_over(self.syncer.claims.dead())
-                    log.debug("sync: renewer: renewed in %.2f s, looked in %.2f s, took over in %.2f s, %d queued",
-                              renewed - began, looked - renewed, time.time() - looked, len(self.queue))
+                self.syncer.claims.look()
+                looked = time.time()
+                self._take_over(self.syncer.claims.dead())
+                log.debug("sync: renewer: renewed in %.2f s, looked in %.2f s, took over in %.2f s, %d queued",
+                          renewed - began, looked - renewed, time.time() - looked, len(self.queue))
             except Unreachable:
                 pass  # offline: the claims hold until their expiry
             except Exception:
                 log.exception("sync: renewing claims failed")
             self._start_queued()
+            self.stopped.wait(tick)
 
     def _loop(self) -> None:
         while not self.stopped.is_set():
