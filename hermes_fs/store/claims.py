@@ -240,9 +240,9 @@ class RefClaims:
 
     def look(self) -> None:
         """Mirror the remote's claim refs now, and only them (one fetch of refs/hermes/claims/, tiny
-        commits), so `dead` sees the expiries of now. The round's fetch came too late for that: a
-        round retries its push of main while machines race for it, and the renewer looked at a
-        mirror a minute old (takeovers 27 s after the expiry at the median in the chaos bench)."""
+        commits), so `dead` sees the expiries of now. The mirror of the last round's fetch was
+        often stale: a round retries its push of main while machines race for it, and fetches
+        only at its start."""
         self.remote.fetch(CLAIMS)
         self.refresh()
 
