@@ -180,6 +180,7 @@ class RefClaims:
         self.lock = threading.Lock()
         self.push_lock = threading.RLock()  # one push of claims at a time (renewals, done with main)
         self.on_finish: Callable[[], None] | None = None  # the sync service: push now
+        self.lost_meanwhile: list[tuple[str, list[str]]] = []  # lost at a renewal: for the next round to withdraw
         self._tree_written = False
         self.held: dict[str, _Held] = {}
         self.missed: dict[str, str] = {}  # job -> the latest due time (ISO) it could not claim, offline
@@ -309,6 +310,7 @@ class RefClaims:
                 elif self.held.get(key) is held:
                     self.held.pop(key)
                     lost.append(key)
+                    self.lost_meanwhile.append((key, held.paths))
             self._save()
         return lost
 
@@ -425,10 +427,12 @@ class RefClaims:
 
     def lost_to_takeover(self) -> list[tuple[str, list[str]]]:
         """Claims this machine holds that the last fetch shows in another machine's hands (this one
-        was cut off past the expiry): forgotten, and returned as (key, paths) like `settle`."""
+        was cut off past the expiry): forgotten, and returned as (key, paths) like `settle`; with
+        them the claims a renewal found lost since the last call (their results, committed
+        meanwhile, must be withdrawn too)."""
         mirrored = {r.key: r for r in self.records()}
-        lost = []
         with self.lock:
+            lost, self.lost_meanwhile = self.lost_meanwhile, []  # found by a renewal since the last round
             for key, held in list(self.held.items()):
                 rec = mirrored.get(key)
                 if rec is None or rec.sha in (held.sha, held.done) or self._older_of_ours(rec.sha, held.sha):
