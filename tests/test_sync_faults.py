@@ -245,3 +245,21 @@ def test_a_request_resumed_after_a_restart_keeps_its_claim(synced, tmp_path):
     restarted.held[key].expires = 0  # due for renewal: renewed from its last value, still this machine's
     assert restarted.renew() == []
     assert restarted.holder(key).host == first.host and not restarted.holder(key).expired(time.time())
+
+
+def test_a_claim_this_machine_took_over_itself_is_not_lost_to_a_takeover(synced, tmp_path):
+    """The renewer took over a run of this machine whose claim had expired (its renewals stuck
+    behind a slow round); the round's fetch saw that push before the renewer recorded it, called
+    the claim lost to another machine and withdrew the result, and the renewer then closed the
+    claim as done on that result: a due time without output (the chaos bench: 5 of 100)."""
+    v, server = synced
+    me = claims(v, server, "me", 1.0, tmp_path / "me.json")
+    assert me.take(KEYS[0]) == Take.WON
+    time.sleep(1.1)  # the claim expires
+    me.remote.fetch()
+    rec = next(r for r in me.records() if r.key == KEYS[0])
+    sha, _ = me._commit(KEYS[0], "running", "taken over from me, whose claim expired", parent=rec.sha)
+    assert me.remote.push([RefUpdate("refs/hermes/claims/" + KEYS[0], sha, rec.sha)]).ok  # the renewer's push
+    me.remote.fetch()  # the round's fetch, before the renewer records what it pushed
+    assert me.lost_to_takeover() == []
+    assert KEYS[0] in me.held
