@@ -123,17 +123,52 @@ def test_a_restarted_machine_takes_its_own_dead_runs_over_at_once(synced, tmp_pa
     assert restarted.holder(KEYS[0]).host == "me" and restarted.holder(KEYS[1]).host == "other"
 
 
-def test_a_machine_takes_over_no_more_dead_runs_than_it_runs_at_once(synced, tmp_path, model_server):
-    """Taking every dead claim over at once started 96 agent runs at once on one machine of the
-    chaos run, each slower than the claims' expiry. A machine takes over at most RUN_AT_ONCE cron
-    runs at a time; the others wait for a free slot (or another machine), and each runs once."""
+def dead_claims(v: Vault, server: GitDaemon, tmp_path, jobs: list[str], due, seen: bool = True) -> None:
+    """Claims of a machine that claimed these due times and died (expiry 0.5 s); with `seen`,
+    this machine's scheduler saw them pass (not its to catch up), so only a takeover runs them."""
+    from hermes_fs.store.claims import LEDGER_NAME, cron_key
+
+    dead = claims(v, server, "dead", 0.5, tmp_path / "dead.json")
+    for job in jobs:
+        assert dead.take(cron_key(job, due)) == Take.WON
+        if seen:
+            Ledger(v.state_dir / LEDGER_NAME).passed(job, due)
+
+
+def one_shot_jobs(v: Vault, jobs: list[str], due) -> None:
+    for job in jobs:
+        (v.root / "cron" / f"{job}.md").write_text(f"---\nschedule: \"at {due.isoformat()}\"\n---\nSay done.\n")
+    v.git.commit_all("test: jobs", Act.human_edit())
+    assert Syncer(v).round(work=False).pushed
+
+
+def claim_hosts(server: GitDaemon, jobs: list[str], due) -> list[str | None]:
+    """Who holds each job's claim, read in the remote's own repository (a fetch into the vault
+    would show the daemon the claims, which is what a test may have to leave to the daemon)."""
+    from hermes_fs.store.claims import CLAIMS, cron_key
+
+    hosts = []
+    for job in jobs:
+        out = subprocess.run(["git", "log", "-1", "--format=%B", CLAIMS + cron_key(job, due), "--"],
+                             cwd=server.base / "vault.git", capture_output=True, text=True).stdout
+        found = [line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("Hermes-Host: ")]
+        hosts.append(found[0] if found else None)
+    return hosts
+
+
+def test_a_busy_machine_takes_over_every_dead_claim_and_runs_four_at_once(synced, tmp_path, model_server):
+    """Taking every dead claim over and starting all their runs at once started 96 agent runs on
+    one machine of the chaos run; then a machine took over only as many claims as it had free
+    run slots (RUN_AT_ONCE), and the others expired further: with its slots busy it took none,
+    and takeovers came a minute after the expiry. Now it takes over every dead claim it may run
+    at once (renewed while queued, so none expires again) and runs RUN_AT_ONCE at a time."""
     from datetime import UTC, datetime, timedelta
 
     from conftest import DaemonProc, wait_for
     from model_server import configure_vault
 
     from hermes_fs.service.sync import RUN_AT_ONCE
-    from hermes_fs.store.claims import LEDGER_NAME, cron_key
+    from hermes_fs.store.host import host_id
 
     v, server = synced
     gate = threading.Event()
@@ -142,26 +177,21 @@ def test_a_machine_takes_over_no_more_dead_runs_than_it_runs_at_once(synced, tmp
                     "sync:\n  interval_s: 0.5\n  claim_ttl_s: 30\n")
     due = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
     jobs = [f"job-{i}" for i in range(RUN_AT_ONCE + 2)]
-    for job in jobs:
-        (v.root / "cron" / f"{job}.md").write_text(f"---\nschedule: \"at {due.isoformat()}\"\n---\nSay done.\n")
-    v.git.commit_all("test: jobs", Act.human_edit())
-    assert Syncer(v).round(work=False).pushed
-    dead = claims(v, server, "dead", 0.5, tmp_path / "dead.json")  # claimed them all, then died
-    seen = Ledger(v.state_dir / LEDGER_NAME)  # this machine saw those due times pass (not its to catch up)
-    for job in jobs:
-        assert dead.take(cron_key(job, due)) == Take.WON
-        seen.passed(job, due)
+    one_shot_jobs(v, jobs, due)
+    dead_claims(v, server, tmp_path, jobs, due)
     time.sleep(0.6)  # past their expiry
     d = DaemonProc(v.root)
 
     def count(what: str) -> int:
         return (v.state_dir / "daemon.log").read_text().count(what)
 
+    me = host_id(v.state_dir)
     try:
+        assert wait_for(lambda: claim_hosts(server, jobs, due) == [me] * len(jobs), 60), d.output()
         assert wait_for(lambda: count("cron started") >= RUN_AT_ONCE, 60), d.output()
-        time.sleep(6)  # two looks of the renewer (every 2.5 s with this expiry), all slots busy
+        time.sleep(6)  # two renewals of the queued claims (every 5 s with this expiry), all slots busy
         assert count("cron started") == RUN_AT_ONCE, d.output()
-        assert count("took over from dead") == RUN_AT_ONCE
+        assert claim_hosts(server, jobs, due) == [me] * len(jobs)  # the queued ones stay this machine's
         gate.set()
         assert wait_for(lambda: count("cron finished") == len(jobs), 90), d.output()
         assert wait_for(lambda: len(v.git.list_files(v.git.head(), "outputs/cron/")) == len(jobs), 60)
@@ -169,6 +199,79 @@ def test_a_machine_takes_over_no_more_dead_runs_than_it_runs_at_once(synced, tmp
         gate.set()
         d.stop()
     assert count("cron started") == len(jobs)  # each once
+    assert count("took over from dead") == len(jobs)
+
+
+def test_the_renewer_sees_a_dead_claim_without_waiting_for_a_round(synced, tmp_path, model_server):
+    """Dead claims were found in the mirror of the last round's fetch only; a round is slow when
+    machines race for main (it retries its push up to PUSH_TRIES times), so an expired claim
+    stayed hidden for a minute in the chaos run. The renewer now fetches the claim refs itself:
+    here rounds run only every two minutes and nothing moves main, yet the claim that a machine
+    left to expire after this daemon's last round is taken over."""
+    from datetime import UTC, datetime, timedelta
+
+    from conftest import DaemonProc, wait_for
+    from model_server import configure_vault
+
+    from hermes_fs.store.host import host_id
+
+    v, server = synced
+    model_server.responder = lambda body: {"content": "done"}
+    configure_vault(v.root, model_server, f"remote:\n  url: {server.url()}\n  branch: main\n"
+                    "sync:\n  interval_s: 120\n  claim_ttl_s: 10\n")
+    due = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
+    one_shot_jobs(v, ["late"], due)
+    from hermes_fs.store.claims import LEDGER_NAME
+
+    Ledger(v.state_dir / LEDGER_NAME).passed("late", due)  # seen passing: not this machine's to catch up
+    d = DaemonProc(v.root)
+    try:
+        assert wait_for(lambda: "sync started" in d.output(), 30)
+        time.sleep(3)  # its first round is over; the next is two minutes away
+        dead_claims(v, server, tmp_path, ["late"], due, seen=False)
+        assert wait_for(lambda: claim_hosts(server, ["late"], due) == [host_id(v.state_dir)], 60), d.output()
+        assert wait_for(lambda: "cron finished: late" in d.output(), 60), d.output()
+    finally:
+        d.stop()
+
+
+def test_the_renewer_takes_over_while_the_last_round_said_offline(synced, tmp_path, model_server):
+    """The renewer looked for dead claims only while the last finished round had reached the
+    remote; a round that lost the race for main kept retrying for many seconds before it said
+    so, and meanwhile nobody took over (a claim 6 s past its expiry in the chaos bench, on the
+    one machine up and connected). The renewer now asks the remote itself: here the only round
+    so far found it cut off, the next is two minutes away, and the claim left to expire once the
+    network is back is taken over."""
+    from datetime import UTC, datetime, timedelta
+
+    from conftest import DaemonProc, wait_for
+    from gitserver import Proxy
+    from model_server import configure_vault
+
+    from hermes_fs.service.sync import URL_KEY
+    from hermes_fs.store.claims import LEDGER_NAME
+    from hermes_fs.store.host import host_id
+
+    v, server = synced
+    model_server.responder = lambda body: {"content": "done"}
+    configure_vault(v.root, model_server, f"remote:\n  url: {server.url()}\n  branch: main\n"
+                    "sync:\n  interval_s: 120\n  claim_ttl_s: 10\n")
+    due = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
+    one_shot_jobs(v, ["late"], due)
+    Ledger(v.state_dir / LEDGER_NAME).passed("late", due)  # seen passing: not this machine's to catch up
+    proxy = Proxy(server.port)
+    v.git.config_set(URL_KEY, server.url(port=proxy.port))  # this machine reaches the remote through the proxy
+    proxy.cut()
+    d = DaemonProc(v.root)
+    try:
+        assert wait_for(lambda: "remote unreachable" in d.output(), 60), d.output()
+        proxy.heal()
+        dead_claims(v, server, tmp_path, ["late"], due, seen=False)
+        assert wait_for(lambda: claim_hosts(server, ["late"], due) == [host_id(v.state_dir)], 60), d.output()
+        assert wait_for(lambda: "cron finished: late" in d.output(), 60), d.output()
+    finally:
+        d.stop()
+        proxy.close()
 
 
 def test_the_scheduler_starts_without_waiting_for_the_remote(tmp_path):

@@ -42,7 +42,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from ..errors import ConflictError, GitError, HermesError
-from ..store.claims import LEDGER_NAME, ClaimRecord, Ledger, RefClaims, parse_cron_key
+from ..store.claims import LEDGER_NAME, ClaimRecord, Ledger, RefClaims, cron_key, parse_cron_key
 from ..store.files import atomic_write
 from ..store.git import MAIN, GitStore, format_message
 from ..store.host import host_id
@@ -59,9 +59,9 @@ LEARNED_REFS = ("refs/heads/refine/", "refs/heads/learn/", "refs/heads/curate/",
 PUSH_TRIES = 8  # a push that lost a race fetches main, merges and tries again, this many times per round
 RUN_AT_ONCE = 4
 """At most this many cron runs at once may a machine start from takeovers and catch-ups; the rest
-stay for the next look (or for another machine). After a partition, or when the other machines
-died holding many claims, taking all over at once started 96 agent runs at once on one 2-core
-machine (the chaos bench), each slower than the claims' expiry."""
+wait in its queue, their claims held and renewed (SyncService._start_queued). After a partition,
+or when the other machines died holding many claims, starting all at once started 96 agent runs
+at once on one 2-core machine (the chaos bench), each slower than the claims' expiry."""
 PUSH_GAP_S = 1.0  # after a push of main, the next round waits this long even if main moved again
 
 
@@ -642,8 +642,9 @@ def watch_main(root: Path, poke: Callable[[], None]) -> Any:
 class SyncService:
     """The daemon's continuous sync (a DaemonService): a round as soon as main moves here (so
     this machine's commits go up at once) and every `sync.interval_s` (one cheap ls-remote), so
-    the interval, not git, sets the delay. After a round it takes over the claims of machines
-    that died and runs the due times this machine missed while offline."""
+    the interval, not git, sets the delay. On a timer of its own it renews this machine's claims
+    and takes over those of machines that died; it runs what it took over, and the due times it
+    missed while offline, at most RUN_AT_ONCE at a time."""
 
     name = "sync"
 
@@ -659,6 +660,8 @@ class SyncService:
         self.renewer: threading.Thread | None = None
         self.observer: Any = None  # watchdog's Observer, started with the service
         self.offline: str | None = None
+        self.queue: dict[str, tuple[str, datetime, str]] = {}  # claim key -> (job, due, why): held, waiting for a slot
+        self.queue_lock = threading.Lock()
 
     def poke(self) -> None:
         self.wake.set()
@@ -685,18 +688,29 @@ class SyncService:
     def _renew_loop(self) -> None:
         """Running claims are renewed on their own timer (every sixth of their time), never
         behind a slow round: a live, connected machine never loses a claim it is working on. The
-        same timer takes over the claims of dead machines as soon as the last fetch shows them
-        expired: a round that is slow (many machines racing to push main) never delays it."""
-        while not self.stopped.wait(self.vault.config.sync.claim_ttl_s * self.syncer.claims.RENEW_EVERY / 2):
+        same timer looks at the remote's claims itself and takes over those of dead machines as
+        soon as they expire, and starts the runs taken over as run slots free up. It looks at once
+        at start (a restarted machine's own dead runs are taken over without waiting a turn) and
+        whatever the last round said: a round that is still retrying its push of main has not
+        said the remote answers again, and waiting for it kept takeovers back."""
+        tick = self.vault.config.sync.claim_ttl_s * self.syncer.claims.RENEW_EVERY / 2
+        while not self.stopped.is_set():
+            began = time.time()
             try:
                 for key in self.syncer.claims.renew():
                     self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
-                if self.offline is None:
-                    self._take_over(self.syncer.claims.dead())
+                renewed = time.time()
+                self.syncer.claims.look()
+                looked = time.time()
+                self._take_over(self.syncer.claims.dead())
+                log.debug("sync: renewer: renewed in %.2f s, looked in %.2f s, took over in %.2f s, %d queued",
+                          renewed - began, looked - renewed, time.time() - looked, len(self.queue))
             except Unreachable:
-                continue  # offline: the claim holds until its expiry
+                pass  # offline: the claims hold until their expiry
             except Exception:
                 log.exception("sync: renewing claims failed")
+            self._start_queued()
+            self.stopped.wait(tick)
 
     def _loop(self) -> None:
         while not self.stopped.is_set():
@@ -725,14 +739,19 @@ class SyncService:
         for path in r.withdrawn:
             self.daemon.error(f"sync: withdrew {path}: this machine's claim expired while it worked; the other result stands")
         for job, due in r.caught_up:
-            self._run(job, due, "missed while offline, nobody ran it")
+            self._queue(cron_key(job, due), job, due, "missed while offline, nobody ran it")
+        self._start_queued()
         if r.pruned:
             self.daemon.note(f"sync: pruned {len(r.pruned)} done claim(s) older than a week from the remote")
 
     def _take_over(self, records: list[ClaimRecord]) -> None:
         """Take over the claims of dead holders (renewer thread only: never behind, nor in the way
-        of, a round): the cron ones this machine may run in one push, then run those won; a
-        request is written again so the inbox takes it (its claim step takes the claim over)."""
+        of, a round): every cron one this machine may run, in one push, its run queued (`_queue`);
+        a request is written again so the inbox takes it (its claim step takes the claim over).
+        Taking over is not starting: a claim taken over is renewed while its run waits for a slot,
+        so it never expires again meanwhile. Taking over only as many as there were free slots
+        left the others to expire further (a machine with four runs going took none), and the
+        takeovers of the chaos bench came a minute after the expiry."""
         cron = []
         for rec in records:
             if rec.key.startswith(INBOX_KEY):
@@ -741,7 +760,6 @@ class SyncService:
                 cron.append(rec)
             elif rec.host == self.syncer.host:
                 self.syncer.claims.forget(rec.key)  # an orphan of a job gone or pinned elsewhere: it expires
-        cron = sorted(cron, key=lambda rec: rec.key.rsplit("/", 1)[-1])[:self._room()]  # the oldest due first
         holders = {rec.key: rec.host for rec in cron}
         for key in self.syncer.claims.take_over(cron):
             rel = result_of(key)
@@ -756,12 +774,42 @@ class SyncService:
             parsed = parse_cron_key(key)
             if parsed:
                 why = "whose claim expired" if holders[key] != self.syncer.host else "a process of this machine that died"
-                self._run(*parsed, f"took over from {holders[key]}, {why}")
+                self._queue(key, *parsed, f"took over from {holders[key]}, {why}")
 
-    def _room(self) -> int:
+    def _queue(self, key: str, job: str, due: datetime, why: str) -> None:
+        """A due time this machine holds the claim of (taken over, caught up): run when a slot is free."""
+        with self.queue_lock:
+            self.queue[key] = (job, due, why)
+
+    def _start_queued(self) -> None:
+        """Start queued runs, the oldest due first, while fewer than RUN_AT_ONCE run here. A claim
+        lost meanwhile (cut off past its expiry) or already done is dropped; one of a job gone or
+        now pinned elsewhere is let go (it expires); one whose job is running waits."""
+        claims = self.syncer.claims
+        with self.queue_lock:
+            for key, (job, due, why) in sorted(self.queue.items(), key=lambda item: item[1][1]):
+                if self._slots() <= 0:
+                    break
+                held = claims.held.get(key)
+                if held is None or held.done:
+                    del self.queue[key]
+                    continue
+                found = self._jobs().get(job)
+                if found is None or (getattr(found, "host", None) or self.syncer.host) != self.syncer.host:
+                    del self.queue[key]
+                    claims.forget(key)
+                    continue
+                if self._run(job, due, why):
+                    del self.queue[key]
+
+    def _slots(self) -> int:
         """How many more cron runs this machine may start now (RUN_AT_ONCE)."""
         scheduler = self.daemon.scheduler
         return max(0, RUN_AT_ONCE - (len(scheduler.running) if scheduler is not None else 0))
+
+    def _room(self) -> int:
+        """How many due times missed offline a round may claim: the free slots the queue leaves."""
+        return max(0, self._slots() - len(self.queue))
 
     def _may_take(self, rec: ClaimRecord) -> bool:
         parsed = parse_cron_key(rec.key)
@@ -793,11 +841,13 @@ class SyncService:
         scheduler = self.daemon.scheduler
         return scheduler.jobs if scheduler is not None else {}
 
-    def _run(self, job_name: str, due: datetime, why: str) -> None:
+    def _run(self, job_name: str, due: datetime, why: str) -> bool:
+        """Start a claimed due time; False if its job is running here right now (it waits)."""
         job = self._jobs().get(job_name)
         scheduler = self.daemon.scheduler
-        if job is None or scheduler is None or (getattr(job, "host", None) or self.syncer.host) != self.syncer.host:
-            return  # gone, or pinned to another machine (that one runs it, without any claim)
-        self.daemon.note(f"cron {job_name} due {due.isoformat()}: {why}; running it here")
+        if job is None or scheduler is None:
+            return False
         if not scheduler.run_claimed(job, due):
-            self.daemon.note(f"cron {job_name}: still running here; the claim will expire for another machine")
+            return False
+        self.daemon.note(f"cron {job_name} due {due.isoformat()}: {why}; running it here")
+        return True
