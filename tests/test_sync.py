@@ -3,6 +3,7 @@ conflicts kept side by side, and claims by ref on a real `git daemon` remote."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from datetime import UTC, datetime
@@ -358,3 +359,48 @@ def test_an_entry_moved_differently_on_two_machines_is_kept_once(tmp_path, serve
     text = q.read_text()
     assert all(text.count(e) == 1 for e in entries), text
     assert "<<<<<<<" not in text and conflict_files(b) == []
+
+
+def refuse_main(server: GitDaemon, on: bool) -> None:
+    """The remote refuses every update of main (an `update` hook): the race for main lost every time."""
+    hook = server.base / "vault.git" / "hooks" / "update"
+    if on:
+        hook.write_text('#!/bin/sh\n[ "$1" = refs/heads/main ] && exit 1\nexit 0\n')
+        hook.chmod(0o755)
+    else:
+        hook.unlink()
+
+
+def test_an_edit_reaches_the_others_while_its_machine_keeps_losing_the_race_for_main(tmp_path, server):
+    """Three machines and a phone committing every second lose the race for main most of the time
+    (the chaos bench: an edit took 30 s at the median to reach the others). A machine that loses
+    it puts its main on its own ref, which nobody else writes; the others merge it at once."""
+    a = first_machine(tmp_path, server)
+    b = machine(tmp_path, server, "b")
+    c = machine(tmp_path, server, "c")
+    refuse_main(server, True)
+    add_entry(a, "Prefers tabs")
+    add_entry(b, "Lives in Lyon")
+    ra = Syncer(a).round(work=False)
+    assert not ra.pushed and ra.hosted, ra.line()
+    rb = Syncer(b).round(work=False)
+    assert not rb.pushed and rb.hosted and rb.merged  # b has a's edit, and published its own
+    assert "- Prefers tabs" in (b.root / "memory/USER.md").read_text()
+    Syncer(c).round(work=False)
+    Syncer(a).round(work=False)
+    for v in (a, c):
+        text = (v.root / "memory/USER.md").read_text()
+        assert text.count("- Prefers tabs") == 1 and text.count("- Lives in Lyon") == 1, text
+    # main itself still converges through the race once it can be won
+    refuse_main(server, False)
+    for _ in range(3):
+        for v in (a, b, c):
+            Syncer(v).round(work=False)
+    assert a.git.head() == b.git.head() == c.git.head()
+    text = (a.root / "memory/USER.md").read_text()
+    assert text.count("- Prefers tabs") == 1 and text.count("- Lives in Lyon") == 1 and "<<<<<<<" not in text
+    remote_main = subprocess.run(["git", "rev-parse", "main"], cwd=server.base / "vault.git", capture_output=True,
+                                 text=True).stdout.strip()
+    assert remote_main == a.git.head()
+    for v in (a, b, c):
+        git(v, "fsck", "--no-progress")

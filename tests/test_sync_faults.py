@@ -428,3 +428,21 @@ def test_a_request_whose_claim_is_lost_while_it_runs_is_not_answered_here(synced
     assert "inbox/late.md" in v.git.list_files(v.git.head(), "inbox/")  # main still asks, for the taker
     Syncer(v, mine).round(work=False)
     assert remote_main_has(server, "-late.md") == []
+
+
+def test_a_claim_this_machine_took_over_itself_is_not_lost_to_a_takeover(synced, tmp_path):
+    """The renewer took over a run of this machine whose claim had expired (its renewals stuck
+    behind a slow round); the round's fetch saw that push before the renewer recorded it, called
+    the claim lost to another machine and withdrew the result, and the renewer then closed the
+    claim as done on that result: a due time without output (the chaos bench: 5 of 100)."""
+    v, server = synced
+    me = claims(v, server, "me", 1.0, tmp_path / "me.json")
+    assert me.take(KEYS[0]) == Take.WON
+    time.sleep(1.1)  # the claim expires
+    me.remote.fetch()
+    rec = next(r for r in me.records() if r.key == KEYS[0])
+    sha, _ = me._commit(KEYS[0], "running", "taken over from me, whose claim expired", parent=rec.sha)
+    assert me.remote.push([RefUpdate("refs/hermes/claims/" + KEYS[0], sha, rec.sha)]).ok  # the renewer's push
+    me.remote.fetch()  # the round's fetch, before the renewer records what it pushed
+    assert me.lost_to_takeover() == []
+    assert KEYS[0] in me.held

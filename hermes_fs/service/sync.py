@@ -11,7 +11,14 @@ One round (`Syncer.round`, run by `hermes-fs sync` once and by the daemon contin
    (`USER.conflict-<host>.md`), the person is notified once and `status` lists it. Uncommitted
    text of a person is never touched (the same CAS as every merge);
 4. push main together with the claims marked `done` since, in one `--atomic` push whose lease is
-   the remote main that was merged; a lost race (someone pushed first) goes back to 1;
+   the remote main that was merged; a lost race (someone pushed first) goes back to 1 — and the
+   first loss of a round also pushes this machine's main to its own ref on the remote,
+   `refs/hermes/hosts/<host>/main`, which only this machine writes, so that push never races.
+   Every round merges the other machines' host refs too (after the remote main). So an edit
+   reaches the others within a round or two even while its machine keeps losing the race for main
+   (three machines and a phone committing every second, each attempt taking 0.5-4 s on a loaded
+   machine, lose it most of the time, and a machine back from a partition, with the most to merge,
+   lost it longest); main itself still converges through the race;
 5. publish and adopt learned branches (`refine/*`, `learn/*`) and rejected changes, three-way
    against what both sides had at the last round (.hermes/sync/refs.json);
 6. claim due times it missed while offline (one push); once an hour, prune the done claims past
@@ -40,7 +47,7 @@ from ..store.files import atomic_write
 from ..store.git import MAIN, GitStore, format_message
 from ..store.host import host_id
 from ..store.provenance import HOST, Act
-from ..store.remote import MIRROR, RefUpdate, Remote, Unreachable, mirror_of
+from ..store.remote import HOSTS, MIRROR, RefUpdate, Remote, Unreachable, mirror_of
 from ..store.vault import Vault
 from .host import DaemonHost
 
@@ -59,6 +66,11 @@ PUSH_GAP_S = 1.0  # after a push of main, the next round waits this long even if
 
 
 RETRY_PAUSE_MAX_S = 2.0
+
+
+def host_ref(host: str) -> str:
+    """The remote ref only machine `host` writes: its main, as it last pushed it."""
+    return f"{HOSTS}{host}/main"
 
 
 def retry_pause(attempt: int, last_s: float) -> float:
@@ -230,12 +242,14 @@ class Round:
     refs: list[str] = field(default_factory=list)  # learned refs published or adopted
     caught_up: list[tuple[str, datetime]] = field(default_factory=list)  # missed due times now claimed here
     pruned: list[str] = field(default_factory=list)  # done claims past their retention, deleted
+    hosted: bool = False  # main lost the race; this machine's main went up to its host ref instead
 
     def line(self) -> str:
         if self.offline:
             return f"offline: {self.offline}"
         parts = [("fetched" if self.fetched else "up to date"), ("merged" if self.merged else ""),
-                 ("pushed" if self.pushed else ""), (f"{len(self.refs)} learned ref(s)" if self.refs else ""),
+                 ("pushed" if self.pushed else "pushed to its host ref" if self.hosted else ""),
+                 (f"{len(self.refs)} learned ref(s)" if self.refs else ""),
                  (f"{len(self.conflicts)} conflict(s) kept beside: {', '.join(self.conflicts)}" if self.conflicts else "")]
         return ", ".join(p for p in parts if p)
 
@@ -268,13 +282,17 @@ class Syncer:
                     if attempt == 0:
                         self._fetch(r)
                         self._withdraw_lost(r, self.claims.lost_to_takeover())
+                        self._integrate(r)
+                        self._integrate_hosts(r)
                     else:  # lost a race for main: only main moved that matters; a pause, then again
                         if self.stopping.wait(retry_pause(attempt, took)):
                             break
                         started = time.time()
                         self.remote.fetch_ref(self.branch_ref)
-                    self._integrate(r)
+                        self._integrate(r)
                     pushed = self._push_main(r)
+                    if not pushed and attempt == 0:
+                        self._push_host(r)
                     took = time.time() - started
                     log.debug("sync: attempt %d took %.2f s, pushed: %s", attempt, took, pushed)
                     if pushed:
@@ -311,14 +329,42 @@ class Syncer:
 
     def _integrate(self, r: Round) -> None:
         theirs = self.store.rev(mirror_of(self.branch_ref))
-        if theirs is None:
-            return
-        who = self._host_of(theirs)
+        if theirs is not None:
+            self._merge(r, theirs, f"sync: merge {self._host_of(theirs)}'s main", published=True)
+
+    def _integrate_hosts(self, r: Round) -> None:
+        """Merge what the other machines have and the remote main may not yet (their host refs)."""
+        own = mirror_of(host_ref(self.host))
+        head = self.store.head()
+        for ref, sha in sorted(self._refs(mirror_of(HOSTS)).items()):
+            if ref == own or self.store.is_ancestor(sha, head):
+                continue
+            host = ref.removeprefix(mirror_of(HOSTS)).split("/", 1)[0]
+            self._merge(r, sha, f"sync: merge {host}'s main (not yet on the remote's main)", published=False)
+            head = self.store.head()
+
+    def _push_host(self, r: Round) -> None:
+        """Put this machine's main on its own ref on the remote (only this machine writes it, so
+        no race to lose; compare-and-swap all the same, against the value it last pushed)."""
+        ref = host_ref(self.host)
+        ours = self.store.head()
+        for _ in range(2):
+            was = self.store.rev(mirror_of(ref))
+            if was == ours:
+                return
+            result = self.remote.push([RefUpdate(ref, ours, was)])
+            if result.ok:
+                self._set_local(mirror_of(ref), ours, was)
+                r.hosted = True
+                return
+            self.remote.fetch_ref(ref)  # its last push went through unseen (a crash, a lost answer)
+
+    def _merge(self, r: Round, theirs: str, summary: str, published: bool) -> None:
         before = self.store.head()
         try:
-            message = format_message(f"sync: merge {who}'s main")
+            message = format_message(summary)
             new = self.store.integrate(theirs, message, Act.sync(self.host), resolve=_format_resolver(self.store),
-                                       keep_both=self._keep_both(r, theirs), recheck=_merges_by_entry)
+                                       keep_both=self._keep_both(r, theirs, published), recheck=_merges_by_entry)
         except ConflictError as exc:  # a person is typing in those files: their text wins, try next round
             log.info("sync: not merging now: %s", exc)
             return
@@ -339,12 +385,14 @@ class Syncer:
     def _host_of(self, sha: str) -> str:
         return self.store.commit_info(sha).trailers.get(HOST) or "remote"
 
-    def _keep_both(self, r: Round, theirs: str):
+    def _keep_both(self, r: Round, theirs: str, published: bool = True):
         def keep(path: str, base: bytes | None, ours: bytes | None, other: bytes | None) -> dict[str, bytes | None]:
             if ours is None or other is None:  # deleted on one side, changed on the other: keep the change
                 return {path: ours if ours is not None else other}
             if path.startswith(CRON_OUTPUTS):  # one due time run on two machines (a claim lost while
-                return {path: other}  # cut off): the published run stands, so there is one output
+                # cut off): the published run stands, so there is one output; between two runs not
+                # yet published, this machine's stays until the remote's main says which stands
+                return {path: other if published else ours}
             host = self._last_host(theirs, path)
             copy = beside(path, host)
             r.conflicts.append(copy)
@@ -759,8 +807,12 @@ class SyncService:
         for key in self.syncer.claims.take_over(cron):
             rel = result_of(key)
             mirror = self.syncer.store.rev(mirror_of(self.syncer.branch_ref))
-            if rel and any(self.syncer.store.read_file(c, rel) is not None for c in (self.syncer.store.head(), mirror) if c):
-                self.syncer.claims.finish(key, [rel])  # its result is published: the claim is only closed
+            # published, the claim is only closed: on the remote's main (main here may hold a dead
+            # machine's result from its host ref, which that machine withdraws once it sees its
+            # claim taken over), or here if this machine made it (a process of it that died)
+            where = (mirror, self.syncer.store.head()) if holders[key] == self.syncer.host else (mirror,)
+            if rel and any(self.syncer.store.read_file(c, rel) is not None for c in where if c):
+                self.syncer.claims.finish(key, [rel])
                 continue
             parsed = parse_cron_key(key)
             if parsed:

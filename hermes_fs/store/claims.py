@@ -435,7 +435,11 @@ class RefClaims:
             lost, self.lost_meanwhile = self.lost_meanwhile, []  # found by a renewal since the last round
             for key, held in list(self.held.items()):
                 rec = mirrored.get(key)
-                if rec is None or rec.sha in (held.sha, held.done) or self._older_of_ours(rec.sha, held.sha):
+                # a claim in this machine's own hands is never lost: its renewer may just have taken
+                # over a run of its own whose claim expired, its push seen by this fetch before
+                # `held` was updated (that race withdrew results whose claims then closed as done)
+                if rec is None or rec.host == self.host or rec.sha in (held.sha, held.done) \
+                        or self._older_of_ours(rec.sha, held.sha):
                     continue
                 lost.append((key, held.paths))
                 del self.held[key]

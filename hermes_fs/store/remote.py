@@ -23,8 +23,10 @@ from pathlib import Path
 from ..errors import GitError
 
 MIRROR = "refs/hermes/remote/"
-# What a machine shares: main and the learned branches, claims and leases, rejected changes.
-SHARED = ("refs/heads/", "refs/hermes/claims/", "refs/hermes/leases/", "refs/hermes/rejected/")
+# What a machine shares: main and the learned branches, claims and leases, rejected changes, and
+# each machine's own main (service/sync.py: what it has not got onto the contended main yet).
+HOSTS = "refs/hermes/hosts/"
+SHARED = ("refs/heads/", "refs/hermes/claims/", "refs/hermes/leases/", "refs/hermes/rejected/", HOSTS)
 TIMEOUT_S = 30.0  # a remote that does not answer in this long counts as unreachable
 LOCAL_RACE = ("cannot lock ref", "Unable to create")  # git's words for a local ref another git holds
 LOCAL_RACE_TRIES = 5
