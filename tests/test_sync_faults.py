@@ -392,9 +392,12 @@ def test_a_request_answered_here_after_its_claim_was_taken_over_is_withdrawn(syn
     inbox.process(v, c)  # answered and committed here, not pushed yet ...
     assert v.git.list_files(v.git.head(), "outputs/requests/")
     take_over_from(mine, v, server, key, tmp_path)  # ... when another machine takes the claim over
+    theirs = "outputs/requests/20261201-000000-000000-ask.md"  # the taker's answer, merged from its host ref
+    (v.root / theirs).write_text("---\nstatus: ok\n---\nanswered there\n")
+    v.git.commit_paths([theirs], "request: ask.md (ok)", Act.sync("other"))
     r = Syncer(v, mine).round(work=False)
     assert r.withdrawn and r.pushed
-    assert remote_main_has(server, "-ask.md") == []  # no answer of this machine's beside the taker's
+    assert remote_main_has(server, "-ask.md") == [theirs]  # no answer of this machine's beside the taker's
     assert remote_main_has(server, "inbox/ask.md") == ["inbox/ask.md"]  # still asked, for the taker
     assert (v.root / "inbox" / "ask.md").is_file()
 

@@ -472,15 +472,22 @@ class Syncer:
         r.withdrawn += gone
 
     def _unpublished_answers(self, key: str) -> list[str]:
-        """The results of the request claimed as `key` that this machine committed and the remote's
-        main does not have yet (a request's answer names no claim: it is found by its file name)."""
+        """The results of the request claimed as `key` that this machine committed (its Hermes-Host)
+        and the remote's main does not have yet; a request's answer names no claim, so it is found
+        by its file name. Another machine's answer merged from its host ref is never one of them."""
         mirror = self.store.rev(mirror_of(self.branch_ref))
         if mirror is None:
             return []
         name = _request_name(key)
-        added = self.store._git("diff", "--name-only", "--diff-filter=A", "--no-renames", mirror, self.store.head(),
-                                "--", "outputs/requests/")
-        return [p for p in added.splitlines() if p.endswith((f"-{name}", f"-{name}.md"))]
+        out = self.store._git("log", "--no-merges", "--diff-filter=A", "--no-renames", "--name-only",
+                              f"--format=%x00%(trailers:key={HOST},valueonly,separator=)", f"{mirror}..HEAD",
+                              "--", "outputs/requests/")
+        found = []
+        for commit in out.split("\0")[1:]:
+            host, *paths = [line.strip() for line in commit.strip().splitlines()]
+            if host == self.host:
+                found += [p for p in paths if p and p.endswith((f"-{name}", f"-{name}.md"))]
+        return found
 
     # -- learned branches and rejected changes ---------------------------------------------------
     def _sync_learned(self, r: Round) -> None:
