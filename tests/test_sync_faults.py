@@ -202,28 +202,36 @@ def test_a_busy_machine_takes_over_every_dead_claim_and_runs_four_at_once(synced
     assert count("took over from dead") == len(jobs)
 
 
-def test_the_renewer_sees_a_dead_claim_without_waiting_for_a_round(synced, tmp_path, model_server):
-    """Dead claims were found in the mirror of the last round's fetch only; a round is slow when
-    machines race for main (it retries its push up to PUSH_TRIES times), so an expired claim
-    stayed hidden for a minute in the chaos run. The renewer now fetches the claim refs itself:
-    here rounds run only every two minutes and nothing moves main, yet the claim that a machine
-    left to expire after this daemon's last round is taken over."""
+def a_late_job_and_slow_rounds(v: Vault, server: GitDaemon, model_server):
+    """A one-shot job already due that this machine saw pass (not its to catch up), rounds only
+    every two minutes: whatever runs it here is a takeover the renewer made on its own."""
     from datetime import UTC, datetime, timedelta
 
-    from conftest import DaemonProc, wait_for
     from model_server import configure_vault
 
-    from hermes_fs.store.host import host_id
+    from hermes_fs.store.claims import LEDGER_NAME
 
-    v, server = synced
     model_server.responder = lambda body: {"content": "done"}
     configure_vault(v.root, model_server, f"remote:\n  url: {server.url()}\n  branch: main\n"
                     "sync:\n  interval_s: 120\n  claim_ttl_s: 10\n")
     due = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
     one_shot_jobs(v, ["late"], due)
-    from hermes_fs.store.claims import LEDGER_NAME
+    Ledger(v.state_dir / LEDGER_NAME).passed("late", due)
+    return due
 
-    Ledger(v.state_dir / LEDGER_NAME).passed("late", due)  # seen passing: not this machine's to catch up
+
+def test_the_renewer_sees_a_dead_claim_without_waiting_for_a_round(synced, tmp_path, model_server):
+    """Dead claims were found in the mirror of the last round's fetch only; a round is slow when
+    machines race for main (it retries its push up to PUSH_TRIES times), so an expired claim
+    stayed hidden for as long as the round took. The renewer now fetches the claim refs itself:
+    here rounds run only every two minutes and nothing moves main, yet the claim that a machine
+    left to expire after this daemon's last round is taken over."""
+    from conftest import DaemonProc, wait_for
+
+    from hermes_fs.store.host import host_id
+
+    v, server = synced
+    due = a_late_job_and_slow_rounds(v, server, model_server)
     d = DaemonProc(v.root)
     try:
         assert wait_for(lambda: "sync started" in d.output(), 30)
@@ -242,23 +250,14 @@ def test_the_renewer_takes_over_while_the_last_round_said_offline(synced, tmp_pa
     one machine up and connected). The renewer now asks the remote itself: here the only round
     so far found it cut off, the next is two minutes away, and the claim left to expire once the
     network is back is taken over."""
-    from datetime import UTC, datetime, timedelta
-
     from conftest import DaemonProc, wait_for
     from gitserver import Proxy
-    from model_server import configure_vault
 
     from hermes_fs.service.sync import URL_KEY
-    from hermes_fs.store.claims import LEDGER_NAME
     from hermes_fs.store.host import host_id
 
     v, server = synced
-    model_server.responder = lambda body: {"content": "done"}
-    configure_vault(v.root, model_server, f"remote:\n  url: {server.url()}\n  branch: main\n"
-                    "sync:\n  interval_s: 120\n  claim_ttl_s: 10\n")
-    due = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
-    one_shot_jobs(v, ["late"], due)
-    Ledger(v.state_dir / LEDGER_NAME).passed("late", due)  # seen passing: not this machine's to catch up
+    due = a_late_job_and_slow_rounds(v, server, model_server)
     proxy = Proxy(server.port)
     v.git.config_set(URL_KEY, server.url(port=proxy.port))  # this machine reaches the remote through the proxy
     proxy.cut()
