@@ -350,6 +350,89 @@ def test_a_request_resumed_after_a_restart_keeps_its_claim(synced, tmp_path):
     assert restarted.holder(key).host == first.host and not restarted.holder(key).expired(time.time())
 
 
+def two_requests_from_the_phone(v: Vault, server: GitDaemon, model_server, responder) -> None:
+    from model_server import configure_vault
+
+    model_server.responder = responder
+    configure_vault(v.root, model_server, f"remote:\n  url: {server.url()}\n  branch: main\n")
+    for name in ("ask.md", "late.md"):
+        (v.root / "inbox" / name).write_text(f"---\ntype: run\n---\n{name}\n")
+    v.git.commit_all("edit: two requests from the phone", Act.human_edit())
+    v.reload_config()
+    assert Syncer(v).round(work=False).pushed
+
+
+def take_over_from(mine: RefClaims, v: Vault, server: GitDaemon, key: str, tmp_path) -> None:
+    """Another machine takes this machine's claim over (as if its expiry had passed unseen here)."""
+    other = claims(v, server, "other", 30.0, tmp_path / "other.json")
+    sha, _ = other._commit(key, "running", "taken over", parent=mine.held[key].sha)
+    assert other.remote.push([RefUpdate("refs/hermes/claims/" + key, sha, mine.held[key].sha)]).ok
+
+
+def remote_main_has(server: GitDaemon, pattern: str) -> list[str]:
+    out = subprocess.run(["git", "ls-tree", "-r", "--name-only", "main"], cwd=server.base / "vault.git",
+                         capture_output=True, text=True, check=True).stdout
+    return [p for p in out.splitlines() if p.endswith(pattern)]
+
+
+def test_a_request_answered_here_after_its_claim_was_taken_over_is_withdrawn(synced, tmp_path, model_server):
+    """The chaos bench with requests pushed by the phone (claimed by ref) answered 21 of 200 twice
+    or three times: a machine whose claim had been taken over (killed or starved past its expiry)
+    still published its answer beside the taker's, since a request's answer, unlike a cron
+    output, was never withdrawn. Now it is, and the request goes back on main for the taker."""
+    from hermes_fs.service import inbox
+    from hermes_fs.service.sync import claims_for, request_key
+
+    v, server = synced
+    two_requests_from_the_phone(v, server, model_server, lambda body: {"content": "answered here"})
+    mine = claims_for(v)
+    c = inbox.claim(v, "inbox/ask.md")
+    assert c is not None
+    key = request_key(v, "inbox/ask.md")
+    inbox.process(v, c)  # answered and committed here, not pushed yet ...
+    assert v.git.list_files(v.git.head(), "outputs/requests/")
+    take_over_from(mine, v, server, key, tmp_path)  # ... when another machine takes the claim over
+    theirs = "outputs/requests/20261201-000000-000000-ask.md"  # the taker's answer, merged from its host ref
+    (v.root / theirs).write_text("---\nstatus: ok\n---\nanswered there\n")
+    v.git.commit_paths([theirs], "request: ask.md (ok)", Act.sync("other"))
+    r = Syncer(v, mine).round(work=False)
+    assert r.withdrawn and r.pushed
+    assert remote_main_has(server, "-ask.md") == [theirs]  # no answer of this machine's beside the taker's
+    assert remote_main_has(server, "inbox/ask.md") == ["inbox/ask.md"]  # still asked, for the taker
+    assert (v.root / "inbox" / "ask.md").is_file()
+
+
+def test_a_request_whose_claim_is_lost_while_it_runs_is_not_answered_here(synced, tmp_path, model_server):
+    """The other way a request was answered twice in the chaos bench: the claim was lost (found at
+    a renewal) while the request ran, or before a restarted daemon resumed it, and the answer was
+    committed and pushed all the same. An answer is now committed only under a claim still held."""
+    from hermes_fs.service import inbox
+    from hermes_fs.service.sync import claims_for, request_key
+
+    v, server = synced
+    lost: list[str] = []
+
+    def respond(body):  # while the model answers, the claim is taken over, and a renewal finds out
+        key = request_key(v, "inbox/late.md")
+        take_over_from(mine, v, server, key, tmp_path)
+        mine.held[key].expires = 0
+        lost.extend(mine.renew())
+        return {"content": "answered here"}
+
+    two_requests_from_the_phone(v, server, model_server, respond)
+    mine = claims_for(v)
+    c = inbox.claim(v, "inbox/late.md")
+    assert c is not None
+    result = inbox.process(v, c)
+    assert lost == [request_key(v, "inbox/late.md")]
+    assert not result.ok and "another machine" in result.body
+    assert v.git.list_files(v.git.head(), "outputs/requests/") == []  # nothing committed
+    assert not list((v.root / "outputs" / "requests").glob("*late.md"))  # nor left behind
+    assert "inbox/late.md" in v.git.list_files(v.git.head(), "inbox/")  # main still asks, for the taker
+    Syncer(v, mine).round(work=False)
+    assert remote_main_has(server, "-late.md") == []
+
+
 def test_a_claim_this_machine_took_over_itself_is_not_lost_to_a_takeover(synced, tmp_path):
     """The renewer took over a run of this machine whose claim had expired (its renewals stuck
     behind a slow round); the round's fetch saw that push before the renewer recorded it, called

@@ -441,22 +441,53 @@ class Syncer:
         return False
 
     def _withdraw_lost(self, r: Round, lost: list[tuple[str, list[str]]]) -> None:
-        """A cron run whose claim expired and was taken over: the other machine's output stands,
-        this one's is removed from main (where it still holds exactly what was committed)."""
-        paths = []
+        """A cron run or a request whose claim expired and was taken over: the other machine's
+        result stands, this one's is removed from main (where it still holds exactly what was
+        committed); a request's file is put back as the remote's main has it, so main goes on
+        asking until the winner answers (were that one to die too, the next takeover finds it)."""
+        paths, asked = [], []
         for key, kept in lost:
             paths += [p for p in [result_of(key), *kept] if p]
+            if key.startswith(INBOX_KEY):
+                answers = self._unpublished_answers(key)
+                paths += answers
+                asked += [f"inbox/{_request_name(key)}"] if answers else []
         head = self.store.head()
         gone = [p for p in paths if self.store.read_file(head, p) is not None
                 and (self.vault.root / p).is_file() and (self.vault.root / p).read_bytes() == self.store.read_file(head, p)]
         if not gone:
             return
+        mirror = self.store.rev(mirror_of(self.branch_ref))
+        back = [(rel, data) for rel in asked if self.store.read_file(head, rel) is None
+                and not (self.vault.root / rel).exists()
+                and (data := self.store.read_file(mirror, rel) if mirror else None) is not None]
         for p in gone:
             (self.vault.root / p).unlink()
-        self.store.commit_paths(gone, "sync: withdraw a result another machine also made", Act.sync(self.host),
+        for rel, data in back:
+            atomic_write(self.vault.root / rel, data)
+        self.store.commit_paths(gone + [rel for rel, _ in back], "sync: withdraw a result another machine also made",
+                                Act.sync(self.host),
                                 body="This machine's claim expired while it worked; the machine that took the claim over "
-                                     "published the result that stands.")
+                                     "publishes the result that stands.")
         r.withdrawn += gone
+
+    def _unpublished_answers(self, key: str) -> list[str]:
+        """The results of the request claimed as `key` that this machine committed (its Hermes-Host)
+        and the remote's main does not have yet; a request's answer names no claim, so it is found
+        by its file name. Another machine's answer merged from its host ref is never one of them."""
+        mirror = self.store.rev(mirror_of(self.branch_ref))
+        if mirror is None:
+            return []
+        name = _request_name(key)
+        out = self.store._git("log", "--no-merges", "--diff-filter=A", "--no-renames", "--name-only",
+                              f"--format=%x00%(trailers:key={HOST},valueonly,separator=)", f"{mirror}..HEAD",
+                              "--", "outputs/requests/")
+        found = []
+        for commit in out.split("\0")[1:]:
+            host, *paths = [line.strip() for line in commit.strip().splitlines()]
+            if host == self.host:
+                found += [p for p in paths if p and p.endswith((f"-{name}", f"-{name}.md"))]
+        return found
 
     # -- learned branches and rejected changes ---------------------------------------------------
     def _sync_learned(self, r: Round) -> None:
@@ -566,6 +597,20 @@ def adopt_request(vault: Vault, rel: str, claims: RefClaims | None = None) -> bo
     return key is not None and (claims or claims_for(vault)).adopt(key)
 
 
+def claim_lost(vault: Vault, rel: str) -> bool:
+    """Has this machine lost the claim of the request `rel` (it came through git, and this process
+    does not hold its claim: taken over while this machine was cut off or too slow to renew it)?
+    Then the machine that took it over answers it, and this one must not: its answer, committed
+    anyway, went up beside the other one (twice-answered requests in the chaos bench). No network."""
+    if remote_url(vault) is None:
+        return False
+    key = request_key(vault, rel)
+    if key is None:
+        return False
+    held = claims_for(vault).held.get(key)
+    return held is None or held.orphan
+
+
 def _still_asked(vault: Vault, claims: RefClaims, rel: str, key: str) -> bool:
     """Does the remote's main still hold this request? A machine far behind (offline for longer
     than claims are kept) can hold a request that was answered long ago and whose claim has been
@@ -582,9 +627,14 @@ def _still_asked(vault: Vault, claims: RefClaims, rel: str, key: str) -> bool:
     return bool(blob) and key.removeprefix(INBOX_KEY).startswith(blob[:20] + "-")
 
 
+def _request_name(key: str) -> str:
+    """The file name in inbox/ of the request claimed as `key` (`inbox/<blob>-<name>`)."""
+    return unquote(key.removeprefix(INBOX_KEY).split("-", 1)[1])
+
+
 def _request_done(vault: Vault, key: str, head: str) -> bool:
     """A claimed request is done once main no longer holds it (its removal is committed with its result)."""
-    name = unquote(key.removeprefix(INBOX_KEY).split("-", 1)[1])
+    name = _request_name(key)
     blob = key.removeprefix(INBOX_KEY).split("-", 1)[0]
     data = vault.git._git("rev-parse", "-q", "--verify", f"{head}:inbox/{name}", ok=(0, 1, 128)).strip()
     return not data.startswith(blob)
@@ -824,7 +874,7 @@ class SyncService:
     def _redrop(self, rec: ClaimRecord) -> None:
         """A request claimed by a machine that died: write it again, unchanged, so this daemon's
         inbox takes it as if just dropped (its claim step takes the expired claim over)."""
-        name = unquote(rec.key.removeprefix(INBOX_KEY).split("-", 1)[1])
+        name = _request_name(rec.key)
         rel = f"inbox/{name}"
         if request_key(self.vault, rel) != rec.key:
             return  # answered meanwhile (main no longer holds that request)

@@ -180,6 +180,7 @@ class RefClaims:
         self.lock = threading.Lock()
         self.push_lock = threading.RLock()  # one push of claims at a time (renewals, done with main)
         self.on_finish: Callable[[], None] | None = None  # the sync service: push now
+        self.lost_meanwhile: list[tuple[str, list[str]]] = []  # lost at a renewal: for the next round to withdraw
         self._tree_written = False
         self.held: dict[str, _Held] = {}
         self.missed: dict[str, str] = {}  # job -> the latest due time (ISO) it could not claim, offline
@@ -240,9 +241,9 @@ class RefClaims:
 
     def look(self) -> None:
         """Mirror the remote's claim refs now, and only them (one fetch of refs/hermes/claims/, tiny
-        commits), so `dead` sees the expiries of now. The round's fetch came too late for that: a
-        round retries its push of main while machines race for it, and the renewer looked at a
-        mirror a minute old (takeovers 27 s after the expiry at the median in the chaos bench)."""
+        commits), so `dead` sees the expiries of now. The mirror of the last round's fetch was
+        often stale: a round retries its push of main while machines race for it, and fetches
+        only at its start."""
         self.remote.fetch(CLAIMS)
         self.refresh()
 
@@ -309,6 +310,7 @@ class RefClaims:
                 elif self.held.get(key) is held:
                     self.held.pop(key)
                     lost.append(key)
+                    self.lost_meanwhile.append((key, held.paths))
             self._save()
         return lost
 
@@ -425,10 +427,12 @@ class RefClaims:
 
     def lost_to_takeover(self) -> list[tuple[str, list[str]]]:
         """Claims this machine holds that the last fetch shows in another machine's hands (this one
-        was cut off past the expiry): forgotten, and returned as (key, paths) like `settle`."""
+        was cut off past the expiry): forgotten, and returned as (key, paths) like `settle`; with
+        them the claims a renewal found lost since the last call (their results, committed
+        meanwhile, must be withdrawn too)."""
         mirrored = {r.key: r for r in self.records()}
-        lost = []
         with self.lock:
+            lost, self.lost_meanwhile = self.lost_meanwhile, []  # found by a renewal since the last round
             for key, held in list(self.held.items()):
                 rec = mirrored.get(key)
                 # a claim in this machine's own hands is never lost: its renewer may just have taken
