@@ -143,8 +143,10 @@ def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_daemon_goes_on(va
     d.proc.send_signal(signal.SIGUSR1)
     assert wait_for(lambda: "SIGUSR1: the stack of every thread" in d.output(), 30), d.output()
     assert "Thread MainThread:" in d.output() and "_loop" in d.output()  # the main thread's and the others'
+    log = vault.root / ".hermes" / "daemon.log"  # once a signal (the console has each line too)
+    assert wait_for(lambda: log.read_text().count("SIGUSR1: the stack of every thread") == 1, 30), d.output()
     d.proc.send_signal(signal.SIGUSR1)  # and again, while the first is long written
-    assert wait_for(lambda: d.output().count("SIGUSR1: the stack of every thread") == 2, 30), d.output()
+    assert wait_for(lambda: log.read_text().count("SIGUSR1: the stack of every thread") == 2, 30), d.output()
     assert d.proc.poll() is None
     assert "daemon: running" in run_cli("--vault", str(vault.root), "daemon", "status").stdout
     assert d.stop() == 0
