@@ -475,3 +475,29 @@ def test_a_cron_run_whose_claim_was_lost_at_a_renewal_is_not_withdrawn(synced, t
     r = Syncer(v, mine).round(work=False)
     assert r.withdrawn == [] and r.pushed
     assert remote_main_has(server, rel) == [rel]
+
+
+def test_a_cron_run_already_on_the_remotes_main_is_not_withdrawn_when_its_claim_is_taken_over(synced, tmp_path):
+    """With host refs a run reaches the remote's main through another machine, before its own
+    machine publishes the claim `done`; the machine taking the claim over then closes it on that
+    output (it closes on a result the remote's main has). The loser, seeing its claim taken
+    over, withdrew the output all the same: a due time without output."""
+    from datetime import UTC, datetime
+
+    from hermes_fs.service.sync import result_of
+    from hermes_fs.store.claims import cron_key
+
+    v, server = synced
+    mine = claims(v, server, "me", 30.0, tmp_path / "me.json")
+    key = cron_key("brief", datetime(2026, 12, 1, 9, tzinfo=UTC))
+    assert mine.take(key) == Take.WON
+    rel = result_of(key)
+    (v.root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (v.root / rel).write_text("---\nstatus: ok\n---\nthe brief\n")
+    v.git.commit_paths([rel], "cron: brief (ok)", Act.sync("me"))
+    # another machine merged it from this one's host ref and won the race for main with it
+    subprocess.run(["git", "push", "-q", server.url(), "main:refs/heads/main"], cwd=v.root, check=True)
+    take_over_from(mine, v, server, key, tmp_path)
+    r = Syncer(v, mine).round(work=False)
+    assert r.withdrawn == []
+    assert (v.root / rel).is_file() and remote_main_has(server, rel) == [rel]

@@ -444,9 +444,17 @@ class Syncer:
         """A cron run or a request whose claim expired and was taken over: the other machine's
         result stands, this one's is removed from main (where it still holds exactly what was
         committed); a request's file is put back as the remote's main has it, so main goes on
-        asking until the winner answers (were that one to die too, the next takeover finds it)."""
+        asking until the winner answers (were that one to die too, the next takeover finds it).
+
+        A cron run whose output the remote's main already has, as this machine made it, is never
+        withdrawn: another machine merged it from this one's host ref and published it, and the
+        machine that took the claim over may have closed the claim on it (it closes on a result
+        it finds on the remote's main); withdrawn, the due time was left without output."""
         paths, asked = [], []
+        mirror = self.store.rev(mirror_of(self.branch_ref))
         for key, kept in lost:
+            if not key.startswith(INBOX_KEY) and self._published_here(result_of(key), mirror):
+                continue
             paths += [p for p in [result_of(key), *kept] if p]
             if key.startswith(INBOX_KEY):
                 answers = self._unpublished_answers(key)
@@ -457,7 +465,6 @@ class Syncer:
                 and (self.vault.root / p).is_file() and (self.vault.root / p).read_bytes() == self.store.read_file(head, p)]
         if not gone:
             return
-        mirror = self.store.rev(mirror_of(self.branch_ref))
         back = [(rel, data) for rel in asked if self.store.read_file(head, rel) is None
                 and not (self.vault.root / rel).exists()
                 and (data := self.store.read_file(mirror, rel) if mirror else None) is not None]
@@ -470,6 +477,13 @@ class Syncer:
                                 body="This machine's claim expired while it worked; the machine that took the claim over "
                                      "publishes the result that stands.")
         r.withdrawn += gone
+
+    def _published_here(self, rel: str | None, mirror: str | None) -> bool:
+        """Does the remote's main (as last fetched) hold `rel` exactly as main here does?"""
+        if not rel or mirror is None:
+            return False
+        there = self.store.read_file(mirror, rel)
+        return there is not None and there == self.store.read_file(self.store.head(), rel)
 
     def _unpublished_answers(self, key: str) -> list[str]:
         """The results of the request claimed as `key` that this machine committed (its Hermes-Host)
