@@ -450,25 +450,32 @@ def test_a_claim_this_machine_took_over_itself_is_not_lost_to_a_takeover(synced,
     assert KEYS[0] in me.held
 
 
+def cron_run_committed(v: Vault, server: GitDaemon, tmp_path) -> tuple[RefClaims, str, str]:
+    """A due time claimed by this machine ("me"), its run's output committed on main here."""
+    from datetime import UTC, datetime
+
+    from hermes_fs.service.sync import result_of
+    from hermes_fs.store.claims import cron_key
+
+    mine = claims(v, server, "me", 30.0, tmp_path / "me.json")
+    key = cron_key("brief", datetime(2026, 12, 1, 9, tzinfo=UTC))
+    assert mine.take(key) == Take.WON
+    rel = result_of(key)
+    assert rel
+    (v.root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (v.root / rel).write_text("---\nstatus: ok\n---\nthe brief\n")
+    v.git.commit_paths([rel], "cron: brief (ok)", Act.sync("me"))
+    return mine, key, rel
+
+
 def test_a_cron_run_whose_claim_was_lost_at_a_renewal_is_not_withdrawn(synced, tmp_path):
     """Requests' answers of a claim lost at a renewal are withdrawn at the next round; cron runs
     were too, for a while, and that left 13 of 100 due times without output in a chaos run: the
     machine that took the claim over had merged the run from the loser's host ref and closed the
     claim on it, then the loser withdrew it. A cron run's output has one path per due time, so it
     never doubles an answer: it stays, and the taker's own run (if any) merges over it."""
-    from datetime import UTC, datetime
-
-    from hermes_fs.service.sync import result_of
-    from hermes_fs.store.claims import cron_key
-
     v, server = synced
-    mine = claims(v, server, "me", 30.0, tmp_path / "me.json")
-    key = cron_key("brief", datetime(2026, 12, 1, 9, tzinfo=UTC))
-    assert mine.take(key) == Take.WON
-    rel = result_of(key)
-    (v.root / rel).parent.mkdir(parents=True, exist_ok=True)
-    (v.root / rel).write_text("---\nstatus: ok\n---\nthe brief\n")
-    v.git.commit_paths([rel], "cron: brief (ok)", Act.sync("me"))
+    mine, key, rel = cron_run_committed(v, server, tmp_path)
     take_over_from(mine, v, server, key, tmp_path)
     mine.held[key].expires = 0
     assert mine.renew() == [key]  # the renewal finds the claim lost
@@ -482,19 +489,8 @@ def test_a_cron_run_already_on_the_remotes_main_is_not_withdrawn_when_its_claim_
     machine publishes the claim `done`; the machine taking the claim over then closes it on that
     output (it closes on a result the remote's main has). The loser, seeing its claim taken
     over, withdrew the output all the same: a due time without output."""
-    from datetime import UTC, datetime
-
-    from hermes_fs.service.sync import result_of
-    from hermes_fs.store.claims import cron_key
-
     v, server = synced
-    mine = claims(v, server, "me", 30.0, tmp_path / "me.json")
-    key = cron_key("brief", datetime(2026, 12, 1, 9, tzinfo=UTC))
-    assert mine.take(key) == Take.WON
-    rel = result_of(key)
-    (v.root / rel).parent.mkdir(parents=True, exist_ok=True)
-    (v.root / rel).write_text("---\nstatus: ok\n---\nthe brief\n")
-    v.git.commit_paths([rel], "cron: brief (ok)", Act.sync("me"))
+    mine, key, rel = cron_run_committed(v, server, tmp_path)
     # another machine merged it from this one's host ref and won the race for main with it
     subprocess.run(["git", "push", "-q", server.url(), "main:refs/heads/main"], cwd=v.root, check=True)
     take_over_from(mine, v, server, key, tmp_path)
