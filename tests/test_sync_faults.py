@@ -340,7 +340,7 @@ def test_a_request_resumed_after_a_restart_keeps_its_claim(synced, tmp_path):
     restarted = RefClaims(v.git, Remote(v.root, server.url()), first.host, 3.0, first.ledger, first.state_path)
     assert restarted.held[key].orphan and restarted.held[other].orphan
     for c in inbox.pending_claims(v):  # what the daemon resumes at start (inbox.resume)
-        assert adopt_request(v, c.inbox_rel, restarted)
+        assert adopt_request(v, c.key, restarted)
     assert not restarted.held[key].orphan and restarted.held[other].orphan
     Syncer(v, restarted).round(work=False)  # a round forgets orphans of requests, not this one
     assert key in restarted.held and other not in restarted.held
@@ -497,3 +497,110 @@ def test_a_cron_run_already_on_the_remotes_main_is_not_withdrawn_when_its_claim_
     r = Syncer(v, mine).round(work=False)
     assert r.withdrawn == []
     assert (v.root / rel).is_file() and remote_main_has(server, rel) == [rel]
+
+
+def test_a_request_answered_before_a_restart_keeps_its_claim_until_it_is_published(synced, tmp_path, model_server):
+    """A request answered and committed by a process killed before its round marked the claim
+    done: the next process finds the answer on main and marks it done, but the claim stayed an
+    orphan, never renewed, so while main kept losing the race it expired, free for another
+    machine to answer again (found reading the code). Marked done here, it is this process's and
+    renewed until pushed."""
+    from test_sync import refuse_main
+
+    from hermes_fs.service import inbox
+    from hermes_fs.service.sync import claims_for, request_key
+
+    v, server = synced
+    two_requests_from_the_phone(v, server, model_server, lambda body: {"content": "answered here"})
+    first = claims_for(v)
+    c = inbox.claim(v, "inbox/ask.md")
+    assert c is not None
+    key = request_key(v, "inbox/ask.md")
+    inbox.process(v, c)  # answered and committed; the process dies before a round marks the claim done
+    restarted = RefClaims(v.git, Remote(v.root, server.url()), first.host, 30.0, first.ledger, first.state_path)
+    assert restarted.held[key].orphan
+    refuse_main(server, True)  # main loses the race every time: the `done` cannot go up with it
+    assert not Syncer(v, restarted).round(work=False).pushed
+    assert restarted.held[key].done
+    before = restarted.holder(key).expires
+    restarted.held[key].expires = 0  # due for renewal
+    assert restarted.renew() == []
+    now = restarted.holder(key)
+    assert now.host == first.host and now.expires > before
+
+
+def pushes_logged(server: GitDaemon):
+    """The remote writes the refs each push updated, one line per push (a `post-receive` hook)."""
+    log = server.base / "pushes.log"
+    hook = server.base / "vault.git" / "hooks" / "post-receive"
+    hook.write_text(f"#!/bin/sh\nawk '{{printf \"%s \", $3}} END {{print \"\"}}' >> {log}\n")
+    hook.chmod(0o755)
+    return lambda: log.read_text().splitlines() if log.exists() else []
+
+
+def test_a_dead_machines_requests_are_taken_over_in_one_push(synced, tmp_path, model_server):
+    """The renewer took a dead machine's cron claims over in one push, but its requests only
+    through the inbox: written again, each claim then taken over on its own, three network calls
+    one after the other (in the chaos bench with requests pushed by the phone, 10 of 17 came 10
+    to 58 s after their expiry). Now the renewer takes them over in its push too, and the inbox
+    finds them held here."""
+    from conftest import DaemonProc, wait_for
+    from model_server import configure_vault
+
+    from hermes_fs.service.sync import request_key
+    from hermes_fs.store.claims import CLAIMS
+
+    v, server = synced
+    model_server.responder = lambda body: {"content": "answered"}
+    configure_vault(v.root, model_server, f"remote:\n  url: {server.url()}\n  branch: main\n"
+                    "sync:\n  interval_s: 0.5\n  claim_ttl_s: 30\n")
+    names = [f"ask-{i}.md" for i in range(3)]
+    for name in names:
+        (v.root / "inbox" / name).write_text(f"---\ntype: run\n---\n{name}\n")
+    v.git.commit_all("edit: requests from the phone", Act.human_edit())
+    keys = [request_key(v, f"inbox/{name}") for name in names]
+    dead = claims(v, server, "dead", 20.0, tmp_path / "dead.json")  # claimed them, then died
+    assert all(dead.take(key) == Take.WON for key in keys)
+    v.reload_config()
+    assert Syncer(v).round(work=False).pushed
+    pushes = pushes_logged(server)
+    d = DaemonProc(v.root)  # its inbox finds the claims held (not expired yet) and leaves the requests
+    try:
+        assert wait_for(lambda: len(remote_main_has(server, "-ask-2.md")) == 1, 90), d.output()
+        assert wait_for(lambda: all(len(remote_main_has(server, f"-{n}")) == 1 for n in names), 60), d.output()
+    finally:
+        d.stop()
+    touching = [line.split() for line in pushes() if any(CLAIMS + key in line.split() for key in keys)]
+    assert all(CLAIMS + key in touching[0] for key in keys), touching  # the takeover, before the `done`s
+    assert all(len(remote_main_has(server, f"-{n}")) == 1 for n in names)
+
+
+def test_a_request_answered_elsewhere_before_it_resumes_here_is_not_answered_again(synced, tmp_path, model_server):
+    """The one request of 200 answered twice in a chaos run with requests pushed by the phone: a
+    machine took a request, was killed, and its resumed request waited for a free slot; meanwhile
+    its claim was taken over and the taker's answer reached main. Whether the claim was lost was
+    asked of the claim key computed from main, and main no longer held the request, so the
+    request read as one dropped here, and it was answered and committed a second time. The key
+    is now kept with the claimed request."""
+    from hermes_fs.service import inbox
+    from hermes_fs.service.sync import claims_for
+
+    v, server = synced
+    two_requests_from_the_phone(v, server, model_server, lambda body: {"content": "answered here"})
+    mine = claims_for(v)
+    c = inbox.claim(v, "inbox/ask.md")
+    assert c is not None and c.key in mine.held
+    take_over_from(mine, v, server, c.key, tmp_path)  # the taker answers; its answer reaches main here
+    theirs = "outputs/requests/20261201-000000-000000-ask.md"
+    (v.root / theirs).parent.mkdir(parents=True, exist_ok=True)
+    (v.root / theirs).write_text("---\nstatus: ok\n---\nanswered there\n")
+    v.git.commit_paths([theirs, "inbox/ask.md"], "request: ask.md (ok)", Act.sync("other"))
+    assert Syncer(v, mine).round(work=False).pushed  # and the remote's: main asks it no longer anywhere
+    Syncer(v, mine).round(work=False)  # the mirror of the remote's main too
+    assert c.key not in mine.held  # the round saw the claim in the taker's hands
+    resumed = inbox.pending_claims(v)  # the daemon, restarted, resumes what it had taken
+    assert [r.key for r in resumed] == [c.key]
+    result = inbox.process(v, resumed[0])
+    assert not result.ok and "another machine" in result.body
+    assert v.git.list_files(v.git.head(), "outputs/requests/") == [theirs]
+    assert inbox.pending_claims(v) == [] and not list(inbox.claims_dir(v).iterdir())  # let go, key and all

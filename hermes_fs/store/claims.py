@@ -355,13 +355,18 @@ class RefClaims:
         return won
 
     def finish(self, key: str, paths: list[str] | None = None) -> None:
-        """The work is done: its `done` commit goes up with the next push of main (`pending`)."""
+        """The work is done: its `done` commit goes up with the next push of main (`pending`).
+        A previous process's claim whose result is on main here is this process's from now on:
+        renewed until that push (left an orphan, it was never renewed, so while main kept losing
+        the race it expired and another machine could take the finished work over and do it
+        again; found reading the code for the chaos bench's twice-answered requests)."""
         with self.lock:
             held = self.held.get(key)
             if held is None or held.done:
                 return
             held.done = self._commit(key, DONE, parent=held.sha)[0]
             held.paths = list(paths or [])
+            held.orphan = False
             self._save()
         if self.on_finish:
             self.on_finish()
