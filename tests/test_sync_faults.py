@@ -604,3 +604,23 @@ def test_a_request_answered_elsewhere_before_it_resumes_here_is_not_answered_aga
     assert not result.ok and "another machine" in result.body
     assert v.git.list_files(v.git.head(), "outputs/requests/") == [theirs]
     assert inbox.pending_claims(v) == [] and not list(inbox.claims_dir(v).iterdir())  # let go, key and all
+
+
+def test_a_cron_run_is_not_withdrawn_on_a_stale_mirror_of_main(synced, tmp_path):
+    """A run whose `done` push is refused because its claim was taken over was withdrawn unless
+    the mirror of the remote's main showed its output; but the mirror is as old as this machine's
+    last fetch, and meanwhile another machine can publish the output from this one's host ref,
+    and the taker close the claim on it: withdrawn, the due time had no output (found reading the
+    code). A cron run is no longer withdrawn at all: its output has one path per due time."""
+    from hermes_fs.service.sync import Round
+
+    v, server = synced
+    mine, key, rel = cron_run_committed(v, server, tmp_path)
+    # published from this machine's host ref by another machine, after this machine's last fetch
+    subprocess.run(["git", "push", "-q", server.url(), "main:refs/heads/main"], cwd=v.root, check=True)
+    take_over_from(mine, v, server, key, tmp_path)
+    mine.finish(key, [rel])
+    r = Round()
+    assert Syncer(v, mine)._push_main(r) is False  # refused: main's lease and the claim's are stale
+    assert r.withdrawn == [] and key not in mine.held
+    assert (v.root / rel).is_file() and v.git.read_file(v.git.head(), rel) is not None
