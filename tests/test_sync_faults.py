@@ -559,8 +559,9 @@ def test_a_dead_machines_requests_are_taken_over_in_one_push(synced, tmp_path, m
         (v.root / "inbox" / name).write_text(f"---\ntype: run\n---\n{name}\n")
     v.git.commit_all("edit: requests from the phone", Act.human_edit())
     keys = [request_key(v, f"inbox/{name}") for name in names]
-    dead = claims(v, server, "dead", 20.0, tmp_path / "dead.json")  # claimed them, then died
-    assert all(dead.take(key) == Take.WON for key in keys)
+    dead = claims(v, server, "dead", 20.0, tmp_path / "dead.json")  # claimed them at once, then died
+    made = {key: dead._commit(key, "running")[0] for key in keys}
+    assert dead.remote.push([RefUpdate(CLAIMS + key, sha, None) for key, sha in made.items()]).ok
     v.reload_config()
     assert Syncer(v).round(work=False).pushed
     pushes = pushes_logged(server)
@@ -655,3 +656,42 @@ def test_a_request_answered_elsewhere_while_it_runs_here_is_not_answered_again(s
     assert mine.held[c.key].done  # closed on the answer that reached main
     assert not result.ok
     assert v.git.list_files(v.git.head(), "outputs/requests/") == ["outputs/requests/20261201-000000-000000-ask.md"]
+
+
+def test_many_claim_commits_are_made_in_one_git_call(synced, tmp_path):
+    """Each renewal and takeover commit was its own `git commit-tree`: a daemon holding 80-110
+    claims (the chaos bench with requests pushed by the phone) spent 3-8 s making them before
+    each renewal push and 5 s before one takeover push, and its takeovers waited behind that.
+    Now one `git hash-object` writes them all; the claims are the same commits."""
+    from hermes_fs.store.git import GitStore
+
+    calls: list[str] = []
+
+    class CountingStore(GitStore):
+        def _git(self, *args, **kw):
+            calls.append(args[0])
+            return super()._git(*args, **kw)
+
+    v, server = synced
+    store = CountingStore(v.root, lock_dir=v.root / ".hermes" / "locks")
+    holder = RefClaims(store, CountingRemote(v.root, server.url()), "holder", 1.0, Ledger(tmp_path / "h.ledger"),
+                       tmp_path / "h.json")
+    for key in KEYS:
+        assert holder.take(key) == Take.WON
+    for held in holder.held.values():
+        held.expires = 0
+    calls.clear()
+    assert holder.renew() == []
+    assert calls.count("commit-tree") == 0 and calls.count("hash-object") == 1
+    time.sleep(1.1)  # expired: another machine takes them all over
+    taker = RefClaims(store, CountingRemote(v.root, server.url()), "taker", 30.0, Ledger(tmp_path / "t.ledger"),
+                      tmp_path / "t.json")
+    taker.remote.fetch()
+    calls.clear()
+    assert sorted(taker.take_over(taker.dead())) == sorted(KEYS)
+    assert calls.count("commit-tree") == 0 and calls.count("hash-object") == 1
+    for key in KEYS:
+        rec = taker.holder(key)
+        assert rec.host == "taker" and rec.state == "running" and rec.expires > time.time()
+        assert store.is_ancestor(holder.held[key].sha, rec.sha)  # built on the renewal, as a lease needs
+    subprocess.run(["git", "fsck", "--no-progress"], cwd=v.root, check=True, capture_output=True)
