@@ -771,15 +771,15 @@ class SyncService:
         tick = self.vault.config.sync.claim_ttl_s * self.syncer.claims.RENEW_EVERY / 2
         while not self.stopped.is_set():
             began = time.time()
-            try:  # dead claims first: a renewal has most of the expiry to spare, a takeover none
+            try:  # renewals first: a machine back from a partition may have a second before its claims expire
+                for key in self.syncer.claims.renew():
+                    self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
+                renewed = time.time()
                 self.syncer.claims.look()
                 looked = time.time()
                 self._take_over(self.syncer.claims.dead())
-                took = time.time()
-                for key in self.syncer.claims.renew():
-                    self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
-                log.debug("sync: renewer: looked in %.2f s, took over in %.2f s, renewed in %.2f s, %d queued",
-                          looked - began, took - looked, time.time() - took, len(self.queue))
+                log.debug("sync: renewer: renewed in %.2f s, looked in %.2f s, took over in %.2f s, %d queued",
+                          renewed - began, looked - renewed, time.time() - looked, len(self.queue))
             except Unreachable:
                 pass  # offline: the claims hold until their expiry
             except Exception:
