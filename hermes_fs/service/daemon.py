@@ -165,7 +165,8 @@ class Daemon:
         handler = logging.FileHandler(self.vault.state_dir / "daemon.log")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         self.log.addHandler(handler)
-        self.log.setLevel(logging.INFO)
+        if self.log.level != logging.DEBUG:  # `hermes-fs -v daemon` keeps the debug lines (sync timings)
+            self.log.setLevel(logging.INFO)
         # `kill -USR1 <pid>` writes what every thread is doing to daemon.log (the daemon goes on)
         signal.signal(signal.SIGUSR1, lambda *_: self._log_stacks("SIGUSR1"))
 
