@@ -307,7 +307,7 @@ def test_done_claims_are_pruned_and_a_pruned_due_time_never_runs_again(tmp_path,
         assert ca.take(cron_key("brief", due)) == Take.WON
         ca.finish(cron_key("brief", due))
     assert ca.take(cron_key("other", dues[0])) == Take.WON  # running: a dead machine's, never pruned
-    assert claim_request(a, "inbox/ask.md")
+    assert claim_request(a, "inbox/ask.md")[0]
     key = request_key(a, "inbox/ask.md")
     (a.root / "inbox" / "ask.md").unlink()
     a.git.commit_paths(["inbox/ask.md"], "request answered", Act.sync("a"))
@@ -335,7 +335,7 @@ def test_done_claims_are_pruned_and_a_pruned_due_time_never_runs_again(tmp_path,
     assert cc.take_missed() == [] and cc.missed == {}
     assert cron_key("brief", dues[1]) not in {r.removeprefix("refs/hermes/claims/") for r in remote.refs("refs/hermes/claims/")}
     # B still has the answered request on its main; its claim is gone, the remote's main says it was answered
-    assert claim_request(b, "inbox/ask.md") is False
+    assert claim_request(b, "inbox/ask.md")[0] is False
     assert f"refs/hermes/claims/{key}" not in remote.refs("refs/hermes/claims/")
 
 
