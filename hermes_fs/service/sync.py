@@ -284,14 +284,15 @@ class Syncer:
                         self._withdraw_lost(r, self.claims.lost_to_takeover())
                         self._integrate(r)
                         self._integrate_hosts(r)
-                    else:  # lost a race for main: only main moved that matters; a pause, then again
+                    else:  # lost a race for main: a pause, then main and the machines' own refs again
                         if self.stopping.wait(retry_pause(attempt, took)):
                             break
                         started = time.time()
-                        self.remote.fetch_ref(self.branch_ref)
+                        self.remote.fetch(self.branch_ref, HOSTS)
                         self._integrate(r)
+                        self._integrate_hosts(r)
                     pushed = self._push_main(r)
-                    if not pushed and attempt == 0:
+                    if not pushed and self._unhosted():
                         self._push_host(r)
                     took = time.time() - started
                     log.debug("sync: attempt %d took %.2f s, pushed: %s", attempt, took, pushed)
@@ -342,6 +343,14 @@ class Syncer:
             host = ref.removeprefix(mirror_of(HOSTS)).split("/", 1)[0]
             self._merge(r, sha, f"sync: merge {host}'s main (not yet on the remote's main)", published=False)
             head = self.store.head()
+
+    def _unhosted(self) -> bool:
+        """Has main here a commit of its own that neither the remote's main nor any machine's
+        host ref holds (as last fetched)? Then it goes up on this machine's host ref at once: a
+        round can retry main for many seconds, and an edit made meanwhile waited for its end."""
+        out = self.store._git("rev-list", "-n1", "--no-merges", "HEAD", "--not", "--glob=" + mirror_of(HOSTS),
+                              *([m] if (m := self.store.rev(mirror_of(self.branch_ref))) else []))
+        return bool(out.strip())
 
     def _push_host(self, r: Round) -> None:
         """Put this machine's main on its own ref on the remote (only this machine writes it, so
