@@ -633,18 +633,6 @@ def claim_lost(vault: Vault, key: str | None) -> bool:
     return held is None or held.orphan
 
 
-def claim_closed(vault: Vault, key: str | None) -> bool:
-    """Is the claim `key`, held here, already closed before this machine committed its answer? A
-    round closes a request's claim once main no longer holds the request, and before this
-    machine's own answer only another machine's can have taken it off main: one that held the
-    claim before this one took it over, answered and died, its answer merged here from its host
-    ref. Committed as well, this machine's answer went up beside it. No network."""
-    if key is None or remote_url(vault) is None:
-        return False
-    held = claims_for(vault).held.get(key)
-    return held is not None and held.done is not None
-
-
 def _still_asked(vault: Vault, claims: RefClaims, rel: str, key: str) -> bool:
     """Does the remote's main still hold this request? A machine far behind (offline for longer
     than claims are kept) can hold a request that was answered long ago and whose claim has been
