@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 from conftest import DaemonProc, git, wait_for  # noqa: F401 - DaemonProc for other tests
 
@@ -106,6 +107,37 @@ def test_a_request_runs_nicer_than_the_daemon_and_its_commands_too(agent_vault, 
     base = os.getpriority(os.PRIO_PROCESS, d.proc.pid)
     assert any(str(base + 5) in str(c).split() for c in tool_results), tool_results
     assert os.getpriority(os.PRIO_PROCESS, d.proc.pid) == base  # the daemon's main thread is untouched
+
+
+def test_what_an_inotify_overflow_lost_is_found_again(agent_vault, model_server, daemon):
+    """A burst of more file events than the kernel queues (16,384 by default) loses events; a
+    request dropped meanwhile was never taken (the sync chaos bench). The daemon's inotify queue is
+    made 64 long (the sysctl is read when a watcher starts, and set back at once), the daemon is
+    stopped while 300 files change and a request is dropped, then let go on."""
+    import pytest
+
+    knob = Path("/proc/sys/fs/inotify/max_queued_events")
+    if not os.access(knob, os.W_OK):
+        pytest.skip("shrinking the inotify queue needs root (CI runs as root)")
+    vault = agent_vault
+    model_server.add({"content": "found it"})
+    before = knob.read_text()
+    knob.write_text("64\n")
+    try:
+        d = daemon()
+    finally:
+        knob.write_text(before)
+    (vault.root / "notes").mkdir(exist_ok=True)
+    os.kill(d.proc.pid, signal.SIGSTOP)
+    try:
+        for i in range(300):
+            (vault.root / "notes" / f"n{i}.md").write_text(f"note {i}\n")
+        (vault.root / "inbox" / "lost.md").write_text("---\ntype: run\n---\nAnyone there?\n")
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)
+    assert wait_for(lambda: list((vault.root / "outputs" / "requests").glob("*-lost.md")), 60), d.output()
+    assert wait_for(lambda: len(git(vault, "ls-files", "notes").split()) == 300, 60), d.output()
+    assert "inotify queue overflowed" in d.output()
 
 
 def test_malformed_and_unknown_requests_keep_their_text(vault, daemon):

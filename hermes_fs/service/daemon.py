@@ -113,7 +113,7 @@ class Daemon:
         self.reloads = Debouncer(SETTLE_S, self._reload_settings)
         self.settler: Settler | None = None  # started with the watcher
         self.executor = SerialExecutor(self.options.workers, "job")  # one session's requests in order
-        self.watcher = Watcher(vault.root, self.on_path)
+        self.watcher = Watcher(vault.root, self.on_path, on_lost=self._events_lost)
         self.jobs: dict = {}
         self.scheduler: Scheduler | None = None
         self.warm: WarmServer | None = None
@@ -283,6 +283,20 @@ class Daemon:
             self.reloads.add("jobs")
         if not rel.startswith(OWN_DIRS):
             self.edits.add(rel)
+
+    def _events_lost(self) -> None:
+        """The watcher lost file events: look at the vault again, as at start (inbox, a person's
+        edits, settings and jobs), off the watcher's thread."""
+        self.error("file events were lost (the inotify queue overflowed); looking at the vault again")
+        threading.Thread(target=self._look_again, name="look-again", daemon=True).start()
+
+    def _look_again(self) -> None:
+        try:
+            self.reloads.add("config", "jobs")
+            self.edits.add(*pending_edits(self.vault))
+            self._scan_inbox()
+        except Exception:
+            self.log.exception("looking at the vault again failed")
 
     def _commit_edits(self, paths: list[str]) -> None:
         """Commit a person's edits, unless a git operation of theirs is under way (then try later)."""
