@@ -230,6 +230,13 @@ class Daemon:
                 self.log.exception(f"{service.name}: could not start")
                 self.error(f"{service.name} not started: {exc}")
 
+    def _tell_services(self, event: str) -> None:
+        """Call `event()` on the parts that listen for it (the skill vectors: `skills_changed`)."""
+        for service in list(self.services):
+            hook = getattr(service, event, None)
+            if hook is not None:
+                hook()
+
     def _run_cron(self, job, due) -> None:
         from .cron_runner import run_job
 
@@ -278,6 +285,8 @@ class Daemon:
             self.reloads.add("config")
         elif rel.startswith("cron/") and rel.endswith(".md"):
             self.reloads.add("jobs")
+        elif rel.startswith("skills/") and rel.endswith(".md"):
+            self._tell_services("skills_changed")
         if not rel.startswith(OWN_DIRS):
             self.edits.add(rel)
 
@@ -312,6 +321,7 @@ class Daemon:
         try:
             self.vault.reload_config()
             self.note("reloaded hermes.yaml")
+            self._tell_services("skills_changed")  # e.g. skills.embeddings turned on
             self.state.resolved("hermes.yaml is invalid")
         except HermesError as exc:
             self.error(f"hermes.yaml is invalid, keeping the last good settings: {exc}")
