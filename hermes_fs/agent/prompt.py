@@ -85,7 +85,9 @@ def select_skills(entries: dict[str, str], ranked: list[str], budget: int, descr
     if len(full_text) <= budget:
         return SkillsIndex(full_text, names, len(names))
     order = [n for n in ranked if n in lines] + [n for n in names if n not in ranked]
-    described, used, text_lines = [], 0, []
+    described: list[str] = []
+    text_lines: list[str] = []
+    used = 0
     for n in order:
         line = lines[n] if len(described) < full else f"- {n}: {first_sentence(entries[n], short_chars)}"
         cost = len(line) + 1

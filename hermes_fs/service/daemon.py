@@ -321,7 +321,6 @@ class Daemon:
         try:
             self.vault.reload_config()
             self.note("reloaded hermes.yaml")
-            self._tell_services("skills_changed")  # e.g. skills.embeddings turned on
             self.state.resolved("hermes.yaml is invalid")
         except HermesError as exc:
             self.error(f"hermes.yaml is invalid, keeping the last good settings: {exc}")

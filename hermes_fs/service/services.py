@@ -39,7 +39,7 @@ def services_for(daemon: DaemonHost) -> list[DaemonService]:
         found.append(CuratorService(daemon))
     from ..mind import embeddings
 
-    if embeddings.available():  # idle while skills.embeddings is off; hermes.yaml may turn it on
+    if daemon.vault.config.skills.embeddings and embeddings.available():
         from .skill_vectors import SkillVectorsService
 
         found.append(SkillVectorsService(daemon))

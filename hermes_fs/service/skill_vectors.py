@@ -3,8 +3,9 @@
 The first ranking of a 1,000-skill vault by meaning encodes about 3,800 texts: minutes on a small
 machine. A turn never encodes skills (mind/search.py `semantic` ranks with the vectors that are
 ready and says in the log when some are missing); this part fills the cache in one thread: at
-start, when a skill changes (after a quiet moment, so a burst of edits is one pass), and when
-hermes.yaml turns the setting on. The model is loaded here too, so the first warm turn finds it.
+start and when a skill changes (after a quiet moment, so a burst of edits is one pass). It runs
+when the setting is on at the daemon's start (turned on later: from the next start; turned off:
+it idles). The model is loaded here too, so the first warm turn finds it.
 """
 
 from __future__ import annotations
