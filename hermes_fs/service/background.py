@@ -47,4 +47,4 @@ def embed_in_background(vault) -> tuple[int, Path] | None:
     if not vectors_missing(vault.root):
         return None
     log = vault.state_dir / "logs" / f"embed-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}.log"
-    return spawn(vault.root, ["skills", "embed"], log), log
+    return spawn(vault.root, ["skills", "embed", "--background"], log), log

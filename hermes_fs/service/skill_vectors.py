@@ -10,6 +10,7 @@ it idles). The model is loaded here too, so the first warm turn finds it.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -19,6 +20,15 @@ from .host import DaemonHost
 
 QUIET_S = 2.0  # after a skill changes, wait this long without further changes before encoding
 RETRY_S = 60.0  # another process was filling: look again this much later
+
+
+def lower_priority(niceness: int = 10) -> None:
+    """This thread (and the torch worker threads it starts, which inherit it) yields the CPU to
+    turns: on Linux a thread has its own nice value. Elsewhere nothing changes."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
+    except (AttributeError, OSError):
+        pass
 
 
 class SkillVectorsService:
@@ -49,6 +59,7 @@ class SkillVectorsService:
         self.wanted.set()
 
     def _run(self) -> None:
+        lower_priority()
         first = True
         while not self.stopped.is_set():
             self.wanted.wait()
