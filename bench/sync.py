@@ -66,10 +66,13 @@ class Machine:
     def root(self) -> Path:
         return self.vault.root
 
+    verbose: bool = False  # the daemon's debug log (round and renewer timings) in bench-daemon.out
+
     def start(self) -> None:
         log = open(self.root / ".hermes" / "bench-daemon.out", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "hermes_fs", "--vault", str(self.root), "daemon",
-                                      "--debounce", "0.3"], stdout=log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([sys.executable, "-m", "hermes_fs", *(["-v"] if self.verbose else []),
+                                      "--vault", str(self.root), "daemon", "--debounce", "0.3"],
+                                     stdout=log, stderr=subprocess.STDOUT)
         self.down_since = None
 
     def kill(self) -> None:
@@ -212,7 +215,7 @@ def setup(work: Path, interval_s: float, ttl_s: float, jobs: int, job_start: dat
 def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_s: float = 2.0, ttl_s: float = 20.0,
         seed: int = 1, kill_every: tuple[float, float] = (3, 8), cut_every: tuple[float, float] = (4, 10),
         cut_for: tuple[float, float] = (2, 10), settle_s: float = 300, work: Path | None = None,
-        say=print, phone_every: int = 0) -> dict:
+        say=print, phone_every: int = 0, verbose: bool = False) -> dict:
     """`phone_every`: every n-th request is pushed by the phone instead of dropped on a machine
     (such a request is claimed by ref, so its claim can be taken over from a killed machine)."""
     rng = random.Random(seed)
@@ -225,15 +228,36 @@ def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_
     gap = (job_span / max(jobs, 1) * 0.66, job_span / max(jobs, 1) * 1.33) if jobs else (1, 2)
     gap = (max(1.0, gap[0]), max(2.0, gap[1])) if duration_s >= 120 else gap
     git, machines, schedule = setup(work, interval_s, ttl_s, jobs, start_at.replace(microsecond=0), gap, rng, server)
+    for m in machines:
+        m.verbose = verbose
     phone = Phone(git.url(), work / "phone")
     events = Events()
     written: dict[str, tuple[str, float]] = {}  # line -> (machine, time written)
     seen: dict[str, dict[str, float]] = {}  # line -> machine -> first time on its main
     stop = threading.Event()
 
+    remote_seen: dict[str, float] = {}  # line -> first time on the remote (its main or a host ref)
+    bare = git.base / "vault.git"
+
+    def sample_remote(last: dict[str, str]) -> None:
+        out = subprocess.run(["git", "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/main",
+                              "refs/hermes/hosts/"], cwd=bare, capture_output=True, text=True).stdout
+        now = time.time()
+        for row in out.splitlines():
+            sha, _, ref = row.partition(" ")
+            if last.get(ref) == sha:
+                continue
+            last[ref] = sha
+            text = subprocess.run(["git", "show", f"{sha}:{MEMORY}"], cwd=bare, capture_output=True).stdout
+            for line in text.decode("utf-8", "replace").splitlines():
+                if line.startswith("- chaos "):
+                    remote_seen.setdefault(line, now)
+
     def sample() -> None:
         last: dict[str, str | None] = {}
+        last_remote: dict[str, str] = {}
         while not stop.is_set():
+            sample_remote(last_remote)
             for m in machines:
                 sha = m.head()
                 if sha and sha != last.get(m.name):
@@ -341,9 +365,10 @@ def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_
     for m in machines:
         m.stop()
     result = check(machines, git, schedule, written, seen, events, requests, healed, ttl_s)
+    result["edit_legs_net_s"] = _legs(written, seen, remote_seen, events)
     if not tmp:  # a kept work folder also keeps what happened to each line, for diagnosis
         (work / "records.json").write_text(json.dumps({
-            "t0": t0, "healed": healed, "written": written, "seen": seen,
+            "t0": t0, "healed": healed, "written": written, "seen": seen, "remote_seen": remote_seen,
             "kills": events.kills, "cuts": events.cuts, "downs": events.downs}, indent=1))
     result.update(duration_s=duration_s, interval_s=interval_s, claim_ttl_s=ttl_s, seed=seed,
                   kills=len(events.kills), partitions=len(events.cuts),
@@ -448,6 +473,30 @@ def check(machines: list[Machine], git: GitDaemon, schedule, written, seen, even
     }
 
 
+def _legs(written, seen, remote_seen, events: Events) -> dict:
+    """Where a disturbed edit's time goes: up (committed on its machine -> on the remote, its main
+    or the machine's host ref, less the time its machine was away) and down (on the remote -> on
+    another machine's main, less the time that one was away)."""
+    up, down = [], []
+    for line, (origin, _t) in written.items():
+        arrivals, there = seen.get(line, {}), remote_seen.get(line)
+        if origin == "phone" or origin not in arrivals or there is None:
+            continue
+        start = arrivals[origin]
+        up.append(max(0.0, there - start - events.away(start, there, origin)))
+        for name, t in arrivals.items():
+            if name not in (origin, "phone"):
+                down.append(max(0.0, t - there - events.away(there, t, name)))
+
+    def summary(values: list[float]) -> dict:
+        return {"p50": round(percentile(values, 50), 2), "p95": round(percentile(values, 95), 2),
+                "max": round(max(values), 2), "n": len(values)} if values else {"n": 0}
+
+    return {"up": summary(up), "down": summary(down),
+            "what": "up: committed on its machine -> on the remote (main or its host ref); down: on the remote -> "
+                    "another machine's main; each less the time that machine was killed or cut off"}
+
+
 def _lateness(after_expiry: list[float]) -> dict:
     return {"n": len(after_expiry), "p50_after_expiry_s": round(percentile(after_expiry, 50), 1),
             "max_after_expiry_s": round(max(after_expiry), 1),
@@ -475,12 +524,13 @@ def main() -> dict:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--phone-requests-every", type=int, default=0, metavar="N",
                     help="every N-th request is pushed by the phone (claimed by ref) instead of dropped on a machine")
+    ap.add_argument("--verbose", action="store_true", help="the daemons' debug log in each vault's .hermes/bench-daemon.out")
     ap.add_argument("--work", type=Path, help="keep the vaults, remote and daemon logs here (for diagnosis)")
     args = ap.parse_args()
     result = run(duration_s=args.duration or (60 if args.quick else 180),
                  jobs=args.jobs if args.jobs is not None else (20 if args.quick else 100),
                  requests=args.requests if args.requests is not None else (40 if args.quick else 200),
-                 seed=args.seed, work=args.work, phone_every=args.phone_requests_every)
+                 seed=args.seed, work=args.work, phone_every=args.phone_requests_every, verbose=args.verbose)
     print(json.dumps(result, indent=2))
     write_results("sync", result)
     return result

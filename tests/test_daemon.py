@@ -94,6 +94,20 @@ def test_dropped_run_request_gets_result_and_commit(agent_vault, model_server, d
     assert info.trailers == {"Hermes-Job": "inbox/capital.md"}
 
 
+def test_a_request_runs_nicer_than_the_daemon_and_its_commands_too(agent_vault, model_server, daemon):
+    """Agent work yields the CPU to sync rounds and the watcher (service/priority.py): the
+    request's shell command reports the niceness it inherited from the request's thread."""
+    vault = agent_vault
+    model_server.add({"tool_calls": [("shell", {"command": "nice"})]}, {"content": "done"})
+    d = daemon()
+    (vault.root / "inbox" / "nice.md").write_text("---\ntype: run\n---\nHow nice are you?\n")
+    assert wait_for(lambda: list((vault.root / "outputs" / "requests").glob("*-nice.md")), 60), d.output()
+    tool_results = [m.get("content") for m in model_server.requests[-1]["messages"] if m.get("role") == "tool"]
+    base = os.getpriority(os.PRIO_PROCESS, d.proc.pid)
+    assert any(str(base + 5) in str(c).split() for c in tool_results), tool_results
+    assert os.getpriority(os.PRIO_PROCESS, d.proc.pid) == base  # the daemon's main thread is untouched
+
+
 def test_malformed_and_unknown_requests_keep_their_text(vault, daemon):
     daemon()
     (vault.root / "inbox" / "broken.md").write_text("---\ntype: [unclosed\n---\nplease keep me\n")

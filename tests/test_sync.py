@@ -7,15 +7,17 @@ import subprocess
 import threading
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from conftest import git
 from gitserver import GitDaemon, Proxy
 
-from hermes_fs.service.sync import Syncer, clone_vault, conflict_files
+from hermes_fs.service.sync import Syncer, clone_vault, conflict_files, host_ref
 from hermes_fs.store.claims import Ledger, RefClaims, Take
+from hermes_fs.store.host import host_id
 from hermes_fs.store.provenance import Act
-from hermes_fs.store.remote import RefUpdate, Remote, Unreachable
+from hermes_fs.store.remote import RefUpdate, Remote, Unreachable, mirror_of
 from hermes_fs.store.vault import Vault, init_vault
 
 
@@ -305,7 +307,7 @@ def test_done_claims_are_pruned_and_a_pruned_due_time_never_runs_again(tmp_path,
         assert ca.take(cron_key("brief", due)) == Take.WON
         ca.finish(cron_key("brief", due))
     assert ca.take(cron_key("other", dues[0])) == Take.WON  # running: a dead machine's, never pruned
-    assert claim_request(a, "inbox/ask.md")
+    assert claim_request(a, "inbox/ask.md")[0]
     key = request_key(a, "inbox/ask.md")
     (a.root / "inbox" / "ask.md").unlink()
     a.git.commit_paths(["inbox/ask.md"], "request answered", Act.sync("a"))
@@ -333,7 +335,7 @@ def test_done_claims_are_pruned_and_a_pruned_due_time_never_runs_again(tmp_path,
     assert cc.take_missed() == [] and cc.missed == {}
     assert cron_key("brief", dues[1]) not in {r.removeprefix("refs/hermes/claims/") for r in remote.refs("refs/hermes/claims/")}
     # B still has the answered request on its main; its claim is gone, the remote's main says it was answered
-    assert claim_request(b, "inbox/ask.md") is False
+    assert claim_request(b, "inbox/ask.md")[0] is False
     assert f"refs/hermes/claims/{key}" not in remote.refs("refs/hermes/claims/")
 
 
@@ -369,6 +371,79 @@ def refuse_main(server: GitDaemon, on: bool) -> None:
         hook.chmod(0o755)
     else:
         hook.unlink()
+
+
+def hold_main(server: GitDaemon, at: int) -> tuple[Path, Path]:
+    """The remote refuses every update of main, and holds the `at`-th attempt (from 0) until the
+    returned hold file is removed; the other file counts the attempts. A round is then caught
+    between two of its attempts, for as long as a test needs."""
+    hold, count = server.base / "hold", server.base / "main-attempts"
+    hold.touch()
+    hook = server.base / "vault.git" / "hooks" / "update"
+    hook.write_text(f'#!/bin/sh\n[ "$1" = refs/heads/main ] || exit 0\n'
+                    f'n=$(cat {count} 2>/dev/null || echo 0); echo $((n+1)) > {count}\n'
+                    f'if [ "$n" = {at} ]; then while [ -e {hold} ]; do sleep 0.05; done; fi\nexit 1\n')
+    hook.chmod(0o755)
+    return hold, count
+
+
+def wait_for_attempts(count: Path, n: int) -> None:
+    deadline = time.time() + 60
+    while not (count.exists() and count.read_text().strip() and int(count.read_text()) >= n):
+        assert time.time() < deadline, "the round never reached the remote"
+        time.sleep(0.05)
+
+
+def remote_text(server: GitDaemon, ref: str, path: str) -> str:
+    return subprocess.run(["git", "show", f"{ref}:{path}"], cwd=server.base / "vault.git", capture_output=True,
+                          text=True).stdout
+
+
+def test_a_round_retrying_main_merges_what_the_others_put_on_their_own_refs_meanwhile(tmp_path, server):
+    """A round that keeps losing the race for main retries for many seconds; it fetched the
+    other machines' own refs only at its start, so an edit they published meanwhile waited for
+    the round's end (the chaos bench: on the remote to on another machine, p95 58 s)."""
+    a = first_machine(tmp_path, server)
+    b = machine(tmp_path, server, "b")
+    add_entry(b, "Lives in Lyon")
+    hold, count = hold_main(server, at=0)
+    rounds: list = []
+    t = threading.Thread(target=lambda: rounds.append(Syncer(b).round(work=False)))
+    t.start()
+    wait_for_attempts(count, 1)  # b's first attempt is at the remote, held
+    add_entry(a, "Prefers tabs")
+    assert Syncer(a).round(work=False).hosted
+    hold.unlink()
+    t.join(120)
+    assert rounds and not rounds[0].pushed
+    assert "- Prefers tabs" in (b.root / "memory/USER.md").read_text()  # in the same round
+
+
+def test_an_edit_made_while_a_round_retries_main_goes_up_on_the_machines_own_ref_in_that_round(tmp_path, server):
+    """Only a round's first lost attempt put main on this machine's own ref: an edit committed
+    while the round retried reached nobody until the next round."""
+    a = first_machine(tmp_path, server)
+    add_entry(a, "Prefers tabs")
+    hold, count = hold_main(server, at=1)
+    rounds: list = []
+    t = threading.Thread(target=lambda: rounds.append(Syncer(a).round(work=False)))
+    t.start()
+    wait_for_attempts(count, 2)  # the round's second attempt is held; after its first, main went on a's ref
+    add_entry(a, "Lives in Lyon")
+    hold.unlink()
+    t.join(120)
+    assert rounds and rounds[0].hosted and not rounds[0].pushed
+    assert "- Lives in Lyon" in remote_text(server, host_ref(host_id(a.state_dir)), "memory/USER.md")
+
+
+def test_one_fetch_mirrors_a_named_ref_and_a_namespace_and_a_ref_the_remote_lacks_is_no_failure(tmp_path, server):
+    a = first_machine(tmp_path, server)
+    remote = Remote(a.root, server.url())
+    assert remote.push([RefUpdate("refs/hermes/hosts/x/main", a.git.head(), None)]).ok
+    git(a, "update-ref", mirror_of("refs/heads/gone"), a.git.head())  # mirrored once, deleted there since
+    remote.fetch("refs/heads/main", "refs/heads/gone", "refs/hermes/hosts/")
+    assert a.git.rev(mirror_of("refs/hermes/hosts/x/main")) == a.git.rev(mirror_of("refs/heads/main")) == a.git.head()
+    assert a.git.rev(mirror_of("refs/heads/gone")) is None
 
 
 def test_an_edit_reaches_the_others_while_its_machine_keeps_losing_the_race_for_main(tmp_path, server):

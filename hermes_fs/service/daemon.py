@@ -26,6 +26,7 @@ from ..store.provenance import Act
 from ..store.vault import Vault
 from . import inbox  # light: the job code it runs is imported per request
 from .daemon_state import daemon_lock, is_running, status
+from .priority import lower_this_thread
 from .requests import SerialExecutor
 from .watcher import Debouncer, Settler, Watcher, ignored, open_for_writing
 
@@ -165,7 +166,8 @@ class Daemon:
         handler = logging.FileHandler(self.vault.state_dir / "daemon.log")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         self.log.addHandler(handler)
-        self.log.setLevel(logging.INFO)
+        if self.log.level != logging.DEBUG:  # `hermes-fs -v daemon` keeps the debug lines (sync timings)
+            self.log.setLevel(logging.INFO)
         # `kill -USR1 <pid>` writes what every thread is doing to daemon.log (the daemon goes on)
         signal.signal(signal.SIGUSR1, lambda *_: self._log_stacks("SIGUSR1"))
 
@@ -240,6 +242,7 @@ class Daemon:
     def _run_cron(self, job, due) -> None:
         from .cron_runner import run_job
 
+        lower_this_thread()
         self.note(f"cron started: {job.name} (due {due.isoformat()})")
         try:
             run = run_job(self.vault, job, due)
@@ -380,6 +383,7 @@ class Daemon:
         self.executor.submit(inbox.session_key(c), lambda: self._run_claim(c))
 
     def _run_claim(self, c: inbox.Claim) -> None:
+        lower_this_thread()
         self.note(f"request started: {c.name}")
         try:
             status = inbox.process(self.vault, c, self.note).status

@@ -42,6 +42,17 @@ class Claim:
     name: str  # original file name, e.g. deploy.md
     stamp: str
     producer: str = INBOX_DIR  # who made the request: inbox (a file), or gateway (a chat message)
+    key: str | None = None  # its claim on the remote, if it came through git (service/sync.py)
+
+    @property
+    def key_path(self) -> Path:
+        """Where `key` is kept beside the claimed file (hidden: pending_claims skips it)."""
+        return self.path.with_name(f".{self.path.name}.key")
+
+    def close(self) -> None:
+        """The request is finished or let go: its claimed file goes, and its key with it."""
+        self.path.unlink(missing_ok=True)
+        self.key_path.unlink(missing_ok=True)
 
     @property
     def result_rel(self) -> str:
@@ -92,17 +103,21 @@ def claim(vault: Vault, rel: str) -> Claim | None:
     """Atomically move a request out of the inbox (None if it is gone or someone took it)."""
     from .sync import claim_request
 
-    if not claim_request(vault, rel):  # a request that came through git: one machine takes it
+    taken, key = claim_request(vault, rel)  # a request that came through git: one machine takes it
+    if not taken:
         return None
     src = vault.root / rel
     name = src.name
     stamp = new_stamp()
-    dest = claims_dir(vault) / f"{stamp}--{name}"
+    c = Claim(claims_dir(vault) / f"{stamp}--{name}", name, stamp, key=key)
+    if key:  # kept before the move: after a crash the claimed file always has its key
+        atomic_write(c.key_path, key, fsync=True)
     try:
-        os.rename(src, dest)
+        os.rename(src, c.path)
     except FileNotFoundError:
+        c.close()
         return None
-    return Claim(dest, name, stamp)
+    return c
 
 
 def resume(vault: Vault, c: Claim) -> None:
@@ -110,16 +125,22 @@ def resume(vault: Vault, c: Claim) -> None:
     across machines is this machine's still (sync.adopt_request)."""
     from .sync import adopt_request
 
-    adopt_request(vault, c.inbox_rel)
+    adopt_request(vault, c.key)
 
 
 def pending_claims(vault: Vault, directory: Path | None = None, producer: str = INBOX_DIR) -> list[Claim]:
-    """Requests claimed before a crash or stop, oldest first."""
+    """Requests claimed before a crash or stop, oldest first, each with its claim's key if it has
+    one (a key left by a crash between writing it and moving the request is removed)."""
     out = []
-    for p in sorted((directory or claims_dir(vault)).iterdir()):
+    d = directory or claims_dir(vault)
+    for p in sorted(d.iterdir()):
         if "--" in p.name and not p.name.startswith("."):
             stamp, name = p.name.split("--", 1)
-            out.append(Claim(p, name, stamp, producer))
+            c = Claim(p, name, stamp, producer)
+            c.key = c.key_path.read_text().strip() if c.key_path.exists() else None
+            out.append(c)
+        elif p.name.startswith(".") and p.name.endswith(".key") and not (d / p.name[1:-4]).exists():
+            p.unlink(missing_ok=True)
     return out
 
 
@@ -235,18 +256,20 @@ def process(vault: Vault, c: Claim, log_line: Callable[[str], None] = lambda msg
     `on_done(result)` runs last (the gateway's reply goes out there); `commit=False` leaves the
     commit to the caller's cadence (Result.paths then lists what to commit). `handlers` replaces
     the handler table (the gateway runs chat messages and commands with its own)."""
-    from .sync import claim_lost
+    from .sync import claim_closed, claim_lost
 
     store = vault.git
-    if claim_lost(vault, c.inbox_rel):
+    if claim_lost(vault, c.key):
         return _let_go(vault, c, log_line)
-    if store.read_file(store.head(), c.result_rel) is not None or (vault.root / c.result_rel).exists():
+    committed = store.read_file(store.head(), c.result_rel) is not None
+    if committed or (vault.root / c.result_rel).exists():
         log_line(f"request {c.name}: result already written, finishing up")
         result = read_result(vault, c)
     else:
         result = _run(vault, c, options, chat, handlers)
     if commit:
-        if claim_lost(vault, c.inbox_rel):  # taken over while it ran
+        # taken over while it ran, or answered elsewhere: another machine's answer reached main
+        if not committed and (claim_lost(vault, c.key) or claim_closed(vault, c.key)):
             return _let_go(vault, c, log_line)
         store.commit_paths([c.result_rel, c.inbox_rel, *result.paths], f"request: {c.name} ({result.status})",
                            Act.request(c.name))
@@ -254,17 +277,18 @@ def process(vault: Vault, c: Claim, log_line: Callable[[str], None] = lambda msg
         result.paths = [c.result_rel, *result.paths]
     if on_done:
         on_done(result)
-    c.path.unlink(missing_ok=True)
+    c.close()
     return result
 
 
 def _let_go(vault: Vault, c: Claim, log_line: Callable[[str], None]) -> Result:
-    """Another machine took this request's claim over and answers it: nothing of this machine's
-    answer is committed (a result written but not committed is removed), and the request is let go."""
-    log_line(f"request {c.name}: another machine took its claim over and answers it; not answered here")
+    """Another machine took this request's claim over and answers it (or has answered it): nothing
+    of this machine's answer is committed (a result written but not committed is removed), and the
+    request is let go."""
+    log_line(f"request {c.name}: another machine took its claim over or answered it; not answered here")
     if vault.git.read_file(vault.git.head(), c.result_rel) is None:
         (vault.root / c.result_rel).unlink(missing_ok=True)
-    c.path.unlink(missing_ok=True)
+    c.close()
     return Result("error", "Not answered here: another machine took this request's claim over and answers it.")
 
 

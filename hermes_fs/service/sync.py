@@ -284,14 +284,15 @@ class Syncer:
                         self._withdraw_lost(r, self.claims.lost_to_takeover())
                         self._integrate(r)
                         self._integrate_hosts(r)
-                    else:  # lost a race for main: only main moved that matters; a pause, then again
+                    else:  # lost a race for main: a pause, then main and the machines' own refs again
                         if self.stopping.wait(retry_pause(attempt, took)):
                             break
                         started = time.time()
-                        self.remote.fetch_ref(self.branch_ref)
+                        self.remote.fetch(self.branch_ref, HOSTS)
                         self._integrate(r)
+                        self._integrate_hosts(r)
                     pushed = self._push_main(r)
-                    if not pushed and attempt == 0:
+                    if not pushed and self._unhosted():
                         self._push_host(r)
                     took = time.time() - started
                     log.debug("sync: attempt %d took %.2f s, pushed: %s", attempt, took, pushed)
@@ -342,6 +343,14 @@ class Syncer:
             host = ref.removeprefix(mirror_of(HOSTS)).split("/", 1)[0]
             self._merge(r, sha, f"sync: merge {host}'s main (not yet on the remote's main)", published=False)
             head = self.store.head()
+
+    def _unhosted(self) -> bool:
+        """Has main here a commit of its own that neither the remote's main nor any machine's
+        host ref holds (as last fetched)? Then it goes up on this machine's host ref at once: a
+        round can retry main for many seconds, and an edit made meanwhile waited for its end."""
+        out = self.store._git("rev-list", "-n1", "--no-merges", "HEAD", "--not", "--glob=" + mirror_of(HOSTS),
+                              *([m] if (m := self.store.rev(mirror_of(self.branch_ref))) else []))
+        return bool(out.strip())
 
     def _push_host(self, r: Round) -> None:
         """Put this machine's main on its own ref on the remote (only this machine writes it, so
@@ -441,24 +450,23 @@ class Syncer:
         return False
 
     def _withdraw_lost(self, r: Round, lost: list[tuple[str, list[str]]]) -> None:
-        """A cron run or a request whose claim expired and was taken over: the other machine's
-        result stands, this one's is removed from main (where it still holds exactly what was
-        committed); a request's file is put back as the remote's main has it, so main goes on
-        asking until the winner answers (were that one to die too, the next takeover finds it).
+        """A request whose claim expired and was taken over: the other machine's answer stands,
+        this one's is removed from main (where it still holds exactly what was committed), and the
+        request's file is put back as the remote's main has it, so main goes on asking until the
+        winner answers (were that one to die too, the next takeover finds it).
 
-        A cron run whose output the remote's main already has, as this machine made it, is never
-        withdrawn: another machine merged it from this one's host ref and published it, and the
-        machine that took the claim over may have closed the claim on it (it closes on a result
-        it finds on the remote's main); withdrawn, the due time was left without output."""
+        A cron run is never withdrawn: its output has one path per due time, so two runs never
+        make two outputs (the merge keeps the published one), while a withdrawal can leave none —
+        the machine that took the claim over closes it on an output it finds on the remote's main,
+        which may have got there from this machine's host ref after this machine last fetched, so
+        a mirror of main cannot say it is safe (runs withdrawn when a renewal found the claim lost
+        left 13 of 100 due times of a chaos run without output)."""
         paths, asked = [], []
         mirror = self.store.rev(mirror_of(self.branch_ref))
         for key, kept in lost:
-            if not key.startswith(INBOX_KEY) and self._published_here(result_of(key), mirror):
-                continue
-            paths += [p for p in [result_of(key), *kept] if p]
             if key.startswith(INBOX_KEY):
                 answers = self._unpublished_answers(key)
-                paths += answers
+                paths += kept + answers
                 asked += [f"inbox/{_request_name(key)}"] if answers else []
         head = self.store.head()
         gone = [p for p in paths if self.store.read_file(head, p) is not None
@@ -477,13 +485,6 @@ class Syncer:
                                 body="This machine's claim expired while it worked; the machine that took the claim over "
                                      "publishes the result that stands.")
         r.withdrawn += gone
-
-    def _published_here(self, rel: str | None, mirror: str | None) -> bool:
-        """Does the remote's main (as last fetched) hold `rel` exactly as main here does?"""
-        if not rel or mirror is None:
-            return False
-        there = self.store.read_file(mirror, rel)
-        return there is not None and there == self.store.read_file(self.store.head(), rel)
 
     def _unpublished_answers(self, key: str) -> list[str]:
         """The results of the request claimed as `key` that this machine committed (its Hermes-Host)
@@ -578,51 +579,70 @@ def request_key(vault: Vault, rel: str) -> str | None:
     return f"{INBOX_KEY}{blob[:20]}-{quote(PurePosixPath(rel).name, safe='-_')}"
 
 
-def claim_request(vault: Vault, rel: str) -> bool:
-    """May this machine take the inbox request `rel`? Yes for a request dropped here; for one that
-    came through git, only if this machine wins its claim on the remote (offline: not now — it is
-    taken when the remote answers again, or by a machine that can reach it)."""
+def claim_request(vault: Vault, rel: str) -> tuple[bool, str | None]:
+    """May this machine take the inbox request `rel`, and under which claim key? Yes for a request
+    dropped here (no key); for one that came through git, only if this machine wins its claim on
+    the remote (offline: not now — it is taken when the remote answers again, or by a machine that
+    can reach it). The key goes with the request (inbox.Claim): once answered anywhere, main no
+    longer holds the request, so it can no longer be computed from main."""
     if remote_url(vault) is None:
-        return True
+        return True, None
     key = request_key(vault, rel)
     if key is None:
-        return True
+        return True, None
     from ..store.claims import Take
 
     claims = claims_for(vault)
-    if claims.take(key) != Take.WON:
-        return False
+    if not _held_here(claims, key) and claims.take(key) != Take.WON:
+        return False, key
     if _still_asked(vault, claims, rel, key):
-        return True
+        return True, key
     claims.release(key)
-    return False
+    return False, key
 
 
-def adopt_request(vault: Vault, rel: str, claims: RefClaims | None = None) -> bool:
-    """This machine answers again, after a restart, the request `rel` it had claimed (its daemon
+def _held_here(claims: RefClaims, key: str) -> bool:
+    """Is a request's claim already this machine's, its work not done? The renewer took it over
+    from a dead machine and wrote the request again for the inbox; or a previous process of this
+    machine claimed it and died before taking the file (it is adopted: renewed again from its
+    last value, and a takeover meanwhile shows at the next renewal)."""
+    held = claims.held.get(key)
+    return held is not None and not held.done and (not held.orphan or claims.adopt(key))
+
+
+def adopt_request(vault: Vault, key: str | None, claims: RefClaims | None = None) -> bool:
+    """This machine answers again, after a restart, a request it had claimed as `key` (its daemon
     resumes every claimed request at start): its claim goes on being renewed. Left an orphan, it
     was dropped at the next round and never renewed: once expired another machine took the
     request over and answered it as well, and this machine's answer went up without its claim.
     Adopted, it is renewed until the answer is on main, and a claim lost anyway withdraws this
-    machine's answer (`_withdraw_lost`). False: no remote, or no such claim held here."""
-    if remote_url(vault) is None:
+    machine's answer (`_withdraw_lost`). False: no key or no remote, or no such claim held here."""
+    if key is None or remote_url(vault) is None:
         return False
-    key = request_key(vault, rel)
-    return key is not None and (claims or claims_for(vault)).adopt(key)
+    return (claims or claims_for(vault)).adopt(key)
 
 
-def claim_lost(vault: Vault, rel: str) -> bool:
-    """Has this machine lost the claim of the request `rel` (it came through git, and this process
-    does not hold its claim: taken over while this machine was cut off or too slow to renew it)?
-    Then the machine that took it over answers it, and this one must not: its answer, committed
-    anyway, went up beside the other one (twice-answered requests in the chaos bench). No network."""
-    if remote_url(vault) is None:
-        return False
-    key = request_key(vault, rel)
-    if key is None:
+def claim_lost(vault: Vault, key: str | None) -> bool:
+    """Has this machine lost the claim `key` of a request that came through git (this process does
+    not hold it: taken over while this machine was cut off or too slow to renew it)? Then the
+    machine that took it over answers it, and this one must not: its answer, committed anyway, went
+    up beside the other one (twice-answered requests in the chaos bench). No network."""
+    if key is None or remote_url(vault) is None:
         return False
     held = claims_for(vault).held.get(key)
     return held is None or held.orphan
+
+
+def claim_closed(vault: Vault, key: str | None) -> bool:
+    """Is the claim `key`, held here, already closed before this machine committed its answer? A
+    round closes a request's claim once main no longer holds the request, and before this
+    machine's own answer only another machine's can have taken it off main: one that held the
+    claim before this one took it over, answered and died, its answer merged here from its host
+    ref. Committed as well, this machine's answer went up beside it. No network."""
+    if key is None or remote_url(vault) is None:
+        return False
+    held = claims_for(vault).held.get(key)
+    return held is not None and held.done is not None
 
 
 def _still_asked(vault: Vault, claims: RefClaims, rel: str, key: str) -> bool:
@@ -760,15 +780,15 @@ class SyncService:
         tick = self.vault.config.sync.claim_ttl_s * self.syncer.claims.RENEW_EVERY / 2
         while not self.stopped.is_set():
             began = time.time()
-            try:
-                for key in self.syncer.claims.renew():
-                    self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
-                renewed = time.time()
+            try:  # dead claims first: a renewal has most of the expiry to spare, a takeover none
                 self.syncer.claims.look()
                 looked = time.time()
                 self._take_over(self.syncer.claims.dead())
-                log.debug("sync: renewer: renewed in %.2f s, looked in %.2f s, took over in %.2f s, %d queued",
-                          renewed - began, looked - renewed, time.time() - looked, len(self.queue))
+                took = time.time()
+                for key in self.syncer.claims.renew():
+                    self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
+                log.debug("sync: renewer: looked in %.2f s, took over in %.2f s, renewed in %.2f s, %d queued",
+                          looked - began, took - looked, time.time() - took, len(self.queue))
             except Unreachable:
                 pass  # offline: the claims hold until their expiry
             except Exception:
@@ -810,22 +830,29 @@ class SyncService:
 
     def _take_over(self, records: list[ClaimRecord]) -> None:
         """Take over the claims of dead holders (renewer thread only: never behind, nor in the way
-        of, a round): every cron one this machine may run, in one push, its run queued (`_queue`);
-        a request is written again so the inbox takes it (its claim step takes the claim over).
-        Taking over is not starting: a claim taken over is renewed while its run waits for a slot,
-        so it never expires again meanwhile. Taking over only as many as there were free slots
-        left the others to expire further (a machine with four runs going took none), and the
-        takeovers of the chaos bench came a minute after the expiry."""
-        cron = []
+        of, a round), in one push: every cron one this machine may run, its run queued (`_queue`),
+        and every request whose file is here, written again once its claim is won so the inbox
+        takes it (its claim step finds the claim held here). Taking over is not starting: a claim
+        taken over is renewed while its run waits for a slot, so it never expires again meanwhile.
+        Taking over only as many as there were free slots left the others to expire further (a
+        machine with four runs going took none), and the takeovers of the chaos bench came a
+        minute after the expiry; a request's claim taken over by its inbox, one after the other,
+        three network calls each, came up to a minute late too."""
+        cron, asked = [], {}
         for rec in records:
             if rec.key.startswith(INBOX_KEY):
-                self._redrop(rec)
+                if (data := self._asked_here(rec)) is not None:
+                    asked[rec.key] = (rec, data)
             elif self._may_take(rec):
                 cron.append(rec)
             elif rec.host == self.syncer.host:
                 self.syncer.claims.forget(rec.key)  # an orphan of a job gone or pinned elsewhere: it expires
+        won = self.syncer.claims.take_over(cron + [rec for rec, _ in asked.values()])
+        for key in won:
+            if key in asked:
+                self._redrop(*asked[key])
         holders = {rec.key: rec.host for rec in cron}
-        for key in self.syncer.claims.take_over(cron):
+        for key in (k for k in won if k in holders):
             rel = result_of(key)
             mirror = self.syncer.store.rev(mirror_of(self.syncer.branch_ref))
             # published, the claim is only closed: on the remote's main (main here may hold a dead
@@ -885,20 +912,23 @@ class SyncService:
         # this machine runs that job right now: not a dead machine's claim to take
         return scheduler is None or parsed[0] not in scheduler.running
 
-    def _redrop(self, rec: ClaimRecord) -> None:
-        """A request claimed by a machine that died: write it again, unchanged, so this daemon's
-        inbox takes it as if just dropped (its claim step takes the expired claim over)."""
-        name = _request_name(rec.key)
-        rel = f"inbox/{name}"
+    def _asked_here(self, rec: ClaimRecord) -> bytes | None:
+        """The file of a request claimed by a machine that died, if main still asks it and it is
+        here to be taken (not answered meanwhile, not already taken here)."""
+        rel = f"inbox/{_request_name(rec.key)}"
         if request_key(self.vault, rel) != rec.key:
-            return  # answered meanwhile (main no longer holds that request)
-        path = self.vault.root / rel
+            return None  # answered meanwhile (main no longer holds that request)
         try:
-            data = path.read_bytes()
+            return (self.vault.root / rel).read_bytes()
         except OSError:
-            return  # already taken here
+            return None  # already taken here
+
+    def _redrop(self, rec: ClaimRecord, data: bytes) -> None:
+        """A request whose dead claimant's claim this machine took over: write it again, unchanged,
+        so this daemon's inbox takes it as if just dropped (its claim step finds the claim held)."""
+        name = _request_name(rec.key)
         self.daemon.note(f"request {name}: its claimant {rec.host} stopped answering; taking it here")
-        with open(path, "wb") as f:  # a close-after-write event, exactly as a person's save
+        with open(self.vault.root / "inbox" / name, "wb") as f:  # a close-after-write event, as a person's save
             f.write(data)
 
     def _jobs(self) -> dict:

@@ -213,14 +213,23 @@ class RefClaims:
                 parent: str | None = None) -> tuple[str, float]:
         """A claim commit (empty tree). Each renewal, takeover or `done` has the previous claim as
         parent, so `git log` of a claim ref tells its story and every update is a fast-forward."""
-        expires = round(time.time() + self.ttl_s, 3) if state == RUNNING else 0.0
-        message = f"claim {key}{': ' + note if note else ''}"
+        return self._commits({key: (state, note, took_over, parent)})[key]
+
+    def _commits(self, specs: dict[str, tuple[str, str, ClaimRecord | None, str | None]]) -> dict[str, tuple[str, float]]:
+        """Claim commits for many keys (key -> state, note, took_over, parent) in one git call:
+        key -> (sha, expiry)."""
         if not self._tree_written:  # git knows the empty tree without storing it; fsck wants it stored
             self.store._git("mktree", input="")
             self._tree_written = True
-        took = f"{took_over.host} {took_over.expires}" if took_over is not None else ""
-        act = Act.claim(self.host, state, expires, took)
-        return self.store._commit_tree(EMPTY_TREE, [parent] if parent else [], message, act), expires
+        made, expiries = [], []
+        for key, (state, note, took_over, parent) in specs.items():
+            expires = round(time.time() + self.ttl_s, 3) if state == RUNNING else 0.0
+            took = f"{took_over.host} {took_over.expires}" if took_over is not None else ""
+            made.append((EMPTY_TREE, [parent] if parent else [], f"claim {key}{': ' + note if note else ''}",
+                         Act.claim(self.host, state, expires, took)))
+            expiries.append(expires)
+        shas = self.store._commit_trees(made)
+        return {key: (sha, expires) for key, sha, expires in zip(specs, shas, expiries, strict=True)}
 
     def records(self, prefix: str = "") -> list[ClaimRecord]:
         """The claims of the last fetch (mirrored under refs/hermes/remote/), in one git call."""
@@ -301,15 +310,17 @@ class RefClaims:
             return []
         lost = []
         with self.push_lock:
-            fresh = {key: self._commit(key, RUNNING, "renewed", parent=held.sha) for key, held in due.items()}
+            fresh = self._commits({key: (RUNNING, "renewed", None, held.sha) for key, held in due.items()})
             result = self.remote.push([RefUpdate(CLAIMS + key, fresh[key][0], held.sha) for key, held in due.items()],
                                       atomic=False)
         with self.lock:
+            dones = self._commits({key: (DONE, "", None, fresh[key][0]) for key, held in due.items()
+                                   if held.done and CLAIMS + key in result.accepted})
             for key, held in due.items():
                 if CLAIMS + key in result.accepted:
                     held.sha, held.expires = fresh[key]
                     if held.done:
-                        held.done = self._commit(key, DONE, parent=held.sha)[0]
+                        held.done = dones[key][0]
                 elif self.held.get(key) is held:
                     self.held.pop(key)
                     lost.append(key)
@@ -338,9 +349,9 @@ class RefClaims:
         if not records:
             return []
         now = time.time()
-        commits = {r.key: self._commit(r.key, RUNNING, f"taken over from {r.host}, whose "
-                                       + ("claim expired" if r.expired(now) else "process died"), r, r.sha)
-                   for r in records}
+        commits = self._commits({r.key: (RUNNING, f"taken over from {r.host}, whose "
+                                         + ("claim expired" if r.expired(now) else "process died"), r, r.sha)
+                                 for r in records})
         with self.push_lock:
             result = self.remote.push([RefUpdate(CLAIMS + r.key, commits[r.key][0], r.sha) for r in records],
                                       atomic=False)
@@ -355,13 +366,18 @@ class RefClaims:
         return won
 
     def finish(self, key: str, paths: list[str] | None = None) -> None:
-        """The work is done: its `done` commit goes up with the next push of main (`pending`)."""
+        """The work is done: its `done` commit goes up with the next push of main (`pending`).
+        A previous process's claim whose result is on main here is this process's from now on:
+        renewed until that push (left an orphan, it was never renewed, so while main kept losing
+        the race it expired and another machine could take the finished work over and do it
+        again; found reading the code for the chaos bench's twice-answered requests)."""
         with self.lock:
             held = self.held.get(key)
             if held is None or held.done:
                 return
             held.done = self._commit(key, DONE, parent=held.sha)[0]
             held.paths = list(paths or [])
+            held.orphan = False
             self._save()
         if self.on_finish:
             self.on_finish()
@@ -513,7 +529,8 @@ class RefClaims:
                         self.missed.pop(job, None)
                     self._save()
             return []
-        commits = {job: self._commit(cron_key(job, due), RUNNING) for job, due in missed.items()}
+        by_key = self._commits({cron_key(job, due): (RUNNING, "", None, None) for job, due in missed.items()})
+        commits = {job: by_key[cron_key(job, due)] for job, due in missed.items()}
         result = self.remote.push([RefUpdate(CLAIMS + cron_key(job, due), commits[job][0], None)
                                    for job, due in missed.items()], atomic=False)  # Unreachable: still missed
         won = []

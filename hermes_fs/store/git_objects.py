@@ -114,6 +114,37 @@ class GitObjects(GitReader):
             args += ["-p", p]
         return self._git(*args, "-F", "-", input=message, env=env).strip()
 
+    def _commit_trees(self, commits: list[tuple[str, list[str], str, Act]]) -> list[str]:
+        """Many commits (tree, parents, message, act) at once, sealed and redacted as in
+        `_commit_tree`, written by one `git hash-object` instead of one `commit-tree` each: a
+        daemon renewing or taking over 80-110 claims spent 3-8 s in those calls on a loaded
+        machine (the chaos bench), and its takeovers waited behind them. The author and committer
+        lines are git's own (`git var`, once per author)."""
+        import tempfile
+
+        if len(commits) <= 1:
+            return [self._commit_tree(*c) for c in commits]
+        idents: dict[tuple, str] = {}
+        with tempfile.TemporaryDirectory(prefix="hermes-commits-") as tmp:
+            paths = []
+            for i, (tree, parents, message, act) in enumerate(commits):
+                message, env = self.provenance.seal(message, act)
+                message = self._secrets.redact(message)[0]
+                key = tuple(sorted(env.items()))
+                if key not in idents:
+                    idents[key] = (f"author {self._git('var', 'GIT_AUTHOR_IDENT', env=env).strip()}\n"
+                                   f"committer {self._git('var', 'GIT_COMMITTER_IDENT', env=env).strip()}\n")
+                head = f"tree {tree}\n" + "".join(f"parent {p}\n" for p in parents) + idents[key]
+                path = f"{tmp}/{i}"
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(f"{head}\n{message}")
+                paths.append(path)
+            out = self._git("hash-object", "-t", "commit", "-w", "--stdin-paths", input="\n".join(paths) + "\n")
+        shas = out.split()
+        if len(shas) != len(commits):
+            raise GitError(f"git hash-object wrote {len(shas)} of {len(commits)} commits")
+        return shas
+
     # -- branches ------------------------------------------------------------------------------
     def delete_branch(self, branch: str) -> None:
         sha = self.rev(f"refs/heads/{branch}")

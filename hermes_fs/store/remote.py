@@ -110,10 +110,18 @@ class Remote:
             time.sleep(0.05 * (attempt + 1))
         return code, out, err
 
-    def fetch(self, *prefixes: str) -> None:
-        """Mirror the remote's refs under `prefixes` into refs/hermes/remote/ (deleted ones pruned)."""
-        specs = [f"+{p}*:{mirror_of(p)}*" for p in (prefixes or SHARED)]  # + only for the local mirror
+    def fetch(self, *names: str) -> None:
+        """Mirror the remote's refs into refs/hermes/remote/ (deleted ones pruned), in one
+        connection: a name ending in / is a namespace (SHARED without any), another is one ref."""
+        names = names or SHARED
+        specs = [f"+{n}*:{mirror_of(n)}*" if n.endswith("/") else f"+{n}:{mirror_of(n)}" for n in names]
         code, _out, err = self._fetch("--quiet", "--prune", "--no-tags", "--no-write-fetch-head", self.url, *specs)
+        missing = [n for n in names if not n.endswith("/") and f"couldn't find remote ref {n}" in err]
+        if code != 0 and missing:  # a named ref the remote does not have (any more): no mirror of it
+            for n in missing:
+                self._run("update-ref", "-d", mirror_of(n))
+            rest = [n for n in names if n not in missing]
+            return self.fetch(*rest) if rest else None
         if code != 0:
             raise Unreachable(f"{self.url}: {self._failure(err)}")
 
