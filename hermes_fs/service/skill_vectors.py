@@ -10,25 +10,17 @@ it idles). The model is loaded here too, so the first warm turn finds it.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 from ..mind import embeddings
 from ..mind.search import fill_vectors
 from .host import DaemonHost
+from .priority import AGENT_NICE, lower_this_thread
 
 QUIET_S = 2.0  # after a skill changes, wait this long without further changes before encoding
 RETRY_S = 60.0  # another process was filling: look again this much later
-
-
-def lower_priority(niceness: int = 10) -> None:
-    """This thread (and the torch worker threads it starts, which inherit it) yields the CPU to
-    turns: on Linux a thread has its own nice value. Elsewhere nothing changes."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
-    except (AttributeError, OSError):
-        pass
+FILL_NICE = AGENT_NICE + 5  # the daemon's turns, and any agent work, come before the fill
 
 
 class SkillVectorsService:
@@ -59,7 +51,7 @@ class SkillVectorsService:
         self.wanted.set()
 
     def _run(self) -> None:
-        lower_priority()
+        lower_this_thread(FILL_NICE)  # below agent work (turns: AGENT_NICE); its torch threads inherit it
         first = True
         while not self.stopped.is_set():
             self.wanted.wait()
