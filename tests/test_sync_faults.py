@@ -627,37 +627,6 @@ def test_a_cron_run_is_not_withdrawn_on_a_stale_mirror_of_main(synced, tmp_path)
     assert (v.root / rel).is_file() and v.git.read_file(v.git.head(), rel) is not None
 
 
-def test_a_request_answered_elsewhere_while_it_runs_here_is_not_answered_again(synced, tmp_path, model_server):
-    """A machine answered a request and died before its claim went `done`; this machine took the
-    expired claim over and ran the request, and meanwhile the dead machine's answer reached main
-    here from its host ref: the round closed the claim on it (main no longer held the request),
-    and the request running here committed a second answer beside it (found reading the code)."""
-    from test_sync import refuse_main
-
-    from hermes_fs.service import inbox
-    from hermes_fs.service.sync import claims_for
-
-    v, server = synced
-
-    def respond(body):  # while the model answers, the dead machine's answer is merged here
-        theirs = "outputs/requests/20261201-000000-000000-ask.md"
-        (v.root / theirs).parent.mkdir(parents=True, exist_ok=True)
-        (v.root / theirs).write_text("---\nstatus: ok\n---\nanswered there\n")
-        v.git.commit_paths([theirs, "inbox/ask.md"], "request: ask.md (ok)", Act.sync("dead"))
-        refuse_main(server, True)  # main loses the race: the claim's `done` waits here
-        Syncer(v, mine).round(work=False)
-        return {"content": "answered here"}
-
-    two_requests_from_the_phone(v, server, model_server, respond)
-    mine = claims_for(v)
-    c = inbox.claim(v, "inbox/ask.md")
-    assert c is not None
-    result = inbox.process(v, c)
-    assert mine.held[c.key].done  # closed on the answer that reached main
-    assert not result.ok
-    assert v.git.list_files(v.git.head(), "outputs/requests/") == ["outputs/requests/20261201-000000-000000-ask.md"]
-
-
 def test_many_claim_commits_are_made_in_one_git_call(synced, tmp_path):
     """Each renewal and takeover commit was its own `git commit-tree`: a daemon holding 80-110
     claims (the chaos bench with requests pushed by the phone) spent 3-8 s making them before

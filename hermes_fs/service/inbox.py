@@ -256,20 +256,18 @@ def process(vault: Vault, c: Claim, log_line: Callable[[str], None] = lambda msg
     `on_done(result)` runs last (the gateway's reply goes out there); `commit=False` leaves the
     commit to the caller's cadence (Result.paths then lists what to commit). `handlers` replaces
     the handler table (the gateway runs chat messages and commands with its own)."""
-    from .sync import claim_closed, claim_lost
+    from .sync import claim_lost
 
     store = vault.git
     if claim_lost(vault, c.key):
         return _let_go(vault, c, log_line)
-    committed = store.read_file(store.head(), c.result_rel) is not None
-    if committed or (vault.root / c.result_rel).exists():
+    if store.read_file(store.head(), c.result_rel) is not None or (vault.root / c.result_rel).exists():
         log_line(f"request {c.name}: result already written, finishing up")
         result = read_result(vault, c)
     else:
         result = _run(vault, c, options, chat, handlers)
     if commit:
-        # taken over while it ran, or answered elsewhere: another machine's answer reached main
-        if not committed and (claim_lost(vault, c.key) or claim_closed(vault, c.key)):
+        if claim_lost(vault, c.key):  # taken over while it ran
             return _let_go(vault, c, log_line)
         store.commit_paths([c.result_rel, c.inbox_rel, *result.paths], f"request: {c.name} ({result.status})",
                            Act.request(c.name))
@@ -282,10 +280,9 @@ def process(vault: Vault, c: Claim, log_line: Callable[[str], None] = lambda msg
 
 
 def _let_go(vault: Vault, c: Claim, log_line: Callable[[str], None]) -> Result:
-    """Another machine took this request's claim over and answers it (or has answered it): nothing
-    of this machine's answer is committed (a result written but not committed is removed), and the
-    request is let go."""
-    log_line(f"request {c.name}: another machine took its claim over or answered it; not answered here")
+    """Another machine took this request's claim over and answers it: nothing of this machine's
+    answer is committed (a result written but not committed is removed), and the request is let go."""
+    log_line(f"request {c.name}: another machine took its claim over and answers it; not answered here")
     if vault.git.read_file(vault.git.head(), c.result_rel) is None:
         (vault.root / c.result_rel).unlink(missing_ok=True)
     c.close()

@@ -633,18 +633,6 @@ def claim_lost(vault: Vault, key: str | None) -> bool:
     return held is None or held.orphan
 
 
-def claim_closed(vault: Vault, key: str | None) -> bool:
-    """Is the claim `key`, held here, already closed before this machine committed its answer? A
-    round closes a request's claim once main no longer holds the request, and before this
-    machine's own answer only another machine's can have taken it off main: one that held the
-    claim before this one took it over, answered and died, its answer merged here from its host
-    ref. Committed as well, this machine's answer went up beside it. No network."""
-    if key is None or remote_url(vault) is None:
-        return False
-    held = claims_for(vault).held.get(key)
-    return held is not None and held.done is not None
-
-
 def _still_asked(vault: Vault, claims: RefClaims, rel: str, key: str) -> bool:
     """Does the remote's main still hold this request? A machine far behind (offline for longer
     than claims are kept) can hold a request that was answered long ago and whose claim has been
@@ -780,15 +768,15 @@ class SyncService:
         tick = self.vault.config.sync.claim_ttl_s * self.syncer.claims.RENEW_EVERY / 2
         while not self.stopped.is_set():
             began = time.time()
-            try:  # dead claims first: a renewal has most of the expiry to spare, a takeover none
+            try:  # renewals first: a machine back from a partition may have a second before its claims expire
+                for key in self.syncer.claims.renew():
+                    self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
+                renewed = time.time()
                 self.syncer.claims.look()
                 looked = time.time()
                 self._take_over(self.syncer.claims.dead())
-                took = time.time()
-                for key in self.syncer.claims.renew():
-                    self.daemon.error(f"sync: lost claim {key} (cut off past its expiry; another machine took it over)")
-                log.debug("sync: renewer: looked in %.2f s, took over in %.2f s, renewed in %.2f s, %d queued",
-                          looked - began, took - looked, time.time() - took, len(self.queue))
+                log.debug("sync: renewer: renewed in %.2f s, looked in %.2f s, took over in %.2f s, %d queued",
+                          renewed - began, looked - renewed, time.time() - looked, len(self.queue))
             except Unreachable:
                 pass  # offline: the claims hold until their expiry
             except Exception:
