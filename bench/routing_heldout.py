@@ -33,8 +33,9 @@ sys.path.insert(0, str(HERE))
 from common import write_results  # noqa: E402
 from routing_eval import bm25_name_description, build, real_skills  # noqa: E402
 
-from hermes_fs.agent.prompt import DESCRIBED_SHARE, LEXICAL_TOP, skills_index  # noqa: E402
+from hermes_fs.agent.prompt import DESCRIBED_SHARE, LEXICAL_TOP, SHORT_CHARS, skills_index  # noqa: E402
 from hermes_fs.mind import embeddings  # noqa: E402
+from hermes_fs.mind.search import fill_vectors  # noqa: E402
 from hermes_fs.store.vault import Vault  # noqa: E402
 
 REQUESTS = HERE / "routing_heldout.yaml"
@@ -135,6 +136,10 @@ def main(argv: list[str] | None = None) -> dict:
                 root = vault_with(root, real, needed, size)
             row: dict = {"skills": size, "requests": len(cases),
                          "bm25_name_description_at_10": round(sum(n in bm25_name_description(root, q) for q, n in cases) / len(cases), 3)}
+            if use_emb:  # a turn never encodes skills (the daemon does, in the background): fill first
+                t0 = time.perf_counter()
+                row["vectors_encoded"] = fill_vectors(root)
+                row["vectors_fill_seconds"] = round(time.perf_counter() - t0, 1)
             for m in methods:
                 row[m] = shown_rate(root, cases, m)
             rows.append(row)
@@ -144,7 +149,8 @@ def main(argv: list[str] | None = None) -> dict:
                   + f"; BM25@10 name+description {row['bm25_name_description_at_10']:.3f}", flush=True)
     result = {"set": "dev" if a.dev else "held-out", "rows": rows, "budget_chars": BUDGET,
               "embeddings_installed": embeddings.available(), "target": 0.95,
-              "settings": {"described_share": DESCRIBED_SHARE, "lexical_top": LEXICAL_TOP,
+              "settings": {"described_share": DESCRIBED_SHARE, "short_description_chars": SHORT_CHARS,
+                           "lexical_top": LEXICAL_TOP,
                            "body_weight": embeddings.BODY_WEIGHT, "body_chunks": embeddings.BODY_CHUNKS,
                            "chunk_words": embeddings.CHUNK_WORDS},
               "command": "python bench/routing_heldout.py " + " ".join(argv if argv is not None else sys.argv[1:])}

@@ -1,7 +1,7 @@
 """The skills index of the prompt past its budget: the most relevant skills described, the next ones
 named, and the lexical and passage helpers of routing (bench/routing_heldout.py measures them)."""
 
-from hermes_fs.agent.prompt import select_skills, skills_index
+from hermes_fs.agent.prompt import first_sentence, select_skills, skills_index
 from hermes_fs.mind.embeddings import BODY_CHUNKS, skill_texts
 from hermes_fs.mind.search import SearchIndex
 
@@ -24,11 +24,18 @@ def test_past_the_budget_relevant_skills_are_described_then_named():
     assert select_skills(small, [], 2000).described is None and "Also" not in select_skills(small, [], 2000).text
 
 
-def test_a_long_description_gives_way_to_the_next_relevant_skill():
-    entries = {"long-one": "x " * 400, "short-one": "A short one.", **{f"f-{i}": "Filler." for i in range(100)}}
-    idx = select_skills(entries, ["long-one", "short-one"], 300, described_share=0.5)
-    assert idx.described[0] == "short-one"
-    assert "long-one" in idx.shown  # named, since its description does not fit
+def test_past_the_budget_descriptions_are_cut_to_a_first_sentence_so_more_are_described():
+    long = "Optimizes transformer attention with Flash Attention for long contexts. Use it when memory runs out."
+    entries = {f"s-{i:03d}": long for i in range(200)}
+    idx = select_skills(entries, [f"s-{i:03d}" for i in range(200)], 2000, described_share=0.5, short_chars=50)
+    assert "- s-000: Optimizes transformer attention with Flash…" in idx.text
+    assert "Use it when" not in idx.text
+    whole = select_skills(entries, [f"s-{i:03d}" for i in range(200)], 2000, described_share=0.5, short_chars=1000)
+    assert "- s-000: Optimizes transformer attention with Flash Attention for long contexts.\n" in whole.text
+    assert len(idx.described) >= len(whole.described) + 5
+    assert first_sentence("Short. Second sentence.", 50) == "Short."
+    assert first_sentence("v1.2 is out: see it", 50) == "v1.2 is out: see it"  # a dot inside a word ends nothing
+    assert first_sentence("one two three four", 12) == "one two…"
 
 
 def test_related_words_are_mined_from_the_skills(vault):

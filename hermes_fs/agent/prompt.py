@@ -4,6 +4,8 @@ the conversation are chosen by full-text search and the prompt says how to find 
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -20,7 +22,12 @@ vault that the user can read and edit. Save durable facts about the user with th
 Before a task a skill covers, read it with `skill_view`. Never put secrets in files."""
 
 
-DESCRIBED_SHARE = 0.5  # of the skills index's budget for `- name: description` lines; the rest names skills
+# Past the budget (chosen on bench/routing_dev.yaml): this share of the skills index's budget for
+# `- name: description` lines, each description cut to its first sentence and at most SHORT_CHARS;
+# the rest of the budget names skills.
+DESCRIBED_SHARE = 0.55
+SHORT_CHARS = 50
+log = logging.getLogger(__name__)
 LEXICAL_TOP = 5  # with embeddings on: full-text hits past these are mostly incidental words (bench/routing_heldout.py)
 
 
@@ -52,7 +59,12 @@ def skills_index(vault: Vault, query: str, budget: int, semantic: bool | None = 
         if related:
             ranked = fuse(ranked, ranked, [h.path.split("/")[1] for h in index.search_related(query, limit=200)])
         if use_meaning:  # full-text's few best hits, fused with the ranking by meaning
-            ranked = fuse(ranked[:LEXICAL_TOP], [p.split("/")[1] for p in index.semantic(query, limit=200)])
+            by_meaning, missing = index.semantic(query, limit=200)
+            if missing:  # a cold or stale cache is filled in the background: never waited for here
+                log.info(f"skills index: {missing} of {len(names)} skills have no vectors yet (being built): "
+                         + ("ranked by full-text alone" if not by_meaning else "those are ranked by full-text only"))
+            if by_meaning:
+                ranked = fuse(ranked[:LEXICAL_TOP], [p.split("/")[1] for p in by_meaning])
     finally:
         index.close()
     return select_skills(entries, ranked, budget)
@@ -62,27 +74,37 @@ def fits(entries: dict[str, str], budget: int) -> bool:
     return sum(len(f"- {n}: {' '.join(d.split())}") + 1 for n, d in entries.items()) - 1 <= budget
 
 
-def select_skills(entries: dict[str, str], ranked: list[str], budget: int, described_share: float = DESCRIBED_SHARE) -> SkillsIndex:
+def select_skills(entries: dict[str, str], ranked: list[str], budget: int, described_share: float = DESCRIBED_SHARE,
+                  short_chars: int = SHORT_CHARS) -> SkillsIndex:
     """Lines `- name: description` within `budget` characters, most relevant (`ranked`) first. Past
     `described_share` of the budget the next relevant skills are named without their description
     (a name like `docker-management` says enough to open it): a budget that describes ~30 of 1,000
-    skills names ~150 (bench/routing_heldout.py)."""
+    skills names ~150 (bench/routing_heldout.py). Past the budget a description is cut to its first
+    sentence, at most `short_chars` characters ("- flash-attention: Optimizes transformer attention
+    with…"), so about 34 of 1,000 skills are described instead of about 19; skill_view has the rest."""
     names = sorted(entries)
     lines = {n: f"- {n}: {' '.join(entries[n].split())}" for n in names}
-    full = "\n".join(lines[n] for n in names)
-    if len(full) <= budget:
-        return SkillsIndex(full, names, len(names))
+    full_text = "\n".join(lines[n] for n in names)
+    if len(full_text) <= budget:
+        return SkillsIndex(full_text, names, len(names))
     order = [n for n in ranked if n in lines] + [n for n in names if n not in ranked]
-    described, used = [], 0
+    described: list[str] = []
+    text_lines: list[str] = []
+    used, skipped = 0, False
     for n in order:
-        cost = len(lines[n]) + 1
+        line = f"- {n}: {first_sentence(entries[n], short_chars)}"
+        cost = len(line) + 1
         if used + cost > budget * described_share:
             if n in ranked:
+                skipped = True
                 continue  # a long description: try the next relevant one
             break
+        if skipped and n not in ranked:
+            break  # a relevant skill left undescribed is named before any other is described
         described.append(n)
+        text_lines.append(line)
         used += cost
-    text = "\n".join(lines[n] for n in described)
+    text = "\n".join(text_lines)
     named: list[str] = []
     also = "\nAlso (skill_view to read one): "
     done = set(described)
@@ -99,6 +121,18 @@ def select_skills(entries: dict[str, str], ranked: list[str], budget: int, descr
     shown = described + named
     text += _MORE.format(len(names) - len(shown))
     return SkillsIndex(text, shown, len(names), described)
+
+
+def first_sentence(description: str, limit: int) -> str:
+    """The description's first sentence, cut at a word to at most `limit` characters (with "…")."""
+    text = " ".join(description.split())
+    end = re.search(r"[.!?](\s|$)", text)
+    if end:
+        text = text[: end.start() + 1]
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1].rsplit(" ", 1)[0].rstrip(",;:")
+    return cut + "…"
 
 
 _MORE = "\n({} more skills not listed: call skill_search with keywords to find them.)"

@@ -18,7 +18,7 @@ from .. import Conversation, ConversationOptions, Vault
 from ..errors import HermesError
 from ..mind import memory, skills
 from ..service.auto_review import AutoReview
-from .remote import RemoteConversation, RemoteError, options_for, warm_environment
+from .remote import RemoteConversation, RemoteError, options_for, vectors_in_background, warm_environment
 from .term import plural, safe
 
 PROMPT = "you> "
@@ -59,7 +59,9 @@ class Repl:
             o.source, o.model, o.workspace, o.max_steps, o.resume, environ), o.on_tool)
         if remote is not None:
             remote.on_interrupt = self.stopping
-        return remote or Conversation(self.vault, o)
+            return remote
+        vectors_in_background(self.vault)
+        return Conversation(self.vault, o)
 
     def stopping(self) -> None:
         """Ctrl-C during a warm turn: say so now (the daemon is killing the command and stopping)."""

@@ -246,6 +246,32 @@ def skills_validate(ctx: click.Context, names: tuple[str, ...], fix: bool):
         ctx.exit(2)
 
 
+@skills.command("embed")
+@vault_option
+@click.option("--background", is_flag=True, hidden=True, help="At low priority (started by a CLI turn).")
+@click.pass_context
+def skills_embed(ctx: click.Context, background: bool):
+    """Build or refresh the skill vectors of skills.embeddings. The daemon does this in the
+    background, and a CLI turn without a daemon starts it detached; no turn waits for it."""
+    import os
+    import time
+
+    from ..mind import embeddings
+    from ..mind.search import fill_vectors, vectors_missing
+
+    v = _vault(ctx)
+    if background:
+        os.nice(10)  # the turn that started it, and the next ones, come first
+    if not embeddings.available():
+        raise embeddings.EmbeddingsUnavailable(f"the embedding model is not installed: {embeddings.EXTRA}")
+    t0 = time.monotonic()
+    done = fill_vectors(v.root)
+    if done is None:
+        echo("another process is building the skill vectors")
+        return
+    echo(f"encoded {done} skill(s) in {time.monotonic() - t0:.1f} s; {vectors_missing(v.root)} without vectors")
+
+
 @main.group()
 def sandbox():
     """The Docker sandbox of the `shell` tool."""
@@ -814,7 +840,7 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
     options = ConversationOptions(source="run", model=model, max_steps=max_steps,
                                   workspace=Path(workspace).resolve() if workspace else None)
     v = _vault(ctx)
-    from .remote import RemoteConversation, options_for, warm_environment
+    from .remote import RemoteConversation, options_for, vectors_in_background, warm_environment
 
     environ = warm_environment(v, model)
     remote = None if environ is None else RemoteConversation.connect(
@@ -828,6 +854,7 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
         echo(answer)
         AutoReview(v, detached=True).after_turn(remote.id, 1)  # refine.every_turns: 1 reviews every run
         return
+    vectors_in_background(v)
     with Conversation(v, options) as conversation, _spinner("thinking"):
         result = conversation.ask(" ".join(prompt))
     echo(result.answer)

@@ -171,3 +171,16 @@ def run_task(state_dir: Path, task: str, args: dict, environ: dict[str, str]) ->
     if str(reply.get("error", "")).startswith("refused"):
         return None  # another user's daemon
     raise RemoteError(reply.get("error") or "the daemon failed", reply.get("exit_code", 1))
+
+
+def vectors_in_background(vault) -> None:
+    """A turn about to run in this process (no daemon): if skill vectors are missing, build them
+    in a detached process and say so; the turn ranks skills by full-text meanwhile."""
+    from ..service.background import embed_in_background
+
+    started = embed_in_background(vault)
+    if started:
+        import click
+
+        click.echo(f"hermes-fs: building skill vectors in the background (pid {started[0]}, log {started[1]}); "
+                   "until they are ready, skills are ranked by full-text", err=True)

@@ -22,6 +22,7 @@ _MODEL = None
 _LOCK = threading.Lock()
 CHUNK_WORDS = 60
 BODY_CHUNKS = 12
+FILL_BATCH = 4  # skills encoded per transaction (about 50 texts): a fill stops, or is read, between them
 BODY_WEIGHT = 1.0  # the best body passage's similarity, added to the description's (chosen on bench/routing_dev.yaml)
 EXTRA = "pip install torch==2.13.0 && pip install 'hermes-fs[embeddings]'"  # the CPU build first (see README)
 
@@ -87,36 +88,54 @@ def encode(texts: list[str]):
 
 
 class SkillVectors:
-    """Skill vectors cached in the search database, refreshed by (mtime, size) like the FTS rows."""
+    """Skill vectors cached in the search database, refreshed by (mtime, size) like the FTS rows.
+    Reading them never encodes (`cached`); encoding is `fill`'s, in batches committed one by one,
+    so a turn ranks with what is ready while the daemon (or a background process) fills the rest."""
 
     def __init__(self, db: sqlite3.Connection):
         self.db = db
         db.execute("CREATE TABLE IF NOT EXISTS skill_vectors(path TEXT PRIMARY KEY, mtime_ns INTEGER, size INTEGER, vec BLOB)")
 
-    def refresh(self, current: dict[str, tuple[int, int]], read) -> dict[str, Any]:
-        """path -> vectors (one row per text) for every path in `current` ((mtime, size)); `read(path)`
-        gives the texts to embed (skill_texts: the description first)."""
+    def cached(self, current: dict[str, tuple[int, int]]) -> tuple[dict[str, Any], list[str]]:
+        """(path -> vectors, one row per text) for the paths of `current` ((mtime, size)) whose
+        cached vectors are fresh, and the paths that have none yet (new or changed skills)."""
         import numpy as np
 
         known = {p: (m, s, v) for p, m, s, v in self.db.execute("SELECT path, mtime_ns, size, vec FROM skill_vectors")}
-        stale = [p for p, sig in current.items() if p not in known or known[p][:2] != sig]
-        gone = [p for p in known if p not in current]
-        fresh = {}
-        if stale:
-            texts = [read(p) for p in stale]
-            flat = encode([t for ts in texts for t in ts])
-            at = 0
-            for p, ts in zip(stale, texts, strict=True):
-                fresh[p] = flat[at: at + len(ts)]
-                at += len(ts)
+        ready = {p: np.frombuffer(known[p][2], dtype="float32").reshape(-1, DIM)
+                 for p, sig in current.items() if p in known and known[p][:2] == sig}
+        return ready, [p for p in current if p not in ready]
+
+    def stale(self, current: dict[str, tuple[int, int]]) -> list[str]:
+        """The paths of `current` without fresh vectors (signatures only: no numpy, no model)."""
+        known = {p: (m, s) for p, m, s in self.db.execute("SELECT path, mtime_ns, size FROM skill_vectors")}
+        return [p for p, sig in current.items() if known.get(p) != sig]
+
+    def fill(self, current: dict[str, tuple[int, int]], read, batch: int = FILL_BATCH,
+             stop: threading.Event | None = None) -> int:
+        """Encode the skills of `current` that have no fresh vectors (`read(path)` gives the texts:
+        skill_texts, the description first), `batch` skills per transaction, and forget skills
+        that are gone; returns how many were encoded. Stops between batches when `stop` is set."""
+        stale = self.stale(current)
+        gone = [p for (p,) in self.db.execute("SELECT path FROM skill_vectors") if p not in current]
         with self.db:
-            self.db.executemany("DELETE FROM skill_vectors WHERE path=?", [(p,) for p in gone + stale])
-            self.db.executemany("INSERT INTO skill_vectors VALUES (?,?,?,?)",
-                                [(p, *current[p], v.tobytes()) for p, v in fresh.items()])
-        out: dict[str, Any] = {p: np.frombuffer(known[p][2], dtype="float32").reshape(-1, DIM)
-                               for p in current if p not in fresh}
-        out.update(fresh)
-        return out
+            self.db.executemany("DELETE FROM skill_vectors WHERE path=?", [(p,) for p in gone])
+        done = 0
+        for at in range(0, len(stale), batch):
+            if stop is not None and stop.is_set():
+                break
+            paths = stale[at: at + batch]
+            texts = [read(p) for p in paths]
+            flat = encode([t for ts in texts for t in ts])
+            rows, i = [], 0
+            for p, ts in zip(paths, texts, strict=True):
+                rows.append((p, *current[p], flat[i: i + len(ts)].tobytes()))
+                i += len(ts)
+            with self.db:
+                self.db.executemany("DELETE FROM skill_vectors WHERE path=?", [(p,) for p in paths])
+                self.db.executemany("INSERT INTO skill_vectors VALUES (?,?,?,?)", rows)
+            done += len(paths)
+        return done
 
 
 def rank(vectors: dict[str, Any], query: str, limit: int = 50, body_weight: float = BODY_WEIGHT) -> list[str]:

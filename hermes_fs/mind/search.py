@@ -13,8 +13,9 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import HermesError, InputError
 from ..store.docs import decode, parse_doc
+from ..store.lock import VaultLock
 from .skills import SKILL_FILE, SKILLS_DIR
 
 _WORD = re.compile(r"[A-Za-z0-9]{2,}")
@@ -159,17 +160,28 @@ class SearchIndex:
             "AND kind='skills' ORDER BY bm25(fts, 0, 0, 10.0, 4.0, 1.0) LIMIT ?", (match, limit)).fetchall()
         return [Hit(p, n, d, s, -score) for p, n, d, s, score in rows]
 
-    def semantic(self, query: str, limit: int = 50) -> list[str]:
-        """Skill paths by meaning (mind/embeddings.py; needs the `embeddings` extra), best first."""
+    def semantic(self, query: str, limit: int = 50) -> tuple[list[str], int]:
+        """Skill paths by meaning (mind/embeddings.py; needs the `embeddings` extra), best first,
+        among the skills whose vectors are ready, and how many skills have none yet. Never encodes
+        a skill: that is `fill_vectors`' work (minutes for a large vault), so a turn never waits for
+        it. With no vector ready the model is not even loaded."""
         from . import embeddings
 
-        self.refresh("skills")
+        ready, missing = embeddings.SkillVectors(self.db).cached(self._skill_signatures())
+        return (embeddings.rank(ready, query, limit) if ready else []), len(missing)
+
+    def fill_vectors(self, stop=None) -> int:
+        """Encode the skills that have no fresh vectors (new, changed, or a cold cache)."""
+        from . import embeddings
+
+        current = self._skill_signatures()
         rows = {p: (n, d, b) for p, n, d, b in
                 self.db.execute("SELECT path, name, description, body FROM fts WHERE kind='skills'")}
-        current = {p: (m, s) for p, m, s in self.db.execute("SELECT path, mtime_ns, size FROM files WHERE kind='skills'")
-                   if p in rows}
-        vectors = embeddings.SkillVectors(self.db).refresh(current, lambda p: embeddings.skill_texts(*rows[p]))
-        return embeddings.rank(vectors, query, limit)
+        return embeddings.SkillVectors(self.db).fill(current, lambda p: embeddings.skill_texts(*rows[p]), stop=stop)
+
+    def _skill_signatures(self) -> dict[str, tuple[int, int]]:
+        self.refresh("skills")
+        return {p: (m, s) for p, m, s in self.db.execute("SELECT path, mtime_ns, size FROM files WHERE kind='skills'")}
 
     def count(self, kind: str) -> int:
         return self.db.execute("SELECT count(*) FROM files WHERE kind=?", (kind,)).fetchone()[0]
@@ -180,6 +192,37 @@ def search(vault_root: Path, kind: str, query: str, limit: int = 10) -> list[Hit
     index = SearchIndex(vault_root)
     try:
         return index.search(kind, query, limit)
+    finally:
+        index.close()
+
+
+def fill_vectors(vault_root: Path, stop=None) -> int | None:
+    """Build or refresh the skill vectors of a vault (the daemon's background work, `hermes-fs
+    skills embed`); None when another process is already at it (one filler per vault)."""
+    lock = vectors_lock(vault_root)
+    try:
+        lock.acquire(timeout=0)
+    except HermesError:
+        return None
+    index = SearchIndex(vault_root)
+    try:
+        return index.fill_vectors(stop)
+    finally:
+        index.close()
+        lock.release()
+
+
+def vectors_lock(vault_root: Path) -> VaultLock:
+    return VaultLock(Path(vault_root) / ".hermes" / "locks" / "skill-vectors.lock")
+
+
+def vectors_missing(vault_root: Path) -> int:
+    """How many skills have no fresh vectors yet (a stat per skill and one query; no model)."""
+    from . import embeddings
+
+    index = SearchIndex(vault_root)
+    try:
+        return len(embeddings.SkillVectors(index.db).stale(index._skill_signatures()))
     finally:
         index.close()
 

@@ -232,6 +232,13 @@ class Daemon:
                 self.log.exception(f"{service.name}: could not start")
                 self.error(f"{service.name} not started: {exc}")
 
+    def _tell_services(self, event: str) -> None:
+        """Call `event()` on the parts that listen for it (the skill vectors: `skills_changed`)."""
+        for service in list(self.services):
+            hook = getattr(service, event, None)
+            if hook is not None:
+                hook()
+
     def _run_cron(self, job, due) -> None:
         from .cron_runner import run_job
 
@@ -281,6 +288,8 @@ class Daemon:
             self.reloads.add("config")
         elif rel.startswith("cron/") and rel.endswith(".md"):
             self.reloads.add("jobs")
+        elif rel.startswith("skills/") and rel.endswith(".md"):
+            self._tell_services("skills_changed")
         if not rel.startswith(OWN_DIRS):
             self.edits.add(rel)
 

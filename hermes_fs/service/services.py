@@ -1,4 +1,4 @@
-"""The daemon's optional long-running parts (gateway, sync, web page, curator), chosen from hermes.yaml.
+"""The daemon's optional long-running parts (gateway, sync, web page, curator, skill vectors), chosen from hermes.yaml.
 
 Each is one object with start() and stop(); the daemon starts them after the watcher and the
 scheduler and stops them first on the way out. Adding a part is one entry in `services_for`, so
@@ -37,6 +37,12 @@ def services_for(daemon: DaemonHost) -> list[DaemonService]:
         from .curator import CuratorService
 
         found.append(CuratorService(daemon))
+    from ..mind import embeddings
+
+    if daemon.vault.config.skills.embeddings and embeddings.available():
+        from .skill_vectors import SkillVectorsService
+
+        found.append(SkillVectorsService(daemon))
     from .gateway.core import configured
 
     if configured(daemon.vault):
