@@ -840,13 +840,13 @@ class SyncService:
             if key in asked:
                 self._redrop(*asked[key])
         holders = {rec.key: rec.host for rec in cron}
+        mirror, head = self.syncer.store.rev(mirror_of(self.syncer.branch_ref)), self.syncer.store.head()
         for key in (k for k in won if k in holders):
             rel = result_of(key)
-            mirror = self.syncer.store.rev(mirror_of(self.syncer.branch_ref))
             # published, the claim is only closed: on the remote's main (main here may hold a dead
-            # machine's result from its host ref, which that machine withdraws once it sees its
-            # claim taken over), or here if this machine made it (a process of it that died)
-            where = (mirror, self.syncer.store.head()) if holders[key] == self.syncer.host else (mirror,)
+            # machine's result merged from its host ref and not published yet), or here if this
+            # machine made it (a process of it that died)
+            where = (mirror, head) if holders[key] == self.syncer.host else (mirror,)
             if rel and any(self.syncer.store.read_file(c, rel) is not None for c in where if c):
                 self.syncer.claims.finish(key, [rel])
                 continue
