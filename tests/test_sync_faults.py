@@ -349,6 +349,19 @@ def test_a_request_resumed_after_a_restart_keeps_its_claim(synced, tmp_path):
     assert restarted.holder(key).host == first.host and not restarted.holder(key).expired(time.time())
 
 
+def ask_claimed_here(v: Vault, server: GitDaemon, model_server):
+    """The phone's two requests, with `inbox/ask.md` claimed here (every answer: "answered here"):
+    this machine's claims and the inbox claim."""
+    from hermes_fs.service import inbox
+    from hermes_fs.service.sync import claims_for
+
+    two_requests_from_the_phone(v, server, model_server, lambda body: {"content": "answered here"})
+    claims = claims_for(v)
+    c = inbox.claim(v, "inbox/ask.md")
+    assert c is not None
+    return claims, c
+
+
 def two_requests_from_the_phone(v: Vault, server: GitDaemon, model_server, responder) -> None:
     from model_server import configure_vault
 
@@ -380,13 +393,10 @@ def test_a_request_answered_here_after_its_claim_was_taken_over_is_withdrawn(syn
     still published its answer beside the taker's, since a request's answer, unlike a cron
     output, was never withdrawn. Now it is, and the request goes back on main for the taker."""
     from hermes_fs.service import inbox
-    from hermes_fs.service.sync import claims_for, request_key
+    from hermes_fs.service.sync import request_key
 
     v, server = synced
-    two_requests_from_the_phone(v, server, model_server, lambda body: {"content": "answered here"})
-    mine = claims_for(v)
-    c = inbox.claim(v, "inbox/ask.md")
-    assert c is not None
+    mine, c = ask_claimed_here(v, server, model_server)
     key = request_key(v, "inbox/ask.md")
     inbox.process(v, c)  # answered and committed here, not pushed yet ...
     assert v.git.list_files(v.git.head(), "outputs/requests/")
@@ -508,13 +518,10 @@ def test_a_request_answered_before_a_restart_keeps_its_claim_until_it_is_publish
     from test_sync import refuse_main
 
     from hermes_fs.service import inbox
-    from hermes_fs.service.sync import claims_for, request_key
+    from hermes_fs.service.sync import request_key
 
     v, server = synced
-    two_requests_from_the_phone(v, server, model_server, lambda body: {"content": "answered here"})
-    first = claims_for(v)
-    c = inbox.claim(v, "inbox/ask.md")
-    assert c is not None
+    first, c = ask_claimed_here(v, server, model_server)
     key = request_key(v, "inbox/ask.md")
     inbox.process(v, c)  # answered and committed; the process dies before a round marks the claim done
     restarted = RefClaims(v.git, Remote(v.root, server.url()), first.host, 30.0, first.ledger, first.state_path)
@@ -584,13 +591,10 @@ def test_a_request_answered_elsewhere_before_it_resumes_here_is_not_answered_aga
     request read as one dropped here, and it was answered and committed a second time. The key
     is now kept with the claimed request."""
     from hermes_fs.service import inbox
-    from hermes_fs.service.sync import claims_for
 
     v, server = synced
-    two_requests_from_the_phone(v, server, model_server, lambda body: {"content": "answered here"})
-    mine = claims_for(v)
-    c = inbox.claim(v, "inbox/ask.md")
-    assert c is not None and c.key in mine.held
+    mine, c = ask_claimed_here(v, server, model_server)
+    assert c.key in mine.held
     take_over_from(mine, v, server, c.key, tmp_path)  # the taker answers; its answer reaches main here
     theirs = "outputs/requests/20261201-000000-000000-ask.md"
     (v.root / theirs).parent.mkdir(parents=True, exist_ok=True)
