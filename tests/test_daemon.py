@@ -113,16 +113,21 @@ def test_a_request_runs_nicer_than_the_daemon_and_its_commands_too(agent_vault, 
 def test_what_an_inotify_overflow_lost_is_found_again(agent_vault, model_server, daemon):
     """A burst of more file events than the kernel queues (16,384 by default) loses events; a
     request dropped meanwhile was never taken (the sync chaos bench). The daemon's inotify queue is
-    made 64 long (the sysctl is read when a watcher starts, and set back at once), the daemon is
-    stopped while 150 files change (450 events) and a request is dropped, then let go on."""
+    made 1,024 long (the sysctl is read when a watcher starts, and set back at once), the daemon is
+    stopped while 600 files change (1,800 events) and a request is dropped, then let go on.
+    Not shorter: watchdog answers an overflow by removing and re-adding every watch, and each
+    removal queues an event, so a queue shorter than the vault's directories (.git/objects alone
+    has up to 256) overflows again on every rebuild, without end (a 64-event queue did, in CI)."""
     knob = Path("/proc/sys/fs/inotify/max_queued_events")
     if not os.access(knob, os.W_OK):
         pytest.skip("shrinking the inotify queue needs root (CI runs as root)")
     vault = agent_vault
     model_server.add({"content": "found it"})
+    queue, files = 1024, 600
+    assert sum(1 for _ in vault.root.rglob("*") if _.is_dir()) + 256 < queue  # a rebuild fits in the queue
     before = knob.read_text()
     try:
-        knob.write_text("64\n")
+        knob.write_text(f"{queue}\n")
     except OSError as exc:  # a container's /proc/sys, read-only however root the user is
         pytest.skip(f"cannot shrink the inotify queue here: {exc}")
     try:
@@ -130,15 +135,17 @@ def test_what_an_inotify_overflow_lost_is_found_again(agent_vault, model_server,
     finally:
         knob.write_text(before)
     (vault.root / "notes").mkdir(exist_ok=True)
+    (vault.root / "notes" / "n0.md").write_text("note 0\n")  # committed: notes/ is watched (else
+    assert wait_for(lambda: git(vault, "ls-files", "notes").strip(), 60), d.output()  # no events queue)
     os.kill(d.proc.pid, signal.SIGSTOP)
     try:
-        for i in range(150):
+        for i in range(files):
             (vault.root / "notes" / f"n{i}.md").write_text(f"note {i}\n")
         (vault.root / "inbox" / "lost.md").write_text("---\ntype: run\n---\nAnyone there?\n")
     finally:
         os.kill(d.proc.pid, signal.SIGCONT)
     assert wait_for(lambda: list((vault.root / "outputs" / "requests").glob("*-lost.md")), 180), d.output()
-    assert wait_for(lambda: len(git(vault, "ls-files", "notes").split()) == 150, 180), d.output()
+    assert wait_for(lambda: len(git(vault, "ls-files", "notes").split()) == files, 180), d.output()
     assert "inotify queue overflowed" in d.output()
 
 

@@ -114,6 +114,8 @@ class Daemon:
         self.settler: Settler | None = None  # started with the watcher
         self.executor = SerialExecutor(self.options.workers, "job")  # one session's requests in order
         self.watcher = Watcher(vault.root, self.on_path, on_lost=self._events_lost)
+        self.looking = 0  # looks at the vault after lost events: running (1) or asked again (2+)
+        self.looking_lock = threading.Lock()
         self.jobs: dict = {}
         self.scheduler: Scheduler | None = None
         self.warm: WarmServer | None = None
@@ -295,17 +297,30 @@ class Daemon:
 
     def _events_lost(self) -> None:
         """The watcher lost file events: look at the vault again, as at start (inbox, a person's
-        edits, settings and jobs), off the watcher's thread."""
+        edits, settings and jobs), off the watcher's thread. Overflows come in storms (watchdog's
+        rebuild of its watches can itself overflow a short queue), so one look runs at a time and
+        losses meanwhile ask for one more look after it, never a thread each."""
+        with self.looking_lock:
+            self.looking, again = self.looking + 1, self.looking > 0
+        if again:
+            return
         self.error("file events were lost (the inotify queue overflowed); looking at the vault again")
         threading.Thread(target=self._look_again, name="look-again", daemon=True).start()
 
     def _look_again(self) -> None:
-        try:
-            self.reloads.add("config", "jobs")
-            self.edits.add(*pending_edits(self.vault))
-            self._scan_inbox()
-        except Exception:
-            self.log.exception("looking at the vault again failed")
+        while True:
+            with self.looking_lock:
+                self.looking = 1  # losses from here on ask for another look
+            try:
+                self.reloads.add("config", "jobs")
+                self.edits.add(*pending_edits(self.vault))
+                self._scan_inbox()
+            except Exception:
+                self.log.exception("looking at the vault again failed")
+            with self.looking_lock:
+                if self.looking == 1:
+                    self.looking = 0
+                    return
 
     def _commit_edits(self, paths: list[str]) -> None:
         """Commit a person's edits, unless a git operation of theirs is under way (then try later)."""
