@@ -41,3 +41,12 @@ class ConflictError(GitError):
         self.files = files
         self.details = details or []  # per file: the entry (or key, or lines) and both versions
         super().__init__(f"{message}: {', '.join(files)}")
+
+
+class Overtaken(GitError):
+    """Main moved, or a person typed, while a merge was under way: nothing changed, and the merge
+    can be tried again at once (it commits the person's new text first, as theirs)."""
+
+
+class EditedWhileMerging(ConflictError, Overtaken):
+    """A person's keystroke landed in a file the merge changes: their text stays, nothing changed."""

@@ -41,7 +41,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote, unquote
 
-from ..errors import ConflictError, GitError, HermesError
+from ..errors import ConflictError, GitError, HermesError, Overtaken
 from ..store.claims import LEDGER_NAME, ClaimRecord, Ledger, RefClaims, cron_key, parse_cron_key
 from ..store.files import atomic_write
 from ..store.git import MAIN, GitStore, format_message
@@ -63,6 +63,11 @@ wait in its queue, their claims held and renewed (SyncService._start_queued). Af
 or when the other machines died holding many claims, starting all at once started 96 agent runs
 at once on one 2-core machine (the chaos bench), each slower than the claims' expiry."""
 PUSH_GAP_S = 1.0  # after a push of main, the next round waits this long even if main moved again
+MERGE_TRIES = 4
+"""A merge overtaken by a person's keystroke (or a commit of it) is tried again at once, this many
+times in all, before it waits for the next round: with a person typing in the file every second
+and a merge taking most of a second on a loaded machine, waiting for a round in which nobody types
+kept the other machines' edits out for tens of seconds (the sync chaos bench)."""
 
 
 RETRY_PAUSE_MAX_S = 2.0
@@ -369,19 +374,28 @@ class Syncer:
             self.remote.fetch_ref(ref)  # its last push went through unseen (a crash, a lost answer)
 
     def _merge(self, r: Round, theirs: str, summary: str, published: bool) -> None:
-        before = self.store.head()
-        try:
-            message = format_message(summary)
-            new = self.store.integrate(theirs, message, Act.sync(self.host), resolve=_format_resolver(self.store),
-                                       keep_both=self._keep_both(r, theirs, published), recheck=_merges_by_entry)
-        except ConflictError as exc:  # a person is typing in those files: their text wins, try next round
-            log.info("sync: not merging now: %s", exc)
-            return
-        except GitError as exc:
-            if "in progress" in str(exc) or "checked out" in str(exc) or "moved while merging" in str(exc):
-                log.info("sync: not merging now: %s", exc)
+        before, mark = self.store.head(), len(r.conflicts)
+        for attempt in range(MERGE_TRIES):
+            del r.conflicts[mark:]  # the copies an overtaken attempt would have kept are not kept
+            try:
+                message = format_message(summary)
+                new = self.store.integrate(theirs, message, Act.sync(self.host), resolve=_format_resolver(self.store),
+                                           keep_both=self._keep_both(r, theirs, published), recheck=_merges_by_entry)
+                break
+            except Overtaken as exc:  # a person typed (or main moved) meanwhile: their text stays, again
+                if attempt + 1 < MERGE_TRIES and not self.stopping.is_set():
+                    log.debug("sync: merging again at once: %s", exc)
+                    continue
+                self._not_now(r, mark, exc)
                 return
-            raise
+            except ConflictError as exc:  # a person's text that cannot be committed is in the way
+                self._not_now(r, mark, exc)
+                return
+            except GitError as exc:
+                if "in progress" in str(exc) or "checked out" in str(exc):  # a person's git operation
+                    self._not_now(r, mark, exc)
+                    return
+                raise
         if new:
             r.merged = new
             _remember_conflicts(self.vault, self.store.changed_paths(before, new))
@@ -390,6 +404,11 @@ class Syncer:
                         "Another machine changed the same text. Its version is kept beside yours:\n"
                         + "\n".join(f"- {p}" for p in r.conflicts)
                         + "\nMerge what you want to keep into the original file, then delete the copy.")
+
+    @staticmethod
+    def _not_now(r: Round, mark: int, exc: Exception) -> None:
+        del r.conflicts[mark:]
+        log.info("sync: not merging now: %s", exc)
 
     def _host_of(self, sha: str) -> str:
         return self.store.commit_info(sha).trailers.get(HOST) or "remote"

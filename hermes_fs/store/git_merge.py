@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import ConflictError, GitError
+from ..errors import ConflictError, EditedWhileMerging, GitError, Overtaken
 from .files import atomic_write
 from .git_base import EMPTY_TREE, MAIN, KeepBoth, Resolver
 from .git_commit import GitCommitter
@@ -188,14 +188,14 @@ class GitMerger(GitCommitter):
             changed = sorted(p for p in candidates if before.get(p) != after.get(p))
         dirty = self.dirty_paths(changed)
         if dirty:
-            raise ConflictError("uncommitted edits appeared while merging; nothing changed", dirty)
+            raise EditedWhileMerging("uncommitted edits appeared while merging; nothing changed", dirty)
         atomic_write(self.journal, json.dumps({"old": old, "new": new, "paths": changed}), fsync=True)
         try:
             self._write_paths(new, changed, expect=old)
             try:
                 self._git("update-ref", "-m", "hermes-fs", f"refs/heads/{MAIN}", new, old)
             except GitError:
-                raise GitError(f"{MAIN} moved while merging; nothing changed, try again") from None
+                raise Overtaken(f"{MAIN} moved while merging; nothing changed, try again") from None
         except BaseException:
             # Failed half-way (another git holds the index, main moved, a disk error): the working
             # tree must not keep the branch's text, or it would be committed as a person's edit.

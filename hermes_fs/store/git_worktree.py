@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from ..errors import ConflictError, GitError
+from ..errors import EditedWhileMerging, GitError
 from .files import atomic_write, prune_empty_dirs, swap_if_unchanged, symlink_on_path
 from .git_base import ZERO
 from .git_objects import GitObjects
@@ -95,11 +95,11 @@ class GitWorktree(GitObjects):
                 # compare and swap in one step that also catches a write landing during the swap
                 if not swap_if_unchanged(target, data, self.read_file(expect, rel), file_mode):
                     self._write_paths(expect, done)
-                    raise ConflictError("a person changed this file while merging; nothing changed", [rel])
+                    raise EditedWhileMerging("a person changed this file while merging; nothing changed", [rel])
             else:
                 if expect is not None and self._disk_bytes(rel) != self.read_file(expect, rel):
                     self._write_paths(expect, done)
-                    raise ConflictError("a person changed this file while merging; nothing changed", [rel])
+                    raise EditedWhileMerging("a person changed this file while merging; nothing changed", [rel])
                 if data is None:
                     target.unlink(missing_ok=True)
                 else:
