@@ -303,6 +303,102 @@ def test_interrupted_merge_is_rolled_back_even_when_another_commit_comes_first(v
     assert store.read_file("HEAD", USER) == old and git(vault, "status", "--porcelain") == ""
 
 
+class SaveWhileMerging:
+    """Another machine's main (an entry added) merged into main here (an entry of its own), and
+    a person saving USER.md while the merge runs: the `resolve` hook the merge calls saves their
+    text (`saved`, else main's with `typed` added) the first time, then calls `then` once."""
+
+    def __init__(self, vault, typed: bytes = b"- typed while it merged\n", then=None, saved: bytes | None = None):
+        self.store, self.disk, self.typed, self.then = vault.git, vault.root / USER, typed, then
+        base = self.store.head()
+        self.old = self.store.read_file(base, USER)
+        self.theirs = self.store.commit_overlay(base, "refine/20261202-000000-a",
+                                                {USER: self.old + b"- from the other machine\n"}, "a", Act.learned())
+        self.disk.write_bytes(self.old + b"- mine\n")
+        self.store.commit_human_edits([USER])
+        self.mine = self.disk.read_bytes()
+        self.saved = saved if saved is not None else self.mine + typed
+        self.calls = 0
+
+    def resolve(self, path, base, ours, theirs):
+        self.calls += 1
+        if self.calls == 1:
+            self.disk.write_bytes(self.saved)
+        elif self.calls == 2 and self.then:
+            self.then()
+        return changes.format_resolver(self.store)(path, base, ours, theirs)
+
+    def integrate(self):
+        from hermes_fs.mind.merge import merges_by_entry
+
+        return self.store.integrate(self.theirs, "sync: merge a's main", Act.sync("b"), resolve=self.resolve,
+                                    recheck=merges_by_entry)
+
+
+def test_a_save_landing_while_another_machines_main_merges_is_folded_in_and_stays_the_persons(vault):
+    """A person saving a file the sync merge changes, while it ran, refused the merge: with saves
+    every second and merges of a second or more on a loaded machine, the other machines' edits
+    waited for a moment nobody typed (the sync chaos bench). The merge is now folded into their
+    text: main gets the merge, the file on disk the merge plus their line, still theirs to commit."""
+    save = SaveWhileMerging(vault)
+    new = save.integrate()
+    store = save.store
+    assert store.head() == new and store.read_file(new, USER) == save.mine + b"- from the other machine\n"
+    assert save.disk.read_bytes() == save.saved + b"- from the other machine\n"  # their text, the merge's entry after it
+    diff = [line for line in git(vault, "diff", "--", USER).splitlines()[4:] if line[:1] in "+-"]
+    assert diff == ["+- typed while it merged"]  # their line alone is left to commit
+    assert not store.journal.exists()
+    store.commit_human_edits([USER])
+    assert store.read_file("HEAD", USER) == save.disk.read_bytes() and git(vault, "status", "--porcelain") == ""
+    assert store.commit_info("HEAD").summary.startswith("edit: ")
+
+
+def test_a_save_that_does_not_fold_refuses_the_merge_and_keeps_every_byte(vault):
+    """Frontmatter that no longer parses: nothing to fold by entry, so the merge waits, as before."""
+    save = SaveWhileMerging(vault, saved=b"---\ntitle: [unclosed\n---\n- mine\n- typed\n")
+    before = save.store.head()
+    with pytest.raises(ConflictError, match="appeared while merging"):
+        save.integrate()
+    assert save.store.head() == before and not save.store.journal.exists()
+    assert save.disk.read_bytes() == save.saved
+
+
+def test_a_fold_undone_when_main_moves_gives_the_person_their_text_alone(vault):
+    """The fold is written, then main moved under the merge (it cannot land): the file gets the
+    person's text back, without the other machine's line, or it would go in as their edit."""
+    moved = []
+
+    def move_main():
+        moved.append(vault.git.head())
+        git(vault, "commit", "--allow-empty", "-qm", "a commit of someone else's")
+
+    save = SaveWhileMerging(vault, then=move_main)
+    with pytest.raises(GitError, match="moved while merging"):
+        save.integrate()
+    assert moved and save.disk.read_bytes() == save.saved
+    assert not save.store.journal.exists()
+
+
+def test_a_fold_cut_short_by_a_kill_is_put_back_to_the_persons_text(vault):
+    """What a kill -9 between writing a fold and moving main leaves: the journal names the fold
+    with the person's text, and the first commit afterwards puts that text back and commits it
+    as theirs, without the other machine's line."""
+    from hermes_fs.store.git_worktree import Fold
+
+    save = SaveWhileMerging(vault)
+    store = save.store
+    merged = store._commit_tree(store.merged_tree(store.head(), save.theirs, changes.format_resolver(store)),
+                                [store.head(), save.theirs], "merge", Act.sync("b"))
+    person = save.saved
+    fold = Fold(person, person + b"- from the other machine\n")
+    store.journal.write_text(json.dumps({"old": store.head(), "new": merged, "paths": [USER],
+                                         "folds": {USER: fold.journal()}}))
+    save.disk.write_bytes(fold.wrote)
+    store.commit_human_edits()
+    assert store.read_file("HEAD", USER) == person and save.disk.read_bytes() == person
+    assert not store.journal.exists() and git(vault, "status", "--porcelain") == ""
+
+
 def test_daemon_pauses_during_a_persons_merge(vault, daemon):
     (vault.root / ".git" / "MERGE_HEAD").write_text(vault.git.head() + "\n")
     d = daemon()

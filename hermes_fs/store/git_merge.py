@@ -13,6 +13,7 @@ from ..errors import ConflictError, EditedWhileMerging, GitError, Overtaken
 from .files import atomic_write
 from .git_base import EMPTY_TREE, MAIN, KeepBoth, Resolver
 from .git_commit import GitCommitter
+from .git_worktree import Fold
 from .provenance import Act
 
 
@@ -47,7 +48,10 @@ class GitMerger(GitCommitter):
         has nothing of its own, else a merge commit with parents [main, theirs]. Never a rebase:
         published history is not rewritten. Like `merge`, pending human edits in the paths it
         touches are committed first, and the working tree changes only by CAS, file by file.
-        Returns the new main, or None when main already has `theirs`."""
+        Returns the new main, or None when main already has `theirs`. A person saving a file the
+        merge changes while it runs does not refuse it where `resolve` folds the merge into their
+        text (`_folds`): with saves every second and merges of a second or more on a loaded
+        machine, the other machines' edits waited for a quiet moment (the sync chaos bench)."""
         with self.lock.hold():
             self._require_main_checked_out()
             if self.is_ancestor(theirs, self.head()):
@@ -63,7 +67,7 @@ class GitMerger(GitCommitter):
                 tree = self.merged_tree(ours, theirs, resolve, keep_both=keep_both, recheck=recheck)
                 new = self._commit_tree(tree, [ours, theirs], message, act)
                 candidates = sorted(set(touched) | set(self.changed_paths(ours, new)))
-            self._advance_main(ours, new, candidates)
+            self._advance_main(ours, new, candidates, fold=resolve)
             return new
 
     def revert_merge(self, merge_sha: str, message: str, act: Act, resolve: Resolver | None = None) -> str:
@@ -174,12 +178,14 @@ class GitMerger(GitCommitter):
                                   ok=tuple(range(0, 128)))
         return code == 0, out
 
-    def _advance_main(self, old: str, new: str, candidates: list[str] | None = None) -> None:
+    def _advance_main(self, old: str, new: str, candidates: list[str] | None = None,
+                      fold: Resolver | None = None) -> None:
         """Move main from old to new, writing and staging only the changed paths.
 
         `candidates` (the paths the merged branch touched) bounds where old and new can differ,
         so they are compared path by path instead of diffing whole trees. Refuses if any changed
-        path holds uncommitted text (a person typed while we worked).
+        path holds uncommitted text (a person typed while we worked), unless `fold` merges the
+        change into their text (`_folds`).
         """
         if candidates is None:
             changed = self.changed_paths(old, new)
@@ -187,11 +193,14 @@ class GitMerger(GitCommitter):
             before, after = self._ls_paths(old, candidates), self._ls_paths(new, candidates)
             changed = sorted(p for p in candidates if before.get(p) != after.get(p))
         dirty = self.dirty_paths(changed)
-        if dirty:
-            raise EditedWhileMerging("uncommitted edits appeared while merging; nothing changed", dirty)
-        atomic_write(self.journal, json.dumps({"old": old, "new": new, "paths": changed}), fsync=True)
+        folds = self._folds(old, new, dirty, fold) if dirty and fold else {}
+        if set(dirty) - set(folds):
+            raise EditedWhileMerging("uncommitted edits appeared while merging; nothing changed",
+                                     sorted(set(dirty) - set(folds)))
+        atomic_write(self.journal, json.dumps({"old": old, "new": new, "paths": changed,
+                                               "folds": {rel: f.journal() for rel, f in folds.items()}}), fsync=True)
         try:
-            self._write_paths(new, changed, expect=old)
+            self._write_paths(new, changed, expect=old, folds=folds)
             try:
                 self._git("update-ref", "-m", "hermes-fs", f"refs/heads/{MAIN}", new, old)
             except GitError:
@@ -199,17 +208,43 @@ class GitMerger(GitCommitter):
         except BaseException:
             # Failed half-way (another git holds the index, main moved, a disk error): the working
             # tree must not keep the branch's text, or it would be committed as a person's edit.
-            self._undo_advance(old, new, changed)
+            self._undo_advance(old, new, changed, folds)
             raise
         self.journal.unlink(missing_ok=True)
 
-    def _undo_advance(self, old: str, new: str, paths: list[str]) -> None:
+    def _folds(self, old: str, new: str, dirty: list[str], resolve: Resolver) -> dict[str, Fold]:
+        """Files a person saved into while the merge ran, with the merge folded into their text:
+        the format-aware merge of main before the merge (base), their text (ours) and the merged
+        file (theirs). Written instead of the merged file, their text stays theirs (an edit to
+        commit, as any other), and the merge need not wait for a moment nobody types. A file that
+        does not fold cleanly (both changed one entry, a deletion, not memory or a skill, a
+        symlink) is left out, and the merge is refused as before."""
+        folds = {}
+        for rel in dirty:
+            if (self.root / rel).is_symlink():
+                continue
+            person, base, merged = self._disk_bytes(rel), self.read_file(old, rel), self.read_file(new, rel)
+            if person is None or base is None or merged is None:
+                continue
+            try:
+                text = resolve(rel, base, person, merged)
+            except ConflictError:
+                continue
+            if text is not None:
+                folds[rel] = Fold(person, text)
+        return folds
+
+    def _undo_advance(self, old: str, new: str, paths: list[str], folds: dict[str, Fold] | None = None) -> None:
         """Files still holding what the merge wrote get main's bytes back (the working tree needs no
-        git lock), then the index is restaged; if another git still holds the index, the journal
-        stays and the next commit of human edits finishes the job (`recover_interrupted_merge`)."""
+        git lock), a person's folded text its own, then the index is restaged; if another git still
+        holds the index, the journal stays and the next commit of human edits finishes the job
+        (`recover_interrupted_merge`)."""
+        folds = folds or {}
         wrote = self._ls_paths(new, paths)
-        self._write_tree(old, [rel for rel in paths
-                               if self._disk_bytes(rel) == (self.read_file(new, rel) if rel in wrote else None)])
+        self._write_tree(old, [rel for rel in paths if rel not in folds
+                               and self._disk_bytes(rel) == (self.read_file(new, rel) if rel in wrote else None)])
+        for rel, f in folds.items():
+            self._unfold(rel, f.person, f.digest)
         try:
             self._stage_from(old, paths)
         except GitError:

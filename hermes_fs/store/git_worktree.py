@@ -5,12 +5,36 @@ left (its journal). Callers hold the vault lock; main does not move here.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+from dataclasses import dataclass
 
 from ..errors import EditedWhileMerging, GitError
 from .files import atomic_write, prune_empty_dirs, swap_if_unchanged, symlink_on_path
 from .git_base import ZERO
 from .git_objects import GitObjects
+
+
+@dataclass
+class Fold:
+    """A file a person saved into while a merge ran: their text, and what the merge writes instead
+    of its own version (their text with the merge folded in). The merge's journal keeps their
+    text, so a merge killed half-way puts it back (`GitWorktree._unfold`)."""
+
+    person: bytes
+    wrote: bytes
+
+    @property
+    def digest(self) -> str:
+        return _digest(self.wrote)
+
+    def journal(self) -> dict[str, str]:
+        return {"person": base64.b64encode(self.person).decode(), "wrote": self.digest}
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 class GitWorktree(GitObjects):
@@ -41,7 +65,11 @@ class GitWorktree(GitObjects):
             return []
         if head != j["new"] and not self.is_ancestor(j["new"], head):  # the merge never landed
             listed = self._ls_paths(j["new"], j["paths"])
+            folds = j.get("folds") or {}
             for rel in j["paths"]:
+                if rel in folds:  # a person's text the merge was folded into: their text alone
+                    self._unfold(rel, base64.b64decode(folds[rel]["person"]), folds[rel]["wrote"])
+                    continue
                 disk = self._disk_bytes(rel)
                 wrote = self.read_file(j["new"], rel) if rel in listed else None
                 if disk == wrote:
@@ -71,14 +99,18 @@ class GitWorktree(GitObjects):
         self._stage({p: sha for p, (_m, sha) in listed.items()}, [p for p in paths if p not in listed],
                     {p: m for p, (m, _sha) in listed.items()})
 
-    def _write_paths(self, commit: str, paths: list[str], expect: str | None = None) -> None:
+    def _write_paths(self, commit: str, paths: list[str], expect: str | None = None,
+                     folds: dict[str, Fold] | None = None) -> None:
         """Make the working tree and the index show `commit` at `paths` (and nowhere else).
 
         With `expect`, each file is compared with its bytes at `expect` right before it is replaced
         (compare-and-swap, file by file): a keystroke that landed after the merge's check is never
         overwritten; the files already written are put back and the merge is refused. No file is
-        written through a symlinked folder.
+        written through a symlinked folder. A path in `folds` holds a person's text: it is
+        compared with that text and gets the fold's bytes, while the index gets `commit`'s (their
+        text stays an edit of theirs, to commit).
         """
+        folds = folds or {}
         blobs, modes, deleted = {}, {}, []
         done: list[str] = []
         listed = self._ls_paths(commit, paths)
@@ -93,12 +125,13 @@ class GitWorktree(GitObjects):
             file_mode = 0o755 if entry is not None and entry[0] == "100755" else None
             if expect is not None and not target.is_symlink():
                 # compare and swap in one step that also catches a write landing during the swap
-                if not swap_if_unchanged(target, data, self.read_file(expect, rel), file_mode):
-                    self._write_paths(expect, done)
+                want, was = (folds[rel].wrote, folds[rel].person) if rel in folds else (data, self.read_file(expect, rel))
+                if not swap_if_unchanged(target, want, was, file_mode):
+                    self._put_back(expect, done, folds)
                     raise EditedWhileMerging("a person changed this file while merging; nothing changed", [rel])
             else:
                 if expect is not None and self._disk_bytes(rel) != self.read_file(expect, rel):
-                    self._write_paths(expect, done)
+                    self._put_back(expect, done, folds)
                     raise EditedWhileMerging("a person changed this file while merging; nothing changed", [rel])
                 if data is None:
                     target.unlink(missing_ok=True)
@@ -111,6 +144,19 @@ class GitWorktree(GitObjects):
                 blobs[rel], modes[rel] = entry[1], entry[0]
             done.append(rel)
         self._stage(blobs, deleted, modes)
+
+    def _put_back(self, commit: str, done: list[str], folds: dict[str, Fold]) -> None:
+        """Undo the swaps of a refused merge: `commit`'s bytes back, or a person's folded text."""
+        self._write_paths(commit, [rel for rel in done if rel not in folds])
+        for rel in done:
+            if rel in folds:
+                self._unfold(rel, folds[rel].person, folds[rel].digest)
+
+    def _unfold(self, rel: str, person: bytes, wrote: str) -> None:
+        """A file that still holds exactly what a fold wrote (digest `wrote`) gets the person's text back."""
+        disk = self._disk_bytes(rel)
+        if disk is not None and _digest(disk) == wrote:
+            swap_if_unchanged(self.root / rel, person, disk)
 
     def _refuse_symlinked_parent(self, rel: str) -> None:
         link = symlink_on_path(self.root, rel)
