@@ -394,6 +394,9 @@ def test_a_fold_cut_short_by_a_kill_is_put_back_to_the_persons_text(vault):
     store.journal.write_text(json.dumps({"old": store.head(), "new": merged, "paths": [USER],
                                          "folds": {USER: fold.journal()}}))
     save.disk.write_bytes(fold.wrote)
+    with store.lock.hold():
+        assert store.recover_interrupted_merge() == [USER]
+    assert save.disk.read_bytes() == person
     store.commit_human_edits()
     assert store.read_file("HEAD", USER) == person and save.disk.read_bytes() == person
     assert not store.journal.exists() and git(vault, "status", "--porcelain") == ""

@@ -65,10 +65,11 @@ class GitWorktree(GitObjects):
             return []
         if head != j["new"] and not self.is_ancestor(j["new"], head):  # the merge never landed
             listed = self._ls_paths(j["new"], j["paths"])
-            folds = j.get("folds") or {}
+            folds, unfolded = j.get("folds") or {}, []
             for rel in j["paths"]:
                 if rel in folds:  # a person's text the merge was folded into: their text alone
-                    self._unfold(rel, base64.b64decode(folds[rel]["person"]), folds[rel]["wrote"])
+                    if self._unfold(rel, base64.b64decode(folds[rel]["person"]), folds[rel]["wrote"]):
+                        unfolded.append(rel)
                     continue
                 disk = self._disk_bytes(rel)
                 wrote = self.read_file(j["new"], rel) if rel in listed else None
@@ -76,6 +77,7 @@ class GitWorktree(GitObjects):
                     restored.append(rel)
             self._write_tree(head, restored)
             self._stage_from(head, j["paths"])
+            restored += unfolded
         self.journal.unlink(missing_ok=True)
         return restored
 
@@ -152,11 +154,10 @@ class GitWorktree(GitObjects):
             if rel in folds:
                 self._unfold(rel, folds[rel].person, folds[rel].digest)
 
-    def _unfold(self, rel: str, person: bytes, wrote: str) -> None:
+    def _unfold(self, rel: str, person: bytes, wrote: str) -> bool:
         """A file that still holds exactly what a fold wrote (digest `wrote`) gets the person's text back."""
         disk = self._disk_bytes(rel)
-        if disk is not None and _digest(disk) == wrote:
-            swap_if_unchanged(self.root / rel, person, disk)
+        return disk is not None and _digest(disk) == wrote and swap_if_unchanged(self.root / rel, person, disk)
 
     def _refuse_symlinked_parent(self, rel: str) -> None:
         link = symlink_on_path(self.root, rel)
