@@ -287,3 +287,48 @@ def test_one_store_shared_by_threads_reads_conflicts_right(vault):
     assert sorted(results) == [("conflict", i) for i in range(6)]
     assert (vault.root / skill).read_text() == "main's own line\n"
     assert git(vault, "status", "--porcelain") == ""
+
+
+def test_main_read_from_its_ref_file_agrees_with_git_packed_or_not(vault):
+    """`head()` reads main's loose ref file (no git process: a sync round asked ten times); a
+    packed ref, a ref file holding something else, or a `.git` that is not a folder go to git."""
+    store = vault.git
+    (vault.root / "memory" / "USER.md").write_text("- one\n")
+    store.commit_human_edits()
+    assert store.head() == git(vault, "rev-parse", "main").strip()
+    git(vault, "pack-refs", "--all")  # the loose file is gone: git answers from packed-refs
+    assert not (vault.root / ".git/refs/heads/main").exists()
+    assert store.head() == git(vault, "rev-parse", "main").strip()
+    (vault.root / "memory" / "USER.md").write_text("- two\n")
+    store.commit_human_edits()  # a loose ref again, newer than the packed one
+    loose = (vault.root / ".git/refs/heads/main").read_text().strip()
+    assert store.head() == loose == git(vault, "rev-parse", "main").strip()
+    assert loose not in (vault.root / ".git/packed-refs").read_text()
+    assert store._loose_ref("refs/heads/no-such-branch") is None
+    (vault.root / ".git/refs/heads/odd").write_text("ref: refs/heads/main\n")  # a symbolic ref file
+    assert store._loose_ref("refs/heads/odd") is None
+
+
+def test_another_branch_or_a_detached_head_checked_out_is_seen_before_any_commit(vault):
+    """HEAD is read from .git/HEAD without a git process (asked before every commit)."""
+    store = vault.git
+    assert store.operation_in_progress() is None
+    git(vault, "switch", "-q", "-c", "drafts")
+    assert store.operation_in_progress() == "drafts is checked out instead of main"
+    git(vault, "switch", "-q", "--detach", "main")
+    assert store.operation_in_progress() == "a detached HEAD is checked out instead of main"
+    git(vault, "switch", "-q", "main")
+    assert store.operation_in_progress() is None
+
+
+def test_answers_about_two_commits_are_remembered_never_about_names_that_move(vault):
+    store = vault.git
+    first = store.head()
+    (vault.root / "memory" / "USER.md").write_text("- moved on\n")
+    second = store.commit_human_edits().sha
+    assert store.is_ancestor(first, second) and not store.is_ancestor(second, first)
+    assert store.changed_paths(first, second) == ["memory/USER.md"] and store.merge_base(first, second) == first
+    assert not store.is_ancestor("main", first)  # main is `second`
+    git(vault, "update-ref", "refs/heads/main", first, second)  # main moves back: asked again, by name
+    assert store.is_ancestor("main", first) and store.merge_base("main", second) == first
+    assert store.is_ancestor(first, second) and store.changed_paths(first, second) == ["memory/USER.md"]

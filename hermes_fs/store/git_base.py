@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from ..errors import GitError
 from .lock import VaultLock
@@ -69,6 +69,7 @@ class GitBase:
         self._secrets = secrets
         self._read_lock = threading.Lock()
         self._paths_of: dict[str, list[str]] = {}  # commit -> paths it changed (see changed_paths_of)
+        self._between: dict[tuple[str, str, str], Any] = {}  # (question, commit, commit) -> answer (GitReader._pure)
         self.root = Path(root)
         self.provenance = provenance or Provenance()  # every commit's author and trailers (store/provenance.py)
         self.lock = VaultLock((lock_dir or self.root / ".hermes" / "locks") / "main.lock")
