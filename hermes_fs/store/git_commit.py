@@ -20,16 +20,6 @@ class GitCommitter(GitWorktree):
     _OPERATIONS = {"MERGE_HEAD": "a git merge", "rebase-merge": "a git rebase", "rebase-apply": "a git rebase or am",
                    "CHERRY_PICK_HEAD": "a git cherry-pick", "REVERT_HEAD": "a git revert", "BISECT_LOG": "a git bisect"}
 
-    def _head_ref(self) -> str:
-        """The branch HEAD names ('refs/heads/main'), '' when detached: read from .git/HEAD, which
-        git replaces whole, without a process (asked before every commit); git's answer if that
-        file cannot be read."""
-        try:
-            text = (self.root / ".git" / "HEAD").read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError):
-            return self._git("symbolic-ref", "-q", "HEAD", ok=(0, 1)).strip()
-        return text.removeprefix("ref:").strip() if text.startswith("ref:") else ""
-
     def operation_in_progress(self, index_lock: bool = True) -> str | None:
         """What a person's own git is in the middle of (a merge with conflicts, a rebase, another
         branch checked out, a fresh index.lock), or None. Nothing of hermes-fs commits meanwhile."""

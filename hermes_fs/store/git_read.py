@@ -49,6 +49,16 @@ class GitReader(GitBase):
             return None
         return text if _is_id(text) else None
 
+    def _head_ref(self) -> str:
+        """The branch HEAD names ('refs/heads/main'), '' when detached: read from .git/HEAD, which
+        git replaces whole, without a process (asked before every commit); git's answer if that
+        file cannot be read."""
+        try:
+            text = (self.root / ".git" / "HEAD").read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return self._git("symbolic-ref", "-q", "HEAD", ok=(0, 1)).strip()
+        return text.removeprefix("ref:").strip() if text.startswith("ref:") else ""
+
     @cached_property
     def repo(self):
         """GitPython's Repo: its persistent `cat-file --batch` makes many reads cost one process."""
