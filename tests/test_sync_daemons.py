@@ -165,3 +165,42 @@ def test_a_request_pushed_by_a_phone_is_answered_once(machines, tmp_path, server
     for v in vaults:
         assert len(v.git.list_files(v.git.head(), "outputs/requests/")) == 1
     assert sum("request taken: ask.md" in d.output() for d in procs) == 1
+
+
+def test_a_restarted_machine_works_after_it_has_caught_up_and_a_silent_remote_delays_it_little(
+        machines, server, model_server):
+    """Agent work waits for sync's first round (service/catch_up.py), so a machine back from a
+    stop answers with what the others wrote meanwhile; a first round the remote never finishes
+    holds the work back CATCH_UP_MAX_S at most."""
+    import time
+
+    from hermes_fs.service.catch_up import CATCH_UP_MAX_S
+
+    vaults, procs = machines
+    a, b, _ = vaults
+    p = b.root / "memory/USER.md"
+    p.write_text(p.read_text() + "- The staging database moved to pg-7\n")
+    b.git.commit_human_edits(["memory/USER.md"])
+    assert Syncer(b).round(work=False).pushed  # written on b while a was stopped
+    q = a.root / "memory/MEMORY.md"
+    q.write_text(q.read_text() + "- Written on a while its daemon was stopped\n")
+    a.git.commit_human_edits(["memory/MEMORY.md"])  # so a's first round merges and pushes main
+    hold, reached = server.base / "hold", server.base / "reached"
+    hold.touch()  # the remote takes a's push of main, then never answers it
+    hook = server.base / "vault.git" / "hooks" / "update"
+    hook.write_text(f'#!/bin/sh\n[ "$1" = refs/heads/main ] || exit 0\ntouch {reached}\n'
+                    f'while [ -e {hold} ]; do sleep 0.05; done\nexit 0\n')
+    hook.chmod(0o755)
+    (a.root / "inbox" / "ask.md").write_text("---\ntype: run\n---\nWhere is the staging database?\n")
+    try:
+        procs.append(DaemonProc(a.root))
+        assert wait_for(reached.exists, 60), procs[0].output()[-3000:]  # the first round, merged, pushing
+        time.sleep(1.0)
+        assert model_server.requests == [], procs[0].output()[-3000:]
+        assert wait_for(lambda: model_server.requests, CATCH_UP_MAX_S + 30), procs[0].output()[-3000:]
+        assert reached.exists() and hold.exists()  # the round is still held: the limit let the work go
+        prompt = str(model_server.requests[0]["messages"])
+        assert "pg-7" in prompt  # b's entry, merged by that first round before its push
+    finally:
+        hold.unlink(missing_ok=True)
+    assert wait_for(lambda: a.git.list_files(a.git.head(), "outputs/requests/"), 60), procs[0].output()[-3000:]

@@ -25,6 +25,7 @@ from ..store.files import atomic_write
 from ..store.provenance import Act
 from ..store.vault import Vault
 from . import inbox  # light: the job code it runs is imported per request
+from .catch_up import CatchUp
 from .daemon_state import daemon_lock, is_running, status
 from .priority import lower_this_thread
 from .requests import SerialExecutor
@@ -120,6 +121,7 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         self.warm: WarmServer | None = None
         self.services: list = []  # DaemonService objects started by _start_services
+        self.catch_up = CatchUp()  # agent work waits for it after a start (sync's first round)
 
     def note(self, message: str) -> None:
         self.state.note(message)
@@ -148,6 +150,7 @@ class Daemon:
             self._start_scheduler()
             self._start_warm()
             self._start_services()
+            self.catch_up.all_started()
             self.note("daemon started")
             self._scan_inbox()
             while not self.stop_event.wait(WAKE_S):  # never a wait without end: see WAKE_S
@@ -245,6 +248,7 @@ class Daemon:
         from .cron_runner import run_job
 
         lower_this_thread()
+        self.catch_up.wait()
         self.note(f"cron started: {job.name} (due {due.isoformat()})")
         try:
             run = run_job(self.vault, job, due)
@@ -262,6 +266,7 @@ class Daemon:
         slow = threading.Timer(SLOW_STOP_S, self._log_stacks, args=(f"stopping for over {SLOW_STOP_S:.0f} s",))
         slow.daemon = True  # a stop that hangs says where, in daemon.log
         slow.start()
+        self.catch_up.give_up()  # work still waiting to start does not wait on a part that is stopping
         for service in reversed(self.services):
             try:
                 service.stop()
@@ -413,6 +418,7 @@ class Daemon:
 
     def _run_claim(self, c: inbox.Claim) -> None:
         lower_this_thread()
+        self.catch_up.wait()
         self.note(f"request started: {c.name}")
         try:
             status = inbox.process(self.vault, c, self.note).status

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ..store.vault import Vault
+from .catch_up import CatchUp
 
 
 class JobRunner(Protocol):
@@ -23,6 +24,7 @@ class JobRunner(Protocol):
 
 class DaemonHost(Protocol):
     vault: Vault
+    catch_up: CatchUp  # a part that must catch up after a start holds agent work back until it has
 
     @property
     def scheduler(self) -> JobRunner | None: ...

@@ -758,6 +758,7 @@ class SyncService:
         self.wake.set()
 
     def start(self) -> None:
+        self.daemon.catch_up.hold(self.name)  # agent work starts after the first round (catch_up.py)
         self.observer = watch_main(self.vault.root, self.poke)
         self.thread = threading.Thread(target=self._loop, name="sync", daemon=True)
         self.thread.start()
@@ -806,14 +807,17 @@ class SyncService:
     def _loop(self) -> None:
         while not self.stopped.is_set():
             self.wake.clear()
+            pushed = False
             try:
                 r = self.syncer.round()
                 self._after(r)
-                if r.pushed:  # let the other machines in: back-to-back pushes from one machine make
-                    self.stopped.wait(PUSH_GAP_S)  # every other machine's merge lose the race for main
+                pushed = r.pushed
             except Exception as exc:  # the sync thread never dies: report, wait, try again
                 log.exception("sync: round failed")
                 self.daemon.error(f"sync failed: {type(exc).__name__}: {exc}")
+            self.daemon.catch_up.release(self.name)  # caught up, or tried: the work waits no longer
+            if pushed:  # let the other machines in: back-to-back pushes from one machine make
+                self.stopped.wait(PUSH_GAP_S)  # every other machine's merge lose the race for main
             self.wake.wait(self.vault.config.sync.interval_s)
 
     def _after(self, r: Round) -> None:
