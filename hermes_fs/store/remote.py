@@ -28,6 +28,14 @@ MIRROR = "refs/hermes/remote/"
 HOSTS = "refs/hermes/hosts/"
 SHARED = ("refs/heads/", "refs/hermes/claims/", "refs/hermes/leases/", "refs/hermes/rejected/", HOSTS)
 TIMEOUT_S = 30.0  # a remote that does not answer in this long counts as unreachable
+PLAIN_GIT_PROTOCOL = "0"
+"""The wire protocol for a `git://` remote (`git daemon`). Over a raw TCP connection, protocol v2
+(git's default) sends its command in several small writes, and Nagle's algorithm holds the rest
+until the daemon's delayed ACK: about 40 ms, twice, per connection. Measured here with git 2.39
+against `git daemon` on 127.0.0.1: ls-remote 96 ms (v2) against 12 ms (v0), a fetch with nothing
+new 67 ms against 27 ms; a sync round makes one of each, the claims more. v0 sends the whole ref
+list each time instead of the refs asked for, which a vault's few hundred refs make cheap. Other
+transports (ssh, https) keep git's default: not measured here, so not changed."""
 LOCAL_RACE = ("cannot lock ref", "Unable to create")  # git's words for a local ref another git holds
 LOCAL_RACE_TRIES = 5
 
@@ -76,11 +84,14 @@ class Remote:
                # an ssh remote must never wait for a passphrase or a host-key question
                "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")}
         try:
-            proc = subprocess.run(["git", "-c", "core.quotepath=off", *args], cwd=self.root, capture_output=True,
-                                  env=env, timeout=self.timeout_s)
+            proc = subprocess.run(["git", "-c", "core.quotepath=off", *self._protocol(), *args], cwd=self.root,
+                                  capture_output=True, env=env, timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
             raise Unreachable(f"{self.url}: no answer within {self.timeout_s:.0f} s") from None
         return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+
+    def _protocol(self) -> list[str]:
+        return ["-c", f"protocol.version={PLAIN_GIT_PROTOCOL}"] if self.url.startswith("git://") else []
 
     @staticmethod
     def _failure(err: str) -> str:
