@@ -138,8 +138,14 @@ class Proxy:
                 self.listener.close()
                 self.listener = None
             for s in list(self.conns):
-                try:
+                try:  # shutdown first: a close alone leaves a recv blocked in a pipe thread holding the
+                    # socket open, and the client waits on a connection nobody resets (a sync round hung
+                    # for its whole 30 s timeout in the chaos bench); then the close resets it (linger 0)
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                try:
                     s.close()
                 except OSError:
                     pass

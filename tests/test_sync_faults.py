@@ -668,3 +668,35 @@ def test_many_claim_commits_are_made_in_one_git_call(synced, tmp_path):
         assert rec.host == "taker" and rec.state == "running" and rec.expires > time.time()
         assert store.is_ancestor(holder.held[key].sha, rec.sha)  # built on the renewal, as a lease needs
     subprocess.run(["git", "fsck", "--no-progress"], cwd=v.root, check=True, capture_output=True)
+
+
+def test_a_cut_of_the_test_proxy_ends_a_connection_that_is_open_and_idle():
+    """The chaos figures rely on `Proxy.cut()` resetting open connections. A close alone did not
+    end one whose pipe threads were blocked reading, and a sync round waited its whole 30 s
+    timeout on it."""
+    import socket
+    import threading
+
+    from gitserver import Proxy
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.append(server.accept()[0]), daemon=True).start()
+    proxy = Proxy(server.getsockname()[1])
+    try:
+        client = socket.create_connection(("127.0.0.1", proxy.port))
+        client.settimeout(20)
+        deadline = time.time() + 10
+        while not (accepted and len(proxy.conns) == 2) and time.time() < deadline:
+            time.sleep(0.02)  # both pipe threads now wait in recv
+        assert accepted and len(proxy.conns) == 2
+        proxy.cut()
+        try:
+            assert client.recv(10) == b""  # ended: end of stream or a reset, never a wait
+        except ConnectionResetError:
+            pass
+    finally:
+        proxy.close()
+        server.close()
