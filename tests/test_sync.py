@@ -518,3 +518,57 @@ def test_a_merge_a_person_types_into_is_made_again_at_once_not_a_round_later(tmp
     assert git(b.root, "status", "--porcelain") == ""
     log = git(b.root, "log", "--format=%s", "-5")
     assert log.count("edit: memory/USER.md") >= 2, log  # each save committed as the person's edit
+
+
+def log_updates(server: GitDaemon) -> Path:
+    """The remote writes each ref update it accepts, in order, to the returned file."""
+    done = server.base / "updates"
+    hook = server.base / "vault.git" / "hooks" / "update"
+    hook.write_text(f'#!/bin/sh\necho "$1" >> {done}\nexit 0\n')
+    hook.chmod(0o755)
+    return done
+
+
+def test_after_a_start_or_an_outage_the_daemons_round_puts_what_was_written_up_before_merging(tmp_path, server):
+    """The daemon's first round after a start, and after a partition, pushes the machine's host
+    ref before it fetches and merges what the others wrote meanwhile (that merge took seconds
+    after a partition in the chaos bench); a round in between does not."""
+    a = first_machine(tmp_path, server)
+    proxy = Proxy(server.port)
+    b = machine(tmp_path, server, "b", port=proxy.port)
+    sb = Syncer(b)
+    sb.host_first = True  # as the daemon's SyncService sets it
+    own = host_ref(sb.host)
+    try:
+        add_entry(a, "Written on a")
+        assert Syncer(a).round(work=False).pushed
+        updates = log_updates(server)
+        add_entry(b, "Written on b while its daemon was stopped")
+        r = sb.round(work=False)  # the first round of this process
+        assert r.pushed and r.hosted
+        assert updates.read_text().splitlines() == [own, "refs/heads/main"]
+        assert "Written on b while" in remote_text(server, own, "memory/USER.md")
+        assert "Written on a" not in remote_text(server, own, "memory/USER.md")  # pushed before the merge
+
+        add_entry(b, "Written on b while connected")
+        updates.unlink()
+        assert sb.round(work=False).pushed
+        assert updates.read_text().splitlines() == ["refs/heads/main"]  # won main at once: no host push
+
+        proxy.cut()
+        add_entry(b, "Written on b while cut off")
+        assert sb.round(work=False).offline
+        add_entry(a, "Written on a meanwhile")
+        assert Syncer(a).round(work=False).pushed
+        proxy.heal()
+        updates.unlink()
+        r = sb.round(work=False)
+        assert r.pushed and r.hosted
+        assert updates.read_text().splitlines() == [own, "refs/heads/main"]
+        assert "Written on b while cut off" in remote_text(server, own, "memory/USER.md")
+    finally:
+        proxy.close()
+    lines = remote_text(server, "refs/heads/main", "memory/USER.md").splitlines()
+    for line in ("Written on a", "Written on b while its daemon was stopped", "Written on b while connected",
+                 "Written on b while cut off", "Written on a meanwhile"):
+        assert lines.count(f"- {line}") == 1, line
