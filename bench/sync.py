@@ -135,6 +135,35 @@ class Events:
                 reach = b
         return total
 
+    def free_at(self, name: str, t: float) -> float:
+        """The first moment from `t` on when `name` is neither killed nor cut off."""
+        moved = True
+        while moved:
+            moved = False
+            for a, b, n in self.cuts + self.downs:
+                if n == name and a <= t < b:
+                    t, moved = b, True
+        return t
+
+
+def _floor(written, seen, events: Events) -> dict:
+    """What no sync could beat: a line cannot leave its machine while that one is killed or cut
+    off, nor reach another one while that one is. Per line, to the last other machine, as
+    `edit_latency_s` counts it."""
+    floors = []
+    for line, (origin, _t) in written.items():
+        arrivals = seen.get(line, {})
+        if origin == "phone" or origin not in arrivals:
+            continue
+        start = arrivals[origin]
+        leaves = events.free_at(origin, start)
+        floors.append(max(events.free_at(n, leaves) for n in "abc" if n != origin) - start)
+    if not floors:
+        return {"n": 0}
+    return {"p95": round(percentile(floors, 95), 2), "share_over_5s": round(sum(f > 5 for f in floors) / len(floors), 3),
+            "n": len(floors), "what": "per edit, the wait that its own or another machine's kill or partition "
+                                      "imposed on it; no sync can deliver sooner"}
+
 
 def _write_line(root: Path, rel: str, line: str) -> None:
     p = root / rel
@@ -213,7 +242,7 @@ def setup(work: Path, interval_s: float, ttl_s: float, jobs: int, job_start: dat
 
 
 def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_s: float = 2.0, ttl_s: float = 20.0,
-        seed: int = 1, kill_every: tuple[float, float] = (3, 8), cut_every: tuple[float, float] = (4, 10),
+        seed: int = 1, kill_every: tuple[float, float] = (3, 8), cut_every: tuple[float, float] | None = (4, 10),
         cut_for: tuple[float, float] = (2, 10), settle_s: float = 300, work: Path | None = None,
         say=print, phone_every: int = 0, verbose: bool = False) -> dict:
     """`phone_every`: every n-th request is pushed by the phone instead of dropped on a machine
@@ -277,7 +306,7 @@ def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_
         f"claim ttl {ttl_s} s) in {work}")
     t0 = time.time()
     next_kill = t0 + lead + rng.uniform(*kill_every)
-    next_cut = t0 + lead + rng.uniform(*cut_every)
+    next_cut = t0 + lead + rng.uniform(*cut_every) if cut_every else float("inf")  # None: no partitions
     req_gap = (duration_s - lead) / max(requests, 1)
     next_req, n_req, n_line, next_phone = t0 + lead, 0, 0, t0 + lead
     restarts: list[tuple[float, Machine]] = []
@@ -320,7 +349,7 @@ def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_
                 m.proxy.cut()
                 m.cut_until = now + length
                 m.cut_since = now
-            next_cut = now + rng.uniform(*cut_every)
+            next_cut = now + rng.uniform(*cut_every) if cut_every else float("inf")
         for m in machines:
             if m.cut_until and now >= m.cut_until:
                 m.proxy.heal()
@@ -366,6 +395,7 @@ def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_
         m.stop()
     result = check(machines, git, schedule, written, seen, events, requests, healed, ttl_s)
     result["edit_legs_net_s"] = _legs(written, seen, remote_seen, events)
+    result["edit_latency_floor_s"] = _floor(written, seen, events)
     if not tmp:  # a kept work folder also keeps what happened to each line, for diagnosis
         (work / "records.json").write_text(json.dumps({
             "t0": t0, "healed": healed, "written": written, "seen": seen, "remote_seen": remote_seen,
@@ -526,13 +556,16 @@ def main() -> dict:
                     help="every N-th request is pushed by the phone (claimed by ref) instead of dropped on a machine")
     ap.add_argument("--verbose", action="store_true", help="the daemons' debug log in each vault's .hermes/bench-daemon.out")
     ap.add_argument("--work", type=Path, help="keep the vaults, remote and daemon logs here (for diagnosis)")
+    ap.add_argument("--no-partitions", action="store_true",
+                    help="kills only (writes sync_no_partitions.json): the edit figure without the partitions' own wait")
     args = ap.parse_args()
     result = run(duration_s=args.duration or (60 if args.quick else 180),
                  jobs=args.jobs if args.jobs is not None else (20 if args.quick else 100),
                  requests=args.requests if args.requests is not None else (40 if args.quick else 200),
-                 seed=args.seed, work=args.work, phone_every=args.phone_requests_every, verbose=args.verbose)
+                 seed=args.seed, work=args.work, phone_every=args.phone_requests_every, verbose=args.verbose,
+                 cut_every=None if args.no_partitions else (4, 10))
     print(json.dumps(result, indent=2))
-    write_results("sync", result)
+    write_results("sync_no_partitions" if args.no_partitions else "sync", result)
     return result
 
 
