@@ -15,8 +15,12 @@ chaos, every proxy is healed and every daemon is running again; then the bench c
 * inbox: every request answered exactly once;
 * takeovers: a claim of a killed daemon taken over within its expiry + 5 s.
 
+It also reports the floor of the edit figure (`edit_latency_floor_s`): per edit, the wait its own
+or another machine's kill or partition imposed on it, which no sync can shorten.
+
 `python bench/sync.py` runs the full form (180 s, 100 jobs, 200 requests) and writes
-bench/results/sync.json; tests/test_sync_chaos.py runs a short form of the same code.
+bench/results/sync.json; `--no-partitions` runs the kills alone (sync_no_partitions.json);
+tests/test_sync_chaos.py runs a short form of the same code.
 """
 
 from __future__ import annotations
