@@ -81,9 +81,19 @@ class Proxy:
         self.thread.start()
 
     def _listen(self) -> None:
+        """Listen on the proxy's port again. A listener closed while the accept thread was polling
+        it lives on until that poll's 0.2 s timeout, and binding meanwhile fails: wait it out."""
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", self.port))
+        for attempt in range(20):
+            try:
+                s.bind(("127.0.0.1", self.port))
+                break
+            except OSError:
+                if attempt == 19:
+                    s.close()
+                    raise
+                time.sleep(0.05)
         s.listen(64)
         s.settimeout(0.2)
         self.listener = s
