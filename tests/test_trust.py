@@ -523,3 +523,39 @@ def test_a_full_disk_never_leaves_the_lock_held(tmp_path):
         assert len(os.listdir("/proc/self/fd")) == fds_before
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_a_save_landing_while_an_overtaken_merge_is_undone_is_kept(vault):
+    """A merge writes the file, main moves under it (a request's commit), and the merge is undone:
+    the file gets main's bytes back. A save landing while that undo ran (between its look at the
+    file and its write, where it read main's bytes from git) was overwritten: a line appended
+    every second was lost once in the sync chaos bench. Now it stays, as the person's text."""
+    store, disk, typed = vault.git, vault.root / USER, b"- typed while the merge was undone\n"
+    first = store.read_file(store.head(), USER)
+    theirs = store.commit_overlay(store.head(), "refine/20261202-000000-a", {USER: first + b"- from the other machine\n"},
+                                  "a", Act.learned())
+    disk.write_bytes(first + b"- mine\n")
+    store.commit_human_edits([USER])
+    base = store.head()
+    old = store.read_file(base, USER)
+    real_read = store.read_file
+
+    def read_file(commit, rel):
+        if rel == USER and commit == base and disk.read_bytes() != old and typed not in disk.read_bytes():
+            with open(disk, "ab") as f:  # the merge wrote the file; the undo is about to put it back
+                f.write(typed)
+        return real_read(commit, rel)
+
+    def move_main(path, b, ours, t):
+        git(vault, "commit", "--allow-empty", "-qm", "a request's commit")
+        return changes.format_resolver(store)(path, b, ours, t)
+
+    store.read_file = read_file
+    try:
+        with pytest.raises(GitError, match="moved while merging"):
+            store.integrate(theirs, "sync: merge a's main", Act.sync("b"), resolve=move_main)
+    finally:
+        del store.read_file
+    assert typed in disk.read_bytes()  # never lost; it stays to commit as theirs
+    store.commit_human_edits([USER])
+    assert typed in store.read_file("HEAD", USER)

@@ -240,9 +240,7 @@ class GitMerger(GitCommitter):
         holds the index, the journal stays and the next commit of human edits finishes the job
         (`recover_interrupted_merge`)."""
         folds = folds or {}
-        wrote = self._ls_paths(new, paths)
-        self._write_tree(old, [rel for rel in paths if rel not in folds
-                               and self._disk_bytes(rel) == (self.read_file(new, rel) if rel in wrote else None)])
+        self._restore(old, new, [rel for rel in paths if rel not in folds])
         for rel, f in folds.items():
             self._unfold(rel, f.person, f.digest)
         try:

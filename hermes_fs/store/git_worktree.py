@@ -64,36 +64,39 @@ class GitWorktree(GitObjects):
             self.journal.unlink(missing_ok=True)
             return []
         if head != j["new"] and not self.is_ancestor(j["new"], head):  # the merge never landed
-            listed = self._ls_paths(j["new"], j["paths"])
             folds, unfolded = j.get("folds") or {}, []
             for rel in j["paths"]:
                 if rel in folds:  # a person's text the merge was folded into: their text alone
                     if self._unfold(rel, base64.b64decode(folds[rel]["person"]), folds[rel]["wrote"]):
                         unfolded.append(rel)
-                    continue
-                disk = self._disk_bytes(rel)
-                wrote = self.read_file(j["new"], rel) if rel in listed else None
-                if disk == wrote:
-                    restored.append(rel)
-            self._write_tree(head, restored)
+            restored = self._restore(head, j["new"], [rel for rel in j["paths"] if rel not in folds])
             self._stage_from(head, j["paths"])
             restored += unfolded
         self.journal.unlink(missing_ok=True)
         return restored
 
-    def _write_tree(self, commit: str, paths: list[str]) -> None:
-        """The working tree shows `commit` at `paths` (the index is left alone)."""
-        listed = self._ls_paths(commit, paths)
+    def _restore(self, commit: str, wrote: str, paths: list[str]) -> list[str]:
+        """The files at `paths` that still hold exactly what `wrote` has there get `commit`'s bytes
+        back (the index is left alone); returns those paths. Each by compare-and-swap, the bytes
+        read first: checked, then read from git, then written, a person's save that landed in
+        between was overwritten (a line appended every second in the sync chaos bench was lost
+        once, in a run where merges were undone often). A file changed meanwhile stays as it is:
+        their text, to commit."""
+        before, after = self._ls_paths(commit, paths), self._ls_paths(wrote, paths)
+        restored = []
         for rel in paths:
             self._refuse_symlinked_parent(rel)
+            data = self.read_file(commit, rel) if rel in before else None
+            expect = self.read_file(wrote, rel) if rel in after else None
             target = self.root / rel
-            if rel not in listed:
-                target.unlink(missing_ok=True)
-                prune_empty_dirs(target.parent, self.root)
-            else:
-                data = self.read_file(commit, rel)
-                assert data is not None, f"{commit}:{rel} listed but unreadable"
-                atomic_write(target, data, mode=0o755 if listed[rel][0] == "100755" else None)
+            if data == expect:
+                continue  # the same in both: nothing to put back
+            mode = 0o755 if rel in before and before[rel][0] == "100755" else None
+            if swap_if_unchanged(target, data, expect, mode):
+                if data is None:
+                    prune_empty_dirs(target.parent, self.root)
+                restored.append(rel)
+        return restored
 
     def _stage_from(self, commit: str, paths: list[str]) -> None:
         """The index shows `commit` at `paths` (the working tree is left alone)."""
@@ -129,11 +132,11 @@ class GitWorktree(GitObjects):
                 # compare and swap in one step that also catches a write landing during the swap
                 want, was = (folds[rel].wrote, folds[rel].person) if rel in folds else (data, self.read_file(expect, rel))
                 if not swap_if_unchanged(target, want, was, file_mode):
-                    self._put_back(expect, done, folds)
+                    self._put_back(expect, commit, done, folds)
                     raise EditedWhileMerging("a person changed this file while merging; nothing changed", [rel])
             else:
                 if expect is not None and self._disk_bytes(rel) != self.read_file(expect, rel):
-                    self._put_back(expect, done, folds)
+                    self._put_back(expect, commit, done, folds)
                     raise EditedWhileMerging("a person changed this file while merging; nothing changed", [rel])
                 if data is None:
                     target.unlink(missing_ok=True)
@@ -147,9 +150,10 @@ class GitWorktree(GitObjects):
             done.append(rel)
         self._stage(blobs, deleted, modes)
 
-    def _put_back(self, commit: str, done: list[str], folds: dict[str, Fold]) -> None:
-        """Undo the swaps of a refused merge: `commit`'s bytes back, or a person's folded text."""
-        self._write_paths(commit, [rel for rel in done if rel not in folds])
+    def _put_back(self, commit: str, wrote: str, done: list[str], folds: dict[str, Fold]) -> None:
+        """Undo the swaps of a refused merge (`wrote`'s bytes written, the index not yet staged):
+        `commit`'s bytes back where the file still holds `wrote`'s, or a person's folded text."""
+        self._restore(commit, wrote, [rel for rel in done if rel not in folds])
         for rel in done:
             if rel in folds:
                 self._unfold(rel, folds[rel].person, folds[rel].digest)
