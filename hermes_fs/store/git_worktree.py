@@ -77,11 +77,11 @@ class GitWorktree(GitObjects):
 
     def _restore(self, commit: str, wrote: str, paths: list[str]) -> list[str]:
         """The files at `paths` that still hold exactly what `wrote` has there get `commit`'s bytes
-        back (the index is left alone); returns those paths. Each by compare-and-swap, the bytes
-        read first: checked, then read from git, then written, a person's save that landed in
-        between was overwritten (a line appended every second in the sync chaos bench was lost
-        once, in a run where merges were undone often). A file changed meanwhile stays as it is:
-        their text, to commit."""
+        back (the index is left alone); returns those paths. Both commits' bytes are read first,
+        then each file is swapped only if unchanged. (This used to look at the file, then read
+        `commit`'s bytes from git, a process, then write them: a save landing in between was
+        overwritten, and a line the sync chaos bench appended was lost that way once.) A file
+        changed meanwhile stays as it is: the person's text, to commit."""
         before, after = self._ls_paths(commit, paths), self._ls_paths(wrote, paths)
         restored = []
         for rel in paths:
