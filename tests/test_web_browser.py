@@ -102,7 +102,9 @@ def test_reject_then_revert_from_the_log(agent_vault, model_server, tmp_path, we
     page.click("button[value=all]")
     assert "Works in UTC." in (agent_vault.root / USER).read_text()
     page.click("nav a[href='/log']")
+    page.wait_for_url(f"{w.base}log")  # count() does not wait: on the page before, it counted 0 rows (a CI run)
     rows = page.locator("table.list tbody tr")
+    rows.first.wait_for()
     assert rows.count() == 2
     assert "merged" in rows.nth(0).inner_text() and "second idea" in rows.nth(0).inner_text()  # newest first
     assert "rejected" in rows.nth(1).inner_text()
