@@ -448,8 +448,8 @@ def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_
         return all(set(written) <= set(m.show("main", MEMORY).splitlines() + m.show("main", PHONE).splitlines())
                    for m in machines)
 
-    def converged() -> bool:
-        if len({m.head() for m in machines}) != 1 or not lines_everywhere():
+    def converged() -> bool:  # given every line everywhere
+        if len({m.head() for m in machines}) != 1:
             return False
         answered = len(machines[0].files("outputs/requests/")) >= requests
         ran = len({p.split("/")[2] for p in machines[0].files("outputs/cron/")}) >= jobs
@@ -457,9 +457,10 @@ def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_
 
     converge_s = lines_s = None
     while time.time() - healed < settle_s:
-        if lines_s is None and lines_everywhere():
+        everywhere = lines_everywhere()  # six `git show`s: once a look, not again inside converged()
+        if lines_s is None and everywhere:
             lines_s = time.time() - healed
-        if converged():
+        if everywhere and converged():
             converge_s = time.time() - healed
             break
         time.sleep(0.5)
