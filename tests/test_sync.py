@@ -531,8 +531,8 @@ def log_updates(server: GitDaemon) -> Path:
 
 def test_after_a_start_or_an_outage_the_daemons_round_puts_what_was_written_up_before_merging(tmp_path, server):
     """The daemon's first round after a start, and after a partition, pushes the machine's host
-    ref before it fetches and merges what the others wrote meanwhile (that merge took seconds
-    after a partition in the chaos bench); a round in between does not."""
+    ref as it was before it merges what the others wrote meanwhile (that merge took seconds after
+    a partition in the chaos bench); a round in between does not."""
     a = first_machine(tmp_path, server)
     proxy = Proxy(server.port)
     b = machine(tmp_path, server, "b", port=proxy.port)
@@ -572,3 +572,50 @@ def test_after_a_start_or_an_outage_the_daemons_round_puts_what_was_written_up_b
     for line in ("Written on a", "Written on b while its daemon was stopped", "Written on b while connected",
                  "Written on b while cut off", "Written on a meanwhile"):
         assert lines.count(f"- {line}") == 1, line
+
+
+def hold_host_refs(server: GitDaemon) -> Path:
+    """The remote holds every update of a machine's host ref until the returned file is removed."""
+    hold = server.base / "hold-hosts"
+    hold.touch()
+    hook = server.base / "vault.git" / "hooks" / "update"
+    hook.write_text(f'#!/bin/sh\ncase "$1" in refs/hermes/hosts/*) while [ -e {hold} ]; do sleep 0.05; done;; esac\n'
+                    'exit 0\n')
+    hook.chmod(0o755)
+    return hold
+
+
+def test_after_a_start_what_the_others_wrote_is_merged_while_the_host_ref_is_still_going_up(tmp_path, server):
+    """The first round after a start pushes this machine's host ref beside its fetch and merge,
+    not before them: a restarted machine's merge of the others' edits (what they wait for) does
+    not wait for that push. The remote holds the host ref's update until the merge is seen."""
+    a = first_machine(tmp_path, server)
+    b = machine(tmp_path, server, "b")
+    add_entry(a, "Written on a while b was stopped")
+    assert Syncer(a).round(work=False).pushed
+    add_entry(b, "Written on b while its daemon was stopped")
+    sb = Syncer(b)
+    sb.host_first = True  # as the daemon's SyncService sets it
+    hold = hold_host_refs(server)
+    rounds: list = []
+    runner = threading.Thread(target=lambda: rounds.append(sb.round(work=False)))
+    runner.start()
+    try:
+        deadline = time.time() + 60
+        while "Written on a while b" not in (b.root / "memory/USER.md").read_text():
+            assert time.time() < deadline, "the merge waited for the host ref's push"
+            assert runner.is_alive(), "the round ended before it merged (the held push timed out)"
+            time.sleep(0.05)
+        assert not rounds  # the round is still under way: its host ref push is held
+    finally:
+        hold.unlink()
+        runner.join(60)
+    r = rounds[0]
+    assert r.hosted and r.merged and r.pushed
+    own = host_ref(sb.host)
+    assert "Written on b while" in remote_text(server, own, "memory/USER.md")
+    assert "Written on a while" not in remote_text(server, own, "memory/USER.md")  # main as it was before the merge
+    lines = remote_text(server, "refs/heads/main", "memory/USER.md").splitlines()
+    for line in ("Written on a while b was stopped", "Written on b while its daemon was stopped"):
+        assert lines.count(f"- {line}") == 1, line
+    assert git(b.root, "rev-parse", mirror_of(own)).strip() == git(server.base / "vault.git", "rev-parse", own).strip()

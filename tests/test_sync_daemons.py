@@ -204,3 +204,7 @@ def test_a_restarted_machine_works_after_it_has_caught_up_and_a_silent_remote_de
     finally:
         hold.unlink(missing_ok=True)
     assert wait_for(lambda: a.git.list_files(a.git.head(), "outputs/requests/"), 60), procs[0].output()[-3000:]
+    said = (a.state_dir / "daemon.log").read_text()
+    # sync starts first, before the watcher, the jobs and the scheduler (services.py): the others'
+    # edits wait for a restarted machine's first round, which needs none of them
+    assert said.index("sync started") < said.index("cron job(s)") < said.index("daemon started"), said

@@ -30,6 +30,7 @@ class CatchUp:
         self.holders: set[str] = set()
         self.started = False
         self.open = threading.Event()
+        self.begun = threading.Event()  # set by all_started (or give_up): the daemon's jobs are loaded
         self.timer: threading.Timer | None = None
 
     def hold(self, name: str) -> None:
@@ -49,6 +50,7 @@ class CatchUp:
         with self.lock:
             self.started = True
             self._maybe_open()
+        self.begun.set()
         if not self.open.is_set():
             self.timer = threading.Timer(self.max_s, self.give_up)
             self.timer.daemon = True
@@ -59,6 +61,7 @@ class CatchUp:
         with self.lock:
             self.holders.clear()
             self.open.set()
+        self.begun.set()
         if self.timer is not None:
             self.timer.cancel()
 

@@ -141,6 +141,7 @@ class Daemon:
         try:
             self._setup_logging()
             self._recover()
+            self._start_services(early=True)  # sync: see services.py
             self.settler = Settler(SETTLE_S, self._size_of, self._take,
                                    lambda rel: open_for_writing(self.vault.root / rel))
             self.watcher.start()
@@ -223,12 +224,12 @@ class Daemon:
             self.warm = None
             self.error(f"warm turns unavailable ({exc}); run and chat will start their own process")
 
-    def _start_services(self) -> None:
-        """Gateway, sync, web page, curator: whatever hermes.yaml turns on; one failing part is
-        reported and the others run."""
+    def _start_services(self, early: bool = False) -> None:
+        """Gateway, sync, web page, curator: whatever hermes.yaml turns on (`early`: those started
+        before the watcher and the scheduler); one failing part is reported and the others run."""
         from .services import services_for
 
-        for service in services_for(self):
+        for service in services_for(self, early):
             try:
                 service.start()
                 self.services.append(service)

@@ -2,7 +2,10 @@
 
 Each is one object with start() and stop(); the daemon starts them after the watcher and the
 scheduler and stops them first on the way out. Adding a part is one entry in `services_for`, so
-the daemon's own code never names a platform.
+the daemon's own code never names a platform. Sync is the one part started first, before the
+watcher, the jobs and the scheduler (`services_for(daemon, early=True)`): a restarted machine's
+first round is what the other machines' edits wait for (the sync chaos bench), and it needs none
+of them; what it does that needs the jobs waits for `catch_up.begun`.
 """
 
 from __future__ import annotations
@@ -22,17 +25,20 @@ class DaemonService(Protocol):
     def stop(self) -> None: ...
 
 
-def services_for(daemon: DaemonHost) -> list[DaemonService]:
-    """The parts this vault's settings ask for; each import is lazy so an unused part costs nothing."""
+def services_for(daemon: DaemonHost, early: bool = False) -> list[DaemonService]:
+    """The parts this vault's settings ask for, those to start first (`early`) or the others;
+    each import is lazy so an unused part costs nothing."""
     found: list[DaemonService] = []
+    if early:
+        if daemon.vault.config.remote is not None:
+            from .sync import SyncService
+
+            found.append(SyncService(daemon))
+        return found
     if daemon.vault.config.web.enabled:
         from .web.server import WebService
 
         found.append(WebService(daemon.vault))
-    if daemon.vault.config.remote is not None:
-        from .sync import SyncService
-
-        found.append(SyncService(daemon))
     if daemon.vault.config.curate.every is not False:
         from .curator import CuratorService
 

@@ -238,6 +238,28 @@ def sync_status(vault: Vault) -> dict:
             "missed": missed}
 
 
+class Beside:
+    """A call run on a thread of its own while the caller goes on; `join` waits for it and raises
+    what it raised (record, then re-raise: a failure is never lost on a thread)."""
+
+    def __init__(self, call: Callable[..., Any], *args: Any):
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(call, *args), name="sync-beside", daemon=True)
+        self.thread.start()
+
+    def _run(self, call: Callable[..., Any], *args: Any) -> None:
+        try:
+            call(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller in join()
+            self.error = exc
+
+    def join(self, quiet: bool = False) -> None:
+        """Wait for the call; raise what it raised unless `quiet` (the caller has its own error)."""
+        self.thread.join()
+        if self.error is not None and not quiet:
+            raise self.error
+
+
 @dataclass
 class Round:
     offline: str | None = None  # why the remote could not be reached
@@ -319,28 +341,45 @@ class Syncer:
     def _first_attempt(self, r: Round) -> None:
         """The start of a round: what the remote and the other machines have, merged into main
         (the push follows). Each step's time goes to the debug log: after a restart this is what
-        the other machines' edits wait for (chaos bench: about 0.6 s in all, half fetch, half merge)."""
+        the other machines' edits wait for (chaos bench: about 0.6 s in all, half fetch, half merge).
+
+        After a start or an outage (`host_first`), this machine's main as it is goes up on its
+        host ref while the fetch and merge run: what was written meanwhile is on the remote at
+        once (see _push_host), and what the others wrote no longer waits for that push (0.10-0.13
+        s of a restarted daemon's first round in the chaos bench, when it went first). The remote's
+        refs are not listed first then: after a start or an outage they have moved, nearly always."""
         steps = [time.time()]
+        hosting = None
         if self.host_first and self.away and self._unhosted():
-            self._push_host(r)  # before the fetch and merge (see _push_host)
+            hosting = Beside(self._push_host, r, self.store.head())  # main as it is before the merge
+        try:
+            self._fetch(r, listed=not self.away)
+            steps.append(time.time())
+            self._withdraw_lost(r, self.claims.lost_to_takeover())
+            self._integrate(r)
+            steps.append(time.time())
+            self._integrate_hosts(r)
+            steps.append(time.time())
+        except BaseException:
+            if hosting is not None:
+                hosting.join(quiet=True)  # what failed here is the error to report
+            raise
+        if hosting is not None:
+            hosting.join()  # the push's own failure (unreachable) is raised here
         steps.append(time.time())
-        self._fetch(r)
-        steps.append(time.time())
-        self._withdraw_lost(r, self.claims.lost_to_takeover())
-        self._integrate(r)
-        steps.append(time.time())
-        self._integrate_hosts(r)
-        steps.append(time.time())
-        log.debug("sync: host ref %.2f s, fetch %.2f s, merge main %.2f s, merge hosts %.2f s",
+        log.debug("sync: fetch %.2f s, merge main %.2f s, merge hosts %.2f s, host ref after that %.2f s",
                   *(b - a for a, b in zip(steps, steps[1:], strict=False)))
 
-    def _fetch(self, r: Round) -> None:
-        there = self.remote.refs()
-        here = {self._unmirror(ref): sha for ref, sha in self._refs(MIRROR).items()}
-        if there != here:
-            self.remote.fetch()
-            self.claims.refresh()
-            r.fetched = True
+    def _fetch(self, r: Round, listed: bool = True) -> None:
+        """Fetch if the remote's refs moved; `listed`: find out with one cheap ls-remote first."""
+        if listed:
+            there = self.remote.refs()
+            here = {self._unmirror(ref): sha for ref, sha in self._refs(MIRROR).items()}
+            if there == here:
+                return
+        self.remote.fetch()
+        self.claims.refresh()
+        r.fetched = True
 
     @staticmethod
     def _unmirror(ref: str) -> str:
@@ -378,24 +417,25 @@ class Syncer:
                               *([m] if (m := self.store.rev(mirror_of(self.branch_ref))) else []))
         return bool(out.strip())
 
-    def _push_host(self, r: Round) -> None:
+    def _push_host(self, r: Round, ours: str | None = None) -> None:
         """Put this machine's main on its own ref on the remote (only this machine writes it, so
         no race to lose; compare-and-swap all the same, against the value it last pushed).
 
         Besides after a lost race, the daemon's first round after a start or an outage does this
-        before anything else (`host_first`): what was written meanwhile is then on the remote
-        at once, where the other machines merge it, instead of after this round's fetch and merge
-        of everything the others wrote meanwhile: after a partition healed in the chaos bench such
-        an edit reached the remote 2.2-2.8 s later (median; p95 5.1-6.7 s), now 0.6-1.0 s."""
+        at once, beside its fetch and merge (`host_first`, _first_attempt), with main as it was
+        before that merge: what was written meanwhile is then on the remote at once, where the
+        other machines merge it, instead of after this round's fetch and merge of everything the
+        others wrote meanwhile: after a partition healed in the chaos bench such an edit reached
+        the remote 2.2-2.8 s later (median; p95 5.1-6.7 s), then 0.6-1.0 s."""
         ref = host_ref(self.host)
-        ours = self.store.head()
+        ours = ours or self.store.head()
         for _ in range(2):
             was = self.store.rev(mirror_of(ref))
             if was == ours:
                 return
             result = self.remote.push([RefUpdate(ref, ours, was)])
-            if result.ok:
-                self._set_local(mirror_of(ref), ours, was)
+            if result.ok:  # only this machine writes that ref: the remote has `ours` now, whatever
+                self.store._git("update-ref", mirror_of(ref), ours)  # a fetch beside it mirrored
                 r.hosted = True
                 return
             self.remote.fetch_ref(ref)  # its last push went through unseen (a crash, a lost answer)
@@ -814,6 +854,7 @@ class SyncService:
         whatever the last round said: a round that is still retrying its push of main has not
         said the remote answers again, and waiting for it kept takeovers back."""
         tick = self.vault.config.sync.claim_ttl_s * self.syncer.claims.RENEW_EVERY / 2
+        self._wait_begun()  # which dead runs to take over depends on the jobs
         while not self.stopped.is_set():
             began = time.time()
             try:  # renewals first: a machine back from a partition may have a second before its claims expire
@@ -838,6 +879,7 @@ class SyncService:
             pushed = False
             try:
                 r = self.syncer.round()
+                self._wait_begun()
                 self._after(r)
                 pushed = r.pushed
             except Exception as exc:  # the sync thread never dies: report, wait, try again
@@ -847,6 +889,13 @@ class SyncService:
             if pushed:  # let the other machines in: back-to-back pushes from one machine make
                 self.stopped.wait(PUSH_GAP_S)  # every other machine's merge lose the race for main
             self.wake.wait(self.vault.config.sync.interval_s)
+
+    def _wait_begun(self) -> None:
+        """Until the daemon has loaded its jobs and started its parts: this service starts before
+        them (services.py), and what it runs or lets go depends on the jobs. A daemon stopping
+        meanwhile opens it too (CatchUp.give_up)."""
+        while not self.daemon.catch_up.begun.wait(0.5) and not self.stopped.is_set():
+            pass
 
     def _after(self, r: Round) -> None:
         if r.offline:
