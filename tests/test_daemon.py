@@ -110,6 +110,22 @@ def test_a_request_runs_nicer_than_the_daemon_and_its_commands_too(agent_vault, 
     assert os.getpriority(os.PRIO_PROCESS, d.proc.pid) == base  # the daemon's main thread is untouched
 
 
+def test_the_daemon_hands_the_gil_over_sooner_than_python_does():
+    """A sync thread waiting on git gets the GIL back from busy agent work within
+    SWITCH_INTERVAL_S, not Python's 5 ms (service/priority.py; figures: bench/gil_switch.py)."""
+    import sys
+
+    from hermes_fs.service.priority import SWITCH_INTERVAL_S, favour_waiting_threads
+
+    was = sys.getswitchinterval()
+    assert was > SWITCH_INTERVAL_S  # Python's default, 5 ms
+    try:
+        favour_waiting_threads()
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)
+    finally:
+        sys.setswitchinterval(was)
+
+
 def test_what_an_inotify_overflow_lost_is_found_again(agent_vault, model_server, daemon):
     """A burst of more file events than the kernel queues (16,384 by default) loses events; a
     request dropped meanwhile was never taken (the sync chaos bench). The daemon's inotify queue is

@@ -27,7 +27,7 @@ from ..store.vault import Vault
 from . import inbox  # light: the job code it runs is imported per request
 from .catch_up import CatchUp
 from .daemon_state import daemon_lock, is_running, status
-from .priority import lower_this_thread
+from .priority import favour_waiting_threads, lower_this_thread
 from .requests import SerialExecutor
 from .watcher import Debouncer, Settler, Watcher, ignored, open_for_writing
 
@@ -138,6 +138,7 @@ class Daemon:
         except HermesError:
             raise HermesError(f"a daemon is already running for this vault (pid {self.lock.holder()})") from None
         on_started()
+        favour_waiting_threads()  # sync's git calls beside agent work (priority.py)
         try:
             self._setup_logging()
             self._recover()
