@@ -126,6 +126,42 @@ def test_the_daemon_hands_the_gil_over_sooner_than_python_does():
         sys.setswitchinterval(was)
 
 
+def daemon_with_a_short_inotify_queue(vault, daemon, queue: int):
+    """A daemon whose inotify queue holds `queue` events (the sysctl is read when a watcher starts,
+    and set back at once); skips where /proc/sys cannot be written."""
+    knob = Path("/proc/sys/fs/inotify/max_queued_events")
+    if not os.access(knob, os.W_OK):
+        pytest.skip("shrinking the inotify queue needs root (CI runs as root)")
+    assert sum(1 for _ in vault.root.rglob("*") if _.is_dir()) + 256 < queue  # a rebuild fits in the queue
+    before = knob.read_text()
+    try:
+        knob.write_text(f"{queue}\n")
+    except OSError as exc:  # a container's /proc/sys, read-only however root the user is
+        pytest.skip(f"cannot shrink the inotify queue here: {exc}")
+    try:
+        return daemon()
+    finally:
+        knob.write_text(before)
+
+
+def test_reading_the_vault_queues_no_events(agent_vault, daemon):
+    """The daemon asks the kernel for writes only (watcher.written_events): git commands that only
+    read (each opens dozens of files under .git/) queue nothing, so they neither cost the daemon's
+    Python nor overflow its queue. 60 read-only git commands made about 7,000 events before."""
+    vault = agent_vault
+    d = daemon_with_a_short_inotify_queue(vault, daemon, 1024)
+    os.kill(d.proc.pid, signal.SIGSTOP)  # nothing is read from the queue meanwhile
+    try:
+        for _ in range(20):
+            for args in (("status", "--porcelain"), ("log", "-3", "--format=%H"), ("cat-file", "-p", "HEAD")):
+                git(vault, *args)
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)
+    (vault.root / "memory" / "MEMORY.md").write_text("- Written after the reads\n")
+    assert wait_for(lambda: "Written after the reads" in git(vault, "show", "HEAD:memory/MEMORY.md"), 60), d.output()
+    assert "inotify queue overflowed" not in d.output().lower(), d.output()
+
+
 def test_what_an_inotify_overflow_lost_is_found_again(agent_vault, model_server, daemon):
     """A burst of more file events than the kernel queues (16,384 by default) loses events; a
     request dropped meanwhile was never taken (the sync chaos bench). The daemon's inotify queue is
@@ -134,22 +170,10 @@ def test_what_an_inotify_overflow_lost_is_found_again(agent_vault, model_server,
     Not shorter: watchdog answers an overflow by removing and re-adding every watch, and each
     removal queues an event, so a queue shorter than the vault's directories (.git/objects alone
     has up to 256) overflows again on every rebuild, without end (a 64-event queue did, in CI)."""
-    knob = Path("/proc/sys/fs/inotify/max_queued_events")
-    if not os.access(knob, os.W_OK):
-        pytest.skip("shrinking the inotify queue needs root (CI runs as root)")
     vault = agent_vault
     model_server.add({"content": "found it"})
     queue, files = 1024, 600
-    assert sum(1 for _ in vault.root.rglob("*") if _.is_dir()) + 256 < queue  # a rebuild fits in the queue
-    before = knob.read_text()
-    try:
-        knob.write_text(f"{queue}\n")
-    except OSError as exc:  # a container's /proc/sys, read-only however root the user is
-        pytest.skip(f"cannot shrink the inotify queue here: {exc}")
-    try:
-        d = daemon()
-    finally:
-        knob.write_text(before)
+    d = daemon_with_a_short_inotify_queue(vault, daemon, queue)
     (vault.root / "notes").mkdir(exist_ok=True)
     (vault.root / "notes" / "n0.md").write_text("note 0\n")  # committed: notes/ is watched (else
     assert wait_for(lambda: git(vault, "ls-files", "notes").strip(), 60), d.output()  # no events queue)

@@ -52,6 +52,7 @@ from ..store.provenance import HOST, Act
 from ..store.remote import HOSTS, MIRROR, RefUpdate, Remote, Unreachable, mirror_of
 from ..store.vault import Vault
 from .host import DaemonHost
+from .watcher import written_events
 
 log = logging.getLogger("hermes_fs.sync")
 
@@ -773,9 +774,6 @@ def _format_resolver(store: GitStore):
 __all__ = ["Round", "Syncer", "beside", "claims_for", "conflict_files", "format_message", "remote_for"]
 
 
-READS = ("opened", "closed_no_write")  # watchdog's events for a file only read
-
-
 def watch_main(root: Path, poke: Callable[[], None]) -> Any:
     """A started watchdog Observer calling `poke` whenever main moves (git writes main.lock and
     renames it). Not when main is only read: every git command opens the ref, so a round (dozens
@@ -786,13 +784,14 @@ def watch_main(root: Path, poke: Callable[[], None]) -> Any:
 
     class MainMoved(FileSystemEventHandler):
         def on_any_event(self, event) -> None:
-            if event.event_type in READS or event.is_directory:
+            if event.is_directory:
                 return
             if PurePosixPath(str(getattr(event, "dest_path", "") or event.src_path)).name == MAIN:
                 poke()
 
     observer = Observer()
-    observer.schedule(MainMoved(), str(root / ".git" / "refs" / "heads"), recursive=False)
+    observer.schedule(MainMoved(), str(root / ".git" / "refs" / "heads"), recursive=False,
+                      event_filter=written_events())  # reads are not even queued (watcher.py)
     observer.start()
     return observer
 
