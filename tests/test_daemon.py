@@ -162,6 +162,48 @@ def test_reading_the_vault_queues_no_events(agent_vault, daemon):
     assert "inotify queue overflowed" not in d.output().lower(), d.output()
 
 
+def test_gits_own_writes_queue_no_events(agent_vault, daemon):
+    """.git/ and .hermes/ are not watched at all (Watcher `skip`): what git writes there (here the
+    index, 300 times: each a lock file made, written, closed and renamed, about five events for a
+    recursive watch of the vault) queues nothing, so it cannot overflow a 1,024-event queue; the
+    edit made next is committed as usual."""
+    vault = agent_vault
+    d = daemon_with_a_short_inotify_queue(vault, daemon, 1024)
+    os.kill(d.proc.pid, signal.SIGSTOP)
+    try:
+        for _ in range(300):  # git writes .git/index again each time: a lock made, written, renamed
+            git(vault, "read-tree", "HEAD")
+    finally:
+        os.kill(d.proc.pid, signal.SIGCONT)
+    (vault.root / "memory" / "MEMORY.md").write_text("- Written after git wrote\n")
+    assert wait_for(lambda: "Written after git wrote" in git(vault, "show", "HEAD:memory/MEMORY.md"), 60), d.output()
+    assert "inotify queue overflowed" not in d.output().lower(), d.output()
+
+
+def test_folders_moved_in_made_later_or_made_again_are_watched(agent_vault, daemon, tmp_path):
+    """The vault's top-level folders are watched one by one (.git/ is not): a folder of notes
+    moved in from elsewhere is committed, files in it included; one made later with its files at
+    once, and one removed and made again, too."""
+    vault = agent_vault
+    d = daemon()
+    outside = tmp_path / "elsewhere" / "notes"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "a.md").write_text("note a\n")
+    (outside / "deep" / "b.md").write_text("note b\n")
+    outside.rename(vault.root / "notes")  # mv ~/elsewhere/notes ~/vault/
+    tracked = lambda *paths: all(git(vault, "ls-files", p).strip() for p in paths)  # noqa: E731
+    assert wait_for(lambda: tracked("notes/a.md", "notes/deep/b.md"), 60), d.output()
+    (vault.root / "notes" / "deep" / "c.md").write_text("note c\n")  # its tree is watched from then on
+    assert wait_for(lambda: tracked("notes/deep/c.md"), 60), d.output()
+    subprocess.run(["sh", "-c", "mkdir -p later/x && echo one > later/x/one.md"], cwd=vault.root, check=True)
+    assert wait_for(lambda: tracked("later/x/one.md"), 60), d.output()
+    git(vault, "rm", "-q", "-r", "later")
+    git(vault, "commit", "-q", "-m", "later gone")
+    (vault.root / "later").mkdir()
+    (vault.root / "later" / "two.md").write_text("two\n")
+    assert wait_for(lambda: tracked("later/two.md"), 60), d.output()
+
+
 def test_what_an_inotify_overflow_lost_is_found_again(agent_vault, model_server, daemon):
     """A burst of more file events than the kernel queues (16,384 by default) loses events; a
     request dropped meanwhile was never taken (the sync chaos bench). The daemon's inotify queue is

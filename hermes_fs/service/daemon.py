@@ -29,7 +29,7 @@ from .catch_up import CatchUp
 from .daemon_state import daemon_lock, is_running, status
 from .priority import favour_waiting_threads, lower_this_thread
 from .requests import SerialExecutor
-from .watcher import Debouncer, Settler, Watcher, ignored, open_for_writing
+from .watcher import IGNORED_DIRS, Debouncer, Settler, Watcher, ignored, open_for_writing
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
@@ -114,7 +114,7 @@ class Daemon:
         self.reloads = Debouncer(SETTLE_S, self._reload_settings)
         self.settler: Settler | None = None  # started with the watcher
         self.executor = SerialExecutor(self.options.workers, "job")  # one session's requests in order
-        self.watcher = Watcher(vault.root, self.on_path, on_lost=self._events_lost)
+        self.watcher = Watcher(vault.root, self.on_path, on_lost=self._events_lost, skip=IGNORED_DIRS)
         self.looking = 0  # looks at the vault after lost events: running (1) or asked again (2+)
         self.looking_lock = threading.Lock()
         self.jobs: dict = {}
