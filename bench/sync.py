@@ -635,14 +635,22 @@ def main() -> dict:
     ap.add_argument("--work", type=Path, help="keep the vaults, remote and daemon logs here (for diagnosis)")
     ap.add_argument("--no-partitions", action="store_true",
                     help="kills only (writes sync_no_partitions.json): the edit figure without the partitions' own wait")
+    ap.add_argument("--cut-every", type=float, nargs=2, metavar=("MIN", "MAX"), default=(4, 10),
+                    help="seconds between partitions (default 4 10: one machine cut off about 60%% of the time); "
+                         "other than the default, writes sync_cut_every_MIN_MAX.json")
     args = ap.parse_args()
     result = run(duration_s=args.duration or (60 if args.quick else 180),
                  jobs=args.jobs if args.jobs is not None else (20 if args.quick else 100),
                  requests=args.requests if args.requests is not None else (40 if args.quick else 200),
                  seed=args.seed, work=args.work, phone_every=args.phone_requests_every, verbose=args.verbose,
-                 cut_every=None if args.no_partitions else (4, 10))
+                 cut_every=None if args.no_partitions else tuple(args.cut_every))
     print(json.dumps(result, indent=2))
-    write_results("sync_no_partitions" if args.no_partitions else "sync", result)
+    name = "sync"
+    if args.no_partitions:
+        name = "sync_no_partitions"
+    elif tuple(args.cut_every) != (4, 10):
+        name = "sync_cut_every_{:g}_{:g}".format(*args.cut_every)
+    write_results(name, result)
     return result
 
 
