@@ -23,8 +23,7 @@ SWITCH_INTERVAL_S = 0.001
 """Python's GIL switch interval in the daemon. `python bench/gil_switch.py` (git calls made as
 store/ makes them, while another thread of the process imports litellm): per call mean 4.0 ->
 3.0 ms, p95 9.0 -> 4.8 ms (medians of 3 runs), against 1.3 ms with nothing beside; the import
-itself takes as long.
-A sync round makes about 30 such calls."""
+itself takes as long. A sync round makes about 30 such calls."""
 
 
 def favour_waiting_threads() -> None:
