@@ -232,3 +232,39 @@ def test_the_daemon_serves_the_page_when_enabled(vault, daemon):
                          capture_output=True, text=True, env=os.environ).stdout.strip()
     assert url == f"http://127.0.0.1:{port}/?token={token}"
     assert d.stop() == 0
+
+
+def test_the_pages_feed_watches_refs_and_state_not_the_objects_git_writes(vault):
+    """The feed (web/feed.py) watches .git/ and .hermes/ only where a page looks: a branch made,
+    the daemon's state written and a memory file saved reach it; the objects git writes meanwhile
+    are not even watched (they were queued, read and dropped, one by one)."""
+    import threading
+
+    from hermes_fs.service.web.feed import ChangeFeed
+
+    handed: list[str] = []  # every file event the feed's watcher was handed, kept or not
+    told: list[list[str]] = []  # what the pages are told
+    lock = threading.Lock()
+    feed = ChangeFeed(vault.root, on_change=told.append)
+    feed.start()
+    assert feed.watcher is not None
+    keep = feed.watcher.keep
+
+    def seen(rel: str) -> bool:
+        with lock:
+            handed.append(rel)
+        return keep(rel)
+
+    feed.watcher.keep = seen
+    try:
+        for i in range(5):  # objects only git writes (a blob each), under .git/objects/
+            subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=vault.root, input=f"object {i}\n",
+                           capture_output=True, text=True, check=True)
+        git(vault, "branch", "refine/feed-test")
+        (vault.state_dir / "daemon.json").write_text("{}\n")
+        (vault.root / USER).write_text((vault.root / USER).read_text() + "- Seen by the feed\n")
+        wanted = {"git:refs/heads/refine/feed-test", "daemon", USER}
+        assert wait_for(lambda: wanted <= {name for names in told for name in names}, 30), (told, handed)
+    finally:
+        feed.stop()
+    assert not [rel for rel in handed if rel.startswith(".git/objects/")], handed

@@ -55,15 +55,17 @@ class Watcher:
     whole tree, so git's own writes under .git/ (bench/watch_events.py: 20 edits each committed
     with git add and git commit, 888 events there beside the 40 of the edits) and the daemon's
     log and state are never queued. A top-level directory made or moved in later is watched from
-    then on, and the files it already holds are reported."""
+    then on, and the files it already holds are reported. `also`: folders inside skipped ones to
+    watch all the same, each (path from the vault, recursive) — the web page's feed shows refs."""
 
     def __init__(self, root: Path, on_change: Callable[[str, str], None],
                  keep: Callable[[str], bool] | None = None, on_lost: Callable[[], None] | None = None,
-                 skip: Iterable[str] = ()):
+                 skip: Iterable[str] = (), also: Iterable[tuple[str, bool]] = ()):
         self.root = Path(root).resolve()
         self.on_change = on_change
         self.keep = keep or (lambda rel: not ignored(rel))  # which vault paths are reported
         self.skip = frozenset(skip)
+        self.also = tuple(also)
         self.observer: Any = None  # watchdog's Observer, imported on start
         self.handler: Any = None
         self.trees: dict[str, Any] = {}  # top-level directory -> its watch (with `skip`)
@@ -95,6 +97,10 @@ class Watcher:
         if self.skip:
             for child in sorted(self.root.iterdir()):
                 self._watch_tree(child)
+        for rel, recursive in self.also:
+            if (self.root / rel).is_dir():
+                self.observer.schedule(self.handler, str(self.root / rel), recursive=recursive,
+                                       event_filter=written_events())
         if self.lost:
             logging.getLogger(OVERFLOW_LOGGER).addHandler(self.lost)
         self.observer.start()

@@ -1,6 +1,7 @@
 """What changed in the vault, for the page's server-sent events: the daemon's Watcher (watchdog) over
 the vault, keeping its files, the branch refs under .git/ and the daemon's state file, coalesced for
-a short moment and handed to every open page, which then fetches itself again.
+a short moment and handed to every open page, which then fetches itself again. Of .git/ and
+.hermes/ only what a page shows is watched (SHOWN_INSIDE): not the objects git writes.
 
 Event-driven (inotify), no polling; with no page open it only records nothing.
 """
@@ -12,9 +13,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from ..watcher import Watcher, ignored
+from ..watcher import IGNORED_DIRS, Watcher, ignored
 
 COALESCE_S = 0.25  # a commit touches many files at once: one event for all of them
+SHOWN_INSIDE = ((".git", False), (".git/refs", True), (".hermes", False))  # HEAD, packed-refs; refs; daemon.json
 
 
 def interesting(rel: str) -> str | None:
@@ -42,7 +44,8 @@ class ChangeFeed:
         self.clients: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = []
 
     def start(self) -> None:
-        self.watcher = Watcher(self.root, self._changed, keep=lambda rel: interesting(rel) is not None)
+        self.watcher = Watcher(self.root, self._changed, keep=lambda rel: interesting(rel) is not None,
+                               skip=IGNORED_DIRS, also=SHOWN_INSIDE)
         self.watcher.start()
 
     def stop(self) -> None:
