@@ -82,7 +82,7 @@ class Watcher:
             def on_any_event(self, event):
                 if event.is_directory:
                     if watcher.skip:
-                        watcher.top_level_moved(event)
+                        watcher._top_level_changed(event)
                     return
                 if event.event_type == "moved":
                     watcher.report(os.fsdecode(event.src_path), "deleted")
@@ -93,19 +93,22 @@ class Watcher:
         self.observer = Observer()
         self.handler = Handler()
         self.reports_close = "inotify" in type(self.observer).__name__.lower()
-        self.observer.schedule(self.handler, str(self.root), recursive=not self.skip, event_filter=written_events())
+        self._schedule(self.root, recursive=not self.skip)
         if self.skip:
             for child in sorted(self.root.iterdir()):
                 self._watch_tree(child)
         for rel, recursive in self.also:
             if (self.root / rel).is_dir():
-                self.observer.schedule(self.handler, str(self.root / rel), recursive=recursive,
-                                       event_filter=written_events())
+                self._schedule(self.root / rel, recursive)
         if self.lost:
             logging.getLogger(OVERFLOW_LOGGER).addHandler(self.lost)
         self.observer.start()
 
-    def top_level_moved(self, event) -> None:
+    def _schedule(self, path: Path, recursive: bool) -> Any:
+        """Watch `path` for writes (written_events), with the one handler; watchdog's watch."""
+        return self.observer.schedule(self.handler, str(path), recursive=recursive, event_filter=written_events())
+
+    def _top_level_changed(self, event) -> None:
         """A directory event: one at the vault's top level starts or ends a tree's watch."""
         if event.event_type in ("deleted", "moved"):
             self._unwatch_tree(Path(os.fsdecode(event.src_path)))
@@ -122,8 +125,7 @@ class Watcher:
         if path.is_symlink() or not path.is_dir():
             return False
         try:
-            self.trees[path.name] = self.observer.schedule(self.handler, str(path), recursive=True,
-                                                           event_filter=written_events())
+            self.trees[path.name] = self._schedule(path, recursive=True)
         except OSError:  # gone again already
             return False
         return True
