@@ -54,7 +54,8 @@ CREATE TABLE IF NOT EXISTS room_lines (
 CLAIMED = "claimed"  # a request file waits in .hermes/gateway/requests/
 DONE = "done"  # its result is written
 IGNORED = "ignored"  # access denied: nothing run, nothing said
-ANSWERED = "answered"  # refused with a reply (pairing code, too long, too many), nothing run
+REFUSED = "refused"  # refused (a pairing code, too long, too many, empty), with or without a reply; nothing run
+ANSWERED_ELSEWHERE = "elsewhere"  # taken and answered by the channel's last holder, on another machine
 
 # delivery states
 PENDING, SENDING, DELIVERED, FAILED = "pending", "sending", "delivered", "failed"
@@ -113,7 +114,7 @@ class Pairing:
     created: float
 
 
-class Ledger:
+class GatewayLedger:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path

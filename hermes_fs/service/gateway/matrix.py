@@ -20,17 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from ...errors import HermesError
-from ...store.config import MatrixConfig
 from ...store.vault import Vault
-from .access import Verdict, decide
-from .channel import Inbound, Origin, Outbound
-from .webhook import secret_value
-
-if TYPE_CHECKING:
-    from .core import Gateway
+from .access import Verdict
+from .channel import ChannelBase, ChatSettings, Inbound, Origin, Outbound, Sink
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +34,18 @@ PLATFORM = "matrix"
 SYNC_TIMEOUT_MS = 30_000
 MAX_BODY_BYTES = 32_000  # a Matrix event is at most 64 KiB; a longer reply is cut with a note
 CONTEXT_LINES = 10  # a shared room's recent lines kept (in the ledger) for untrusted context
+
+
+@dataclass
+class MatrixSettings(ChatSettings):
+    """`gateway.matrix` in hermes.yaml; `allow` / `admins` are Matrix user ids (@me:example.org)."""
+
+    homeserver: str = "http://127.0.0.1:8008"
+    user_id: str = ""
+    password_env: str | None = None
+    access_token_env: str | None = None
+    pairing: bool = True
+    per_sender_in_rooms: bool = True  # group rooms: one session per sender
 
 
 def strip_reply_fallback(body: str) -> str:
@@ -70,14 +78,15 @@ def others_since(lines: list[tuple[str, str, str]], sender: str, event: str) -> 
     return "\n".join(f"{who}: {text}" for _, who, text in since) or None
 
 
-class MatrixChannel:
+class MatrixChannel(ChannelBase):
     name = PLATFORM
-    idempotent_send = True
+    Settings = MatrixSettings
+    idempotent_send = True  # the request id is the transaction id, on a device kept across restarts
 
-    def __init__(self, vault: Vault, settings: MatrixConfig):
-        self.vault = vault
-        self.settings = settings
-        self.gateway: Gateway | None = None
+    def __init__(self, vault: Vault, settings: MatrixSettings):
+        super().__init__(vault, settings)
+        self.settings: MatrixSettings = settings
+        self.sink: Sink | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.client: Any = None
         self.thread: threading.Thread | None = None
@@ -95,21 +104,21 @@ class MatrixChannel:
         """What one machine at a time consumes when several share the vault (holder.py)."""
         return self.settings.user_id or "default"
 
-    def progress(self, ledger) -> str | None:
+    def progress(self, sink: Sink) -> str | None:
         """The since-token, for the next holder of the channel (holder.py)."""
-        return ledger.cursor(self.cursor_key)
+        return sink.cursor(self.cursor_key)
 
-    def resume(self, ledger, value: str) -> None:
+    def resume(self, sink: Sink, cursor: str) -> None:
         """Go on from the since-token the channel's last holder published (holder.py)."""
-        ledger.set_cursor(self.cursor_key, value)
+        sink.set_cursor(self.cursor_key, cursor)
 
     # -- settings ---------------------------------------------------------------------------------
     def _credentials(self) -> tuple[str | None, str | None]:
         s = self.settings
         if not s.user_id:
             raise HermesError("gateway.matrix.user_id is not set (the agent's account, e.g. @hermes:example.org)")
-        token = secret_value(self.vault, s.access_token_env)
-        password = secret_value(self.vault, s.password_env)
+        token = self.secret(s.access_token_env)
+        password = self.secret(s.password_env)
         if not token and not password:
             named = s.access_token_env or s.password_env
             raise HermesError(f"{named} is not set in .hermes/secrets.env" if named else
@@ -117,9 +126,9 @@ class MatrixChannel:
         return token, password
 
     # -- the channel interface --------------------------------------------------------------------
-    def start(self, sink) -> None:
+    def start(self, sink: Sink) -> None:
         self._credentials()
-        self.gateway = sink
+        self.sink = sink
         self.thread = threading.Thread(target=self._run, name="gateway-matrix", daemon=True)
         self.thread.start()
         if not self.ready.wait(60) or self.failure:
@@ -161,9 +170,8 @@ class MatrixChannel:
             self.loop.close()
 
     def _report(self, state: str, detail: str = "") -> None:
-        report = getattr(self.gateway, "channel_state", None)
-        if report:
-            report(PLATFORM, state, detail)
+        if self.sink is not None:
+            self.sink.channel_state(PLATFORM, state, detail)
 
     async def _main(self) -> None:
         from nio import AsyncClient, AsyncClientConfig
@@ -175,9 +183,9 @@ class MatrixChannel:
         except HermesError as exc:
             self.failure = str(exc)
             return
-        assert self.gateway and self.gateway.ledger
-        ledger = self.gateway.ledger
-        since = ledger.cursor(self.cursor_key)
+        assert self.sink is not None
+        sink = self.sink
+        since = sink.cursor(self.cursor_key)
         first = since is None
         delay = 1.0
         while not self.stopping.is_set():
@@ -199,16 +207,16 @@ class MatrixChannel:
                 continue
             delay = 1.0
             await self._handle(resp, history=first)
-            ledger.set_cursor(self.cursor_key, resp.next_batch)  # after every message of the batch is durable
+            sink.set_cursor(self.cursor_key, resp.next_batch)  # after every message of the batch is durable
             since, first = resp.next_batch, False
             self._report("connected")
             self.ready.set()
 
     async def _login(self) -> None:
-        assert self.gateway and self.gateway.ledger
-        ledger = self.gateway.ledger
+        assert self.sink is not None
+        sink = self.sink
         token, password = self._credentials()
-        device = ledger.cursor(f"{self.cursor_key}:device")
+        device = sink.cursor(f"{self.cursor_key}:device")
         if token:
             self.client.access_token = token
             who = await self.client.whoami()
@@ -225,7 +233,7 @@ class MatrixChannel:
             if not hasattr(resp, "access_token"):
                 raise HermesError(f"login as {self.settings.user_id} failed: {getattr(resp, 'message', resp)}")
         if self.client.device_id:
-            ledger.set_cursor(f"{self.cursor_key}:device", self.client.device_id)
+            sink.set_cursor(f"{self.cursor_key}:device", self.client.device_id)
 
     async def _check(self) -> str:
         from nio import AsyncClient, AsyncClientConfig
@@ -265,8 +273,8 @@ class MatrixChannel:
                     log.warning("matrix: skipped a malformed event in %s", room_id, exc_info=True)
                     continue
                 if message is not None:
-                    assert self.gateway
-                    await asyncio.to_thread(self.gateway.submit, message)
+                    assert self.sink is not None
+                    await asyncio.to_thread(self.sink.submit, message)
 
     async def _invite(self, room_id: str, info) -> None:
         own = self.settings.user_id
@@ -277,10 +285,9 @@ class MatrixChannel:
                 inviter = source.get("sender")
                 content = getattr(ev, "content", None) or source.get("content") or {}  # nio moves it out of source
                 direct = isinstance(content, dict) and content.get("is_direct") is True
-        if not inviter or self.gateway is None or self.gateway.ledger is None:
+        if not inviter or self.sink is None:
             return
-        verdict = decide(self.gateway.rules(PLATFORM), self.gateway.ledger,
-                         Inbound(Origin(PLATFORM, room_id, inviter, f"invite:{room_id}"), "", direct=direct))
+        verdict = self.sink.verdict(Inbound(Origin(PLATFORM, room_id, inviter, f"invite:{room_id}"), "", direct=direct))
         if verdict is Verdict.SILENCE:
             log.info("matrix: ignored an invite from a sender who may not talk to the agent")
             return
@@ -317,10 +324,10 @@ class MatrixChannel:
         text = strip_reply_fallback(body) if "m.in_reply_to" in relates and not thread else body
         direct = room is not None and (room.member_count or 0) <= 2
         context = None
-        if not direct and self.gateway is not None and self.gateway.ledger is not None:
-            lines = self.gateway.ledger.room_lines(room_id)
+        if not direct and self.sink is not None:
+            lines = self.sink.room_lines(room_id)
             context = others_since(lines, sender, event_id)
-            self.gateway.ledger.add_room_line(room_id, event_id, sender, text[:500], CONTEXT_LINES)
+            self.sink.add_room_line(room_id, event_id, sender, text[:500], CONTEXT_LINES)
         origin = Origin(PLATFORM, room_id, sender, event_id, thread if isinstance(thread, str) else None)
         return Inbound(origin, text, direct=direct, context=context)
 

@@ -25,20 +25,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from ...errors import HermesError
-from ...store.config import WebhookConfig, WebhookRouteConfig
 from ...store.vault import Vault
 from .access import AccessRules
-from .channel import Inbound, Origin, Outbound
-
-if TYPE_CHECKING:
-    from .core import Gateway
+from .channel import ChannelBase, Inbound, Origin, Outbound, Sink, secret_value
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +43,21 @@ TOLERANCE_S = 300
 PLATFORM = "webhook"
 
 
-def secret_value(vault: Vault, name: str | None) -> str | None:
-    """A gateway secret: from .hermes/secrets.env (never hermes.yaml), else the environment."""
-    if not name:
-        return None
-    return vault.secrets().get(name) or os.environ.get(name) or None
+@dataclass
+class WebhookRoute:
+    secret_env: str | None = None  # no secret configured: the route answers 403 (there is no insecure mode)
+    scheme: str = "standard"  # standard (Standard Webhooks) | github (X-Hub-Signature-256)
+    prompt: str | None = None  # "{payload}" is replaced by the body; default: the payload is the message
+    reply_to: str | None = None  # a notify target name that receives the answer
+    rate_per_min: int = 60
+
+
+@dataclass
+class WebhookSettings:
+    """`gateway.webhook` in hermes.yaml."""
+
+    listen: str = "127.0.0.1:8787"
+    routes: dict[str, WebhookRoute] = field(default_factory=dict)
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -65,7 +71,7 @@ class BadSignature(Exception):
     pass
 
 
-def verify(route: WebhookRouteConfig, secret: str, body: bytes, headers) -> str:
+def verify(route: WebhookRoute, secret: str, body: bytes, headers) -> str:
     """Check the delivery's signature; its delivery id. Raises BadSignature with the reason."""
     if route.scheme == "github":
         given = headers.get("x-hub-signature-256") or ""
@@ -93,29 +99,32 @@ def verify(route: WebhookRouteConfig, secret: str, body: bytes, headers) -> str:
     return headers.get("webhook-id") or ""
 
 
-class WebhookChannel:
+class WebhookChannel(ChannelBase):
     name = PLATFORM
+    Settings = WebhookSettings
     idempotent_send = False  # replies go through Apprise, which cannot tell a resend
-    access = AccessRules(authenticated=True)  # the route's secret is the proof; no one is an admin
     # pushed to the machine its sender's URL names, so there is nothing to consume once: every
     # machine with the gateway listens (holder.py leases only the channels that pull)
     leased = False
 
-    def __init__(self, vault: Vault, settings: WebhookConfig):
-        self.vault = vault
-        self.settings = settings
+    def __init__(self, vault: Vault, settings: WebhookSettings):
+        super().__init__(vault, settings)
+        self.settings: WebhookSettings = settings
         self.host, self.port = parse_listen(settings.listen)
         self.server: Any = None
         self.thread: threading.Thread | None = None
-        self.gateway: Gateway | None = None
+        self.sink: Sink | None = None
         self.accepted: dict[str, deque[float]] = {}
         self.rate_lock = threading.Lock()
 
     # -- the channel interface --------------------------------------------------------------------
-    def start(self, sink) -> None:
+    def access(self) -> AccessRules:
+        return AccessRules(authenticated=True)  # the route's secret is the proof; no one is an admin
+
+    def start(self, sink: Sink) -> None:
         import uvicorn
 
-        self.gateway = sink
+        self.sink = sink
         # log_config=None: uvicorn's own dictConfig would close every handler of the process,
         # the daemon's log file among them
         config = uvicorn.Config(self.app(), host=self.host, port=self.port, log_level="warning",
@@ -228,14 +237,14 @@ class WebhookChannel:
         except BadSignature as exc:
             log.info("webhook %s: refused (%s)", name, exc)
             return JSONResponse({"error": str(exc)}, 401)
-        assert self.gateway is not None
+        assert self.sink is not None
         origin = Origin(PLATFORM, name, f"route:{name}", delivery[:200], thread=delivery[:200])
-        if self.gateway.lookup(origin) is not None:
+        if self.sink.lookup(origin) is not None:
             return JSONResponse({"status": "duplicate", "id": _rid(origin)}, 200)
         if not self._within_rate(name, route.rate_per_min):
             return JSONResponse({"error": f"more than {route.rate_per_min} deliveries a minute on this route"}, 429)
         text = route.prompt.replace("{payload}", payload) if route.prompt else payload
-        rid = await run_in_threadpool(self.gateway.submit, Inbound(origin, text, direct=True))
+        rid = await run_in_threadpool(self.sink.submit, Inbound(origin, text, direct=True))
         return JSONResponse({"id": rid}, 202)
 
     async def get(self, request):
@@ -251,14 +260,8 @@ class WebhookChannel:
             verify(route, secret, b"", request.headers)
         except BadSignature as exc:
             return JSONResponse({"error": str(exc)}, 401)
-        assert self.gateway is not None
-        row = self.gateway.ledger.message_by_id(rid) if self.gateway.ledger else None
-        if row is not None:
-            state = self.gateway.request_status(rid) if row.key.startswith(f"{PLATFORM}|{name}|") else None
-        else:  # posted to another machine of this vault: its synced result says
-            state = await run_in_threadpool(self.gateway.status_elsewhere, rid,
-                                            lambda o: o.platform == PLATFORM and o.chat == name
-                                            and _rid(o) == rid)
+        assert self.sink is not None
+        state = await run_in_threadpool(self.sink.request_status, rid, PLATFORM, name)
         if state is None:
             return JSONResponse({"error": "no such request on this route"}, 404)
         return JSONResponse({"status": state[0], "answer": state[1]}, 200)

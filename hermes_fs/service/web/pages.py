@@ -38,7 +38,7 @@ STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 SESSION_LIST = 100  # newest sessions listed without a query
 RUNS_SHOWN = 5  # last runs per job
 _SESSION_TITLE = re.compile(r"^title:\s*(.*)$", re.M)
-_PARTS = re.compile(r"gateway|web page|sync|curat|matrix|email|webhook", re.I)  # the daemon's optional parts
+_PARTS = re.compile(r"gateway|web page|sync|curat", re.I)  # the daemon's optional parts (channels say "gateway NAME")
 
 
 def age(seconds: float) -> str:
