@@ -283,8 +283,8 @@ gateway:
     agent_vault.secrets_env.write_text(f"MAIL_PASSWORD={PASSWORD}\n")
     agent_vault.git.commit_paths(["hermes.yaml"], "test: e-mail gateway settings", Act.person())
     d = daemon()
-    assert wait_for(lambda: (agent_vault.root / ".hermes" / "gateway" / "email.sqlite").exists(), 30)
-    time.sleep(1.0)  # the channel's first start records the mailbox's position
+    # the channel's first start records the mailbox's position: mail from before is history
+    assert wait_for(lambda: "email: first start on" in d.output(), 60), d.output()
     send(env, keys, mail(subject="one", body="first"))
     assert [r.text.strip() for r in env.wait_for(ME, 1)] == ["re: first"]
     d.stop(signal.SIGKILL)
