@@ -440,8 +440,9 @@ def test_learn_from_the_files_attached_to_the_message(gateway, model_server, age
 def test_a_shared_rooms_lines_survive_a_restart_and_context_is_what_others_said_since(tmp_path):
     """Others' text in a shared room reaches the model as untrusted context: every line since the
     sender last spoke (not only the one before), kept in the ledger across a restart, once per event."""
+    from hermes_fs.service.gateway.channel import others_since
     from hermes_fs.service.gateway.ledger import GatewayLedger
-    from hermes_fs.service.gateway.matrix import CONTEXT_LINES, others_since
+    from hermes_fs.service.gateway.matrix import CONTEXT_LINES
 
     db = tmp_path / "gateway.db"
     led = GatewayLedger(db)

@@ -95,6 +95,25 @@ def secret_value(vault: Vault, name: str | None) -> str | None:
     return vault.secrets().get(name) or os.environ.get(name) or None
 
 
+def others_since(lines: list[tuple[str, str, str]], sender: str, message: str) -> str | None:
+    """What others said in a shared room since `sender` last spoke (before `message`: a message
+    re-read after a crash sees what it saw the first time, not the lines after it)."""
+    ids = [m for m, _, _ in lines]
+    if message in ids:
+        lines = lines[: ids.index(message)]
+    mine = [i for i, (_, who, _) in enumerate(lines) if who == sender]
+    since = lines[mine[-1] + 1 :] if mine else lines
+    return "\n".join(f"{who}: {text}" for _, who, text in since) or None
+
+
+def room_context(sink: Sink, room: str, message: str, sender: str, text: str, keep: int) -> str | None:
+    """A shared room's line: remembered (its last `keep` lines are kept), and the others' lines
+    since the sender last spoke returned, as untrusted context for the sender's request."""
+    context = others_since(sink.room_lines(room), sender, message)
+    sink.add_room_line(room, message, sender, text[:500], keep)
+    return context
+
+
 class Sink(Protocol):
     """What the core offers a channel (the core's `Gateway` implements it). A channel uses these
     and nothing else of the core."""

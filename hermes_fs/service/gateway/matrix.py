@@ -26,7 +26,7 @@ from typing import Any
 from ...errors import HermesError
 from ...store.vault import Vault
 from .access import Verdict
-from .channel import ChannelBase, ChatSettings, Inbound, Origin, Outbound, Sink
+from .channel import ChannelBase, ChatSettings, Inbound, Origin, Outbound, Sink, room_context
 
 log = logging.getLogger(__name__)
 
@@ -65,17 +65,6 @@ def cut(text: str, limit: int = MAX_BODY_BYTES) -> str:
         return text
     kept = data[:limit].decode(errors="ignore")
     return kept + f"\n[... cut: {len(data) - limit} more bytes]"
-
-
-def others_since(lines: list[tuple[str, str, str]], sender: str, event: str) -> str | None:
-    """What others said in the room since `sender` last spoke (before `event`: a message re-read
-    after a crash sees what it saw the first time, not the lines after it)."""
-    ids = [e for e, _, _ in lines]
-    if event in ids:
-        lines = lines[: ids.index(event)]
-    mine = [i for i, (_, who, _) in enumerate(lines) if who == sender]
-    since = lines[mine[-1] + 1 :] if mine else lines
-    return "\n".join(f"{who}: {text}" for _, who, text in since) or None
 
 
 class MatrixChannel(ChannelBase):
@@ -325,9 +314,7 @@ class MatrixChannel(ChannelBase):
         direct = room is not None and (room.member_count or 0) <= 2
         context = None
         if not direct and self.sink is not None:
-            lines = self.sink.room_lines(room_id)
-            context = others_since(lines, sender, event_id)
-            self.sink.add_room_line(room_id, event_id, sender, text[:500], CONTEXT_LINES)
+            context = room_context(self.sink, room_id, event_id, sender, text, CONTEXT_LINES)
         origin = Origin(PLATFORM, room_id, sender, event_id, thread if isinstance(thread, str) else None)
         return Inbound(origin, text, direct=direct, context=context)
 
