@@ -2,7 +2,7 @@
 
 One interface, two implementations:
 
-* `Ledger`: one machine. `.hermes/cron-ledger.json` (fsynced before a run) holds the latest due
+* `CronLedger`: one machine. `.hermes/cron-ledger.json` (fsynced before a run) holds the latest due
   time started per job; a due time at or before it is never run again, across restarts.
 * `RefClaims`: several machines sharing a remote. A claim is the ref `refs/hermes/claims/<key>`
   on the remote, created by a push whose lease says "must not exist yet" (`store/remote.py`): the
@@ -75,7 +75,7 @@ class Claims(Protocol):
     host: str
 
     @property
-    def local(self) -> Ledger: ...
+    def local(self) -> CronLedger: ...
 
     def last(self, job: str) -> datetime | None: ...
 
@@ -86,7 +86,7 @@ class Claims(Protocol):
     def done(self, job: str, due: datetime) -> None: ...
 
 
-class Ledger:
+class CronLedger:
     """job -> the latest due time started (ISO). Written atomically and fsynced before a run."""
 
     def __init__(self, path: Path, host: str = ""):
@@ -99,7 +99,7 @@ class Ledger:
             self.data = {}
 
     @property
-    def local(self) -> Ledger:
+    def local(self) -> CronLedger:
         return self
 
     def last(self, job: str) -> datetime | None:
@@ -169,7 +169,7 @@ class _Held:
 class RefClaims:
     """Claims as refs on the remote (see the module docstring)."""
 
-    def __init__(self, store: GitStore, remote: Remote, host: str, ttl_s: float, ledger: Ledger,
+    def __init__(self, store: GitStore, remote: Remote, host: str, ttl_s: float, ledger: CronLedger,
                  state_path: Path):
         self.store = store
         self.remote = remote
@@ -219,7 +219,7 @@ class RefClaims:
         """Claim commits for many keys (key -> state, note, took_over, parent) in one git call:
         key -> (sha, expiry)."""
         if not self._tree_written:  # git knows the empty tree without storing it; fsck wants it stored
-            self.store._git("mktree", input="")
+            self.store.store_empty_tree()
             self._tree_written = True
         made, expiries = [], []
         for key, (state, note, took_over, parent) in specs.items():
@@ -228,21 +228,13 @@ class RefClaims:
             made.append((EMPTY_TREE, [parent] if parent else [], f"claim {key}{': ' + note if note else ''}",
                          Act.claim(self.host, state, expires, took)))
             expiries.append(expires)
-        shas = self.store._commit_trees(made)
+        shas = self.store.commit_trees(made)
         return {key: (sha, expires) for key, sha, expires in zip(specs, shas, expiries, strict=True)}
 
     def records(self, prefix: str = "") -> list[ClaimRecord]:
         """The claims of the last fetch (mirrored under refs/hermes/remote/), in one git call."""
-        fmt = "%(refname)%00%(objectname)%00%(committerdate:unix)%00%(contents)%1e"
         base = mirror_of(CLAIMS)
-        out = self.store._git("for-each-ref", f"--format={fmt}", base + prefix)
-        found = []
-        for rec in out.split("\x1e"):
-            rec = rec.strip("\n")
-            if rec:
-                ref, sha, ts, message = rec.split("\0", 3)
-                found.append(_parse(ref[len(base):], sha, int(ts or 0), message))
-        return found
+        return [_parse(ref[len(base):], sha, ts, message) for ref, sha, ts, message in self.store.ref_messages(base + prefix)]
 
     def holder(self, key: str) -> ClaimRecord | None:
         """Who holds `key` on the remote now (fetched afresh); None if nobody."""
@@ -475,7 +467,7 @@ class RefClaims:
 
     # -- the scheduler's interface (Claims) ---------------------------------------------------------
     @property
-    def local(self) -> Ledger:
+    def local(self) -> CronLedger:
         return self.ledger
 
     def last(self, job: str) -> datetime | None:
@@ -556,7 +548,7 @@ class RefClaims:
             result = self.remote.push([RefUpdate(CLAIMS + r.key, None, r.sha) for r in batch], atomic=False)
             for r in batch:
                 if CLAIMS + r.key in result.accepted:
-                    self.store._git("update-ref", "-d", mirror_of(CLAIMS + r.key), r.sha, ok=(0, 1, 128))
+                    self.store.delete_ref(mirror_of(CLAIMS + r.key), r.sha, missing_ok=True)
                     pruned.append(r.key)
         self.pruned_at = now
         return pruned
@@ -620,5 +612,5 @@ def _parse(key: str, sha: str, timestamp: int, message: str) -> ClaimRecord:
     return ClaimRecord(key, sha, t.get(HOST, "?"), t.get(CLAIM_STATE, RUNNING), expires, timestamp)
 
 
-__all__ = ["CLAIMS", "MIRROR", "RETENTION_S", "ClaimRecord", "Claims", "Ledger", "RefClaims", "Take", "cron_key",
+__all__ = ["CLAIMS", "MIRROR", "RETENTION_S", "ClaimRecord", "Claims", "CronLedger", "RefClaims", "Take", "cron_key",
            "prunable", "too_old_to_claim"]

@@ -17,7 +17,7 @@ import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
@@ -31,8 +31,12 @@ from ...mind import memory, skills
 from ...mind.sessions import SESSIONS_DIR, parse_messages, session_path
 from ...store.docs import decode, parse_doc
 from ...store.vault import Vault
+from ..decisions import decide
 from . import edits
 from .security import CSRF_FIELD, Keys
+
+if TYPE_CHECKING:
+    from ...store.claims import RefClaims
 
 STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 SESSION_LIST = 100  # newest sessions listed without a query
@@ -60,9 +64,10 @@ def diff_class(line: str) -> str:
 
 
 class Site:
-    def __init__(self, vault: Vault, keys: Keys):
+    def __init__(self, vault: Vault, keys: Keys, claims: RefClaims | None = None):
         self.vault = vault
         self.keys = keys
+        self.claims = claims  # the daemon's claims on the remote; None: opened per decision (decisions.py)
         self.flashes: dict[str, tuple[str, str]] = {}
         self.env = Environment(loader=PackageLoader("hermes_fs.service.web", "templates"),
                                autoescape=select_autoescape(default=True, default_for_string=True),
@@ -152,13 +157,11 @@ class Site:
         page = f"/changes/{branch}"
 
         def work() -> tuple[str, str]:
-            name = changes.resolve_name(self.store, branch)
             if ticked and not only:
                 raise InputError("tick at least one file to merge only those")
-            sha = changes.merge(self.store, name, only=only if ticked else None)  # authored by you: your decision
-            left = self.store.rev(f"refs/heads/{name}")
-            return (page if left else "/"), f"merged {name} ({sha[:10]})" + (
-                "; the rest stays pending under the same name" if left else "")
+            # authored by you: your decision; claimed first when the vault syncs
+            done = decide(self.vault, branch, "merge", only=only if ticked else None, claims=self.claims)
+            return (f"/changes/{done.branch}" if done.rest_pending else "/"), done.line()
 
         return await self.act(request, work, page)
 
@@ -166,8 +169,7 @@ class Site:
         branch = request.path_params["branch"]
 
         def work() -> tuple[str, str]:
-            name = changes.resolve_name(self.store, branch)
-            return "/", f"rejected {name} (kept as {changes.reject(self.store, name)})"
+            return "/", decide(self.vault, branch, "reject", claims=self.claims).line()
 
         return await self.act(request, work, f"/changes/{branch}")
 
@@ -179,8 +181,7 @@ class Site:
         branch = str((await request.form()).get("branch", ""))
 
         def work() -> tuple[str, str]:
-            sha = changes.revert(self.store, branch)  # authored by you: your decision
-            return "/log", f"reverted {branch} ({sha[:10]})"
+            return "/log", decide(self.vault, branch, "revert", claims=self.claims).line()  # your decision
 
         return await self.act(request, work, "/log")
 
