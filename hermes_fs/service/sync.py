@@ -45,7 +45,7 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..errors import ConflictError, GitError, HermesError, Overtaken
+from ..errors import ConflictError, GitError, HermesError, Overtaken, RepositoryBusy
 from ..store.claims import RefClaims, parse_cron_key
 from ..store.files import atomic_write
 from ..store.git import MAIN, GitStore, format_message
@@ -378,11 +378,9 @@ class Syncer:
             except ConflictError as exc:  # a person's text that cannot be committed is in the way
                 self._not_now(r, mark, exc)
                 return
-            except GitError as exc:
-                if "in progress" in str(exc) or "checked out" in str(exc):  # a person's git operation
-                    self._not_now(r, mark, exc)
-                    return
-                raise
+            except RepositoryBusy as exc:  # a person's git operation (a rebase, another branch checked out)
+                self._not_now(r, mark, exc)
+                return
         if new:
             r.merged = new
             _remember_conflicts(self.vault, self.store.changed_paths(before, new))
@@ -445,7 +443,7 @@ class Syncer:
             if not updates:
                 return True
             result = self.remote.push(updates)
-            lost = self.claims.settle(result.accepted, [ref for ref, why in result.rejected.items() if "stale" in why])
+            lost = self.claims.settle(result.accepted, sorted(result.stale))
         if result.ok:
             r.pushed = r.pushed or self.branch_ref in result.accepted
             return True

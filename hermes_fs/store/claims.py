@@ -20,8 +20,10 @@ high-water mark every machine's scheduler reads `last` from; and no machine clai
 older than CLAIMABLE_S, so a pruned claim never reads as "nobody ran it" (`prunable`).
 
 Machine-local state (what this machine holds, what it missed while offline) lives in
-`.hermes/sync/claims.json`. Nothing here decides *when* to claim: that is the scheduler's and the
-sync service's.
+`.hermes/sync/claims.json`, written by the one `RefClaims` of the process (built once:
+service/work.py). Nothing here decides *when* to claim: that is the scheduler's and the sync
+service's. The words (claim, lease, ledger, holder, ...) are defined in docs/design/glossary.md;
+the measurements behind the choices are in docs/benchmarks/notes/2026-12-03-sync-figures.md.
 """
 
 from __future__ import annotations
@@ -182,7 +184,7 @@ class RefClaims:
         self.on_finish: Callable[[], None] | None = None  # the sync service: push now
         # requests' claims lost at a renewal, for the next round to withdraw their answers; not cron
         # runs: their output's path is the taker's too, and the taker may close the claim on it (a
-        # run withdrawn after that left 13 of 100 due times without output in a chaos run)
+        # run withdrawn after that would leave its due time without any output)
         self.lost_meanwhile: list[tuple[str, list[str]]] = []
         self._tree_written = False
         self.held: dict[str, _Held] = {}
@@ -290,10 +292,10 @@ class RefClaims:
 
     def renew(self) -> list[str]:
         """Push fresh expiries for running claims a sixth of their time old, all in one push (each
-        with a lease on its own old value: one machine may hold dozens of claims, and one push
-        per claim took seconds each on a loaded machine, behind which the takeovers of the same
-        timer waited); the keys lost to a takeover (this machine was too slow or cut off) are
-        returned and forgotten."""
+        with a lease on its own old value: one machine may hold dozens of claims, and a push per
+        claim is slow on a loaded machine while the takeovers of the same timer wait behind it);
+        the keys lost to a takeover (this machine was too slow or cut off) are returned and
+        forgotten."""
         now = time.time()
         # a done claim waiting for its result's push is renewed too: main may not go up at once
         due = {key: held for key, held in list(self.held.items())
@@ -337,7 +339,8 @@ class RefClaims:
         """Take over these running claims of dead holders in one push, each with a lease on the
         exact value seen (so, for each, at most one machine of any number racing wins); the keys
         won. One push for all: after a partition heals or a machine dies holding many claims,
-        one takeover after the other (three network calls each) took minutes."""
+        one takeover after the other (three network calls each) leaves the last ones waiting
+        long past their expiry."""
         if not records:
             return []
         now = time.time()
@@ -360,9 +363,9 @@ class RefClaims:
     def finish(self, key: str, paths: list[str] | None = None) -> None:
         """The work is done: its `done` commit goes up with the next push of main (`pending`).
         A previous process's claim whose result is on main here is this process's from now on:
-        renewed until that push (left an orphan, it was never renewed, so while main kept losing
-        the race it expired and another machine could take the finished work over and do it
-        again; found reading the code for the chaos bench's twice-answered requests)."""
+        renewed until that push (left an orphan, it would not be renewed, so while main kept
+        losing the race it would expire and another machine could take the finished work over
+        and do it again)."""
         with self.lock:
             held = self.held.get(key)
             if held is None or held.done:

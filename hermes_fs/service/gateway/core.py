@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...agent.boundary import Source
-from ...errors import HermesError, InputError
+from ...errors import HermesError, InputError, SessionGone
 from ...store.docs import dump_doc, parse_doc
 from ...store.files import atomic_write
 from ...store.provenance import Act
@@ -620,8 +620,8 @@ class Gateway:
             self.session_origins[req.session] = req.origin
         try:
             result = run_request(vault, req, options)
-        except InputError as exc:
-            if not req.session or "no session" not in str(exc):
+        except SessionGone:
+            if not req.session:
                 raise
             self.note(f"gateway: session {req.session} is gone; starting a new one")
             req.session = None

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ...errors import HermesError, InputError
+from ...errors import HermesError, InputError, NotFound
 from ...learning import changes, review
 from ...mind import memory, skills
 from ...mind.sessions import SESSIONS_DIR, parse_messages, session_path
@@ -125,7 +125,7 @@ class Site:
         return RedirectResponse(f"{to}{'&' if '?' in to else '?'}flash={key}", 303)
 
     def failed(self, request: Request, exc: HermesError) -> HTMLResponse:
-        status = 404 if getattr(exc, "reason", str(exc)).startswith("no ") else 400  # "no skill named ..."
+        status = 404 if isinstance(exc, NotFound) else 400
         return self.render(request, "error.html", status, error=str(exc))
 
     async def act(self, request: Request, work: Callable[[], tuple[str, str]], back: str) -> Response:
@@ -218,7 +218,7 @@ class Site:
         try:
             rel = skills.skill_path(name) if file == skills.SKILL_FILE else skills.support_path(name, file, any_file=True)
             if self.vault.files.read(skills.skill_path(name)) is None:
-                raise InputError(f"no skill named {name!r}", skills.skill_path(name))
+                raise NotFound(f"no skill named {name!r}", skills.skill_path(name))
         except HermesError as exc:
             return self.failed(request, exc)
 
@@ -288,7 +288,7 @@ class Site:
 
             jobs, _errors = cron.load_jobs(self.vault.files, self.vault.config)
             if name not in {j.name for j in jobs}:
-                raise InputError(f"no valid job {name!r} in cron/")
+                raise NotFound(f"no valid job {name!r} in cron/")
             log = self.vault.state_dir / "logs" / f"cron-{name}-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}.log"
             pid = spawn(self.vault.root, ["cron", "run", name], log)  # the CLI's `cron run`, in its own process
             return "/jobs", f"{name} started (pid {pid}); its output appears here when it finishes (log: {log})"
@@ -331,7 +331,7 @@ class Site:
             rel = session_path(sid)
             data = self.vault.files.read(rel)
             if data is None:
-                raise InputError(f"no session {sid}", rel)
+                raise NotFound(f"no session {sid}", rel)
             doc = parse_doc(decode(data, rel), rel, required=True)
             messages = parse_messages(doc.body.lstrip("\n"), rel)
         except HermesError as exc:
@@ -347,7 +347,7 @@ class Site:
             from ..background import refine_in_background
 
             if self.vault.files.read(session_path(sid)) is None:
-                raise InputError(f"no session {sid}")
+                raise NotFound(f"no session {sid}")
             pid, log = refine_in_background(self.vault, RefineOptions(session=sid, focus=focus))
             return "/", f"refine of {sid} running in the background (pid {pid}); its change appears here (log: {log})"
 
