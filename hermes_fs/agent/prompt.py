@@ -166,16 +166,22 @@ def soul(vault: Vault) -> str:
         return ""
 
 
+SECRET_SCAN_MARGIN = 4096  # characters past the budget also scanned: a key cut by the budget is still caught
+
+
 def _memory_body(vault: Vault, name: str) -> str:
+    """The part of a memory file that goes into the prompt. Only that part (and a margin) is scanned
+    for secrets: text past the budget never reaches a model, and scanning it made every turn pay for
+    the whole file."""
     try:
-        m = memory.load(vault.files, name, vault.config)
+        view = memory.prompt_view(vault.files, name, vault.config)
     except InputError:
         return ""
-    body = m.doc.body.strip()
-    if secrets.scan_text(m.path, body):  # a person's uncommitted paste: never sent to a model
-        return f"(memory/{name} holds a secret and is left out until it is removed from the file)"
-    if len(body) > m.budget:  # the budget bounds the prompt, whatever the file says
-        return body[: m.budget] + f"\n[... {len(body) - m.budget} more characters over budget; refine will consolidate]"
+    body, budget = view.body, view.budget
+    if secrets.scan_text(view.path, body[: budget + SECRET_SCAN_MARGIN]):  # a person's uncommitted paste: never sent
+        return f"({view.path} holds a secret and is left out until it is removed from the file)"
+    if len(body) > budget:  # the budget bounds the prompt, whatever the file says
+        return body[:budget] + f"\n[... {len(body) - budget} more characters over budget; refine will consolidate]"
     return body
 
 
