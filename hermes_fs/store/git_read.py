@@ -76,6 +76,19 @@ class GitReader(GitBase):
                 return None
         return data if kind == b"blob" else None
 
+    def symlinks(self, commit: str) -> frozenset[str]:
+        """The paths that are symlinks (mode 120000) at `commit`: their blob is a link's target,
+        never a file's text. Remembered per commit id."""
+        def ask() -> frozenset[str]:
+            found = set()
+            for item in self._git("ls-tree", "-r", "-z", commit).split("\0"):
+                meta, _, path = item.partition("\t")
+                if meta.startswith("120000 "):
+                    found.add(path)
+            return frozenset(found)
+
+        return self._pure("symlinks", commit, commit, ask)
+
     def list_files(self, commit: str, prefix: str = "") -> list[str]:
         args = ["ls-tree", "-r", "-z", "--name-only", commit]
         if prefix:
