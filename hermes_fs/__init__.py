@@ -18,8 +18,8 @@ for litellm, GitPython or the MCP SDK.
     outcome = hermes_fs.refine(vault, hermes_fs.RefineOptions(focus="deploys"))
     print(hermes_fs.decide(vault, outcome.branch, "merge").line())  # claimed first when the vault syncs
 
-`review` reads learned changes (pending, show, learned_log); `decide` is how a person merges,
-rejects or reverts one — the same path the CLI, the web page and chat commands take.
+hermes_fs.review reads learned changes (pending, show, learned_log); hermes_fs.decide is how a
+person merges, rejects or reverts one: the same path the CLI, the web page and chat commands take.
 """
 
 from __future__ import annotations
