@@ -78,10 +78,10 @@ def select_skills(entries: dict[str, str], ranked: list[str], budget: int, descr
                   short_chars: int = SHORT_CHARS) -> SkillsIndex:
     """Lines `- name: description` within `budget` characters, most relevant (`ranked`) first. Past
     `described_share` of the budget the next relevant skills are named without their description
-    (a name like `docker-management` says enough to open it): a budget that describes ~30 of 1,000
-    skills names ~150 (bench/routing_heldout.py). Past the budget a description is cut to its first
-    sentence, at most `short_chars` characters ("- flash-attention: Optimizes transformer attention
-    with…"), so about 34 of 1,000 skills are described instead of about 19; skill_view has the rest."""
+    (a name like `docker-management` says enough to open it), so the index reaches several times
+    more skills than it describes (bench/routing_heldout.py). Past the budget a description is cut
+    to its first sentence, at most `short_chars` characters ("- flash-attention: Optimizes
+    transformer attention with…"), so more skills are described; skill_view has the rest."""
     names = sorted(entries)
     lines = {n: f"- {n}: {' '.join(entries[n].split())}" for n in names}
     full_text = "\n".join(lines[n] for n in names)
