@@ -11,8 +11,8 @@ from hermes_fs.agent.conversation import Conversation, ConversationOptions
 from hermes_fs.agent.tools import REVIEW_TOOLS
 from hermes_fs.errors import ConflictError
 from hermes_fs.learning import changes as review
-from hermes_fs.learning.checks import similar_skill
 from hermes_fs.learning.refine import RefineOptions, refine
+from hermes_fs.learning.validate import similar_skill
 from hermes_fs.store.provenance import Act
 
 USER = "memory/USER.md"
@@ -159,13 +159,15 @@ def test_person_edits_user_md_while_review_runs(agent_vault, model_server, sessi
 
 def test_conflicting_edit_during_review_is_reported_and_nothing_lost(agent_vault, model_server, session):
     gate = threading.Event()
+    p = agent_vault.root / USER
+    p.write_text(p.read_text() + "- Likes terse commit messages.\n")  # an entry the agent learned (it may rewrite it)
+    agent_vault.git.commit_paths([USER], "memory: add entry", Act.session("s0"))
     model_server.add({"wait": gate, "tool_calls": [("memory", {"action": "replace", "file": "USER.md",
-                                                               "old_text": "concise", "text": "Prefers long answers."})]},
+                                                               "old_text": "terse", "text": "Prefers long answers."})]},
                      {"content": "Summary: longer answers\n- memory/USER.md: long answers (because asked)"})
     t, box = _run_in_thread(lambda: refine(agent_vault, RefineOptions(policy="auto")))
     _wait_requests(model_server, 2)
-    p = agent_vault.root / USER
-    p.write_text(p.read_text().replace("Prefers concise answers", "Prefers very short answers"))
+    p.write_text(p.read_text().replace("Likes terse commit messages", "Likes very short answers"))
     gate.set()
     t.join(60)
     r = box["result"]
@@ -322,7 +324,7 @@ def test_cli_refine_in_background(agent_vault, model_server, session, run_cli):
 
 def test_checks_catch_what_tools_would_have_refused(vault):
     """Defense in depth: the final check re-validates every changed file of the overlay."""
-    from hermes_fs.learning.checks import check
+    from hermes_fs.learning.validate import check
     from hermes_fs.store.overlay import OverlayFiles
 
     ov = OverlayFiles(vault.git, vault.git.head())
@@ -353,7 +355,7 @@ def test_branch_names_are_never_reused_even_after_a_merge(vault):
 
 
 def test_filler_words_do_not_make_skills_look_alike():
-    from hermes_fs.learning.checks import similar_skill
+    from hermes_fs.learning.validate import similar_skill
 
     existing = {"deploy-fly": "Use when you need the steps to deploy an app to fly.io with rolling updates."}
     assert similar_skill("bake-bread", "Use when you need the steps to bake sourdough bread at home.", existing) is None

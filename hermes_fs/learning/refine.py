@@ -27,9 +27,10 @@ from ..store.overlay import OverlayFiles
 from ..store.provenance import Act, refine_trailers
 from ..store.vault import Vault
 from . import pipeline
-from .checks import DuplicateGuard, duplicate_guard, skills_at, tokens
 from .pipeline import Description, ModelTask, Outcome, Task
+from .protection import Evidence
 from .structured import ReviewDocument, StructuredTask
+from .validate import DuplicateGuard, duplicate_guard, skills_at, tokens
 
 TRANSCRIPT_LIMIT = 60_000  # characters of conversation shown to the reviewer (the newest part)
 RESULT_LIMIT = 600  # characters of each tool result shown
@@ -190,6 +191,24 @@ class Reviewer:
     def context(self) -> dict:
         return {"session": self.session, "snapshot": self.snapshot}
 
+    def evidence(self) -> Evidence:
+        """The person's turns at the snapshot, and the reason given for each change, per file."""
+        assert self.session and self.snapshot
+        said = person_turns(self.vault.git.read_file(self.snapshot, session_path(self.session)) or b"", self.session)
+        reasons: dict[str, list[str]] = {}
+        applied = getattr(self.task, "applied", None)
+        if applied is not None:  # structured mode: each entry's own reason
+            for a in applied:
+                if a.ok:
+                    reasons.setdefault(a.path, []).append(a.reason)
+        else:
+            for line in self.task.answer.splitlines():
+                head = line.strip()[2:].split(":", 1)[0].strip().strip("`") if line.strip()[:2] in ("- ", "* ") else ""
+                if head:
+                    path = head if head.startswith(("memory/", "skills/")) else f"memory/{head}"
+                    reasons.setdefault(path, []).append(line.strip()[2:])
+        return Evidence(said, reasons)
+
 
 def refine(vault: Vault, options: RefineOptions | None = None, model: Model | None = None) -> Outcome:
     """Review a session into a refine/... branch; never raises for a failed review (the Outcome says why)."""
@@ -250,6 +269,17 @@ def named_skills(transcript: str, existing: dict[str, str]) -> list[str]:
     Only these are shown whole to a reviewer without tools; a skill that merely shares words with
     the conversation drew a small model into patching it with unrelated text (bench/learning_eval.py)."""
     return [n for n in sorted(existing) if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", transcript)]
+
+
+def person_turns(data: bytes, sid: str) -> list[str]:
+    """What the person said in the session, turn by turn (never tool output or the assistant)."""
+    rel = session_path(sid)
+    try:
+        doc = parse_doc(decode(data, rel), rel, required=True)
+        return [str(m["content"]) for m in parse_messages(doc.body.lstrip("\n"), rel)
+                if m["role"] == "user" and m.get("content")]
+    except InputError:
+        return []
 
 
 def render_transcript(data: bytes, sid: str) -> str:

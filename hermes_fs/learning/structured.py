@@ -159,7 +159,9 @@ def tool_calls(doc: BaseModel) -> list[tuple[str, dict, str, str, str]]:
         if m.action != "add":
             args["old_text"] = m.old_text
         name = m.file.removeprefix("memory/")
-        calls.append(("memory", args, f"memory/{name}", f"{m.action} {_quote(m.text or m.old_text)}", m.reason))
+        what = f"replace {_quote(m.old_text)} with {_quote(m.text)}" if m.action == "replace" else \
+            f"{m.action} {_quote(m.text or m.old_text)}"
+        calls.append(("memory", args, f"memory/{name}", what, m.reason))
     for s in doc.skills:  # type: ignore[attr-defined]
         name = _skill_name(s.name)
         args = {"action": s.action, "name": name}

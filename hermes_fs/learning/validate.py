@@ -1,4 +1,4 @@
-"""The checks every learned change passes before it is committed (DESIGN section 5, step 3).
+"""The validation every learned change passes before it is committed (DESIGN section 5, step 3).
 
 Skills pass the Agent Skills validator, memory stays within budget, frontmatter parses, no secret
 is present, and only memory/ and skills/ change. A new skill that nearly duplicates an existing
