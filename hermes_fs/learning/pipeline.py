@@ -25,10 +25,11 @@ from ..agent.loop import Agent
 from ..errors import ConflictError, GitError, HermesError
 from ..store.config import Policy
 from ..store.overlay import OverlayFiles
-from ..store.provenance import Act, format_message
+from ..store.provenance import CHECKS, Act, format_message
 from ..store.secrets import redact
 from ..store.vault import Vault
 from .changes import format_resolver, merge_message
+from . import checks
 from .protection import Evidence, Guarded, guard
 from .validate import check
 
@@ -150,10 +151,13 @@ def run(vault: Vault, proposer: Proposer, policy: str | None = None) -> Outcome:
             outcome = Outcome("nothing", proposer.kind, reason=nothing_reason(proposer, guarded))
         else:
             d = proposer.describe(changes)
-            message = format_message(d.summary, protected_lines(d.lines, guarded))
-            branch = commit_on_new_branch(vault, proposer.kind, d.slug, base, changes, message, Act.learned(d.trailers))
-            hold = "it rewrites or removes entries a person wrote, so it waits for review" if guarded.changed else ""
-            outcome = apply_policy(vault, branch, d.summary, policy or vault.config.refine.policy, hold=hold)
+            tested = checks.run(vault, overlay)
+            lines = protected_lines(d.lines, guarded) + [r.line() for r in tested.results]
+            trailers = {**d.trailers, **({CHECKS: tested.trailer()} if tested.results else {})}
+            message = format_message(d.summary, lines)
+            branch = commit_on_new_branch(vault, proposer.kind, d.slug, base, changes, message, Act.learned(trailers))
+            outcome = apply_policy(vault, branch, d.summary, policy or vault.config.refine.policy,
+                                   hold=hold_reason(guarded, tested))
             if guarded.kept:
                 outcome.reason += f"; {kept_note(guarded)}"
     except Exception as exc:  # any failure: no partial branch, a clear report
@@ -162,6 +166,16 @@ def run(vault: Vault, proposer: Proposer, policy: str | None = None) -> Outcome:
         setattr(outcome, key, value)
     notify(vault, outcome)
     return outcome
+
+
+def hold_reason(guarded: Guarded, tested: checks.Run) -> str:
+    """Why a change waits for review whatever the policy: it changes a person's entry (with their
+    words: a person still decides), or one of the person's checks fails on it."""
+    why = []
+    if guarded.changed:
+        why.append("it rewrites or removes entries a person wrote")
+    why += [f"check {r.name} fails ({r.why()})" for r in tested.failed]
+    return "; ".join(why) + ", so it waits for review" if why else ""
 
 
 def evidence_of(proposer: Proposer) -> Evidence:
