@@ -14,8 +14,8 @@ from ..mind.embeddings import fuse
 from ..mind.search import SearchIndex
 from ..store import secrets
 from ..store.config import Config
-from ..store.files import FileStore
 from ..store.docs import decode, parse_doc
+from ..store.files import FileStore
 from ..store.vault import Vault
 
 IDENTITY = """You are hermes-fs, a persistent assistant. Your memory and skills are Markdown files in a git \

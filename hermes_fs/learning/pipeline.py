@@ -28,8 +28,8 @@ from ..store.overlay import OverlayFiles
 from ..store.provenance import CHECKS, Act, format_message
 from ..store.secrets import redact
 from ..store.vault import Vault
-from .changes import format_resolver, merge_message
 from . import checks
+from .changes import format_resolver, merge_message
 from .protection import Evidence, Guarded, guard
 from .validate import check
 
@@ -190,6 +190,9 @@ def nothing_reason(proposer: Proposer, guarded: Guarded | None = None) -> str:
     refused = list(dict.fromkeys(getattr(skill_guard, "refused", None) or []))
     if guarded and guarded.kept:
         refused.append(kept_note(guarded))
+    unexplained = getattr(proposer, "unexplained", None)
+    if unexplained:
+        refused.append(f"the reviewer gave no reason for its change to {', '.join(unexplained)}, so it was not made")
     if refused:
         return "; ".join(refused) + " (patch that skill instead: `hermes-fs learn SOURCE --update SKILL`)" \
             if proposer.kind == "learn" else "; ".join(refused)
