@@ -115,9 +115,10 @@ def parse_check(name: str, data: bytes | None) -> Check:
         if data is None or len(data) > MAX_CHECK_BYTES:
             raise InputError(f"missing, or over {MAX_CHECK_BYTES} bytes")
         meta = parse_doc(decode(data, c.path), c.path, required=True).meta
-        c.ask = meta.get("ask")
-        if not isinstance(c.ask, str) or not c.ask.strip():
+        ask = meta.get("ask")
+        if not isinstance(ask, str) or not ask.strip():
             raise InputError("`ask` must be the question, as text")
+        c.ask = ask.strip()
         c.expect, c.forbid = _words(meta, "expect"), _words(meta, "forbid")
         if not c.expect and not c.forbid:
             raise InputError("give `expect` or `forbid` (or both): a list of words the answer must or must not mention")
