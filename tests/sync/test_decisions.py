@@ -69,6 +69,7 @@ def chat_gateway(b: Vault) -> tuple[Gateway, Loopback]:
     return gw, ch
 
 
+@pytest.mark.gitdaemon
 def test_a_merge_from_the_web_page_and_one_from_chat_on_two_machines_merge_once(tmp_path, server):
     a, b, branch = two_machines_with_a_change(tmp_path, server)
     gw, ch = chat_gateway(b)
@@ -105,6 +106,7 @@ def test_a_merge_from_the_web_page_and_one_from_chat_on_two_machines_merge_once(
     assert (a.root / "memory" / "USER.md").read_text().count(ENTRY) == 1
 
 
+@pytest.mark.gitdaemon
 def test_a_decision_claimed_elsewhere_is_refused_and_changes_nothing(tmp_path, server):
     """The library API (what the CLI calls): B decides first; A, behind, is told and changes nothing.
     A reject then a revert go through the same claim; a revert is one decision per merge."""
