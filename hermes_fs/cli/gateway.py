@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
@@ -33,6 +32,7 @@ def gateway_status(ctx: click.Context, as_json: bool):
 
     rows = collect(_vault(ctx))
     if as_json:
+        import json  # only this command needs it: --help stays light
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
@@ -106,7 +106,7 @@ def _decide(ctx: click.Context, code: str, approved: bool) -> None:
     from ..errors import InputError
     from ..service.gateway.access import approve, deny
     from ..service.gateway.ledger import GatewayLedger, ledger_path
-    from ..service.sync import remote_url
+    from ..service.work import remote_url
 
     v = _vault(ctx)
     try:

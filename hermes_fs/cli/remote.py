@@ -134,7 +134,7 @@ class RemoteConversation:
             self.sock.close()
 
 
-def options_for(source: str, model: str | None = None, workspace: Path | None = None, max_steps: int = 25,
+def options_for(source: str, model: str | None = None, workspace: Path | None = None, max_steps: int | None = None,
                 resume: str | None = None, environ: dict[str, str] | None = None) -> dict:
     return {"source": source, "model": model, "workspace": str(workspace) if workspace else None,
             "max_steps": max_steps, "resume": resume, "cwd": os.getcwd(), "environ": environ}
@@ -171,6 +171,12 @@ def run_task(state_dir: Path, task: str, args: dict, environ: dict[str, str]) ->
     if str(reply.get("error", "")).startswith("refused"):
         return None  # another user's daemon
     raise RemoteError(reply.get("error") or "the daemon failed", reply.get("exit_code", 1))
+
+
+def warm_task(vault, task: str, args: dict) -> dict | None:
+    """The task done by the running daemon (litellm already imported there), or None: do it here."""
+    environ = warm_environment(vault)
+    return None if environ is None else run_task(vault.state_dir, task, args, environ)
 
 
 def vectors_in_background(vault) -> None:

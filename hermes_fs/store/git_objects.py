@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..errors import GitError, InputError
-from .files import clean_relpath
-from .git_base import EMPTY_TREE, ZERO
+from .files import Symlink, clean_relpath
+from .git_base import EMPTY_TREE, MAIN, ZERO
 from .git_read import GitReader
 from .provenance import Act
 
@@ -73,7 +73,7 @@ class GitObjects(GitReader):
                 old = entries.get(head)
                 if old and old[1] == "tree":
                     raise InputError("a folder is in the way of this file", prefix + path)
-                mode = (modes or {}).get(prefix + path) or (old[0] if old and old[1] == "blob" else "100644")
+                mode = (modes or {}).get(prefix + path) or _mode_for(data, old)
                 sha = self._hash_blob(data)
                 entries[head] = (mode, "blob", sha)
                 if blobs is not None:
@@ -101,6 +101,40 @@ class GitObjects(GitReader):
                 entries[name] = (mode, kind, sha)
         return entries
 
+    def update_ref(self, ref: str, new: str, old: str | None = None) -> None:
+        """Point `ref` at `new`; with `old`, only if it is still there (ZERO: only if it does not
+        exist yet). Never for main: main moves through commits and merges, under the VaultLock."""
+        self._not_main(ref)
+        self._git("update-ref", ref, new, *([old] if old else []))
+
+    def delete_ref(self, ref: str, old: str | None = None, missing_ok: bool = False) -> None:
+        """Delete `ref`; with `old`, only if it is still there. `missing_ok`: a ref already gone,
+        or moved meanwhile, is no error."""
+        self._not_main(ref)
+        self._git("update-ref", "-d", ref, *([old] if old else []), ok=(0, 1, 128) if missing_ok else (0,))
+
+    @staticmethod
+    def _not_main(ref: str) -> None:
+        if ref in (MAIN, f"refs/heads/{MAIN}", "HEAD"):
+            raise GitError(f"{ref} is moved by commits and merges only")
+
+    def rename_branch(self, old: str, new: str) -> None:
+        self._git("branch", "-m", old, new)
+
+    def store_empty_tree(self) -> str:
+        """Write the empty tree to the object database (git knows it without storing it; fsck
+        wants it stored) and return its id: claim and lease commits have it as their tree."""
+        self._git("mktree", input="")
+        return EMPTY_TREE
+
+    def commit_tree(self, tree: str, parents: list[str], message: str, act: Act) -> str:
+        """A commit of `tree` on no branch (claims, leases: the caller pushes or moves a ref)."""
+        return self._commit_tree(tree, parents, message, act)
+
+    def commit_trees(self, commits: list[tuple[str, list[str], str, Act]]) -> list[str]:
+        """Many commits of `commit_tree` at once (see `_commit_trees`)."""
+        return self._commit_trees(commits)
+
     def _hash_blob(self, data: bytes) -> str:
         return self._git("hash-object", "-w", "--stdin", input=data).strip()
 
@@ -117,8 +151,8 @@ class GitObjects(GitReader):
     def _commit_trees(self, commits: list[tuple[str, list[str], str, Act]]) -> list[str]:
         """Many commits (tree, parents, message, act) at once, sealed and redacted as in
         `_commit_tree`, written by one `git hash-object` instead of one `commit-tree` each: a
-        daemon renewing or taking over 80-110 claims spent 3-8 s in those calls on a loaded
-        machine (the chaos bench), and its takeovers waited behind them. The author and committer
+        daemon renews or takes over many claims at once, and a process per claim made its
+        takeovers late. The author and committer
         lines are git's own (`git var`, once per author)."""
         import tempfile
 
@@ -160,3 +194,12 @@ class GitObjects(GitReader):
         self._git("update-ref", hidden, sha)
         self._git("update-ref", "-d", f"refs/heads/{branch}", sha)
         return hidden
+
+
+def _mode_for(data: bytes, old: tuple[str, str, str] | None) -> str:
+    """A `Symlink` is written as a link; bytes keep the file's mode (a link given bytes becomes a file)."""
+    if isinstance(data, Symlink):
+        return "120000"
+    if old and old[1] == "blob" and old[0] != "120000":
+        return old[0]
+    return "100644"

@@ -40,7 +40,7 @@ class GitReader(GitBase):
     def _loose_ref(self, ref: str) -> str | None:
         """A branch's commit read from its loose ref file, without a git process: git writes the
         file whole and renames it into place, so a read sees the old or the new value. A sync
-        round asked for main ten times, a process each (0.1-0.5 s on a loaded machine). None when
+        round asks for main many times, and a process each is slow on a loaded machine. None when
         the ref is packed, `.git` is not a folder, or the file holds anything but an object id:
         then `rev-parse` answers, as before."""
         try:
@@ -76,6 +76,19 @@ class GitReader(GitBase):
                 return None
         return data if kind == b"blob" else None
 
+    def symlinks(self, commit: str) -> frozenset[str]:
+        """The paths that are symlinks (mode 120000) at `commit`: their blob is a link's target,
+        never a file's text. Remembered per commit id."""
+        def ask() -> frozenset[str]:
+            found = set()
+            for item in self._git("ls-tree", "-r", "-z", commit).split("\0"):
+                meta, _, path = item.partition("\t")
+                if meta.startswith("120000 "):
+                    found.add(path)
+            return frozenset(found)
+
+        return self._pure("symlinks", commit, commit, ask)
+
     def list_files(self, commit: str, prefix: str = "") -> list[str]:
         args = ["ls-tree", "-r", "-z", "--name-only", commit]
         if prefix:
@@ -99,7 +112,7 @@ class GitReader(GitBase):
         """The answer to a question about two commits named by id, remembered: commits never
         change, so neither do their merge base, ancestry or the paths between them. A sync merge
         asked some of these twice, and every round asks again of the same commits (a git
-        process each, 0.1-0.5 s on a loaded machine). Names that can move (HEAD, main) are
+        process each). Names that can move (HEAD, main) are
         never remembered."""
         if not (_is_id(a) and _is_id(b)):
             return ask()
@@ -217,6 +230,55 @@ class GitReader(GitBase):
             ref, sha, ts, subject = line.split("\0", 3)
             result.append(BranchInfo(ref[len(strip) :], sha, int(ts or 0), subject))
         return result
+
+    def refs(self, *prefixes: str) -> dict[str, str]:
+        """ref -> sha of every ref under `prefixes` (full ref names), in one git call."""
+        out = self._git("for-each-ref", "--format=%(objectname) %(refname)", *prefixes)
+        found = {}
+        for line in out.splitlines():
+            sha, _, ref = line.partition(" ")
+            found[ref] = sha
+        return found
+
+    def ref_messages(self, prefix: str) -> list[tuple[str, str, int, str]]:
+        """(ref, sha, commit time, whole message) of every ref under `prefix`, in one git call:
+        claim and lease refs keep their state in their commit's trailers."""
+        fmt = "%(refname)%00%(objectname)%00%(committerdate:unix)%00%(contents)%1e"
+        found = []
+        for rec in self._git("for-each-ref", f"--format={fmt}", prefix).split("\x1e"):
+            rec = rec.strip("\n")
+            if rec:
+                ref, sha, ts, message = rec.split("\0", 3)
+                found.append((ref, sha, int(ts or 0), message))
+        return found
+
+    def blob_id(self, commit: str, path: str) -> str | None:
+        """The object id of `path` in `commit`; None when the commit or the path is not there."""
+        out = self._git("rev-parse", "-q", "--verify", f"{commit}:{path}", ok=(0, 1, 128)).strip()
+        return out or None
+
+    def has_own_commit(self, tip: str, *others: str, other_globs: tuple[str, ...] = ()) -> bool:
+        """Has `tip` a commit (not a merge) that none of `others` nor the refs matching
+        `other_globs` holds?"""
+        out = self._git("rev-list", "-n1", "--no-merges", tip, "--not", *(f"--glob={g}" for g in other_globs),
+                        *others)
+        return bool(out.strip())
+
+    def last_trailers(self, commit: str, path: str) -> dict[str, str]:
+        """The trailers of the last commit up to `commit` that changed `path`."""
+        return parse_trailers(self._git("log", "-1", "--format=%B", commit, "--", path))
+
+    def added_paths(self, since: str, until: str, under: str, trailer: str) -> list[tuple[str, list[str]]]:
+        """(the `trailer`'s value, the paths it added under `under`) of each commit (merges left
+        out) in since..until, newest first."""
+        out = self._git("log", "--no-merges", "--diff-filter=A", "--no-renames", "--name-only",
+                        f"--format=%x00%(trailers:key={trailer},valueonly,separator=)", f"{since}..{until}",
+                        "--", under)
+        found = []
+        for commit in out.split("\0")[1:]:
+            value, *paths = [line.strip() for line in commit.split("\n")]
+            found.append((value, [p for p in paths if p]))
+        return found
 
     def dirty_paths(self, paths: list[str] | None = None) -> list[str]:
         """Paths whose working-tree content differs from main (edits, new files, deletions).

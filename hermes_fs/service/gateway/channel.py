@@ -81,10 +81,9 @@ class ChatSettings:
     talk to the agent and who may decide on learned changes, by the platform's own stable,
     server-authenticated id. An empty allow list is nobody (plus approved pairings)."""
 
-    allow: list[str] = field(default_factory=list)
-    admins: list[str] = field(default_factory=list)
-    pairing: bool = False  # no allow list: an unknown sender in a direct chat gets a pairing code
-    per_sender_in_rooms: bool = False  # shared rooms: one session per sender instead of one per room
+    allow: list[str] = field(default_factory=list)  # who may talk to the agent; empty = nobody (plus approved pairings)
+    admins: list[str] = field(default_factory=list)  # who may also /merge and /reject
+    pairing: bool = False  # with no allow list, a stranger in a direct chat gets a pairing code to approve
 
 
 def secret_value(vault: Vault, name: str | None) -> str | None:
@@ -150,9 +149,14 @@ class Sink(Protocol):
         """Remember a shared room's line (once per message id; the room keeps its last `keep`)."""
         ...
 
-    def request_status(self, rid: str, platform: str, chat: str) -> tuple[str, str] | None:
-        """("pending" | "ok" | "error", answer) of a request made from `platform`/`chat` (also one
-        answered on another machine, once its result is synced here); None: no such request there."""
+    def session(self, session_key: str) -> str | None:
+        """The session a chat (its session key) continues, None before its first answer."""
+        ...
+
+    def request_status(self, rid: str, platform: str | None = None, chat: str | None = None) -> tuple[str, str] | None:
+        """("pending" | "ok" | "error", answer) of a request (made from `platform`/`chat` when they
+        are given: also one answered on another machine, once its result is synced here); None: no
+        such request (there)."""
         ...
 
 
@@ -208,8 +212,9 @@ class ChannelBase(ABC):
         return AccessRules()
 
     def per_sender(self, origin: Origin) -> bool:
-        """One session per sender in this (shared) chat, rather than one for the chat."""
-        return isinstance(self.settings, ChatSettings) and self.settings.per_sender_in_rooms
+        """One session per sender in this shared chat, rather than one for the chat (asked only
+        of messages that are not direct)."""
+        return False
 
     def replies_to(self, origin: Origin) -> bool:
         """False: no reply is queued for this message (a webhook route without `reply_to`)."""

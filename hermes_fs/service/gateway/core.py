@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...agent.boundary import Source
-from ...errors import HermesError, InputError
+from ...errors import HermesError, InputError, SessionGone
 from ...store.docs import dump_doc
 from ...store.files import atomic_write
 from ...store.provenance import Act
@@ -75,6 +75,7 @@ from .ledger import (
 )
 
 if TYPE_CHECKING:
+    from ...store.claims import RefClaims
     from .holder import LeaseJournal
 
 log = logging.getLogger(__name__)
@@ -129,10 +130,12 @@ class Gateway:
     name = "gateway"
 
     def __init__(self, vault: Vault, channels: list[ChannelBase] | None = None,
-                 note: Callable[[str], None] | None = None, error: Callable[[str], None] | None = None):
+                 note: Callable[[str], None] | None = None, error: Callable[[str], None] | None = None,
+                 claims: RefClaims | None = None):
         from ..auto_review import AutoReview
 
         self.vault = vault
+        self.claims = claims  # the daemon's claims on the remote (decisions from chat are claimed there)
         self.config = vault.config.gateway
         self._given = channels
         self.channels: dict[str, ChannelBase] = {}
@@ -295,13 +298,13 @@ class Gateway:
         left = [p for p in self.vault.git.changed_under(inbox.RESULTS_DIR) if p.endswith(".md")]
         if left:
             for rel in left:
-                rid = Path(rel).stem.split("-", 3)[-1]
+                rid = inbox.request_of_result(rel)
                 set_reply_state(self.vault, rel, self.ledger.delivery(rid))
             self.vault.git.commit_paths(left + self.vault.git.changed_under("sessions"),
                                         f"gateway: {len(left)} request(s) (after an interruption)",
                                         Act.gateway())
         self.deliverer.recover(list(self.channels))
-        for c in inbox.pending_claims(self.vault, requests_dir(self.vault), GATEWAY_DIR):
+        for c in inbox.pending_taken(self.vault, requests_dir(self.vault), GATEWAY_DIR):
             try:
                 origin = self._claim_origin(c)
             except (InputError, OSError) as exc:
@@ -426,7 +429,7 @@ class Gateway:
                     "the next ones this minute are not run. Wait a minute.") if first else ""
         return None
 
-    def _write_claim(self, rid: str, message: Inbound, text: str) -> inbox.Claim:
+    def _write_claim(self, rid: str, message: Inbound, text: str) -> inbox.TakenRequest:
         kind = "command" if commands.parse(text) else "run"
         if message.attachments and kind == "run":
             text += "\n\n(Attached files, saved in your workspace: " + ", ".join(p.name for p in message.attachments) + ")"
@@ -436,17 +439,21 @@ class Gateway:
         path = requests_dir(self.vault) / f"{stamp}--{name}"
         atomic_write(path, dump_doc(req.meta(), f"\n{text}\n"), fsync=True)
         _fsync_dir(path.parent)
-        return inbox.Claim(path, name, stamp, GATEWAY_DIR)
+        return inbox.TakenRequest(path, name, stamp, GATEWAY_DIR)
 
-    def request_status(self, rid: str, platform: str, chat: str) -> tuple[str, str] | None:
-        """("pending" | "ok" | "error", answer) of a request made from `platform`/`chat`, or None
-        when there is no such request there. A request answered on another machine is told by its
-        result once sync has brought it here."""
+    def session(self, session_key: str) -> str | None:
+        return self.ledger.session(session_key)
+
+    def request_status(self, rid: str, platform: str | None = None, chat: str | None = None) -> tuple[str, str] | None:
+        """("pending" | "ok" | "error", answer) of a request, or None when there is no such request
+        (made from `platform`/`chat`, when given). A request answered on another machine is told
+        by its result once sync has brought it here (only with `platform`/`chat`: the result's
+        origin must match them)."""
         row = self.ledger.message_by_id(rid)
-        if row is not None and not row.key.startswith(f"{platform}|{chat}|"):
+        if row is not None and platform is not None and not row.key.startswith(f"{platform}|{chat}|"):
             return None
         if row is None or row.state == ANSWERED_ELSEWHERE:
-            found = self._status_elsewhere(rid, platform, chat)
+            found = self._status_elsewhere(rid, platform, chat) if platform is not None and chat is not None else None
             if found is not None or row is None:
                 return found
             return "pending", "answered on another machine; its result arrives here with the next sync"
@@ -474,7 +481,7 @@ class Gateway:
         return result.status if result.status in ("ok", "error") else "error", result.body
 
     # -- running ----------------------------------------------------------------------------------
-    def _claim_origin(self, c: inbox.Claim) -> Origin:
+    def _claim_origin(self, c: inbox.TakenRequest) -> Origin:
         req = inbox.parse_request(c.path.read_text(encoding="utf-8"), c.inbox_rel, ("run", "command"), chat=True)
         if req.origin is None:
             raise InputError("a gateway request without an origin", c.inbox_rel)
@@ -483,7 +490,7 @@ class Gateway:
     def _process_parked(self, p: Parked) -> None:
         self.executor.submit(p.session_key, partial(self._process, p.claim, p.session_key, p.origin))
 
-    def _process(self, c: inbox.Claim, skey: str, origin: Origin | None) -> None:
+    def _process(self, c: inbox.TakenRequest, skey: str, origin: Origin | None) -> None:
         if self.stopped.is_set():
             return  # stays claimed; run at the next start
         handlers: dict[str, Handler] = {"run": partial(self._run_chat, skey),
@@ -495,14 +502,15 @@ class Gateway:
         except Exception as exc:
             log.exception("gateway request %s: unexpected error", c.name)
             self.error(f"gateway request {c.name} failed before its result was written: {exc}")
+
     def _run_chat(self, skey: str, vault: Vault, req: Request, options: ExecOptions) -> Result:
         req.session = self.ledger.session(skey)
         if req.session and req.origin:
             self.session_origins[req.session] = req.origin
         try:
             result = run_request(vault, req, options)
-        except InputError as exc:
-            if not req.session or "no session" not in str(exc):
+        except SessionGone:
+            if not req.session:
                 raise
             self.note(f"gateway: session {req.session} is gone; starting a new one")
             req.session = None
@@ -519,12 +527,12 @@ class Gateway:
         folder = attachments_dir(vault.state_dir, req.origin)
         files = sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
         ctx = commands.ChatContext(vault, admin, ledger.session(skey), lambda: ledger.set_session(skey, None), files,
-                                   req.text)
+                                   req.text, self.claims)
         status, answer = commands.run(cmd, ctx)
         return Result(status, answer, "command", outcome=cmd.name)
 
-    def _done(self, c: inbox.Claim, skey: str, origin: Origin | None, result: Result) -> None:
-        rid = c.name.removesuffix(".md")
+    def _done(self, c: inbox.TakenRequest, skey: str, origin: Origin | None, result: Result) -> None:
+        rid = c.request_id
         if result.type == "run" and result.session:
             self.ledger.set_session(skey, result.session)
         self.ledger.finish_message(rid, result.status, result.body)

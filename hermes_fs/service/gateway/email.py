@@ -12,7 +12,8 @@ given its thread (Message-ID / In-Reply-To / References -> the thread's root), i
 saved under the workspace (size capped, types by name and content, never executed), and submitted.
 Out: replies over SMTP in the same thread, to the proven sender only, with Date, Message-ID (from
 the reply id, so a retry reuses it and a sent id is never sent again), In-Reply-To, References and
-`Auto-Submitted: auto-replied`.
+`Auto-Submitted: auto-replied`, as multipart/alternative: the Markdown as text/plain and the same
+reply as sanitised HTML (render.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import logging
 import os
 import re
 import smtplib
-import sqlite3
 import ssl
 import threading
 import time
@@ -35,9 +35,11 @@ from pathlib import Path
 
 from ...errors import ConfigError, HermesError
 from ...store.files import atomic_write
+from ...store.private import connect_private
 from ...store.vault import Vault
 from .channel import ChannelBase, ChatSettings, Inbound, Origin, Outbound, Sink, attachments_dir
 from .mailauth import DnsFunc, claimed_from, prove_sender
+from .render import html_document, render
 
 log = logging.getLogger("hermes_fs.gateway.email")
 
@@ -57,33 +59,40 @@ COMMAND_START = re.compile(r"^\s*(/|!|learn:)", re.I)
 
 @dataclass
 class ImapSettings:
-    host: str = ""
-    port: int = 993
-    tls: bool = True
-    user: str = ""
-    password_env: str | None = None
-    mailbox: str = "INBOX"
+    """Where the agent's mail is read (one IMAP connection in IDLE)."""
+
+    host: str = ""  # the IMAP server
+    port: int = 993  # its port
+    tls: bool = True  # TLS from the start (IMAPS)
+    user: str = ""  # the login
+    password_env: str | None = None  # the variable holding the password (an app password)
+    mailbox: str = "INBOX"  # the folder read; mail is never deleted or moved
 
 
 @dataclass
 class SmtpSettings:
-    host: str = ""
-    port: int = 587
-    starttls: bool = True
-    tls: bool = False
-    user: str = ""
-    password_env: str | None = None
+    """How replies are sent."""
+
+    host: str = ""  # the SMTP server
+    port: int = 587  # its port
+    starttls: bool = True  # upgrade the connection with STARTTLS
+    tls: bool = False  # TLS from the start (port 465) instead
+    user: str = ""  # the login
+    password_env: str | None = None  # the variable holding the password
     from_: str = ""  # written `from:` in hermes.yaml
 
 
 @dataclass
 class EmailSettings(ChatSettings):
-    """`gateway.email` in hermes.yaml; `allow` / `admins` are addresses, proven per mail (mailauth)."""
+    """The e-mail channel: a mailbox of the agent's own."""
 
-    imap: ImapSettings = field(default_factory=ImapSettings)
-    smtp: SmtpSettings = field(default_factory=SmtpSettings)
+    imap: ImapSettings = field(default_factory=ImapSettings)  # reading
+    smtp: SmtpSettings = field(default_factory=SmtpSettings)  # replying
+    # addresses that may write to the agent (proven by DKIM/DMARC); empty = nobody
+    allow: list[str] = field(default_factory=list)
+    admins: list[str] = field(default_factory=list)  # addresses that may /merge and /reject
     authserv_id: str | None = None  # Authentication-Results from this host are trusted
-    max_attachment_bytes: int = 10_000_000
+    max_attachment_bytes: int = 10_000_000  # larger attachments are refused by name
 
 
 # --- reading a mail ------------------------------------------------------------------------------
@@ -332,7 +341,7 @@ class MailState:
 
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self.db = connect_private(path, check_same_thread=False, isolation_level=None, timeout=30)
         self.lock = threading.Lock()
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
@@ -745,7 +754,9 @@ class EmailChannel(ChannelBase):
             msg["References"] = " ".join(refs)
         msg["Auto-Submitted"] = "auto-replied"
         msg["X-Auto-Response-Suppress"] = "All"
-        msg.set_content(reply.text or "(no answer)")
+        text = reply.text or "(no answer)"
+        msg.set_content(text)
+        msg.add_alternative(html_document(render(text).html), subtype="html")  # multipart/alternative
         return msg
 
     def _smtp(self) -> smtplib.SMTP:

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 class Parked:
     """A request claimed here before a restart, waiting for its channel's lease."""
 
-    claim: inbox.Claim
+    claim: inbox.TakenRequest
     session_key: str
     origin: Origin
 
@@ -141,7 +141,7 @@ class LeasedChannels:
             self.note(f"gateway {name}: took in {taken_in} chat session(s), approval(s) and code(s) from the last holder")
         self.merged.add(name)
         for p in self.parked.pop(name, []):
-            rid = p.claim.name.removesuffix(".md")
+            rid = p.claim.request_id
             entry = journal.entries.get(rid)
             if entry is not None and entry.state == TAKEN:
                 self.holders[name].take(rid)

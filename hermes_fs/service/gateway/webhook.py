@@ -45,19 +45,21 @@ PLATFORM = "webhook"
 
 @dataclass
 class WebhookRoute:
+    """One route: POST /hooks/<name>, with its secret and prompt."""
+
     secret_env: str | None = None  # no secret configured: the route answers 403 (there is no insecure mode)
     scheme: str = "standard"  # standard (Standard Webhooks) | github (X-Hub-Signature-256)
     prompt: str | None = None  # "{payload}" is replaced by the body; default: the payload is the message
     reply_to: str | None = None  # a notify target name that receives the answer
-    rate_per_min: int = 60
+    rate_per_min: int = 60  # more requests a minute are answered 429
 
 
 @dataclass
 class WebhookSettings:
-    """`gateway.webhook` in hermes.yaml."""
+    """Signed webhooks: POST /hooks/<route>."""
 
-    listen: str = "127.0.0.1:8787"
-    routes: dict[str, WebhookRoute] = field(default_factory=dict)
+    listen: str = "127.0.0.1:8787"  # host:port the webhook server binds
+    routes: dict[str, WebhookRoute] = field(default_factory=dict)  # route name -> its secret and prompt
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

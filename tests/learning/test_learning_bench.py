@@ -1,0 +1,189 @@
+"""The learning benchmark's own tests: its cases are real transcripts, every check can be met, and the
+scorer fails a run that learned nothing, one that learned a trap and one whose model spoke garbage.
+The model is the scripted server over HTTP (litellm, the real refine pipeline, real git)."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from locations import BENCH
+from model_server import ModelServer
+
+sys.path.insert(0, str(BENCH))
+
+import learning_eval as le  # noqa: E402
+
+from hermes_fs.mind.sessions import parse_messages, render_message, session_path  # noqa: E402
+from hermes_fs.store.docs import parse_doc  # noqa: E402
+
+CASES = le.load_cases()
+TEMPLATE_SKILLS = {"writing-skills", "reviewing-learned-changes"}
+SOME = ["01", "03", "05", "06", "07", "13", "22", "29"]  # preference, procedure, transient, injections, secret, project, patch, long
+
+
+def oracle(cases, learn=True, plant_traps=False, garbage=False):
+    """A scripted model: as reviewer it answers each case's reference (or nothing, or the reference plus
+    every trap); in a probe it opens every non-template skill and answers with what its prompt and
+    those skills say: a perfect reader, so the probe passes exactly when the lesson was kept."""
+    by_session = {c.session: c for c in cases}
+
+    def review_doc(case):
+        doc = {"summary": "lessons from the conversation", "memory": [], "skills": []}
+        if learn:
+            doc = {"summary": "lessons from the conversation", **json.loads(json.dumps(case.reference))}
+        if plant_traps:
+            doc["memory"] += [{"action": "add", "file": "MEMORY.md", "text": t.example, "old_text": "",
+                               "reason": "seen in the conversation"} for t in case.traps]
+        return doc
+
+    def respond(body):
+        msgs = body["messages"]
+        if msgs[0]["content"].startswith("You review one conversation"):
+            if garbage:
+                return {"content": "Sure! I learned that the user likes things. {not json"}
+            sid = re.search(r"## The conversation \(session (\S+)\)", msgs[1]["content"]).group(1)
+            doc = review_doc(by_session[sid])
+            if "response_format" in body:
+                return {"content": json.dumps(doc)}
+            if any(m["role"] == "assistant" for m in msgs):
+                return {"content": "Summary: " + doc["summary"]}
+            calls = [("memory", {k: v for k, v in m.items() if k != "reason" and v}) for m in doc["memory"]]
+            calls += [("skill_manage", {k: v for k, v in s.items() if k != "reason" and v}) for s in doc["skills"]]
+            return {"tool_calls": calls} if calls else {"content": "Summary: nothing to change"}
+        system = msgs[0]["content"]
+        if msgs[-1]["role"] != "tool":
+            index = system.split("# Skills", 1)[1] if "# Skills" in system else ""
+            names = [n for n in re.findall(r"^- ([a-z0-9-]+):", index, re.M) if n not in TEMPLATE_SKILLS]
+            if names:
+                return {"tool_calls": [("skill_view", {"name": n}) for n in names]}
+        memory = system.split("# Skills", 1)[0].split("\n\n", 1)[-1]
+        return {"content": "\n".join([memory] + [m["content"] for m in msgs if m["role"] == "tool"])}
+
+    return respond
+
+
+def run(cases, mode="structured", **kw):
+    server = ModelServer(responder=oracle(cases, **kw))
+    try:
+        s = le.Settings("openai/test-model", server.api_base, "HERMES_TEST_KEY", mode, timeout_s=60)
+        return le.evaluate(s, cases, progress=lambda line: None)
+    finally:
+        server.close()
+
+
+def pick(ids):
+    return [c for c in CASES if c.name[:2] in ids]
+
+
+def test_cases_are_real_transcripts_that_parse_back_exactly():
+    assert len(CASES) >= 30
+    for c in CASES:
+        doc = parse_doc(c.transcript, c.name, required=True)
+        assert doc.meta["id"] == c.session and session_path(c.session)
+        body = doc.body[1:]
+        messages = parse_messages(body, c.name)
+        assert "".join(render_message(m) for m in messages) == body, c.name
+        assert any(m["role"] == "user" for m in messages)
+    kinds = {c.kind for c in CASES}
+    assert {"correction", "preference", "procedure", "project", "long", "transient", "injection", "secret",
+            "one-off"} <= kinds
+    assert {t.kind for c in CASES for t in c.traps} == {"transient", "one-off", "injection", "secret"}
+    assert max(len(parse_messages(parse_doc(c.transcript, c.name).body[1:])) for c in CASES) >= 20  # a long session
+    assert sum(bool(c.expect) for c in CASES) >= 20 and all(c.probe for c in CASES)
+
+
+def test_every_trap_example_falls_into_its_trap_and_no_reference_does():
+    for c in CASES:
+        for t in c.traps:
+            assert t.hit({"memory/MEMORY.md": "- " + t.example}), (c.name, t.example)
+        ref = "\n".join([m["text"] for m in c.reference["memory"]] + [s["content"] + s["new_text"]
+                                                                      for s in c.reference["skills"]])
+        for t in c.traps:
+            assert not le.matches(ref, t.all), (c.name, t.example)
+
+
+def test_the_reference_changes_score_full_marks():
+    summary, results = run(CASES)
+    assert summary.lesson_recall == 1.0, [(r.case, r.lessons, r.reason) for r in results if not all(r.lessons.values())]
+    assert summary.trap_rate == 0.0 and summary.valid_rate == 1.0 and summary.duplicates == 0
+    assert summary.passed and summary.verdict == "pass"
+    missed = [r.case for r in results if r.lessons and not r.probe]
+    assert missed == ["06-injected-web-page"], missed  # its probe checks the answer's shape: a reader cannot pass it
+    assert all(r.tokens > 0 and r.seconds > 0 for r in results)
+
+
+def test_tools_mode_scores_the_same():
+    summary, _ = run(pick(SOME), mode="tools")
+    assert summary.lesson_recall == 1.0 and summary.trap_rate == 0.0 and summary.passed
+
+
+def test_a_run_that_learned_nothing_fails():
+    summary, results = run(pick(SOME), learn=False)
+    assert summary.lesson_recall == 0.0 and not summary.passed
+    assert summary.verdict.startswith("fail: lesson recall 0.00 < 0.8")
+    assert all(r.status == "nothing" for r in results)
+    assert not any(r.probe for r in results if r.lessons)  # the probe fails where a lesson was needed
+
+
+def test_a_run_that_learned_a_trap_fails():
+    summary, results = run(pick(SOME), plant_traps=True)
+    assert summary.lesson_recall == 1.0 and summary.trap_rate > 0 and not summary.passed
+    assert "trap rate" in summary.verdict
+    learned = set(summary.traps_learned)
+    assert any(k.startswith("05-ci-timed-out-once/transient") for k in learned)
+    assert any(k.startswith("06-injected-web-page/injection") for k in learned)
+    probe_05 = next(r for r in results if r.case.startswith("05"))
+    assert probe_05.probe is False  # the learned trap shows in the follow-up session
+
+
+def test_garbage_from_the_model_is_a_failed_case_with_the_reason():
+    summary, results = run(pick(["01", "02"]), garbage=True)
+    assert summary.valid_rate == 0.0 and not summary.passed and summary.invalid_answers == 6
+    assert all("not a valid ReviewDocument" in r.reason for r in results)
+
+
+def test_command_line_writes_json(tmp_path):
+    server = ModelServer(responder=oracle(CASES))
+    try:
+        out = tmp_path / "r.json"
+        p = subprocess.run([sys.executable, str(BENCH / "learning_eval.py"), "--model", "openai/test-model",
+                            "--api-base", server.api_base, "--cases", "1,no-sudo", "--mode", "structured",
+                            "--out", str(out)], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        data = json.loads(out.read_text())
+        assert data["summary"]["cases"] == 2 and data["summary"]["lesson_recall"] == 1.0
+        assert [c["case"] for c in data["cases"]] == ["01-long-options", "02-no-sudo"]
+        assert data["command"].startswith("python bench/learning_eval.py --model openai/test-model")
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("text,groups,hit", [
+    ("Use ISO dates", [["iso"]], True), ("a revision", [["iso"]], False),
+    ("run pytest -x -q", [["-x"], ["-q"]], True), ("long options please", [["long option"]], True)])
+def test_keyword_matching(text, groups, hit):
+    assert le.matches(text, groups) is hit
+
+
+def test_skill_search_bench_parts_combine_into_one_run(tmp_path):
+    """A slow model's skill_search run is done in parts (--part) and joined (--combine): each request once."""
+    import skill_search_model as ssm
+
+    def part(name, rows, which):
+        data = {"model": "m", "skills": 1000, "budget_chars": 4000, "planned": 3, "part": which,
+                "command": f"python bench/skill_search_model.py --part {which}", **ssm.totals(rows),
+                "rows": [ssm.asdict(r) for r in rows]}
+        (tmp_path / name).write_text(json.dumps(data))
+        return str(tmp_path / name)
+
+    a = part("a.json", [ssm.Row("q1", "s1", searched=True, found=True, opened=True), ssm.Row("q2", "s2")], "0:2")
+    b = part("b.json", [ssm.Row("q3", "s3", searched=True)], "2:")
+    out = tmp_path / "all.json"
+    data = ssm.main(["--combine", a, b, "--out", str(out)])
+    assert json.loads(out.read_text()) == data
+    assert (data["requests"], data["called_skill_search"], data["search_returned_needed"], data["opened_needed"]) \
+        == (3, 2, 1, 1)
+    assert data["complete"] and data["rates"]["called_skill_search"] == 0.667
+    assert data["parts"] == ["python bench/skill_search_model.py --part 0:2", "python bench/skill_search_model.py --part 2:"]
