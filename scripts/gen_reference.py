@@ -49,7 +49,9 @@ def _comments(cls: type) -> dict[str, str]:
     found: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if dataclasses.is_dataclass(klass):
-            found.update({k: v for k, v in _own_comments(klass).items() if v})
+            for name, text in _own_comments(klass).items():
+                if text or name not in found:  # a field re-declared without a comment keeps its base's
+                    found[name] = text
     return found
 
 

@@ -32,7 +32,7 @@ from ...errors import HermesError
 from ...store.vault import Vault
 from .access import Verdict
 from .channel import ChannelBase, ChatSettings, Inbound, Origin, Outbound, Sink, room_context
-from .render import MATRIX_FORMAT, render
+from .render import render
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ PLATFORM = "matrix"
 SYNC_TIMEOUT_MS = 30_000
 MAX_BODY_BYTES = 32_000  # a Matrix event is at most 64 KiB; a longer reply is cut with a note
 MAX_EVENT_TEXT = 60_000  # body + formatted_body; past this the reply goes as plain text only
+MATRIX_FORMAT = "org.matrix.custom.html"  # formatted_body's format
 CONTEXT_LINES = 10  # a shared room's recent lines kept (in the ledger) for untrusted context
 ROOT_CHARS = 2_000  # of a thread's root message, given with the thread's first request
 TYPING_TIMEOUT_MS = 30_000  # a typing notice lapses by itself after this (a crash leaves none behind)
