@@ -26,7 +26,8 @@ def review(ctx: click.Context):
     if not rows:
         echo("no pending changes")
     for p in rows:
-        echo(f"{p.branch}  {_age(p.age_s)}  [{', '.join(p.files)}]  {p.summary}")
+        checks = f"  checks: {p.checks}" if p.checks else ""
+        echo(f"{p.branch}  {_age(p.age_s)}  [{', '.join(p.files)}]  {p.summary}{checks}")
 
 
 def _age(seconds: int) -> str:
