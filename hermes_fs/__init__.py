@@ -46,6 +46,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "review": ("hermes_fs.learning.changes", None),  # pending, show, merge, reject, revert, learned_log
     "checks": ("hermes_fs.learning.checks", None),  # main_checks, tree_of, run: the person's checks/
     "bisect": ("hermes_fs.learning.bisect", "bisect"),
+    "spend": ("hermes_fs.learning.spend", None),  # per_day, spent_today: what learning costs
     "run_job": ("hermes_fs.service.cron_runner", "run_job"),
     "CronRun": ("hermes_fs.service.cron_runner", "CronRun"),
 }
@@ -54,7 +55,7 @@ __all__ = [  # spelled out (not built from _LAZY) so linters and readers see the
     "__version__", "HermesError", "InputError", "ConflictError", "GitError", "SecretError",
     "Vault", "open_vault", "init_vault", "Act", "Conversation", "ConversationOptions",
     "refine", "RefineOptions", "learn", "LearnOptions", "curate", "CurateOptions", "Outcome", "review",
-    "checks", "bisect",
+    "checks", "bisect", "spend",
     "run_job", "CronRun",
 ]
 
@@ -76,7 +77,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what the lazy names are, for type checkers
     from .agent.conversation import Conversation, ConversationOptions
     from .learning import changes as review
-    from .learning import checks
+    from .learning import checks, spend
     from .learning.bisect import bisect
     from .learning.curate import CurateOptions, curate
     from .learning.learn import LearnOptions, learn

@@ -77,7 +77,7 @@ def _check_model(v) -> tuple[str, bool, str]:
 def _check_mode(v) -> tuple[str, bool, str]:
     """Which review mode suits the refine model: one tiny tool-call probe (learning.structured)."""
     from ..agent.model import LiteLLMModel, ModelSettings
-    from ..learning.structured import probe_mode
+    from ..learning.structured import probe_mode, remember_advice
 
     settings = ModelSettings.for_vault(v, "refine")
     settings.retries = 0
@@ -86,6 +86,7 @@ def _check_mode(v) -> tuple[str, bool, str]:
             advice = probe_mode(LiteLLMModel(settings))
     except HermesError as exc:
         return "review mode", False, str(exc)
+    remember_advice(v.state_dir, settings.model, advice)  # automatic reviews say what to set (service/auto_review)
     modes = {"refine.mode": v.config.refine.mode, "learn.mode": v.config.learn.mode}
     wrong = [k for k, m in modes.items() if m != advice.suggested]
     detail = f"{advice.suggested} suits {settings.model}: {advice.detail}"

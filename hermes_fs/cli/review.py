@@ -112,7 +112,8 @@ def log(ctx: click.Context, as_json: bool):
     """Learned changes (merged, pending, rejected), newest first."""
     from .. import review as learned
 
-    changes = learned.learned_log(vault_for(ctx).git)
+    v = vault_for(ctx)
+    changes = learned.learned_log(v.git)
     if as_json:
         from dataclasses import asdict
 
@@ -123,3 +124,10 @@ def log(ctx: click.Context, as_json: bool):
     for c in changes:
         when = datetime.fromtimestamp(c.timestamp).strftime("%Y-%m-%d %H:%M")
         echo(f"{when}  {c.state:<8}  {c.branch}  {c.summary}")
+    from .. import spend
+
+    days = spend.per_day(v)
+    if days:
+        echo("\nLearning spend per day (UTC, reviews on this machine):")
+        for d in days:
+            echo(f"  {d.line()}")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ..agent.loop import Agent, AgentConfig
-from ..agent.model import LiteLLMModel, Model, ModelSettings
+from ..agent.model import LiteLLMModel, Model, ModelSettings, Usage
 from ..errors import InputError
 from ..mind import memory, skills, usage
 from ..mind.skills import ARCHIVE_DIR, SKILLS_DIR
@@ -191,6 +191,12 @@ class Curator:
         self.lines += found.notes
         if not overlay.effective_changes() and self.failures:
             raise LearningError("nothing curated: " + "; ".join(self.failures))
+
+    @property
+    def model_usage(self) -> Usage:
+        """What the curator's model conversation cost (pipeline.spent)."""
+        chat = getattr(self, "_chat", None)
+        return chat.usage if chat is not None else Usage()
 
     def _conversation(self) -> ModelTask:
         self.model = self.model or LiteLLMModel(ModelSettings.for_vault(self.vault, "curate"))

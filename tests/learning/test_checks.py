@@ -166,3 +166,24 @@ def test_init_ships_one_example_check(vault):
     [example] = checks.load(OverlayFiles(vault.git, vault.git.head()))
     assert example.name == "example" and example.ask and example.expect and not example.enabled
     assert checks.main_checks(vault.git) == []  # off until the person turns it on: no model call per change
+
+
+def test_web_page_shows_check_results_beside_the_diff_and_spend_per_day(agent_vault, model_server, tmp_path):
+    from web_helpers import start_web
+
+    v = agent_vault
+    commit_check(v)
+    sid = session(v, model_server, tmp_path, "For node I just run npm install.")
+    learned(model_server, "Uses npm install for node projects.", "node installs use npm")
+    model_server.add(answer_from_prompt)
+    out = refine(v, RefineOptions(session=sid, policy="auto"))
+    w = start_web(v.root)
+    try:
+        code, _, page = w.request("GET", f"/changes/{out.branch}")
+        assert code == 200 and "Your checks on this change" in page and "<code>node-pm</code>: <strong>FAILED</strong>" in page
+        _, _, pending = w.request("GET", "/")
+        assert "0/1 passed; failed: node-pm" in pending
+        _, _, log = w.request("GET", "/log")
+        assert "Learning spend per day" in log and "1</td>" in log
+    finally:
+        w.stop()
