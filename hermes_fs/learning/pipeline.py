@@ -166,6 +166,9 @@ def run(vault: Vault, proposer: Proposer, policy: str | None = None) -> Outcome:
                                    hold=hold_reason(guarded, tested))
             if guarded.kept:
                 outcome.reason += f"; {kept_note(guarded)}"
+            failed_parts = getattr(proposer, "failures", None)  # parts a proposer could not do (the curator's)
+            if failed_parts:
+                outcome.reason += "; not done: " + "; ".join(failed_parts)
     except Exception as exc:  # any failure: no partial branch, a clear report
         outcome = failure(vault, branch, exc, proposer.kind)
     for key, value in proposer.context().items():
