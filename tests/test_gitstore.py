@@ -321,6 +321,20 @@ def test_another_branch_or_a_detached_head_checked_out_is_seen_before_any_commit
     assert store.operation_in_progress() is None
 
 
+def test_a_persons_git_operation_is_repository_busy_by_type(vault):
+    """What a person's git is doing is said by an exception type (sync waits on it), never by
+    the wording of the message."""
+    from hermes_fs.errors import GitError, RepositoryBusy
+
+    store = vault.git
+    git(vault, "switch", "-q", "-c", "drafts")
+    (vault.root / "memory" / "USER.md").write_text("- on drafts\n")
+    with pytest.raises(RepositoryBusy) as busy:
+        store.commit_paths(["memory/USER.md"], "edit", Act.person())
+    assert isinstance(busy.value, GitError)
+    git(vault, "switch", "-q", "main")
+
+
 def test_answers_about_two_commits_are_remembered_never_about_names_that_move(vault):
     store = vault.git
     first = store.head()

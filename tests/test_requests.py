@@ -19,9 +19,9 @@ from hermes_fs.service.requests import HANDLERS, Request, Result, SerialExecutor
 from hermes_fs.store.provenance import Act
 
 
-def drop_and_claim(vault, name: str, text: str) -> inbox.Claim:
+def drop_and_claim(vault, name: str, text: str) -> inbox.TakenRequest:
     (vault.root / "inbox" / name).write_text(text)
-    c = inbox.claim(vault, f"inbox/{name}")
+    c = inbox.take(vault, f"inbox/{name}", None)
     assert c
     return c
 
