@@ -144,6 +144,58 @@ def test_failed_approvals_lock_pairing_for_an_hour(agent_vault):
         approve(ledger, "ABCDEFGH")
 
 
+def _wrong_approval(db: Path, start) -> str:
+    """One `pair approve` with a wrong code on a connection of its own; its answer's first words."""
+    ledger = Ledger(db)
+    start.wait()
+    try:
+        approve(ledger, "WRONGWRG")
+    except Exception as exc:
+        return "locked" if "locked" in str(exc) else "checked"
+    finally:
+        ledger.close()
+    return "approved"
+
+
+def test_concurrent_wrong_approvals_are_counted_and_locked_out(agent_vault):
+    """30 wrong approvals at once (threads with connections of their own, then processes): exactly
+    five are checked against the codes, every other one is refused as locked, and a right code
+    is refused too while the lock holds."""
+    import multiprocessing
+    from concurrent.futures import ThreadPoolExecutor
+
+    db = ledger_path(agent_vault.state_dir)
+    ledger = Ledger(db)
+    code = ledger_code(ledger)
+    start = threading.Barrier(30)
+    with ThreadPoolExecutor(30) as pool:
+        answers = list(pool.map(lambda _: _wrong_approval(db, start), range(30)))
+    assert answers.count("checked") == 5 and answers.count("locked") == 25, answers
+    assert len(ledger.pair_failures(0)) == 5
+    with pytest.raises(Exception, match="locked"):
+        approve(ledger, code)
+    assert not ledger.is_approved("loop", "@new:test")
+    ledger.db.execute("DELETE FROM pair_failures")
+    ctx = multiprocessing.get_context("fork")
+    gate = ctx.Barrier(12)
+    procs = [ctx.Process(target=_wrong_approval, args=(db, gate)) for _ in range(12)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert len(ledger.pair_failures(0)) == 5  # never more than the limit, whoever counted
+    ledger.close()
+
+
+def ledger_code(ledger: Ledger) -> str:
+    from hermes_fs.service.gateway.access import hash_code
+
+    code = "ABCDEFGH"
+    ledger.db.execute("INSERT INTO pairing (code_hash, platform, sender, created) VALUES (?, ?, ?, ?)",
+                      (hash_code(code), "loop", "@new:test", time.time()))
+    return code
+
+
 def test_at_most_three_pending_codes_per_platform(gateway):
     gw, ch = gateway("    pairing: true\n")
     for i in range(5):
