@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..store.config import Policy
+from ..store.policies import Policy
 from .context import vault_for
 from .options import vault_option
 from .term import Spinner, echo

@@ -9,7 +9,6 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import yaml
 
 from ..errors import ConfigError
 from .docs import refuse_aliases
+from .policies import Policy, ReviewMode
 
 CONFIG_NAME = "hermes.yaml"
 
@@ -29,21 +29,6 @@ class ModelsConfig:
     cron: str | None = None  # scheduled jobs (a job's own `model:` wins)
     learn: str | None = None  # the drafter of skills from documents
     curate: str | None = None  # the curator's merges of duplicates and memory consolidation
-
-
-class Policy(StrEnum):
-    """What happens to a learned change once it is committed on its branch."""
-
-    REVIEW = "review"  # wait for `hermes-fs review merge`
-    AUTO = "auto"  # merge now
-    ADDITIONS = "additions"  # merge only pure additions; hold edits and removals
-
-
-class ReviewMode(StrEnum):
-    """How the reviewer model answers: by calling edit tools, or with one schema-constrained document."""
-
-    TOOLS = "tools"
-    STRUCTURED = "structured"  # for models that cannot call tools well (small local ones)
 
 
 @dataclass

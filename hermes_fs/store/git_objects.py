@@ -117,8 +117,8 @@ class GitObjects(GitReader):
     def _commit_trees(self, commits: list[tuple[str, list[str], str, Act]]) -> list[str]:
         """Many commits (tree, parents, message, act) at once, sealed and redacted as in
         `_commit_tree`, written by one `git hash-object` instead of one `commit-tree` each: a
-        daemon renewing or taking over 80-110 claims spent 3-8 s in those calls on a loaded
-        machine (the chaos bench), and its takeovers waited behind them. The author and committer
+        daemon renews or takes over many claims at once, and a process per claim made its
+        takeovers late. The author and committer
         lines are git's own (`git var`, once per author)."""
         import tempfile
 

@@ -16,6 +16,8 @@ from hermes_fs.store.provenance import Act
 from hermes_fs.store.remote import RefUpdate, Remote
 from hermes_fs.store.vault import Vault, init_vault
 
+pytestmark = pytest.mark.gitdaemon
+
 
 def test_reading_main_does_not_start_a_sync_round(tmp_path):
     """Every git command opens refs/heads/main; a round poked by those reads started the next

@@ -20,6 +20,8 @@ from hermes_fs.store.provenance import Act
 from hermes_fs.store.remote import RefUpdate, Remote, Unreachable, mirror_of
 from hermes_fs.store.vault import Vault, init_vault
 
+pytestmark = pytest.mark.gitdaemon
+
 
 @pytest.fixture
 def server(tmp_path):

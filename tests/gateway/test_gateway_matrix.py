@@ -14,7 +14,7 @@ from hermes_fs.service.gateway.core import Gateway
 from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault
 
-pytestmark = pytest.mark.skipif(available() is not None, reason=available() or "")
+pytestmark = [pytest.mark.synapse, pytest.mark.skipif(available() is not None, reason=available() or "")]
 COUNTER = itertools.count()
 
 

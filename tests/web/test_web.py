@@ -103,10 +103,11 @@ def test_conflict_shows_entry_both_versions_and_the_cli_next_steps(agent_vault, 
 
     from hermes_fs.learning.refine import RefineOptions, refine
 
-    make_session(agent_vault, model_server, tmp_path)
+    make_session(agent_vault, model_server, tmp_path, "No more concise answers: I want long, detailed answers now.")
+    reason = 'memory/USER.md: wants detail (because the user said "I want long, detailed answers now")'
     model_server.add({"tool_calls": [("memory", {"action": "replace", "file": "USER.md", "old_text": "Prefers concise",
                                                  "text": "Prefers long, detailed answers."})]},
-                     {"content": "Summary: longer answers\n- memory/USER.md: wants detail (because the user asked twice)"})
+                     {"content": f"Summary: longer answers\n- {reason}"})
     result = refine(agent_vault, RefineOptions())
     branch = result.branch
     path = agent_vault.root / USER
@@ -116,7 +117,7 @@ def test_conflict_shows_entry_both_versions_and_the_cli_next_steps(agent_vault, 
     [f] = d.files
     [e] = f.entries
     assert e.action == "replaced" and "Prefers concise" in e.old and e.new == "- Prefers long, detailed answers."
-    assert e.reason == "memory/USER.md: wants detail (because the user asked twice)"
+    assert "I want long, detailed answers now" in e.reason  # the person's words that allow it
     w = web(agent_vault.root)
     code, _, body = w.request("GET", f"/changes/{branch}")
     assert code == 200 and "Merging now would conflict" in body

@@ -18,7 +18,7 @@ from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault
 from tests.mailenv import AUTHSERV, PASSWORD, DkimKey, MailEnv, dovecot_missing
 
-pytestmark = pytest.mark.skipif(dovecot_missing() is not None, reason=dovecot_missing() or "")
+pytestmark = [pytest.mark.mail, pytest.mark.skipif(dovecot_missing() is not None, reason=dovecot_missing() or "")]
 
 AGENT = "agent@test.example"
 ME = "me@people.example"  # allowed, admin

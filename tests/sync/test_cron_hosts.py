@@ -20,6 +20,8 @@ from hermes_fs.store.claims import CLAIMS, RefClaims, Take, cron_key
 from hermes_fs.store.config import Config
 from hermes_fs.store.remote import Remote
 
+pytestmark = pytest.mark.gitdaemon
+
 
 @pytest.fixture
 def server(tmp_path):
