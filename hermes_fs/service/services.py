@@ -31,14 +31,14 @@ def services_for(daemon: DaemonHost, early: bool = False) -> list[DaemonService]
     found: list[DaemonService] = []
     if early:
         if daemon.vault.config.remote is not None:
-            from .sync import SyncService
+            from .sync_service import SyncService
 
             found.append(SyncService(daemon))
         return found
     if daemon.vault.config.web.enabled:
         from .web.server import WebService
 
-        found.append(WebService(daemon.vault))
+        found.append(WebService(daemon.vault, daemon.claims))
     if daemon.vault.config.curate.every is not False:
         from .curator import CuratorService
 
@@ -54,5 +54,5 @@ def services_for(daemon: DaemonHost, early: bool = False) -> list[DaemonService]
     if configured(daemon.vault):
         from .gateway.core import Gateway
 
-        found.append(Gateway(daemon.vault, note=daemon.note, error=daemon.error))
+        found.append(Gateway(daemon.vault, note=daemon.note, error=daemon.error, claims=daemon.claims))
     return found

@@ -568,3 +568,24 @@ def test_the_final_commit_at_stop_waits_for_a_timers_commit_under_way(vault, tmp
         assert git(vault, "log", "-1", "--format=%s").strip() == "gateway: 1 request(s)"
     finally:
         ledger.close()
+
+
+def test_a_chat_whose_session_is_gone_starts_a_new_one(gateway, model_server, agent_vault):
+    """A chat's session deleted (or never synced here) is SessionGone, by type: the message starts
+    a fresh session instead of failing, whatever the error's wording."""
+    from hermes_fs.errors import NotFound, SessionGone
+    from hermes_fs.mind.sessions import Transcript, session_path
+
+    model_server.responder = echo_model
+    gw, ch = gateway()
+    ch.say("@me:test", "one")
+    assert gw.wait_idle(60)
+    sid = gw.ledger.session("matrix|!dm|-")
+    (agent_vault.root / session_path(sid)).unlink()
+    with pytest.raises(SessionGone) as gone:
+        Transcript.load(agent_vault.root, sid)
+    assert isinstance(gone.value, NotFound)
+    ch.say("@me:test", "two")
+    assert gw.wait_idle(60)
+    assert ch.texts()[-1] == "echo two (1 user turns seen)"
+    assert gw.ledger.session("matrix|!dm|-") != sid
