@@ -18,7 +18,7 @@ from ..agent.loop import Agent, AgentConfig
 from ..agent.model import LiteLLMModel, Model, ModelSettings
 from ..agent.prompt import select_skills
 from ..agent.tools import REVIEW_TOOLS, ToolBox
-from ..errors import InputError
+from ..errors import InputError, SessionGone
 from ..mind import memory
 from ..mind.sessions import latest_session, parse_messages, session_path
 from ..store.config import ReviewMode
@@ -136,7 +136,7 @@ def snapshot(vault: Vault, session_id: str) -> str:
         store.commit_paths([rel], f"session: snapshot {session_id}", Act.session(session_id))
         s = store.head()
     if store.read_file(s, rel) is None:
-        raise InputError(f"no session {session_id}", rel)
+        raise SessionGone(f"no session {session_id}", rel)
     return s
 
 

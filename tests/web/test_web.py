@@ -172,6 +172,16 @@ def test_bad_paths_and_names_are_clear_errors(vault, web):
     assert w.request("POST", "/log/revert", form(w, branch="refine/never"))[0] == 303  # an error message, no crash
 
 
+def test_what_does_not_exist_is_404_by_its_error_type_bad_input_400(vault, web):
+    """NotFound (a change, a skill, a session, a job) answers 404; any other bad input 400: by the
+    exception's type, not by the wording of its message."""
+    w = web()
+    for path in ["/changes/refine/nope", "/skills/nope", "/sessions/20260101-000000-abcd"]:
+        assert w.request("GET", path)[0] == 404, path
+    for path in ["/memory/../hermes.yaml", "/memory/notes.md", "/skills/writing-skills?file=../../hermes.yaml"]:
+        assert w.request("GET", path)[0] == 400, path
+
+
 def test_editing_refuses_a_secret_and_shows_skill_validation(vault, web):
     w = web()
     from hermes_fs.service.web.edits import digest
