@@ -840,25 +840,43 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
     options = ConversationOptions(source="run", model=model, max_steps=max_steps,
                                   workspace=Path(workspace).resolve() if workspace else None)
     v = _vault(ctx)
+    from .answer import AnswerView
     from .remote import RemoteConversation, options_for, vectors_in_background, warm_environment
 
     environ = warm_environment(v, model)
+    view = AnswerView() if sys.stdout.isatty() else None  # a person watching: streamed Markdown
+    on_tool = (lambda line: view.tool(f"  · {line}")) if view else None
     remote = None if environ is None else RemoteConversation.connect(
-        v.state_dir, options_for("run", model, options.workspace, max_steps, environ=environ))
+        v.state_dir, options_for("run", model, options.workspace, max_steps, environ=environ), on_tool)
     if remote is not None:  # the daemon's warm process: no litellm import here
         try:
-            with _spinner("thinking"):
-                answer = remote.ask(" ".join(prompt)).answer
+            _answer(view, lambda on_text: remote.ask(" ".join(prompt), on_text).answer)
         finally:
             remote.end()
-        echo(answer)
         AutoReview(v, detached=True).after_turn(remote.id, 1)  # refine.every_turns: 1 reviews every run
         return
     vectors_in_background(v)
-    with Conversation(v, options) as conversation, _spinner("thinking"):
-        result = conversation.ask(" ".join(prompt))
-    echo(result.answer)
+    options.on_tool = on_tool
+    with Conversation(v, options) as conversation:
+        _answer(view, lambda on_text: conversation.ask(" ".join(prompt), on_text).answer)
     AutoReview(v, detached=True).after_turn(conversation.id, conversation.user_turns)
+
+
+def _answer(view, ask) -> None:
+    """Run `ask(on_text)` and show its answer: streamed Markdown on a terminal, else printed whole
+    once it is complete (a spinner on stderr meanwhile), exactly as piped output always was."""
+    if view is None:
+        with _spinner("thinking"):
+            answer = ask(None)
+        echo(answer)
+        return
+    view.thinking()
+    try:
+        answer = ask(view.text)
+    except BaseException:
+        view.stop()
+        raise
+    view.finish(answer)
 
 
 @main.command()
