@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 VAULT ?= $(HOME)/hermes-vault
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint bench bench-learning clean
+.PHONY: install run test lint bench bench-learning clean docs reference
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,3 +44,11 @@ bench-learning: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# the documentation site (docs/, mkdocs.yml) into build/site; --strict: every link and anchor checked
+docs: install
+	$(BIN)/mkdocs build --strict
+
+# regenerate the pages made from the code: docs/reference/{hermes-yaml,cli}.md, docs/benchmarks/results.md
+reference: install
+	$(BIN)/python scripts/gen_reference.py

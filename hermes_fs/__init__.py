@@ -1,7 +1,7 @@
 """hermes-fs: a persistent agent whose whole mind is a git repository of Markdown files.
 
 The package is a library first: the CLI (`hermes_fs.cli`) and the MCP server
-(`hermes_fs.cli.mcp_server`) drive the names in `__all__` below, and so can any script. The layers beneath them, each importing only downward (docs/architecture.md):
+(`hermes_fs.cli.mcp_server`) drive the names in `__all__` below, and so can any script. The layers beneath them, each importing only downward (docs/design/architecture.md):
 `store` (vault, settings, files, git, provenance, secrets, notify), `mind` (memory, skills,
 sessions, usage, search, job files), `agent` (the loop, model, tools, prompt, sandbox), `learning`
 (one pipeline for refine, learn and curate, review of learned changes, import) and `service`

@@ -252,3 +252,34 @@ def test_the_daemon_runs_the_curator_on_its_schedule(vault, monkeypatch):
     assert host.errors == [] and any("curate/" in n and "pending" in n for n in host.notes), host.notes
     assert service.next_due(now) == now + timedelta(days=1)
     assert git(vault, "branch", "--list", "curate/*").strip()
+
+
+def test_a_symlinked_reference_is_archived_and_restored_as_a_link(vault, monkeypatch, run_cli):
+    add_skill(vault, "old-report", "Build the quarterly sales report in a spreadsheet.", ["open sheet"],
+              created_by="refine", days_ago=45, monkeypatch=monkeypatch)
+    refs = vault.root / "skills" / "old-report" / "references"
+    refs.mkdir()
+    (refs / "guide.md").symlink_to("../../../memory/USER.md")
+    (refs / "gone.md").symlink_to("nowhere.md")  # a dangling link moves as a link too
+    for var in ("GIT_COMMITTER_DATE", "GIT_AUTHOR_DATE"):
+        monkeypatch.setenv(var, f"@{int(time.time() - 45 * DAY)} +0000")
+    vault.git.commit_paths(["skills/old-report/references/guide.md", "skills/old-report/references/gone.md"],
+                           "skills: link a reference", Act.learned())
+    for var in ("GIT_COMMITTER_DATE", "GIT_AUTHOR_DATE"):
+        monkeypatch.delenv(var)
+    out = curate(vault)
+    assert out.status == "pending", out.reason
+    listing = git(vault, "ls-tree", "-r", out.branch, "--", "skills/.archive/old-report/references")
+    assert "120000" in listing.split("guide.md")[0].splitlines()[-1], listing
+    assert "120000" in listing.split("gone.md")[0].splitlines()[-1], listing
+    review.merge(vault.git, out.branch)
+    archived = vault.root / "skills/.archive/old-report/references/guide.md"
+    assert archived.is_symlink() and str(archived.readlink()) == "../../../memory/USER.md"
+    assert git(vault, "status", "--porcelain").strip() == ""  # the checkout agrees with the commit
+    r = run_cli("--vault", str(vault.root), "skills", "restore", "old-report")
+    assert r.returncode == 0, r.stderr
+    back = vault.root / "skills/old-report/references"
+    assert (back / "guide.md").is_symlink() and str((back / "guide.md").readlink()) == "../../../memory/USER.md"
+    assert (back / "gone.md").is_symlink() and str((back / "gone.md").readlink()) == "nowhere.md"
+    assert "120000" in git(vault, "ls-tree", "-r", "HEAD", "--", "skills/old-report/references/guide.md")
+    assert git(vault, "status", "--porcelain").strip() == ""

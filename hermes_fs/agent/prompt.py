@@ -78,10 +78,10 @@ def select_skills(entries: dict[str, str], ranked: list[str], budget: int, descr
                   short_chars: int = SHORT_CHARS) -> SkillsIndex:
     """Lines `- name: description` within `budget` characters, most relevant (`ranked`) first. Past
     `described_share` of the budget the next relevant skills are named without their description
-    (a name like `docker-management` says enough to open it): a budget that describes ~30 of 1,000
-    skills names ~150 (bench/routing_heldout.py). Past the budget a description is cut to its first
-    sentence, at most `short_chars` characters ("- flash-attention: Optimizes transformer attention
-    with…"), so about 34 of 1,000 skills are described instead of about 19; skill_view has the rest."""
+    (a name like `docker-management` says enough to open it), so the index reaches several times
+    more skills than it describes (bench/routing_heldout.py). Past the budget a description is cut
+    to its first sentence, at most `short_chars` characters ("- flash-attention: Optimizes
+    transformer attention with…"), so more skills are described; skill_view has the rest."""
     names = sorted(entries)
     lines = {n: f"- {n}: {' '.join(entries[n].split())}" for n in names}
     full_text = "\n".join(lines[n] for n in names)
@@ -166,16 +166,22 @@ def soul(vault: Vault) -> str:
         return ""
 
 
+SECRET_SCAN_MARGIN = 4096  # characters past the budget also scanned: a key cut by the budget is still caught
+
+
 def _memory_body(vault: Vault, name: str) -> str:
+    """The part of a memory file that goes into the prompt. Only that part (and a margin) is scanned
+    for secrets: text past the budget never reaches a model, and scanning it made every turn pay for
+    the whole file."""
     try:
-        m = memory.load(vault.files, name, vault.config)
+        view = memory.prompt_view(vault.files, name, vault.config)
     except InputError:
         return ""
-    body = m.doc.body.strip()
-    if secrets.scan_text(m.path, body):  # a person's uncommitted paste: never sent to a model
-        return f"(memory/{name} holds a secret and is left out until it is removed from the file)"
-    if len(body) > m.budget:  # the budget bounds the prompt, whatever the file says
-        return body[: m.budget] + f"\n[... {len(body) - m.budget} more characters over budget; refine will consolidate]"
+    body, budget = view.body, view.budget
+    if secrets.scan_text(view.path, body[: budget + SECRET_SCAN_MARGIN]):  # a person's uncommitted paste: never sent
+        return f"({view.path} holds a secret and is left out until it is removed from the file)"
+    if len(body) > budget:  # the budget bounds the prompt, whatever the file says
+        return body[:budget] + f"\n[... {len(body) - budget} more characters over budget; refine will consolidate]"
     return body
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..store.config import Policy
+from ..store.policies import Policy
 from .term import echo
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
@@ -33,6 +32,7 @@ def gateway_status(ctx: click.Context, as_json: bool):
 
     rows = collect(_vault(ctx))
     if as_json:
+        import json  # only this command needs it: --help stays light
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:

@@ -187,6 +187,12 @@ def run_task(state_dir: Path, task: str, args: dict, environ: dict[str, str]) ->
     raise RemoteError(reply.get("error") or "the daemon failed", reply.get("exit_code", 1))
 
 
+def warm_task(vault, task: str, args: dict) -> dict | None:
+    """The task done by the running daemon (litellm already imported there), or None: do it here."""
+    environ = warm_environment(vault)
+    return None if environ is None else run_task(vault.state_dir, task, args, environ)
+
+
 def vectors_in_background(vault) -> None:
     """A turn about to run in this process (no daemon): if skill vectors are missing, build them
     in a detached process and say so; the turn ranks skills by full-text meanwhile."""

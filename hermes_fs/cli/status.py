@@ -1,13 +1,30 @@
-"""`hermes-fs status`: prints the overview that service/status.py collects."""
+"""`hermes-fs status`: prints the overview that service/status.py collects (imported only when it runs)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from ..service.status import StatCache, Status, collect, memory_rows, skill_counts
-from .term import columns, next_run_words, plural
+import click
 
-__all__ = ["Status", "StatCache", "collect", "memory_rows", "render", "skill_counts"]
+from .context import vault_for
+from .options import vault_option
+from .term import columns, echo, next_run_words, plural
+
+if TYPE_CHECKING:
+    from ..service.status import Status
+
+
+@click.command()
+@vault_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool):
+    """Memory sizes vs budgets, skills, cron jobs, pending reviews, daemon state."""
+    from ..service.status import collect
+
+    st = collect(vault_for(ctx))
+    echo(st.to_json() if as_json else render(st))
 
 
 def render(st: Status) -> str:

@@ -8,6 +8,8 @@ control character is printed as `\\xNN`.
 from __future__ import annotations
 
 import re
+import sys
+from typing import Any
 
 import click
 
@@ -20,6 +22,39 @@ def safe(text: str) -> str:
 
 def echo(text: object = "", **kwargs) -> None:
     click.echo(safe(str(text)), **kwargs)
+
+
+def emit_json(data) -> None:
+    import json
+
+    echo(json.dumps(data, indent=2, default=str))
+
+
+def shorten(text: str, width: int) -> str:
+    """At most `width` characters, cut at a word, with an ellipsis when cut."""
+    import textwrap
+
+    return textwrap.shorten(text, width, placeholder=" …")
+
+
+class Spinner:
+    """A spinner on a terminal; silent when piped."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.status: Any = None
+
+    def __enter__(self):
+        if sys.stderr.isatty():
+            from rich.console import Console
+
+            self.status = Console(stderr=True).status(self.text)
+            self.status.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.status:
+            self.status.__exit__(*exc)
 
 
 def colorize_diff(text: str) -> str:

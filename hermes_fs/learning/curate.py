@@ -381,7 +381,7 @@ def restore(vault: Vault, name: str) -> str:
         if files.list(dst):
             raise InputError(f"skills/{name}/ exists: a skill of that name is in the library already", dst)
         for rel in archived:
-            files.write(dst + rel[len(src):], files.read(rel) or b"")
+            files.write(dst + rel[len(src):], files.read_entry(rel) or b"")  # a link moves as a link
             files.delete(rel)
         sha = vault.git.commit_paths([*archived, *(dst + r[len(src):] for r in archived)],
                                      f"skills: restore {name} from the archive", Act.person())

@@ -24,7 +24,7 @@ CHUNK_WORDS = 60
 BODY_CHUNKS = 12
 FILL_BATCH = 4  # skills encoded per transaction (about 50 texts): a fill stops, or is read, between them
 BODY_WEIGHT = 1.0  # the best body passage's similarity, added to the description's (chosen on bench/routing_dev.yaml)
-EXTRA = "pip install torch==2.13.0 && pip install 'hermes-fs[embeddings]'"  # the CPU build first (see README)
+EXTRA = "pip install torch==2.13.0 && pip install 'hermes-fs[embeddings]'"  # the CPU build first (docs/guide/small-models.md)
 
 
 class EmbeddingsUnavailable(HermesError):

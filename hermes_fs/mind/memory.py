@@ -143,6 +143,24 @@ def load(files: FileStore, file: str, config: Config) -> MemoryFile:
     return MemoryFile(name, doc, parse_entries(doc), budget_for(name, doc.meta, config))
 
 
+@dataclass(frozen=True)
+class PromptView:
+    """What of a memory file may go into a prompt: its body and its budget, without the entries."""
+    path: str
+    body: str
+    budget: int
+
+
+def prompt_view(files: FileStore, file: str, config: Config) -> PromptView:
+    """A memory file read for a prompt. Unlike `load` it does not split the body into entries, so a
+    turn's cost does not grow with a file that is far over its budget."""
+    name = memory_name(file)
+    path = f"{MEMORY_DIR}/{name}"
+    data = files.read(path)
+    doc = parse_doc(decode(data, path) if data is not None else "", path)
+    return PromptView(path, doc.body.strip(), budget_for(name, doc.meta, config))
+
+
 def list_memory(files: FileStore) -> list[str]:
     names = [p[len(MEMORY_DIR) + 1 :] for p in files.list(MEMORY_DIR) if p.endswith(".md")]
     return [n for n in names if n in ("USER.md", "MEMORY.md") or PurePosixPath(n).parent.as_posix() == "projects"]

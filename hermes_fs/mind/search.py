@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 import os
 import re
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import HermesError, InputError
 from ..store.docs import decode, parse_doc
 from ..store.lock import VaultLock
+from ..store.private import connect_private
 from .skills import SKILL_FILE, SKILLS_DIR
 
 _WORD = re.compile(r"[A-Za-z0-9]{2,}")
@@ -37,7 +37,7 @@ class SearchIndex:
         self.root = Path(vault_root)
         db = self.root / ".hermes" / "index.sqlite"
         db.parent.mkdir(exist_ok=True)
-        self.db = sqlite3.connect(db, timeout=30)
+        self.db = connect_private(db, timeout=30)  # it holds the text of every session
         self.db.executescript(
             """
             CREATE TABLE IF NOT EXISTS files(path TEXT PRIMARY KEY, kind TEXT, mtime_ns INTEGER, size INTEGER);

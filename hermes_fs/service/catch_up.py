@@ -3,12 +3,10 @@ first learn what happened meanwhile have done so: sync's first round, which merg
 machines wrote while this one was down and reads the claims they took. Never longer than
 CATCH_UP_MAX_S: a remote that does not answer delays nobody's work for more than that.
 
-Why: in the sync chaos bench a restarted daemon resumed its requests and its taken-over cron runs
-at once, and their agent work (litellm's import alone is about 4 CPU-seconds) held the GIL and the
-CPU its first sync round needed. That round took 4.0-4.6 s (median over the restarts of four
-runs) against 0.5-0.9 s for the others, and the other machines' edits waited on it; with this
-gate, 2.2-2.3 s. Work that starts one round later has lost nothing: its claims are held (and
-renewed) meanwhile.
+Why: a restarted daemon that resumes its requests and taken-over cron runs at once spends the
+CPU and the GIL on agent work (litellm's import first) that its first sync round needs, and the
+other machines' edits wait on that round (the figures: docs/benchmarks/notes). Work that starts
+one round later has lost nothing: its claims are held (and renewed) meanwhile.
 """
 
 from __future__ import annotations

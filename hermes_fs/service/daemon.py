@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from ..errors import HermesError
 from ..store.config import CONFIG_NAME
 from ..store.files import atomic_write
+from ..store.private import protect_tree, tighten_umask
 from ..store.provenance import Act
 from ..store.vault import Vault
 from . import inbox  # light: the job code it runs is imported per request
@@ -138,6 +139,8 @@ class Daemon:
         except HermesError:
             raise HermesError(f"a daemon is already running for this vault (pid {self.lock.holder()})") from None
         on_started()
+        tighten_umask()  # every state file it (or a child) makes is 0600: message text lives there
+        protect_tree(self.vault.state_dir)
         favour_waiting_threads()  # sync's git calls beside agent work (priority.py)
         try:
             self._setup_logging()

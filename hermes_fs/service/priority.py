@@ -1,8 +1,7 @@
 """Agent work in the daemon (cron runs, inbox and chat requests) runs at a lower CPU priority than
 the rest of it (sync rounds, the watcher, claims and leases), so that on a busy machine a model
-call, or litellm's import (about 4 CPU-seconds, paid again by every restarted daemon), waits a
-little while a sync round does not. Profiled in the sync chaos bench (py-spy over all daemons):
-importing litellm took 24% of all samples, sync rounds 5%. Linux applies nice per thread, and to
+call, or litellm's import (seconds of CPU, paid again by every restarted daemon), waits a
+little while a sync round does not. Linux applies nice per thread, and to
 the processes a thread starts (its git and shell commands); elsewhere nothing changes.
 
 Nice decides between processes and threads on the CPU; inside the daemon's process the threads
@@ -20,10 +19,9 @@ import threading
 
 AGENT_NICE = 5  # added to the daemon's own niceness; a weight of about a third under contention
 SWITCH_INTERVAL_S = 0.001
-"""Python's GIL switch interval in the daemon. `python bench/gil_switch.py` (git calls made as
-store/ makes them, while another thread of the process imports litellm): per call mean 4.0 ->
-3.0 ms, p95 9.0 -> 4.8 ms (medians of 3 runs), against 1.3 ms with nothing beside; the import
-itself takes as long. A sync round makes about 30 such calls."""
+"""Python's GIL switch interval in the daemon: a thread waiting on a git call gets the GIL back
+sooner beside a busy thread, and a sync round makes dozens of such calls; the import beside it
+takes no longer (`python bench/gil_switch.py` measures both)."""
 
 
 def favour_waiting_threads() -> None:

@@ -130,8 +130,7 @@ class Scheduler:
     def start(self, jobs: list[CronJob]) -> None:
         """Start the scheduler's thread; it first fires what was missed while the daemon was down.
         There, not here: with shared claims each catch-up asks the remote (a push or two), and the
-        daemon's start waited for them (3-7 s after each kill in the chaos bench, where a daemon
-        is killed every few seconds) before its sync even began."""
+        daemon's start would wait for them before its sync even began."""
         self.jobs = {j.name: j for j in jobs}
         now = self.clock.now()
         self.thread = threading.Thread(target=self._loop, args=(now,), name="scheduler", daemon=True)

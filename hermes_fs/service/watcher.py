@@ -35,10 +35,9 @@ def ignored(rel: str) -> bool:
 def written_events() -> list[type]:
     """The watchdog events the daemon asks the kernel for: every one but a file opened, or closed
     without a write. Those two are most of what a vault's files see: each git command opens dozens
-    of files in the vault (`python bench/watch_events.py`: 90 read-only git commands in a vault of
-    200 commits, 5,622 events for a recursive watch, 122 without those two kinds), and every event,
-    even one dropped at once, queues in the kernel (16,384 at most by default: the chaos bench
-    overflowed it) and costs the daemon's Python, GIL held, to read and drop."""
+    of files in the vault (`python bench/watch_events.py` counts them), and every event, even one
+    dropped at once, queues in the kernel (whose queue is bounded and can overflow) and costs the
+    daemon's Python, GIL held, to read and drop."""
     from watchdog import events as ev
 
     return [ev.FileCreatedEvent, ev.FileModifiedEvent, ev.FileClosedEvent, ev.FileMovedEvent, ev.FileDeletedEvent,
@@ -52,9 +51,8 @@ class Watcher:
 
     `skip`: top-level directories not watched at all (the daemon: .git, .hermes, editors' own).
     The vault's top level is then watched by itself and each other top-level directory with its
-    whole tree, so git's own writes under .git/ (bench/watch_events.py: 20 edits each committed
-    with git add and git commit, 888 events there beside the 40 of the edits) and the daemon's
-    log and state are never queued. A top-level directory made or moved in later is watched from
+    whole tree, so git's own writes under .git/ (many times the events of the edits themselves:
+    bench/watch_events.py) and the daemon's log and state are never queued. A top-level directory made or moved in later is watched from
     then on, and the files it already holds are reported. `also`: folders inside skipped ones to
     watch all the same, each (path from the vault, recursive) — the web page's feed shows refs."""
 

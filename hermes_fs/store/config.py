@@ -9,7 +9,6 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -17,47 +16,43 @@ import yaml
 
 from ..errors import ConfigError
 from .docs import refuse_aliases
+from .policies import Policy, ReviewMode
 
 CONFIG_NAME = "hermes.yaml"
 
 
 @dataclass
 class ModelsConfig:
-    refine: str | None = None
-    cron: str | None = None
-    learn: str | None = None
-    curate: str | None = None
+    """Per-task models; a task without one uses `model`."""
 
-
-class Policy(StrEnum):
-    """What happens to a learned change once it is committed on its branch."""
-
-    REVIEW = "review"  # wait for `hermes-fs review merge`
-    AUTO = "auto"  # merge now
-    ADDITIONS = "additions"  # merge only pure additions; hold edits and removals
-
-
-class ReviewMode(StrEnum):
-    """How the reviewer model answers: by calling edit tools, or with one schema-constrained document."""
-
-    TOOLS = "tools"
-    STRUCTURED = "structured"  # for models that cannot call tools well (small local ones)
+    refine: str | None = None  # the reviewer of conversations (a larger model than chat's, if you can)
+    cron: str | None = None  # scheduled jobs (a job's own `model:` wins)
+    learn: str | None = None  # the drafter of skills from documents
+    curate: str | None = None  # the curator's merges of duplicates and memory consolidation
 
 
 @dataclass
 class RefineConfig:
-    policy: str = Policy.REVIEW
-    every_turns: int = 10
-    mode: str = ReviewMode.TOOLS
+    """Reviewing conversations into learned changes (refine/ branches)."""
+
+    policy: str = Policy.REVIEW  # review: wait for you; auto: merge at once; additions: merge pure additions only
+    every_turns: int = 10  # review a session automatically every N user turns; 0 = only when asked
+    mode: str = ReviewMode.TOOLS  # tools: the reviewer calls edit tools; structured: one JSON document (small models)
 
 
 @dataclass
 class LearnConfig:
-    mode: str = ReviewMode.TOOLS
+    """Learning skills from documents (learn/ branches); the policy is refine's."""
+
+    mode: str = ReviewMode.TOOLS  # as refine.mode, for the drafter
 
 
 @dataclass
 class MemoryConfig:
+    """Memory files (memory/*.md)."""
+
+    # characters per file (its body); over budget is flagged and the prompt carries only the budget.
+    # Keys: USER.md, MEMORY.md, projects (each file under memory/projects/); a file's `budget:` wins
     budgets: dict[str, int] = field(
         default_factory=lambda: {"USER.md": 2000, "MEMORY.md": 4000, "projects": 3000}
     )
@@ -65,7 +60,9 @@ class MemoryConfig:
 
 @dataclass
 class SkillsConfig:
-    prompt_budget_chars: int = 4000
+    """The skills index in the system prompt."""
+
+    prompt_budget_chars: int = 4000  # most characters the index takes; past it, the most relevant skills are shown
     embeddings: bool = False  # rank skills by meaning too (the optional `embeddings` extra, mind/embeddings.py)
 
 
@@ -83,30 +80,38 @@ class ToolsConfig:
 
 @dataclass
 class SandboxConfig:
-    backend: str = "docker"
-    image: str = "python:3.12-slim"
-    network: bool = False
-    memory: str = "1g"
-    cpus: float = 1.0
-    timeout_s: int = 120
+    """Where the agent's `shell` tool runs."""
+
+    backend: str = "docker"  # docker: a locked-down container; local: this machine (explicit opt-in); none: no shell
+    image: str = "python:3.12-slim"  # the container image (`hermes-fs sandbox build-image` makes one offline)
+    network: bool = False  # give the container a network
+    memory: str = "1g"  # the container's memory limit (Docker's notation)
+    cpus: float = 1.0  # the container's CPU limit
+    timeout_s: int = 120  # a command running longer is killed, with every process it started
 
 
 @dataclass
 class NotifyConfig:
-    targets: dict[str, str] = field(default_factory=dict)
-    events: list[str] = field(
+    """Notifications through Apprise."""
+
+    targets: dict[str, str] = field(default_factory=dict)  # name -> Apprise URL; tokens as ${NAME} from .hermes/secrets.env
+    events: list[str] = field(  # which events are sent to every target
         default_factory=lambda: ["refine_pending", "cron_output", "cron_failure", "sync_conflict"]
     )
 
 
 @dataclass
 class CronConfig:
-    timezone: str = "UTC"
-    catch_up: bool = True
+    """Defaults for scheduled jobs (cron/*.md); a job's own frontmatter wins."""
+
+    timezone: str = "UTC"  # an IANA time zone name (Europe/Paris)
+    catch_up: bool = True  # a due time missed while the daemon was down runs once on start
 
 
 @dataclass
 class GitConfig:
+    """Commits."""
+
     author: str = "hermes-fs <agent@hermes-fs.invalid>"  # the agent's own writes; you stay the committer
 
 
@@ -114,18 +119,20 @@ class GitConfig:
 class McpServerConfig:
     """One MCP server the agent may use: a command (stdio) or a url (streamable HTTP)."""
 
-    command: str | None = None
-    args: list[str] = field(default_factory=list)
+    command: str | None = None  # the program of a stdio server
+    args: list[str] = field(default_factory=list)  # its arguments
     env: dict[str, str] = field(default_factory=dict)  # values may say ${NAME} (from .hermes/secrets.env)
-    url: str | None = None
+    url: str | None = None  # the URL of a streamable-HTTP server (instead of command)
     headers: dict[str, str] = field(default_factory=dict)  # the same ${NAME} expansion
-    tools: list[str] | None = None  # allow-list of the server's tool names; None = all
-    timeout_s: float = 30.0
+    tools: list[str] | None = None  # allow-list of the server's tool names; null = all
+    timeout_s: float = 30.0  # a call (or the start) taking longer is a tool error the model sees
 
 
 @dataclass
 class McpConfig:
-    servers: dict[str, McpServerConfig] = field(default_factory=dict)
+    """Other MCP servers whose tools the agent may use."""
+
+    servers: dict[str, McpServerConfig] = field(default_factory=dict)  # name -> server; tools appear as <name>__<tool>
 
 
 # -- §15: gateway, several machines, the web page, curation ----------------------------------------
@@ -137,63 +144,75 @@ class WebhookRouteConfig:
     scheme: str = "standard"  # standard (Standard Webhooks) | github (X-Hub-Signature-256)
     prompt: str | None = None  # "{payload}" is replaced by the body; default: the payload is the message
     reply_to: str | None = None  # a notify target name that receives the answer
-    rate_per_min: int = 60
+    rate_per_min: int = 60  # more requests a minute are answered 429
 
 
 @dataclass
 class WebhookConfig:
-    listen: str = "127.0.0.1:8787"
-    routes: dict[str, WebhookRouteConfig] = field(default_factory=dict)
+    """Signed webhooks: POST /hooks/<route>."""
+
+    listen: str = "127.0.0.1:8787"  # host:port the webhook server binds
+    routes: dict[str, WebhookRouteConfig] = field(default_factory=dict)  # route name -> its secret and prompt
 
 
 @dataclass
 class MatrixConfig:
-    homeserver: str = "http://127.0.0.1:8008"
-    user_id: str = ""
-    password_env: str | None = None
-    access_token_env: str | None = None
+    """The Matrix channel: the agent's own account on a homeserver."""
+
+    homeserver: str = "http://127.0.0.1:8008"  # the homeserver's URL
+    user_id: str = ""  # the agent's account, @hermes:example.org
+    password_env: str | None = None  # the variable holding its password (or access_token_env)
+    access_token_env: str | None = None  # the variable holding an access token
     allow: list[str] = field(default_factory=list)  # empty = nobody (plus approved pairings)
-    admins: list[str] = field(default_factory=list)
-    pairing: bool = True
+    admins: list[str] = field(default_factory=list)  # user ids who may /merge and /reject
+    pairing: bool = True  # with no allow list, a stranger in a DM gets a pairing code to approve
     per_sender_in_rooms: bool = True  # group rooms: one session per sender
 
 
 @dataclass
 class ImapConfig:
-    host: str = ""
-    port: int = 993
-    tls: bool = True
-    user: str = ""
-    password_env: str | None = None
-    mailbox: str = "INBOX"
+    """Where the agent's mail is read (one IMAP connection in IDLE)."""
+
+    host: str = ""  # the IMAP server
+    port: int = 993  # its port
+    tls: bool = True  # TLS from the start (IMAPS)
+    user: str = ""  # the login
+    password_env: str | None = None  # the variable holding the password (an app password)
+    mailbox: str = "INBOX"  # the folder read; mail is never deleted or moved
 
 
 @dataclass
 class SmtpConfig:
-    host: str = ""
-    port: int = 587
-    starttls: bool = True
-    tls: bool = False
-    user: str = ""
-    password_env: str | None = None
+    """How replies are sent."""
+
+    host: str = ""  # the SMTP server
+    port: int = 587  # its port
+    starttls: bool = True  # upgrade the connection with STARTTLS
+    tls: bool = False  # TLS from the start (port 465) instead
+    user: str = ""  # the login
+    password_env: str | None = None  # the variable holding the password
     from_: str = ""  # written `from:` in hermes.yaml
 
 
 @dataclass
 class EmailConfig:
-    imap: ImapConfig = field(default_factory=ImapConfig)
-    smtp: SmtpConfig = field(default_factory=SmtpConfig)
-    allow: list[str] = field(default_factory=list)
-    admins: list[str] = field(default_factory=list)
+    """The e-mail channel: a mailbox of the agent's own."""
+
+    imap: ImapConfig = field(default_factory=ImapConfig)  # reading
+    smtp: SmtpConfig = field(default_factory=SmtpConfig)  # replying
+    allow: list[str] = field(default_factory=list)  # addresses that may write to the agent (proven by DKIM/DMARC); empty = nobody
+    admins: list[str] = field(default_factory=list)  # addresses that may /merge and /reject
     authserv_id: str | None = None  # Authentication-Results from this host are trusted
-    max_attachment_bytes: int = 10_000_000
+    max_attachment_bytes: int = 10_000_000  # larger attachments are refused by name
 
 
 @dataclass
 class GatewayConfig:
-    webhook: WebhookConfig | None = None
-    matrix: MatrixConfig | None = None
-    email: EmailConfig | None = None
+    """Chat and events from outside, run by the daemon; a channel is on when its key is set."""
+
+    webhook: WebhookConfig | None = None  # signed webhooks
+    matrix: MatrixConfig | None = None  # Matrix
+    email: EmailConfig | None = None  # e-mail
     allow_local_shell: bool = False  # gateway sessions never get the host shell unless this says so
     workers: int = 2  # chats answered at once (each chat's messages run one at a time, in order)
     sender_rate_per_min: int = 20  # messages a minute from one sender; more are answered once, not run
@@ -203,35 +222,45 @@ class GatewayConfig:
 
 @dataclass
 class RemoteConfig:
+    """The git remote that carries the vault between machines; unset: one machine."""
+
     url: str = ""  # any URL git accepts; credentials stay with git (helpers, ssh keys)
-    branch: str = "main"
+    branch: str = "main"  # the remote's branch that is main
 
 
 @dataclass
 class SyncConfig:
-    interval_s: float = 5.0
+    """Several machines: how often, and how long a dead machine's work waits."""
+
+    interval_s: float = 5.0  # how often the daemon asks the remote for news (its own commits go up at once)
     claim_ttl_s: float = 30.0  # a running claim not renewed this long belongs to a dead machine
     lease_s: float = 15.0  # a channel lease (one gateway consumer per account) not renewed this long is free
 
 
 @dataclass
 class WebConfig:
-    enabled: bool = False
-    listen: str = "127.0.0.1:9120"
+    """The web page."""
+
+    enabled: bool = False  # the daemon serves the page too (`hermes-fs web` serves it alone)
+    listen: str = "127.0.0.1:9120"  # host:port; not loopback needs HERMES_WEB_TOKEN in .hermes/secrets.env
 
 
 @dataclass
 class CurateConfig:
-    every: str | bool = "weekly"  # or a schedule as in cron jobs, or false
-    stale_days: int = 30
+    """The curator: what to take away from the library (curate/ branches)."""
+
+    every: str | bool = "weekly"  # how often the daemon curates: weekly, daily, a schedule as in cron jobs, or false
+    stale_days: int = 30  # a skill unused this long, and not edited by a person, is archived
     policy: str = "review"  # review | auto: what becomes of the curate/ branch (the daemon's runs too)
 
 
 @dataclass
 class Config:
-    model: str = "openai/gpt-4o-mini"
-    api_base: str | None = None
-    api_key_env: str | None = None
+    """A vault's hermes.yaml. A field's comment is its meaning in docs/reference/hermes-yaml.md."""
+
+    model: str = "openai/gpt-4o-mini"  # a litellm route: provider/model (anthropic/..., ollama_chat/..., openai/<name> + api_base)
+    api_base: str | None = None  # the URL of an OpenAI-compatible or local server (Ollama, llama.cpp, LM Studio, vLLM)
+    api_key_env: str | None = None  # the NAME of the variable holding the key; null: the provider's usual one
     models: ModelsConfig = field(default_factory=ModelsConfig)
     refine: RefineConfig = field(default_factory=RefineConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)

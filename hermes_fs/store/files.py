@@ -34,6 +34,33 @@ def clean_relpath(rel: str) -> str:
     return "/".join(parts)
 
 
+class Symlink(bytes):
+    """A symlink's target, as git stores it (mode 120000): bytes that never equal a file's bytes.
+
+    Whatever moves a file along (a swap put back, an archive, a refused edit) carries a link as a
+    link: written out, it becomes a symlink again, never a regular file holding its target."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Symlink) and bytes(self) == bytes(other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = bytes.__hash__
+
+    def __repr__(self) -> str:
+        return f"Symlink({bytes(self)!r})"
+
+
+def _put_bytes(path: Path, data: bytes) -> None:
+    """Create `path` (absent) holding `data`: a symlink for a `Symlink`, else a regular file."""
+    if isinstance(data, Symlink):
+        os.symlink(os.fsdecode(bytes(data)), path)
+        return
+    with open(path, "wb") as f:
+        f.write(data)
+
+
 def temp_name(target: Path) -> Path:
     """A temp file beside `target`, unique to this process and call (two writers never share one).
 
@@ -47,6 +74,10 @@ def atomic_write(target: Path, data: bytes | str, mode: int | None = None, fsync
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(target)
     try:
+        if isinstance(data, Symlink):
+            _put_bytes(tmp, data)
+            os.replace(tmp, target)
+            return
         with open(tmp, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
             if fsync:
@@ -102,8 +133,7 @@ def swap_in(target: Path, data: bytes | None, keep: list[Path] | None = None) ->
             old = _read_link_or_file(tmp)
             kept = _keep(tmp, keep)
             return old
-        with open(tmp, "wb") as f:
-            f.write(data)
+        _put_bytes(tmp, data)
         if _EXCHANGE is not None:
             if _EXCHANGE(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(target), _RENAME_EXCHANGE) == 0:
                 old = _read_link_or_file(tmp)
@@ -114,7 +144,7 @@ def swap_in(target: Path, data: bytes | None, keep: list[Path] | None = None) ->
             err = ctypes.get_errno()
             if err == 2:  # ENOENT: no file there yet; link() creates it only if it is still absent
                 try:
-                    os.link(tmp, target)
+                    os.link(tmp, target, follow_symlinks=False)
                     return None
                 except FileExistsError:
                     return swap_in(target, data, keep)
@@ -161,7 +191,7 @@ def append(target: Path, data: bytes) -> None:
 
 def _read_link_or_file(p: Path) -> bytes | None:
     if p.is_symlink():
-        return b"symlink:" + os.fsencode(os.readlink(p))
+        return Symlink(os.fsencode(os.readlink(p)))
     try:
         return p.read_bytes()
     except FileNotFoundError:
@@ -273,7 +303,13 @@ class DiskFiles:
         p = self.path(rel)
         return p.read_bytes() if p.is_file() else None
 
+    def read_entry(self, rel: str) -> bytes | None:
+        """What `rel` itself holds, the link not followed: a `Symlink` for a link (to move or copy
+        it as a link), else the file's bytes."""
+        return _read_link_or_file(self.entry(rel))
+
     def write(self, rel: str, data: bytes) -> None:
+        """Bytes make a regular file; a `Symlink` makes a link."""
         atomic_write(self.entry(rel), data)
 
     def swap(self, rel: str, data: bytes | None, keep: list[Path] | None = None) -> bytes | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..errors import GitError, InputError
-from .files import clean_relpath
+from .files import Symlink, clean_relpath
 from .git_base import EMPTY_TREE, ZERO
 from .git_read import GitReader
 from .provenance import Act
@@ -73,7 +73,7 @@ class GitObjects(GitReader):
                 old = entries.get(head)
                 if old and old[1] == "tree":
                     raise InputError("a folder is in the way of this file", prefix + path)
-                mode = (modes or {}).get(prefix + path) or (old[0] if old and old[1] == "blob" else "100644")
+                mode = (modes or {}).get(prefix + path) or _mode_for(data, old)
                 sha = self._hash_blob(data)
                 entries[head] = (mode, "blob", sha)
                 if blobs is not None:
@@ -117,8 +117,8 @@ class GitObjects(GitReader):
     def _commit_trees(self, commits: list[tuple[str, list[str], str, Act]]) -> list[str]:
         """Many commits (tree, parents, message, act) at once, sealed and redacted as in
         `_commit_tree`, written by one `git hash-object` instead of one `commit-tree` each: a
-        daemon renewing or taking over 80-110 claims spent 3-8 s in those calls on a loaded
-        machine (the chaos bench), and its takeovers waited behind them. The author and committer
+        daemon renews or takes over many claims at once, and a process per claim made its
+        takeovers late. The author and committer
         lines are git's own (`git var`, once per author)."""
         import tempfile
 
@@ -160,3 +160,12 @@ class GitObjects(GitReader):
         self._git("update-ref", hidden, sha)
         self._git("update-ref", "-d", f"refs/heads/{branch}", sha)
         return hidden
+
+
+def _mode_for(data: bytes, old: tuple[str, str, str] | None) -> str:
+    """A `Symlink` is written as a link; bytes keep the file's mode (a link given bytes becomes a file)."""
+    if isinstance(data, Symlink):
+        return "120000"
+    if old and old[1] == "blob" and old[0] != "120000":
+        return old[0]
+    return "100644"

@@ -57,7 +57,7 @@ class GitReader(GitBase):
     def _loose_ref(self, ref: str) -> str | None:
         """A branch's commit read from its loose ref file, without a git process: git writes the
         file whole and renames it into place, so a read sees the old or the new value. A sync
-        round asked for main ten times, a process each (0.1-0.5 s on a loaded machine). None when
+        round asks for main many times, and a process each is slow on a loaded machine. None when
         the ref is packed, `.git` is not a folder, or the file holds anything but an object id:
         then `rev-parse` answers, as before."""
         try:
@@ -93,6 +93,19 @@ class GitReader(GitBase):
                 return None
         return data if kind == b"blob" else None
 
+    def symlinks(self, commit: str) -> frozenset[str]:
+        """The paths that are symlinks (mode 120000) at `commit`: their blob is a link's target,
+        never a file's text. Remembered per commit id."""
+        def ask() -> frozenset[str]:
+            found = set()
+            for item in self._git("ls-tree", "-r", "-z", commit).split("\0"):
+                meta, _, path = item.partition("\t")
+                if meta.startswith("120000 "):
+                    found.add(path)
+            return frozenset(found)
+
+        return self._pure("symlinks", commit, commit, ask)
+
     def list_files(self, commit: str, prefix: str = "") -> list[str]:
         args = ["ls-tree", "-r", "-z", "--name-only", commit]
         if prefix:
@@ -116,7 +129,7 @@ class GitReader(GitBase):
         """The answer to a question about two commits named by id, remembered: commits never
         change, so neither do their merge base, ancestry or the paths between them. A sync merge
         asked some of these twice, and every round asks again of the same commits (a git
-        process each, 0.1-0.5 s on a loaded machine). Names that can move (HEAD, main) are
+        process each). Names that can move (HEAD, main) are
         never remembered."""
         if not (_is_id(a) and _is_id(b)):
             return ask()

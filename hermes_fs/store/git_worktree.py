@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 
 from ..errors import EditedWhileMerging, GitError
-from .files import atomic_write, prune_empty_dirs, swap_if_unchanged, symlink_on_path
+from .files import Symlink, atomic_write, prune_empty_dirs, swap_if_unchanged, symlink_on_path
 from .git_base import ZERO
 from .git_objects import GitObjects
 
@@ -87,6 +87,8 @@ class GitWorktree(GitObjects):
         for rel in paths:
             self._refuse_symlinked_parent(rel)
             data = self.read_file(commit, rel) if rel in before else None
+            if data is not None and before[rel][0] == "120000":
+                data = Symlink(data)
             expect = self.read_file(wrote, rel) if rel in after else None
             target = self.root / rel
             if data == expect:
@@ -127,6 +129,8 @@ class GitWorktree(GitObjects):
             if entry is not None:
                 data = self.read_file(commit, rel)
                 assert data is not None, f"{commit}:{rel} listed but unreadable"
+                if entry[0] == "120000":
+                    data = Symlink(data)  # checked out as git would: a link, not a file holding its target
             file_mode = 0o755 if entry is not None and entry[0] == "100755" else None
             if expect is not None and not target.is_symlink():
                 # compare and swap in one step that also catches a write landing during the swap

@@ -7,7 +7,7 @@ commits them on a branch. Nothing here touches the working tree or the index.
 from __future__ import annotations
 
 from . import secrets
-from .files import clean_relpath
+from .files import Symlink, clean_relpath
 from .git import GitStore
 
 
@@ -21,13 +21,13 @@ class OverlayFiles:
         rel = clean_relpath(rel)
         if rel in self.changes:
             return self.changes[rel]
-        return self.store.read_file(self.commit, rel)
+        return self.read_committed(rel)  # a link read, moved or copied stays a link
 
     def write(self, rel: str, data: bytes) -> None:
         """Refuses a secret at once (SecretError), so the reviewer hears about it while it can fix it."""
         rel = clean_relpath(rel)
         secrets.check({rel: bytes(data)})
-        self.changes[rel] = bytes(data)
+        self.changes[rel] = data if isinstance(data, Symlink) else bytes(data)
 
     def delete(self, rel: str) -> None:
         self.changes[clean_relpath(rel)] = None
@@ -42,4 +42,8 @@ class OverlayFiles:
 
     def effective_changes(self) -> dict[str, bytes | None]:
         """Changes that differ from the commit (a write of the same bytes is no change)."""
-        return {p: d for p, d in self.changes.items() if d != self.store.read_file(self.commit, p)}
+        return {p: d for p, d in self.changes.items() if d != self.read_committed(p)}
+
+    def read_committed(self, rel: str) -> bytes | None:
+        data = self.store.read_file(self.commit, rel)
+        return Symlink(data) if data is not None and rel in self.store.symlinks(self.commit) else data

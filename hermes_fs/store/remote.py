@@ -31,11 +31,10 @@ TIMEOUT_S = 30.0  # a remote that does not answer in this long counts as unreach
 PLAIN_GIT_PROTOCOL = "0"
 """The wire protocol for a `git://` remote (`git daemon`). Over a raw TCP connection, protocol v2
 (git's default) sends its command in several small writes, and Nagle's algorithm holds the rest
-until the daemon's delayed ACK: about 40 ms, twice, per connection. Measured here with git 2.39
-against `git daemon` on 127.0.0.1: ls-remote 96 ms (v2) against 12 ms (v0), a fetch with nothing
-new 67 ms against 27 ms; a sync round makes one of each, the claims more. v0 sends the whole ref
-list each time instead of the refs asked for, which a vault's few hundred refs make cheap. Other
-transports (ssh, https) keep git's default: not measured here, so not changed."""
+until the daemon's delayed ACK, twice per connection; v0 does not wait (`python
+bench/git_protocol.py` compares them). v0 sends the whole ref list each time instead of the refs
+asked for, which a vault's few hundred refs make cheap. Other transports (ssh, https) keep git's
+default: not measured, so not changed."""
 LOCAL_RACE = ("cannot lock ref", "Unable to create")  # git's words for a local ref another git holds
 LOCAL_RACE_TRIES = 5
 

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from ...store.config import SandboxConfig
+from ...store.private import person_umask
 from .base import SandboxError, ShellResult
 
 
@@ -49,7 +50,7 @@ class LocalSandbox:
         self.interrupted = False
         proc = subprocess.Popen(
             ["/bin/sh", "-c", command], cwd=self.workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            stdin=subprocess.DEVNULL, start_new_session=True, umask=_umask(),
         )
         self.proc = proc
         try:
@@ -80,3 +81,9 @@ class LocalSandbox:
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
+
+
+def _umask() -> int:
+    """The person's own umask for their commands (-1: this process's, when it was never tightened)."""
+    found = person_umask()
+    return -1 if found is None else found

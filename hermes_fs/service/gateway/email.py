@@ -24,7 +24,6 @@ import logging
 import os
 import re
 import smtplib
-import sqlite3
 import ssl
 import threading
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 from ...errors import ConfigError, HermesError
 from ...store.config import EmailConfig
 from ...store.files import atomic_write
+from ...store.private import connect_private
 from ...store.vault import Vault
 from .channel import Inbound, Origin, Outbound, Sink, attachments_dir
 from .mailauth import DnsFunc, claimed_from, prove_sender
@@ -300,7 +300,7 @@ class MailState:
 
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self.db = connect_private(path, check_same_thread=False, isolation_level=None, timeout=30)
         self.lock = threading.Lock()
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")

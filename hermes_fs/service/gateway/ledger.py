@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...store.private import connect_private
 from .channel import Origin
 
 SCHEMA = """
@@ -117,12 +117,11 @@ class Ledger:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.db = sqlite3.connect(path, check_same_thread=False, timeout=30, isolation_level=None)
+        self.db = connect_private(path, check_same_thread=False, timeout=30, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")  # a row that says "claimed" or "delivered" is on disk
         self.db.executescript(SCHEMA)
         self.lock = threading.RLock()
-        path.chmod(0o600)
 
     def close(self) -> None:
         with self.lock:

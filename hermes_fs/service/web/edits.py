@@ -16,6 +16,7 @@ from ...errors import InputError
 from ...store import secrets
 from ...store.docs import decode
 from ...store.edit import Staged, edit
+from ...store.files import symlink_on_path
 from ...store.vault import Vault
 
 MAX_EDIT_CHARS = 2_000_000
@@ -57,7 +58,9 @@ def save(vault: Vault, rel: str, text: str, base: str) -> Saved:
     our lock and saves between our check and our write is seen in what the swap displaced; the
     check is then made again on their text, fails, and their text is put back."""
     if len(text) > MAX_EDIT_CHARS:
-        raise InputError(f"the text is over {MAX_EDIT_CHARS} characters", rel)
+        raise InputError(f"the text is over {MAX_EDIT_CHARS:,} characters", rel)
+    if symlink_on_path(vault.root, rel, include_last=True) is not None:
+        raise InputError("a symlink is never written through: edit the file it points to", rel)
     store = vault.git
 
     def change(files: Staged) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
+from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
@@ -30,9 +31,10 @@ from ...learning import changes, review
 from ...mind import memory, skills
 from ...mind.sessions import SESSIONS_DIR, parse_messages, session_path
 from ...store.docs import decode, parse_doc
+from ...store.files import symlink_on_path
 from ...store.vault import Vault
 from . import edits
-from .security import CSRF_FIELD, Keys
+from .security import CSRF_FIELD, MAX_FORM_BYTES, Keys
 
 STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 SESSION_LIST = 100  # newest sessions listed without a query
@@ -53,6 +55,18 @@ def when(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def urlpath(value: object) -> str:
+    """A name (branch, file, skill, session, job) as it goes into a URL path: every character
+    that a URL gives a meaning (`%`, `?`, `#`, space) escaped, so the link opens that name."""
+    return quote(str(value), safe="/")
+
+
+async def read_form(request: Request):
+    """The POSTed form; a field may be as large as the whole body the guard let through (the
+    editor's own limit, in characters, is checked where the text is saved)."""
+    return await request.form(max_part_size=MAX_FORM_BYTES)
+
+
 def diff_class(line: str) -> str:
     if line.startswith(("+++", "---")):
         return "fname"
@@ -67,7 +81,7 @@ class Site:
         self.env = Environment(loader=PackageLoader("hermes_fs.service.web", "templates"),
                                autoescape=select_autoescape(default=True, default_for_string=True),
                                trim_blocks=True, lstrip_blocks=True)
-        self.env.filters.update(age=age, when=when, diff_class=diff_class)
+        self.env.filters.update(age=age, when=when, diff_class=diff_class, urlpath=urlpath)
         self.env.globals.update(csrf=keys.csrf, csrf_field=CSRF_FIELD)
 
     @property
@@ -146,10 +160,10 @@ class Site:
 
     async def merge(self, request: Request) -> Response:
         branch = request.path_params["branch"]
-        form = await request.form()
+        form = await read_form(request)
         ticked = form.get("how") == "ticked"
         only = [str(f) for f in form.getlist("file")]
-        page = f"/changes/{branch}"
+        page = f"/changes/{urlpath(branch)}"
 
         def work() -> tuple[str, str]:
             name = changes.resolve_name(self.store, branch)
@@ -169,14 +183,14 @@ class Site:
             name = changes.resolve_name(self.store, branch)
             return "/", f"rejected {name} (kept as {changes.reject(self.store, name)})"
 
-        return await self.act(request, work, f"/changes/{branch}")
+        return await self.act(request, work, f"/changes/{urlpath(branch)}")
 
     # -- log ---------------------------------------------------------------------------------------
     def log_page(self, request: Request) -> Response:
         return self.render(request, "log.html", rows=changes.learned_log(self.store))
 
     async def revert(self, request: Request) -> Response:
-        branch = str((await request.form()).get("branch", ""))
+        branch = str((await read_form(request)).get("branch", ""))
 
         def work() -> tuple[str, str]:
             sha = changes.revert(self.store, branch)  # authored by you: your decision
@@ -229,18 +243,23 @@ class Site:
 
     async def editor(self, request: Request, rel: str, template: str, context: Callable[[], dict]) -> Response:
         """Show a file in an editor; on POST save it (compare-and-swap) and show the result."""
+        link = symlink_on_path(self.vault.root, rel, include_last=True)
+        if link is not None:  # never followed, shown or written through: it may lead anywhere in the vault
+            return self.failed(request, InputError(
+                f"{link.relative_to(self.vault.root).as_posix()} is a symlink: the page neither follows nor "
+                "edits links (edit the file it points to in your editor)", rel))
         saved = None
         yours = None
         if request.method == "POST":
-            form = await request.form()
+            form = await read_form(request)
             yours = str(form.get("text", ""))
             try:
                 saved = await run_in_threadpool(edits.save, self.vault, rel, yours, str(form.get("base", "")))
             except HermesError as exc:
                 saved = edits.Saved(False, message=str(exc))
             if saved.ok:
-                return self.redirect(request.url.path + (f"?file={request.query_params['file']}"
-                                                         if request.query_params.get("file") else ""), "ok", saved.message)
+                query = f"?file={quote(request.query_params['file'], safe='')}" if request.query_params.get("file") else ""
+                return self.redirect(urlpath(request.url.path) + query, "ok", saved.message)
         try:
             data = self.vault.files.read(rel)
             text = decode(data, rel) if data is not None else ""
@@ -339,7 +358,7 @@ class Site:
 
     async def refine_session(self, request: Request) -> Response:
         sid = request.path_params["sid"]
-        focus = str((await request.form()).get("focus", "")).strip() or None
+        focus = str((await read_form(request)).get("focus", "")).strip() or None
 
         def work() -> tuple[str, str]:
             from ...learning.refine import RefineOptions
@@ -350,7 +369,7 @@ class Site:
             pid, log = refine_in_background(self.vault, RefineOptions(session=sid, focus=focus))
             return "/", f"refine of {sid} running in the background (pid {pid}); its change appears here (log: {log})"
 
-        return await self.act(request, work, f"/sessions/{sid}")
+        return await self.act(request, work, f"/sessions/{urlpath(sid)}")
 
     # -- status ------------------------------------------------------------------------------------
     def status_page(self, request: Request) -> Response:

@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlencode
 from ...errors import HermesError
 from ...store.files import atomic_write
 from ...store.notify import read_secrets_env
+from .edits import MAX_EDIT_CHARS
 
 TOKEN_NAME = "HERMES_WEB_TOKEN"
 COOKIE = "hermes_web"
@@ -148,7 +149,12 @@ class Guard:
                 return await _plain(send_with_headers, 403, "cross-origin request refused")
             if scope["method"] != "POST":
                 return await _plain(send_with_headers, 405, "only GET and POST")
-            receive = await _checked_csrf(receive, headers, self.keys.csrf)
+            try:
+                receive = await _checked_csrf(receive, headers, self.keys.csrf)
+            except _TooLarge:
+                return await _plain(send_with_headers, 413, f"the form is over {MAX_FORM_BYTES:,} bytes: nothing "
+                                                            f"was saved (a file edited here holds at most "
+                                                            f"{MAX_EDIT_CHARS:,} characters)")
             if receive is None:
                 return await _plain(send_with_headers, 403, "missing or wrong CSRF token (reload the page and try again)")
         return await self.app(scope, receive, send_with_headers)
@@ -171,22 +177,32 @@ def _same(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), expected.encode())
 
 
-MAX_FORM_BYTES = 5_000_000  # an edited memory file or skill fits; a flood does not
+# Room for the editor's longest text however it is written: a character of four UTF-8 bytes
+# is twelve in a urlencoded form. The editor's limit (characters) is the one a person meets.
+MAX_FORM_BYTES = 12 * MAX_EDIT_CHARS + (1 << 16)
+
+
+class _TooLarge(Exception):
+    """A POST body over MAX_FORM_BYTES: answered 413, never taken for a CSRF failure."""
 
 
 async def _checked_csrf(receive, headers: dict, expected: str):
     """Read the whole body, check the CSRF field of its urlencoded form (or the X-CSRF-Token
     header), and hand the same body on to the app; None when the token is missing or wrong."""
-    body = b""
+    declared = headers.get(b"content-length", b"")
+    if declared.isdigit() and int(declared) > MAX_FORM_BYTES:
+        raise _TooLarge
+    chunks = bytearray()
     more = True
     while more:
         message = await receive()
         if message["type"] == "http.disconnect":
             return None
-        body += message.get("body", b"")
+        chunks += message.get("body", b"")
         more = message.get("more_body", False)
-        if len(body) > MAX_FORM_BYTES:
-            return None
+        if len(chunks) > MAX_FORM_BYTES:
+            raise _TooLarge
+    body = bytes(chunks)
     given = headers.get(b"x-csrf-token", b"").decode("latin-1")
     kind = headers.get(b"content-type", b"").split(b";")[0].strip()
     if not given and kind == b"application/x-www-form-urlencoded":

@@ -1,0 +1,104 @@
+"""`hermes-fs daemon`: the watcher, inbox, cron and gateway process of a vault."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import HermesError
+from .context import vault_for
+from .options import vault_option
+from .term import echo, emit_json
+
+
+@click.group(invoke_without_command=True)
+@vault_option
+@click.option("--detach", is_flag=True, help="Run in the background.")
+@click.option("--debounce", default=1.0, show_default=True, help="Seconds a file must be quiet before it is committed.")
+@click.option("--workers", default=2, show_default=True, help="Jobs (inbox requests) run at once.")
+@click.pass_context
+def daemon(ctx: click.Context, detach: bool, debounce: float, workers: int):
+    """Watch the vault: commit your edits, run inbox requests. Also: stop, status, install."""
+    if ctx.invoked_subcommand:
+        return
+    from ..service.daemon import Daemon, DaemonOptions, is_running
+
+    v = vault_for(ctx)
+    if detach:
+        from ..service.background import spawn
+
+        if is_running(v):
+            raise HermesError("a daemon is already running for this vault (see `hermes-fs daemon status`)")
+        from ..service.daemon import wait_started
+
+        pid = spawn(v.root, ["daemon", "--debounce", str(debounce), "--workers", str(workers)], v.state_dir / "daemon.out")
+        if not wait_started(v, pid):
+            raise HermesError(f"the daemon (pid {pid}) did not start; see {v.state_dir / 'daemon.out'}")
+        echo(f"daemon started (pid {pid}); `hermes-fs daemon status`, `hermes-fs daemon stop`")
+        return
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    Daemon(v, DaemonOptions(debounce_s=debounce, workers=workers)).run(
+        on_started=lambda: echo(f"hermes-fs daemon watching {v.root} (Ctrl-C to stop)"))
+
+
+@daemon.command("stop")
+@vault_option
+@click.pass_context
+def daemon_stop(ctx: click.Context):
+    """Stop the running daemon (it finishes or abandons its jobs cleanly)."""
+    from ..service.daemon import stop
+
+    if stop(vault_for(ctx)):
+        echo("daemon stopped")
+    else:
+        echo("no daemon running")
+
+
+@daemon.command("status")
+@vault_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def daemon_status(ctx: click.Context, as_json: bool):
+    """Running or not, pid, uptime, queue, recent events and errors."""
+    from ..service.daemon import status as daemon_state
+
+    st = daemon_state(vault_for(ctx))
+    if as_json:
+        emit_json(st)
+        return
+    if not st["running"]:
+        echo("daemon: not running")
+    elif st.get("starting"):
+        echo(f"daemon: starting, pid {st.get('pid')}")
+    else:
+        echo(f"daemon: running, pid {st.get('pid')}, up {st.get('uptime_s')}s, queue: {', '.join(st.get('queue') or []) or 'empty'}")
+    for e in st.get("last_events") or []:
+        echo(f"  event  {e}")
+    for e in st.get("last_errors") or []:
+        echo(f"  error  {e}")
+
+
+@daemon.command("install")
+@vault_option
+@click.pass_context
+def daemon_install(ctx: click.Context):
+    """Write a systemd user unit (Linux) or print a launchd plist (macOS)."""
+    import platform
+    from pathlib import Path
+
+    from ..service.daemon import plist_text, unit_name, unit_text
+
+    v = vault_for(ctx)
+    exe = str(Path(sys.executable).with_name("hermes-fs"))
+    if platform.system() == "Darwin":
+        echo(plist_text(v, exe))
+        echo(f"save it as ~/Library/LaunchAgents/io.{unit_name(v)}.plist and run `launchctl load` on it", err=True)
+        return
+    unit_dir = Path.home() / ".config" / "systemd" / "user"
+    unit_dir.mkdir(parents=True, exist_ok=True)
+    unit = unit_dir / f"{unit_name(v)}.service"
+    unit.write_text(unit_text(v, exe))
+    echo(f"wrote {unit}; enable it with: systemctl --user enable --now {unit.name}")

@@ -1,0 +1,117 @@
+"""`hermes-fs skills`: list, show, validate and embed the skills of the vault."""
+
+from __future__ import annotations
+
+import click
+
+from .context import vault_for
+from .curate import print_usage, skills_restore
+from .options import vault_option
+from .term import echo, emit_json, shorten
+
+
+@click.group()
+def skills():
+    """List, show and validate skills."""
+
+
+@skills.command("list")
+@vault_option
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--usage", is_flag=True, help="Uses, last used, created by, age and staleness (from the sessions).")
+@click.pass_context
+def skills_list(ctx: click.Context, as_json: bool, usage: bool):
+    """Each skill with its description (--usage: how it is used)."""
+    from ..mind import skills as sk
+
+    if usage:
+        rows = print_usage(vault_for(ctx), as_json)
+        if as_json:
+            emit_json(rows)
+        return
+    loaded, errors = sk.load_all(vault_for(ctx).files)
+    if as_json:
+        emit_json([{"name": s.name, "description": s.description, "files": s.files} for s in loaded])
+    else:
+        for s in loaded:
+            echo(f"{s.name:<32} {shorten(' '.join(s.description.split()), 90)}")
+    for e in errors:
+        echo(f"error: {e}", err=True)
+    if errors:
+        ctx.exit(1)
+
+
+@skills.command("show")
+@vault_option
+@click.argument("name")
+@click.argument("file", required=False)
+@click.pass_context
+def skills_show(ctx: click.Context, name: str, file: str | None):
+    """Print SKILL.md, or one of its support files."""
+    from ..mind import skills as sk
+
+    echo(sk.view(vault_for(ctx).files, name, file), nl=False)
+
+
+@skills.command("validate")
+@vault_option
+@click.argument("names", nargs=-1)
+@click.option("--fix", is_flag=True, help="Rewrite skills to the reference form (one commit).")
+@click.pass_context
+def skills_validate(ctx: click.Context, names: tuple[str, ...], fix: bool):
+    """Check skills against the Agent Skills reference validator (all by default): one line per
+    problem, then a summary. --fix rewrites them to the reference form, as one commit."""
+    from .. import Act
+    from ..mind import skills as sk
+
+    v = vault_for(ctx)
+    if fix:
+        changes, skipped = sk.fixes(v.files)
+        for rel, data in changes.items():
+            v.files.write(rel, data) if data is not None else v.files.delete(rel)
+        sha = v.git.commit_paths(sorted(changes), f"skills: {len({p.split('/')[1] for p, d in changes.items() if d})} "
+                                                  "skill(s) to the reference form", Act.person()) if changes else None
+        for line in skipped:
+            echo(f"not fixed: {line}")
+        echo(f"fixed {len({p.split('/')[1] for p, d in changes.items() if d})} skill(s)"
+             + (f" in {sha[:10]}" if sha else "") + (f"; {len(skipped)} left as they were" if skipped else ""))
+    report = sk.check_all(v.files, list(names) or None)
+    for name, errors in sorted(report.problems.items()):
+        for e in errors:
+            echo(f"BAD {name}: {e}")
+    for path, category, new in report.misplaced:
+        echo(f"MISPLACED {path}: skills live at skills/<name>/SKILL.md; --fix moves it to skills/{new}/"
+             + (f" (category {category!r} kept as metadata.category)" if category else ""))
+    echo(f"{report.checked} skill(s) checked: {report.checked - report.invalid} valid, {report.invalid} invalid, "
+         f"{len(report.misplaced)} misplaced")
+    if report.invalid or report.misplaced:
+        ctx.exit(2)
+
+
+@skills.command("embed")
+@vault_option
+@click.option("--background", is_flag=True, hidden=True, help="At low priority (started by a CLI turn).")
+@click.pass_context
+def skills_embed(ctx: click.Context, background: bool):
+    """Build or refresh the skill vectors of skills.embeddings. The daemon does this in the
+    background, and a CLI turn without a daemon starts it detached; no turn waits for it."""
+    import os
+    import time
+
+    from ..mind import embeddings
+    from ..mind.search import fill_vectors, vectors_missing
+
+    v = vault_for(ctx)
+    if background:
+        os.nice(10)  # the turn that started it, and the next ones, come first
+    if not embeddings.available():
+        raise embeddings.EmbeddingsUnavailable(f"the embedding model is not installed: {embeddings.EXTRA}")
+    t0 = time.monotonic()
+    done = fill_vectors(v.root)
+    if done is None:
+        echo("another process is building the skill vectors")
+        return
+    echo(f"encoded {done} skill(s) in {time.monotonic() - t0:.1f} s; {vectors_missing(v.root)} without vectors")
+
+
+skills.add_command(skills_restore)
