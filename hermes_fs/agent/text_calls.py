@@ -33,6 +33,7 @@ _MISTRAL_V11 = re.compile(r"([A-Za-z0-9_.-]+)(?:\[CALL_ID\][A-Za-z0-9]*)?\[ARGS\
 _FENCE = re.compile(r"```[ \t]*(?:json|tool_call|tool_code|javascript|js)?[ \t]*\n(.*?)\n?[ \t]*```", re.S | re.I)
 _JSON_FENCES = ("", "json", "tool_call", "tool_code", "javascript", "js")
 _CLOSE_FENCE = re.compile(r"\n[ \t]*```")
+_UNREADABLE_JSON = (ValueError, RecursionError)  # RecursionError: nesting deep enough to exhaust the stack
 _STRAY_TOKENS = re.compile(r"<\|(?:eom_id|eot_id|im_end)\|>")
 # Where a call may begin: text from here on is held back while streaming until the message ends.
 _MARKERS = ("<tool_call>", "<|python_tag|>", "[TOOL_CALLS]", "```")
@@ -88,7 +89,7 @@ def _mistral(content: str, at: int) -> tuple[int, list]:
     if i < len(content) and content[i] in "[{":
         try:
             value, end = decoder.raw_decode(content, i)
-        except ValueError:
+        except _UNREADABLE_JSON:
             return len(content), [_Unreadable()]
         return end, value if isinstance(value, list) else [value]
     m = _MISTRAL_V11.match(content, i)
@@ -96,7 +97,7 @@ def _mistral(content: str, at: int) -> tuple[int, list]:
         return len(content), [_Unreadable()]
     try:
         args, end = decoder.raw_decode(content, m.end())
-    except ValueError:
+    except _UNREADABLE_JSON:
         return len(content), [{"name": m.group(1), "arguments": content[m.end():]}]
     return end, [{"name": m.group(1), "arguments": args}]
 
@@ -119,7 +120,7 @@ def _loose(content: str, offered: dict[str, dict], taken: list[tuple[int, int]])
             continue
         try:
             value, end = decoder.raw_decode(content, start)
-        except ValueError:
+        except _UNREADABLE_JSON:
             continue
         values = value if isinstance(value, list) else [value]
         if values and all(_shaped(v) for v in values) and free(start, end):
@@ -146,7 +147,7 @@ def _calls(values: list, offered: dict[str, dict], strict: bool) -> list[ToolCal
                 calls.append(ToolCall("", UNREADABLE, "{}", error="the tool call is not a JSON object with a name and "
                                       "arguments; write <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>"))
             continue
-        name = value.get("name") if isinstance(value.get("name"), str) else ""
+        name = value["name"] if isinstance(value.get("name"), str) else ""
         args = value.get("arguments", value.get("parameters", {}))
         calls.append(_checked(name, args, offered))
     return calls
@@ -156,7 +157,7 @@ def _checked(name: str, args, offered: dict[str, dict]) -> ToolCall:
     if isinstance(args, str):  # some models write the arguments as a JSON string, as the API does
         try:
             args = json.loads(args) if args.strip() else {}
-        except ValueError:
+        except _UNREADABLE_JSON:
             return ToolCall("", name, args, error=f"the arguments of {name!r} are not valid JSON; send a JSON object")
     text = json.dumps(args, ensure_ascii=False)
     if name not in offered:
@@ -188,11 +189,12 @@ def schema_problem(args, schema: dict) -> str | None:
 def _json_values(text: str) -> list:
     """Every JSON value in `text`, one after another (separated by whitespace or newlines)."""
     decoder = json.JSONDecoder()
-    values, i = [], _skip_space(text, 0)
+    values: list = []
+    i = _skip_space(text, 0)
     while i < len(text):
         try:
             value, i = decoder.raw_decode(text, i)
-        except ValueError:
+        except _UNREADABLE_JSON:
             return values or [_Unreadable()]
         values.extend(value if isinstance(value, list) else [value])
         i = _skip_space(text, i)
@@ -305,6 +307,8 @@ def _verdict(held: str) -> int | None:
     start = len(held) - len(held.lstrip(" \t"))
     try:
         value, end = json.JSONDecoder().raw_decode(held, start)
+    except RecursionError:
+        return start + 1
     except json.JSONDecodeError as exc:
         return None if exc.pos >= len(held) - 1 or _is_prefix_of_json(held[start:]) else start + 1
     values = value if isinstance(value, list) else [value]
@@ -317,6 +321,8 @@ def _is_prefix_of_json(text: str) -> bool:
         json.loads(text + "\u0000")
     except json.JSONDecodeError as exc:
         return exc.pos >= len(text)
+    except RecursionError:
+        return False
     return True
 
 

@@ -28,7 +28,7 @@ def _own_session_repo():
     import git
 
     class OwnSessionGit(git.Git):
-        def execute(self, command, *args, **kwargs):  # type: ignore[override]
+        def execute(self, command, *args, **kwargs):
             kwargs.setdefault("start_new_session", True)
             return super().execute(command, *args, **kwargs)
 
