@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 VAULT ?= $(HOME)/hermes-vault
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint bench bench-learning clean docs reference
+.PHONY: install run test test-fast lint bench bench-learning clean docs reference
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,6 +32,10 @@ test: install lint
 	bash scripts/synapse-test-env.sh
 	bash scripts/embeddings-test-env.sh
 	$(BIN)/python -m pytest -q
+
+# the quick half while developing: no real servers (Docker, Synapse, Dovecot, Chromium, git daemon), no slow tests
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not server and not slow"
 
 bench: install
 	$(BIN)/python bench/run_all.py

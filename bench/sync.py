@@ -20,7 +20,7 @@ or another machine's kill or partition imposed on it, which no sync can shorten.
 
 `python bench/sync.py` runs the full form (180 s, 100 jobs, 200 requests) and writes
 bench/results/sync.json; `--no-partitions` runs the kills alone (sync_no_partitions.json);
-tests/test_sync_chaos.py runs a short form of the same code.
+tests/sync/test_sync_chaos.py runs a short form of the same code.
 """
 
 from __future__ import annotations

@@ -22,6 +22,18 @@ os.environ.setdefault("HERMES_TEST_KEY", "sk-test-not-a-real-key")
 os.environ.setdefault("HERMES_RETRY_BASE_S", "0.05")  # keep retry backoff short in tests
 
 
+SERVER_MARKS = ("docker", "synapse", "mail", "chromium", "gitdaemon")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: `-m "not server"` sees the mark added here
+def pytest_collection_modifyitems(items):
+    """A test marked with any real server's mark is also `server`, so `make test-fast` names one
+    mark (`-m "not server and not slow"`) and a new server's mark joins by being listed here."""
+    for item in items:
+        if any(item.get_closest_marker(m) for m in SERVER_MARKS):
+            item.add_marker(pytest.mark.server)
+
+
 @pytest.fixture
 def vault(tmp_path: Path) -> Vault:
     return init_vault(tmp_path / "vault").vault

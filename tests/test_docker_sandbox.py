@@ -33,7 +33,7 @@ def _engine_problem() -> str | None:
 
 
 PROBLEM = _engine_problem()
-pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
+pytestmark = [pytest.mark.docker, pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")]
 
 
 def containers(label_value: str | None = None):

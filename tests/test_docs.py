@@ -21,10 +21,12 @@ FEATURES = Path(__file__).parent / "data" / "old_readme_features.txt"
 
 
 def _documents() -> list[Path]:
-    """The repository's own Markdown (not the vault template's, not test data)."""
-    found = [ROOT / "README.md", ROOT / "CHANGELOG.md", *DOCS.rglob("*.md")]
-    found += [p for p in (ROOT / "hermes_fs").rglob("*.md")]
-    return found
+    """The repository's documents: every Markdown file git tracks, but data (recorded conversations,
+    test inputs)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "*.md"], cwd=ROOT, capture_output=True, text=True)
+    names = [n for n in listed.stdout.split("\0") if n] if listed.returncode == 0 else []
+    data = ("tests/", "bench/learning/")
+    return [ROOT / n for n in names if not n.startswith(data) and (ROOT / n).is_file()] or [ROOT / "README.md"]
 
 
 def test_the_site_builds_strictly(tmp_path):

@@ -7,11 +7,15 @@ request is done exactly once once the network is whole again."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import pytest
+from locations import BENCH
+
+sys.path.insert(0, str(BENCH))
 
 import sync as chaos  # noqa: E402  (bench/sync.py)
+
+pytestmark = pytest.mark.gitdaemon
 
 
 def test_chaos_short(tmp_path):

@@ -5,11 +5,12 @@ import shutil
 
 import pytest
 from conftest import git
+from locations import DATA
 
 from hermes_fs.mind import skills
 from hermes_fs.store.docs import parse_doc
 
-HOME = __import__("pathlib").Path(__file__).parent / "data" / "hermes-home"
+HOME = DATA / "hermes-home"
 KEY = "sk-or-v1-" + "0123456789abcdef0123456789abcdef"
 
 

@@ -6,12 +6,11 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from locations import BENCH
 from model_server import ModelServer
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
 import learning_eval as le  # noqa: E402

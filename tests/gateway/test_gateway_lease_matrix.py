@@ -15,7 +15,8 @@ from synapse_server import Person, available
 from test_gateway_lease import two_machines
 from test_gateway_matrix import synapse  # noqa: F401  (the session's Synapse)
 
-pytestmark = pytest.mark.skipif(available() is not None, reason=available() or "")
+pytestmark = [pytest.mark.synapse, pytest.mark.gitdaemon,
+              pytest.mark.skipif(available() is not None, reason=available() or "")]
 
 
 def matrix_state(root) -> str | None:

@@ -11,10 +11,15 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import pytest
+from locations import BENCH
+
+sys.path.insert(0, str(BENCH))
 
 import sync as chaos  # noqa: E402  (bench/sync.py)
 from gitserver import Proxy, free_port  # noqa: E402
+
+pytestmark = pytest.mark.gitdaemon
 
 
 def _git(cwd: Path, *args: str) -> str:

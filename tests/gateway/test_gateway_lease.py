@@ -19,6 +19,8 @@ from hermes_fs.service.gateway.holder import DONE, SENDING, TAKEN, ChannelHolder
 from hermes_fs.store.lease import RefLease, lease_ref
 from hermes_fs.store.remote import RefUpdate, Remote, Unreachable
 
+pytestmark = pytest.mark.gitdaemon
+
 
 @pytest.fixture
 def server(tmp_path):
@@ -397,6 +399,7 @@ def _gateway_state(v) -> dict:
         return {}
 
 
+@pytest.mark.mail
 def test_two_daemons_one_mailbox_kill_the_holder_every_mail_answered_once(tmp_path, server, model_server):
     from test_email_gateway import AGENT, ME, mail, send
 

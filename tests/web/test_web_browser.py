@@ -13,6 +13,8 @@ from web_helpers import browser_context, refine_change, start_web
 from hermes_fs.learning import changes
 from hermes_fs.store.provenance import Act
 
+pytestmark = pytest.mark.chromium
+
 playwright_api = pytest.importorskip("playwright.sync_api")
 USER = "memory/USER.md"
 

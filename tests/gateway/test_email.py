@@ -2,7 +2,7 @@
 with mail signed by test keys published in a stub DNS zone, and forged mail.
 
 These tests drive the channel with a sink that records what it submits (what the core receives);
-tests/test_email_gateway.py runs the whole path through the gateway core and a scripted model.
+tests/gateway/test_email_gateway.py runs the whole path through the gateway core and a scripted model.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ AGENT = "agent@test.example"
 ME = "me@people.example"
 OTHER = "eve@evil.example"
 
-needs_dovecot = pytest.mark.skipif(dovecot_missing() is not None, reason=dovecot_missing() or "")
+def needs_dovecot(test):
+    return pytest.mark.mail(pytest.mark.skipif(dovecot_missing() is not None, reason=dovecot_missing() or "")(test))
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,8 @@ from hermes_fs.service.sync import Syncer, clone_vault
 from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault, init_vault
 
+pytestmark = pytest.mark.gitdaemon
+
 SYNC = "remote:\n  url: {url}\n  branch: main\nsync:\n  interval_s: 0.5\n  claim_ttl_s: {ttl}\n"
 
 
