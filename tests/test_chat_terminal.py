@@ -18,7 +18,8 @@ pexpect = pytest.importorskip("pexpect")
 KEY = "HERMES_TEST_KEY"
 STORY = " ".join(f"w{i}" for i in range(300)) + " THE-END"
 REFINE = [{"tool_calls": [("memory", {"action": "add", "file": "USER.md", "text": "Likes short stories."})]},
-          {"content": "Summary: story length\n- memory/USER.md: the person likes short stories"}]
+          {"content": "Summary: story length\n- memory/USER.md: added that the person likes short stories "
+                       "(because they said \"keep it short\")"}]
 
 
 def spawn(vault, tmp_path, *args: str, env: dict | None = None):
