@@ -621,3 +621,30 @@ def test_after_a_start_what_the_others_wrote_is_merged_while_the_host_ref_is_sti
     for line in ("Written on a while b was stopped", "Written on b while its daemon was stopped"):
         assert lines.count(f"- {line}") == 1, line
     assert git(b.root, "rev-parse", mirror_of(own)).strip() == git(server.base / "vault.git", "rev-parse", own).strip()
+
+
+def test_the_daemon_builds_the_claims_once_and_its_parts_share_them(tmp_path, server):
+    """No process-wide cache: the daemon opens the vault's claims once it owns the vault and hands
+    the same object to the sync service, the web page, the gateway and the scheduler; a reloaded
+    hermes.yaml changes their expiry. Opened again in the same process, they are another object."""
+    from hermes_fs.service.daemon import Daemon
+    from hermes_fs.service.services import services_for
+    from hermes_fs.service.work import cron_claims, open_claims
+
+    a = first_machine(tmp_path, server)
+    cfg = a.root / "hermes.yaml"
+    cfg.write_text(cfg.read_text() + "web:\n  enabled: true\n  listen: 127.0.0.1:0\n"
+                   "gateway:\n  webhook:\n    listen: 127.0.0.1:0\n    routes: {}\n")
+    a.reload_config()
+    d = Daemon(a)
+    d._open_claims()
+    assert d.claims is not None and d.claims is not open_claims(a)
+    sync, = services_for(d, early=True)
+    assert sync.syncer.claims is d.claims and sync.syncer.claims.on_finish == sync.poke
+    parts = {s.name: s for s in services_for(d)}
+    assert parts["web page"].claims is d.claims and parts["gateway"].claims is d.claims
+    assert cron_claims(a, d.claims) is d.claims
+    cfg.write_text(cfg.read_text() + "sync:\n  claim_ttl_s: 90\n")
+    d._reload_config()
+    assert d.claims.ttl_s == 90
+    assert isinstance(cron_claims(a, None), CronLedger)  # no claims given: this machine's own ledger

@@ -99,7 +99,13 @@ def others_since(lines: list[tuple[str, str, str]], sender: str, event: str) -> 
         lines = lines[: ids.index(event)]
     mine = [i for i, (_, who, _) in enumerate(lines) if who == sender]
     since = lines[mine[-1] + 1 :] if mine else lines
-    return "\n".join(f"{who}: {text}" for _, who, text in since) or None
+    return "\n".join(f"{who}: {_continued(text)}" for _, who, text in since) or None
+
+
+def _continued(text: str) -> str:
+    """A message's later lines indented: a line break in someone's text never starts a line that
+    reads as another person speaking."""
+    return "\n    ".join(text.splitlines()) if text else text
 
 
 class MatrixChannel:
@@ -350,7 +356,7 @@ class MatrixChannel:
             return None
         text = strip_reply_fallback(body)[:ROOT_CHARS]
         who = "you (the agent)" if sender == self.settings.user_id else sender
-        return f"{who} (the thread's first message): {text}"
+        return f"{who} (the thread's first message): {_continued(text)}"
 
     # -- typing notices ---------------------------------------------------------------------------
     async def _keep_typing(self) -> None:
