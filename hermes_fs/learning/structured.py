@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -314,3 +315,31 @@ def probe_mode(model: Model) -> ModeAdvice:
     if called:
         return ModeAdvice(True, ReviewMode.TOOLS, "it called a tool when asked")
     return ModeAdvice(False, ReviewMode.STRUCTURED, "asked to call a tool, it answered in words")
+
+
+def probe_vault(vault, environ: Mapping[str, str] | None = None) -> tuple[str, ModeAdvice]:
+    """(the refine model's name, what the probe saw of it); raises HermesError when it cannot ask."""
+    from ..agent.model import LiteLLMModel, ModelSettings
+
+    settings = ModelSettings.for_vault(vault, "refine", environ=environ)
+    settings.retries = 0
+    return settings.model, probe_mode(LiteLLMModel(settings))
+
+
+def check_mode(vault, environ: Mapping[str, str] | None = None) -> tuple[bool, str]:
+    """`doctor`'s review-mode row (ok, detail): the probe against the refine model, and whether
+    hermes.yaml's modes agree with it. Run by the daemon when one is up (warm), or by the CLI."""
+    from ..errors import HermesError
+
+    try:
+        model, advice = probe_vault(vault, environ)
+    except HermesError as exc:
+        return False, str(exc)
+    modes = {"refine.mode": vault.config.refine.mode, "learn.mode": vault.config.learn.mode}
+    wrong = [k for k, m in modes.items() if m != advice.suggested]
+    detail = f"{advice.suggested} suits {model}: {advice.detail}"
+    if wrong and not advice.called:
+        return False, detail + f"; set {' and '.join(f'{k}: structured' for k in wrong)} in hermes.yaml"
+    if wrong:  # a model that calls tools does well in either mode: not a problem
+        return True, detail + f" ({', '.join(f'{k}: {modes[k]}' for k in wrong)} works too)"
+    return True, detail

@@ -182,11 +182,11 @@ def test_doctor_says_which_mode_suits_the_model(agent_vault, model_server, run_c
     probe = model_server.requests[1]
     assert [t["function"]["name"] for t in probe["tools"]] == ["note"]
     structured(agent_vault)  # configured as the probe suggests: fine (in-process: one CLI start is enough)
-    from hermes_fs.cli.doctor import _check_mode
+    from hermes_fs.learning.structured import check_mode
 
     model_server.add({"content": "noted"})
-    assert _check_mode(agent_vault) == ("review mode", True, "structured suits openai/test-model: asked to call a "
-                                        "tool, it answered in words")
+    assert check_mode(agent_vault) == (True, "structured suits openai/test-model: asked to call a tool, it answered "
+                                       "in words")
 
 
 def test_doctor_names_the_missing_embeddings_extra(agent_vault, run_cli):
