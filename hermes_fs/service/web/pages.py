@@ -27,7 +27,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ...errors import HermesError, InputError, NotFound
-from ...learning import changes, review
+from ...learning import changes, review, spend
 from ...mind import memory, skills
 from ...mind.sessions import SESSIONS_DIR, parse_messages, session_path
 from ...store.docs import decode, parse_doc
@@ -189,7 +189,7 @@ class Site:
 
     # -- log ---------------------------------------------------------------------------------------
     def log_page(self, request: Request) -> Response:
-        return self.render(request, "log.html", rows=changes.learned_log(self.store))
+        return self.render(request, "log.html", rows=changes.learned_log(self.store), days=spend.per_day(self.vault))
 
     async def revert(self, request: Request) -> Response:
         branch = str((await read_form(request)).get("branch", ""))
