@@ -90,9 +90,12 @@ def review_reject(ctx: click.Context, branch: str):
 @click.command()
 @vault_option
 @click.argument("branch")
+@click.option("--only", "only", multiple=True, metavar="PATH", help="Undo only these files (the rest stays merged).")
+@click.option("--skip", "skip", multiple=True, metavar="PATH", help="Undo all but these files (they stay merged).")
 @click.pass_context
-def revert(ctx: click.Context, branch: str):
-    """Undo a merged learned change, entry by entry; refuses only entries a person has changed since."""
+def revert(ctx: click.Context, branch: str, only: tuple[str, ...], skip: tuple[str, ...]):
+    """Undo a merged learned change, entry by entry, or part of it (--only, --skip). Refuses only
+    entries a person has changed since, and says how to undo the rest."""
     from .. import review as learned
 
     v = vault_for(ctx)
@@ -100,8 +103,13 @@ def revert(ctx: click.Context, branch: str):
         branch = learned.resolve_name(v.git, branch, include_decided=True)
     except InputError:
         pass  # revert names the problem itself (never merged, already reverted)
-    sha = learned.revert(v.git, branch)  # authored by you: it is your decision
-    echo(f"reverted {branch} ({sha[:10]})")
+    sha = learned.revert(v.git, branch, only=list(only), skip=list(skip))  # authored by you: it is your decision
+    if only or skip:
+        echo(f"reverted part of {branch} ({sha[:10]}): {v.git.commit_info(sha).summary.partition(': ')[2]}\n"
+             f"Next: the rest stays merged; `hermes-fs revert {branch}` undoes it too, `hermes-fs log` lists changes.")
+    else:
+        echo(f"reverted {branch} ({sha[:10]})")
+
 
 @click.command()
 @vault_option
