@@ -50,7 +50,7 @@ def review_show(ctx: click.Context, branch: str):
     click.echo(colorize_diff(text) if sys.stdout.isatty() else text, nl=False)
 
 
-@review.command("merge")
+@review.command("merge", short_help="Accept: merge into main, entry by entry (all of it, or --only/--skip).")
 @vault_option
 @click.argument("branch")
 @click.option("--only", "only", multiple=True, metavar="PATH", help="Accept only these files (the rest stays pending).")
