@@ -16,7 +16,10 @@ for litellm, GitPython or the MCP SDK.
     with hermes_fs.Conversation(vault, hermes_fs.ConversationOptions(source="run")) as c:
         print(c.ask("what is on my list today?").answer)
     outcome = hermes_fs.refine(vault, hermes_fs.RefineOptions(focus="deploys"))
-    hermes_fs.review.merge(vault.git, outcome.branch)
+    print(hermes_fs.decide(vault, outcome.branch, "merge").line())  # claimed first when the vault syncs
+
+hermes_fs.review reads learned changes (pending, show, learned_log); hermes_fs.decide is how a
+person merges, rejects or reverts one: the same path the CLI, the web page and chat commands take.
 """
 
 from __future__ import annotations
@@ -43,7 +46,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "curate": ("hermes_fs.learning.curate", "curate"),
     "CurateOptions": ("hermes_fs.learning.curate", "CurateOptions"),
     "Outcome": ("hermes_fs.learning.pipeline", "Outcome"),
-    "review": ("hermes_fs.learning.changes", None),  # pending, show, merge, reject, revert, learned_log
+    "review": ("hermes_fs.learning.changes", None),  # pending, show, learned_log (deciding: `decide`)
+    "decide": ("hermes_fs.service.decisions", "decide"),
+    "Decision": ("hermes_fs.service.decisions", "Decision"),
+    "DecidedElsewhere": ("hermes_fs.service.decisions", "DecidedElsewhere"),
     "run_job": ("hermes_fs.service.cron_runner", "run_job"),
     "CronRun": ("hermes_fs.service.cron_runner", "CronRun"),
 }
@@ -52,7 +58,7 @@ __all__ = [  # spelled out (not built from _LAZY) so linters and readers see the
     "__version__", "HermesError", "InputError", "ConflictError", "GitError", "SecretError",
     "Vault", "open_vault", "init_vault", "Act", "Conversation", "ConversationOptions",
     "refine", "RefineOptions", "learn", "LearnOptions", "curate", "CurateOptions", "Outcome", "review",
-    "run_job", "CronRun",
+    "decide", "Decision", "DecidedElsewhere", "run_job", "CronRun",
 ]
 
 
@@ -78,6 +84,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers
     from .learning.pipeline import Outcome
     from .learning.refine import RefineOptions, refine
     from .service.cron_runner import CronRun, run_job
+    from .service.decisions import DecidedElsewhere, Decision, decide
     from .store.provenance import Act
     from .store.vault import Vault, init_vault
     from .store.vault import find_vault as open_vault

@@ -22,6 +22,15 @@ class InputError(HermesError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+class NotFound(InputError):
+    """What was asked for does not exist (a session, a skill, a change, a job): the web page
+    answers 404, not 400."""
+
+
+class SessionGone(NotFound):
+    """The session a conversation was to continue is gone (deleted, never synced here)."""
+
+
 class ConfigError(InputError):
     """hermes.yaml or a job file is invalid."""
 
@@ -32,6 +41,11 @@ class SecretError(HermesError):
 
 class GitError(HermesError):
     """A git operation failed, or lost a race (a ref moved under us)."""
+
+
+class RepositoryBusy(GitError):
+    """A person's own git is in the middle of something in the vault (a merge, a rebase, another
+    branch checked out): hermes-fs changes nothing on main until it is finished."""
 
 
 class ConflictError(GitError):

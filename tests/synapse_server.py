@@ -148,6 +148,7 @@ class Person:
         assert hasattr(resp, "access_token"), resp
         self.since = self.run(self.client.sync(timeout=0)).next_batch
         self.seen: list[dict] = []
+        self.typing: list[tuple[str, list[str]]] = []  # (room, users typing) of each typing notice seen
 
     def run(self, coro):
         return self.loop.run_until_complete(coro)
@@ -166,6 +167,16 @@ class Person:
         resp = self.run(self.client.room_create(name=name, invite=invite, initial_state=initial))
         assert hasattr(resp, "room_id"), resp
         return resp.room_id
+
+    def invite(self, room_id: str, user_id: str) -> None:
+        resp = self.run(self.client.room_invite(room_id, user_id))
+        assert not getattr(resp, "status_code", None), resp
+
+    def event(self, room_id: str, event_id: str) -> dict:
+        """One event as the homeserver stores it (GET /rooms/{room}/event/{id})."""
+        resp = self.run(self.client.room_get_event(room_id, event_id))
+        assert hasattr(resp, "event"), resp
+        return dict(resp.event.source)
 
     def join(self, room_id: str) -> None:
         resp = self.run(self.client.join(room_id))
@@ -190,6 +201,9 @@ class Person:
         self.since = resp.next_batch
         new = []
         for room_id, info in resp.rooms.join.items():
+            for ev in info.ephemeral:
+                if getattr(ev, "users", None) is not None:  # m.typing
+                    self.typing.append((room_id, list(ev.users)))
             for ev in info.timeline.events:
                 src = dict(ev.source)
                 if src.get("type") == "m.room.message" and src.get("sender") != self.user_id:

@@ -146,7 +146,7 @@ INBOX_CASES = [
 @pytest.mark.parametrize("text,expected", INBOX_CASES)
 def test_bad_inbox_requests_get_an_error_result_that_keeps_the_text(vault, text, expected):
     (vault.root / "inbox" / "req.md").write_text(text)
-    c = inbox.claim(vault, "inbox/req.md")
+    c = inbox.take(vault, "inbox/req.md", None)
     assert inbox.process(vault, c).status == "error"
     result = (vault.root / c.result_rel).read_text()
     assert "status: error" in result and expected in result and text.strip() in result
@@ -155,7 +155,7 @@ def test_bad_inbox_requests_get_an_error_result_that_keeps_the_text(vault, text,
 
 def test_binary_inbox_request(vault):
     (vault.root / "inbox" / "junk.md").write_bytes(b"\x00\x01\x02 binary")
-    c = inbox.claim(vault, "inbox/junk.md")
+    c = inbox.take(vault, "inbox/junk.md", None)
     assert inbox.process(vault, c).status == "error"
     assert "binary file" in (vault.root / c.result_rel).read_text()
 

@@ -10,7 +10,8 @@ from conftest import git
 from hermes_fs.mind import jobs as cron
 from hermes_fs.mind.schedule import parse_schedule
 from hermes_fs.service import cron_runner
-from hermes_fs.service.scheduler import Ledger, Scheduler, catch_up_runs, next_runs
+from hermes_fs.service.scheduler import Scheduler, catch_up_runs, next_runs
+from hermes_fs.store.claims import CronLedger
 from hermes_fs.store.notify import Delivery
 from hermes_fs.store.provenance import Act
 
@@ -35,7 +36,7 @@ class FakeClock:
 
 def scheduler(tmp_path, clock):
     fired = []
-    s = Scheduler(Ledger(tmp_path / "ledger.json"), lambda j, d: fired.append((j.name, d)), clock, start=inline)
+    s = Scheduler(CronLedger(tmp_path / "ledger.json"), lambda j, d: fired.append((j.name, d)), clock, start=inline)
     return s, fired
 
 
@@ -83,7 +84,7 @@ def test_month_ends(tmp_path):
 
 
 def test_catch_up_after_downtime_once_and_without_catch_up_waits(tmp_path):
-    ledger = Ledger(tmp_path / "ledger.json")
+    ledger = CronLedger(tmp_path / "ledger.json")
     a, b = job("a", "0 7 * * *"), job("b", "0 7 * * *", catch_up=False)
     for j in (a, b):
         ledger.mark(j.name, datetime(2026, 11, 27, 7, 0, tzinfo=UTC))
@@ -122,7 +123,7 @@ def test_interval_and_one_shot(tmp_path):
 
 def test_scheduler_thread_sleeps_until_due_and_wakes_on_update(tmp_path):
     fired = threading.Event()
-    s = Scheduler(Ledger(tmp_path / "ledger.json"), lambda j, d: fired.set())
+    s = Scheduler(CronLedger(tmp_path / "ledger.json"), lambda j, d: fired.set())
     s.start([])
     soon = datetime.now(UTC) + timedelta(seconds=1.5)
     s.update([job("soon", f"at {soon.isoformat()}")])  # wakes the sleeping thread
@@ -146,7 +147,7 @@ def test_a_schedule_that_never_fires_does_not_stop_the_others(tmp_path):
 def test_a_job_still_running_is_not_started_again(tmp_path):
     clock = FakeClock(datetime(2026, 11, 30, 6, 0, tzinfo=UTC))
     started, errors = [], []
-    s = Scheduler(Ledger(tmp_path / "ledger.json"), lambda j, d: None, clock,
+    s = Scheduler(CronLedger(tmp_path / "ledger.json"), lambda j, d: None, clock,
                   start=lambda j, work: started.append(work), on_error=errors.append)  # runs never finish
     s.jobs = {"slow": job("slow", "every 1m")}
     s.tick(clock.t)
@@ -175,7 +176,7 @@ def test_status_cron_list_and_scheduler_agree_on_the_next_run(vault, run_cli):
     (vault.root / "cron" / "half.md").write_text("---\nschedule: every 30m\n---\nTick.\n")
     jobs, errors = cron.load_jobs(vault.files, vault.config)
     assert not errors
-    ledger = Ledger(vault.state_dir / "cron-ledger.json")
+    ledger = CronLedger(vault.state_dir / "cron-ledger.json")
     now = datetime.now(UTC).replace(microsecond=0)
     ledger.mark("half", now - timedelta(minutes=10))
     expected = now + timedelta(minutes=20)

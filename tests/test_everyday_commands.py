@@ -164,11 +164,11 @@ def test_cron_list_says_a_one_shot_is_running_not_that_it_has_no_future_run(vaul
     """The scheduler marks a due time in its ledger before the run starts; until the output is
     written the one-shot has no next run — `cron list` used to say "no future run"."""
     from hermes_fs.mind import jobs as cron
-    from hermes_fs.service.scheduler import ledger_for
+    from hermes_fs.service.work import cron_claims, open_claims
 
     assert cli(vault, "cron", "new", "once", "--schedule", "at 2026-01-01T09:00", "--prompt", "hi").exit_code == 0
     [job] = [j for j in cron.load_jobs(vault.files, vault.config)[0] if j.name == "once"]
-    ledger_for(vault).mark("once", job.schedule.next_due(datetime.now(UTC), None))
+    cron_claims(vault, open_claims(vault)).mark("once", job.schedule.next_due(datetime.now(UTC), None))
     out = cli(vault, "cron", "list").output
     row = next(line for line in out.splitlines() if line.startswith("once"))
     assert "running now" in row and "no future run" not in row

@@ -321,6 +321,20 @@ def test_another_branch_or_a_detached_head_checked_out_is_seen_before_any_commit
     assert store.operation_in_progress() is None
 
 
+def test_a_persons_git_operation_is_repository_busy_by_type(vault):
+    """What a person's git is doing is said by an exception type (sync waits on it), never by
+    the wording of the message."""
+    from hermes_fs.errors import GitError, RepositoryBusy
+
+    store = vault.git
+    git(vault, "switch", "-q", "-c", "drafts")
+    (vault.root / "memory" / "USER.md").write_text("- on drafts\n")
+    with pytest.raises(RepositoryBusy) as busy:
+        store.commit_paths(["memory/USER.md"], "edit", Act.person())
+    assert isinstance(busy.value, GitError)
+    git(vault, "switch", "-q", "main")
+
+
 def test_answers_about_two_commits_are_remembered_never_about_names_that_move(vault):
     store = vault.git
     first = store.head()
@@ -332,3 +346,31 @@ def test_answers_about_two_commits_are_remembered_never_about_names_that_move(va
     git(vault, "update-ref", "refs/heads/main", first, second)  # main moves back: asked again, by name
     assert store.is_ancestor("main", first) and store.merge_base("main", second) == first
     assert store.is_ancestor(first, second) and store.changed_paths(first, second) == ["memory/USER.md"]
+
+
+def test_refs_and_blobs_through_the_public_plumbing(vault):
+    """What sync, claims and leases ask of git outside the git modules: refs listed and moved by
+    compare-and-swap (never main: main moves by commits and merges, under the vault lock), blob
+    ids, the paths commits added with a trailer's value, a commit's trailers for a path."""
+    store = vault.git
+    head = store.head()
+    store.update_ref("refs/hermes/test/a", head)
+    assert store.refs("refs/hermes/test/") == {"refs/hermes/test/a": head}
+    with pytest.raises(GitError):
+        store.update_ref("refs/hermes/test/a", head, "0" * 40)  # "must not exist yet": it does
+    for move in (lambda: store.update_ref("refs/heads/main", head), lambda: store.delete_ref("refs/heads/main")):
+        with pytest.raises(GitError):
+            move()
+    store.delete_ref("refs/hermes/test/a", head)
+    store.delete_ref("refs/hermes/test/a", head, missing_ok=True)  # gone already: no error
+    assert store.refs("refs/hermes/test/") == {}
+    assert store.blob_id(head, "memory/USER.md") == git(vault, "rev-parse", f"{head}:memory/USER.md").strip()
+    assert store.blob_id(head, "nope.md") is None and store.blob_id("0" * 40, "memory/USER.md") is None
+    (vault.root / "outputs" / "requests").mkdir(parents=True, exist_ok=True)
+    for name, act in (("x.md", Act.sync("h1")), ("y.md", Act.person())):
+        (vault.root / "outputs" / "requests" / name).write_text(name)
+        store.commit_paths([f"outputs/requests/{name}"], f"add {name}", act)
+    assert store.added_paths(head, "HEAD", "outputs/requests/", "Hermes-Host") == [
+        ("", ["outputs/requests/y.md"]), ("h1", ["outputs/requests/x.md"])]  # newest first; no trailer: ""
+    assert store.last_trailers("HEAD", "outputs/requests/x.md")["Hermes-Host"] == "h1"
+    assert store.has_own_commit("HEAD", head) and not store.has_own_commit(head, "HEAD")

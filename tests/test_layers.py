@@ -2,6 +2,7 @@
 each layer imports only itself and the layers below it, and no module imports itself in a circle."""
 
 import ast
+import re
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "hermes_fs"
@@ -117,3 +118,81 @@ def test_the_checker_finds_a_planted_upward_import_and_cycle(tmp_path):
     assert "hermes_fs.service.scheduler" not in graph(copy, typing=False)["hermes_fs.store.lock"]  # ...not a cycle
     assert "hermes_fs.agent.sandbox.docker" in edges["hermes_fs.agent.sandbox"]  # lazy imports count
     assert any("hermes_fs.store.files" in c and "hermes_fs.service.daemon" in c for c in find_cycles(edges))
+
+
+def imports_of(module: str) -> set[str]:
+    return graph()[module]
+
+
+SYNC = {"hermes_fs.service.sync", "hermes_fs.service.sync_service"}
+
+
+def test_the_parts_that_take_shared_work_do_not_import_the_sync_round():
+    """Which machine does a piece of work is service/work.py's (the claims, built once by the daemon
+    and passed in): the inbox, the scheduler and the gateway take work without knowing the round."""
+    takers = ["hermes_fs.service.inbox", "hermes_fs.service.scheduler",
+              *[m for m in modules() if m.startswith("hermes_fs.service.gateway")]]
+    assert {m: imports_of(m) & SYNC for m in takers if imports_of(m) & SYNC} == {}
+    assert imports_of("hermes_fs.service.work") & (SYNC | {"hermes_fs.service.decisions"}) == set()
+    assert imports_of("hermes_fs.service.sync") & {"hermes_fs.service.sync_service", "hermes_fs.service.decisions"} == set()
+
+
+def test_no_process_wide_claims_cache():
+    """The claims are built by whoever composes the parts and passed in; a module-level dict of
+    them would keep the settings of its first caller (and share one root's state between tests)."""
+    cached = []
+    for name in ("sync", "sync_service", "work", "scheduler", "inbox", "decisions"):
+        for node in ast.parse((PKG / "service" / f"{name}.py").read_text()).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            cached += [f"{name}.{t.id}" for t in targets if isinstance(t, ast.Name) and "claims" in t.id.lower()]
+    assert cached == []
+
+
+PRIVATE_GIT = re.compile(r"\._git\(|\._commit_trees?\(")
+
+
+def private_git_calls(pkg: Path = PKG) -> list[str]:
+    """`file:line` of every call of GitStore's private runner (or commit writer) outside store/git_*.py."""
+    found = []
+    for path in sorted(pkg.rglob("*.py")):
+        rel = path.relative_to(pkg).as_posix()
+        if rel.startswith("store/git_"):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if PRIVATE_GIT.search(line.split("#", 1)[0]):
+                found.append(f"{rel}:{number}")
+    return found
+
+
+def test_git_plumbing_is_called_through_public_methods_only():
+    """Outside store/git_*.py, git is reached through GitStore's public methods (refs, update_ref,
+    delete_ref, blob_id, added_paths, ...), never its private runner: a copied `._git("update-ref",
+    ...)` for main would bypass the VaultLock and the merge journal."""
+    assert private_git_calls() == []
+
+
+def test_the_private_git_check_finds_a_planted_call(tmp_path):
+    (tmp_path / "store").mkdir()
+    (tmp_path / "service").mkdir()
+    (tmp_path / "store" / "git_read.py").write_text('def rev(self):\n    return self._git("rev-parse")\n')
+    (tmp_path / "service" / "sync.py").write_text('def f(store):\n    store._git("update-ref", "refs/heads/main", "x")\n')
+    assert private_git_calls(tmp_path) == ["service/sync.py:2"]
+
+
+DECIDING = re.compile(r"\b(?:changes|learned|review)\.(?:merge|reject|revert)\(|"
+                      r"from [.\w]*changes import [^\n]*\b(?:merge|reject|revert)\b")
+
+
+def test_every_decision_on_a_learned_change_goes_through_decide():
+    """The CLI, the web page, chat commands and the library API all call service/decisions.decide,
+    which claims the decision on the remote first: a front end calling learning.changes.merge,
+    reject or revert itself would let two machines decide the same change."""
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        if rel.startswith("learning/") or rel == "service/decisions.py":
+            continue
+        found += [f"{rel}: {line.strip()}" for line in path.read_text().splitlines() if DECIDING.search(line)]
+    assert found == []
+    assert DECIDING.search("sha = changes.merge(self.store, name)") and DECIDING.search(
+        "    from ...learning.changes import merge, resolve_name")

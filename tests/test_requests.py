@@ -19,9 +19,9 @@ from hermes_fs.service.requests import HANDLERS, Request, Result, SerialExecutor
 from hermes_fs.store.provenance import Act
 
 
-def drop_and_claim(vault, name: str, text: str) -> inbox.Claim:
+def drop_and_claim(vault, name: str, text: str) -> inbox.TakenRequest:
     (vault.root / "inbox" / name).write_text(text)
-    c = inbox.claim(vault, f"inbox/{name}")
+    c = inbox.take(vault, f"inbox/{name}", None)
     assert c
     return c
 
@@ -209,3 +209,16 @@ def test_a_request_is_ordered_by_the_session_it_names(vault):
     bad = drop_and_claim(vault, "d.md", "---\ntype: run\nsession: [not, text]\n---\nx\n")
     assert inbox.session_key(a) == inbox.session_key(b) == "session:20261201-abc"
     assert len({inbox.session_key(a), inbox.session_key(c), inbox.session_key(bad)}) == 3
+
+
+def test_a_results_request_id_is_read_by_the_stamps_format():
+    """The request id in a result's name (`<stamp>-<id>.md`) is found by the stamp's own format,
+    not by counting hyphens (an id may hold any number of them)."""
+    from hermes_fs.errors import InputError
+
+    stamp = inbox.new_stamp()
+    assert inbox.request_of_result(f"outputs/requests/{stamp}-matrix-0a1b2c3d.md") == "matrix-0a1b2c3d"
+    assert inbox.request_of_result(f"outputs/requests/{stamp}-a-b-c-d.md") == "a-b-c-d"
+    for bad in ("outputs/requests/notes.md", f"outputs/requests/{stamp}.md", "outputs/requests/20261203-1-2-x.md"):
+        with pytest.raises(InputError):
+            inbox.request_of_result(bad)

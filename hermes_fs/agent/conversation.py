@@ -37,7 +37,7 @@ class ConversationOptions:
     workspace: Path | None = None
     project: str | None = None
     skills: list[str] = field(default_factory=list)  # loaded in full (cron jobs)
-    max_steps: int = 25
+    max_steps: int = AgentConfig.max_steps  # the one default: the agent loop's
     resume: str | None = None  # a session id to continue
     on_tool: Callable[[str], None] | None = None  # told of each tool call as it is made (the chat screen)
     commit_on_end: bool = True  # False: the caller commits the transcript with its own files (a cron run)

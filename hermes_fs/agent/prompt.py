@@ -13,7 +13,9 @@ from ..mind import memory, skills
 from ..mind.embeddings import fuse
 from ..mind.search import SearchIndex
 from ..store import secrets
+from ..store.config import Config
 from ..store.docs import decode, parse_doc
+from ..store.files import FileStore
 from ..store.vault import Vault
 
 IDENTITY = """You are hermes-fs, a persistent assistant. Your memory and skills are Markdown files in a git \
@@ -157,10 +159,35 @@ def system_prompt(vault: Vault, query: str = "", project: str | None = None, ext
     return "\n\n".join(parts)
 
 
+def tree_prompt(files: FileStore, config: Config) -> str:
+    """The system prompt as a tree of the vault (a commit, a pending change) would give it: the
+    same identity, memory and skills index, read from `files` instead of the working folder (a
+    person's checks ask the agent through it, learning/checks.py)."""
+    parts = [_soul(files) or IDENTITY]
+    for name, title in (("USER.md", "About the user (memory/USER.md)"), ("MEMORY.md", "Your notes (memory/MEMORY.md)")):
+        body = _memory_text(files, config, name)
+        if body:
+            parts.append(f"# {title}\n{body}")
+    described = {}
+    for name in skills.names(files):
+        try:
+            described[name] = skills.read(files, name).description
+        except InputError:
+            described[name] = ""
+    if described:
+        index = select_skills(described, [], config.skills.prompt_budget_chars)
+        parts.append(f"# Skills (read one with skill_view before using it)\n{index.text}")
+    return "\n\n".join(parts)
+
+
 def soul(vault: Vault) -> str:
+    return _soul(vault.files)
+
+
+def _soul(files: FileStore) -> str:
     """memory/SOUL.md (e.g. imported from Hermes Agent): the vault's own identity, if it has one."""
     try:
-        data = vault.files.read("memory/SOUL.md")
+        data = files.read("memory/SOUL.md")
         return parse_doc(decode(data, "memory/SOUL.md"), "memory/SOUL.md").body.strip()[:8000] if data else ""
     except InputError:
         return ""
@@ -170,11 +197,15 @@ SECRET_SCAN_MARGIN = 4096  # characters past the budget also scanned: a key cut 
 
 
 def _memory_body(vault: Vault, name: str) -> str:
+    return _memory_text(vault.files, vault.config, name)
+
+
+def _memory_text(files: FileStore, config: Config, name: str) -> str:
     """The part of a memory file that goes into the prompt. Only that part (and a margin) is scanned
     for secrets: text past the budget never reaches a model, and scanning it made every turn pay for
     the whole file."""
     try:
-        view = memory.prompt_view(vault.files, name, vault.config)
+        view = memory.prompt_view(files, name, config)
     except InputError:
         return ""
     body, budget = view.body, view.budget

@@ -104,7 +104,7 @@ def _decide(ctx: click.Context, code: str, approved: bool) -> None:
     from ..errors import InputError
     from ..service.gateway.access import approve, deny
     from ..service.gateway.ledger import Ledger, ledger_path
-    from ..service.sync import remote_url
+    from ..service.work import remote_url
 
     v = _vault(ctx)
     try:

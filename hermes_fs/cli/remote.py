@@ -134,7 +134,7 @@ class RemoteConversation:
             self.sock.close()
 
 
-def options_for(source: str, model: str | None = None, workspace: Path | None = None, max_steps: int = 25,
+def options_for(source: str, model: str | None = None, workspace: Path | None = None, max_steps: int | None = None,
                 resume: str | None = None, environ: dict[str, str] | None = None) -> dict:
     return {"source": source, "model": model, "workspace": str(workspace) if workspace else None,
             "max_steps": max_steps, "resume": resume, "cwd": os.getcwd(), "environ": environ}

@@ -7,7 +7,6 @@ from datetime import datetime
 
 import click
 
-from ..errors import InputError
 from .context import vault_for
 from .options import vault_option
 from .term import colorize_diff, echo, emit_json, safe
@@ -59,15 +58,10 @@ def review_show(ctx: click.Context, branch: str):
 def review_merge(ctx: click.Context, branch: str, only: tuple[str, ...], skip: tuple[str, ...]):
     """Accept: merge into main, entry by entry for memory (your uncommitted edits are committed
     first, never overwritten). Takes a unique prefix or slug."""
-    from .. import review as learned
-    from ..service.sync import deciding
+    from .. import decide
 
-    v = vault_for(ctx)
-    branch = learned.resolve_name(v.git, branch)
-    with deciding(v, branch):  # with a remote: exactly one machine decides
-        sha = learned.merge(v.git, branch, only=list(only), skip=list(skip))  # authored by you: it is your decision
-    left = v.git.rev(f"refs/heads/{branch}")
-    echo(f"merged {branch} ({sha[:10]})" + ("; the rest stays pending under the same name" if left else ""))
+    # authored by you: it is your decision; with a remote, exactly one machine decides
+    echo(decide(vault_for(ctx), branch, "merge", only=list(only), skip=list(skip)).line())
 
 
 @review.command("reject")
@@ -76,15 +70,9 @@ def review_merge(ctx: click.Context, branch: str, only: tuple[str, ...], skip: t
 @click.pass_context
 def review_reject(ctx: click.Context, branch: str):
     """Refuse: the branch is hidden under refs/hermes/rejected/ (recoverable)."""
-    from .. import review as learned
-    from ..service.sync import deciding
+    from .. import decide
 
-    v = vault_for(ctx)
-    store = v.git
-    branch = learned.resolve_name(store, branch)
-    with deciding(v, branch):
-        ref = learned.reject(store, branch)
-    echo(f"rejected {branch} (kept as {ref})")
+    echo(decide(vault_for(ctx), branch, "reject").line())
 
 
 @click.command()
@@ -96,19 +84,10 @@ def review_reject(ctx: click.Context, branch: str):
 def revert(ctx: click.Context, branch: str, only: tuple[str, ...], skip: tuple[str, ...]):
     """Undo a merged learned change, entry by entry, or part of it (--only, --skip). Refuses only
     entries a person has changed since, and says how to undo the rest."""
-    from .. import review as learned
+    from .. import decide
 
-    v = vault_for(ctx)
-    try:
-        branch = learned.resolve_name(v.git, branch, include_decided=True)
-    except InputError:
-        pass  # revert names the problem itself (never merged, already reverted)
-    sha = learned.revert(v.git, branch, only=list(only), skip=list(skip))  # authored by you: it is your decision
-    if only or skip:
-        echo(f"reverted part of {branch} ({sha[:10]}): {v.git.commit_info(sha).summary.partition(': ')[2]}\n"
-             f"Next: the rest stays merged; `hermes-fs revert {branch}` undoes it too, `hermes-fs log` lists changes.")
-    else:
-        echo(f"reverted {branch} ({sha[:10]})")
+    # authored by you: it is your decision; with a remote, exactly one machine decides
+    echo(decide(vault_for(ctx), branch, "revert", only=list(only), skip=list(skip)).line())
 
 
 @click.command()

@@ -14,17 +14,19 @@ from .term import Spinner, echo
 @click.argument("prompt", nargs=-1, required=True)
 @click.option("--model", help="Override the model for this run.")
 @click.option("--workspace", type=click.Path(file_okay=False), help="Folder for files and the shell (default: here).")
-@click.option("--max-steps", default=25, show_default=True, help="Most model calls for this task.")
+@click.option("--max-steps", type=int, default=None, help="Most model calls for this task (default: the agent's).")
 @click.pass_context
-def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspace: str | None, max_steps: int):
+def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspace: str | None,
+        max_steps: int | None):
     """Run one agent task and print the answer; the transcript goes to sessions/."""
     from pathlib import Path
 
     from .. import Conversation, ConversationOptions
     from ..service.auto_review import AutoReview
 
-    options = ConversationOptions(source="run", model=model, max_steps=max_steps,
-                                  workspace=Path(workspace).resolve() if workspace else None)
+    options = ConversationOptions(source="run", model=model, workspace=Path(workspace).resolve() if workspace else None)
+    if max_steps:
+        options.max_steps = max_steps
     v = vault_for(ctx)
     from .remote import RemoteConversation, options_for, vectors_in_background, warm_environment
 

@@ -16,7 +16,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from ..errors import ConflictError, GitError, InputError
+from ..errors import ConflictError, GitError, InputError, NotFound
 from ..mind.merge import resolver
 from ..store.git import GitStore, format_message, parse_trailers
 from ..store.provenance import BRANCH, CHANGE, Act
@@ -85,7 +85,7 @@ def resolve_name(store: GitStore, name: str, include_decided: bool = False) -> s
     if not name.startswith(LEARNED_PREFIXES):
         raise InputError(f"{name!r} is not a learned change (refine/..., learn/... or curate/...) nor a unique part of one's name; "
                          "see `hermes-fs review` or `hermes-fs log`")
-    raise InputError(f"no pending change {name!r}; see `hermes-fs review` or `hermes-fs log`")
+    raise NotFound(f"no pending change {name!r}; see `hermes-fs review` or `hermes-fs log`")
 
 
 def _check_branch(store: GitStore, branch: str) -> str:
@@ -93,7 +93,7 @@ def _check_branch(store: GitStore, branch: str) -> str:
         raise InputError(f"{branch!r} is not a learned change (refine/..., learn/... or curate/...); see `hermes-fs review`")
     sha = store.rev(f"refs/heads/{branch}")
     if not sha:
-        raise InputError(f"no pending change {branch!r}; see `hermes-fs review` or `hermes-fs log`")
+        raise NotFound(f"no pending change {branch!r}; see `hermes-fs review` or `hermes-fs log`")
     return sha
 
 
@@ -264,6 +264,13 @@ def revert(store: GitStore, branch: str, act: Act | None = None, only: list[str]
         raise ConflictError(f"cannot revert {branch}: a person has changed the same entries since{details}\n"
                             f"{revert_next_steps(branch, exc.files, chosen)}\nconflicted files",
                             exc.files, exc.details) from None
+
+
+def reverted_part(store: GitStore, revert_sha: str) -> list[str] | None:
+    """The files a partial revert undid (from its summary), or None for a whole revert."""
+    summary = store.commit_info(revert_sha).summary
+    head, sep, files = summary.partition(": ")
+    return files.split(", ") if sep and head.startswith("revert part of ") else None
 
 
 def revert_next_steps(branch: str, conflicted: list[str], chosen: list[str]) -> str:

@@ -1,128 +1,211 @@
-"""The checks every learned change passes before it is committed (DESIGN section 5, step 3).
+"""Checks a person writes of what the agent knows (`checks/<name>.md`, DESIGN §16).
 
-Skills pass the Agent Skills validator, memory stays within budget, frontmatter parses, no secret
-is present, and only memory/ and skills/ change. A new skill that nearly duplicates an existing
-one is refused at the tool call, naming the skill to patch instead.
+    ---
+    ask: "Which package manager do I use for node projects?"
+    expect: [pnpm]          # the answer must mention each, case-insensitive
+    forbid: ["npm install"] # and none of these
+    ---
+
+A check asks the agent its question with the system prompt assembled from one tree of the vault
+(main, a pending change, a commit in history) and the configured model; it passes when the answer
+mentions every `expect` and no `forbid`. The checks themselves are always read from main: a
+learned change cannot touch checks/ (it may only change memory/ and skills/), so it cannot edit
+the test it is judged by. A check file that does not parse is a failing result naming why (a
+person's typo must not pass a change silently). `enabled: false` keeps a check without running it.
+
+Results of a learned change are run once, when it is made, and written into its commit message
+(a `- check ...` line each, and the `Checks` trailer), so `review`, `review show` and the web page
+show them beside the diff without calling a model again.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
-from ..errors import InputError
-from ..mind import memory, skills
-from ..mind.skills import MAX_FILE_BYTES
-from ..store import secrets
-from ..store.config import Config
+from ..agent.loop import Agent, AgentConfig
+from ..agent.model import LiteLLMModel, Model, ModelSettings, Usage
+from ..agent.prompt import tree_prompt
+from ..agent.tools import ToolBox
+from ..errors import HermesError, InputError
 from ..store.docs import decode, parse_doc
+from ..store.files import FileStore
+from ..store.git import GitStore
 from ..store.overlay import OverlayFiles
+from ..store.vault import Vault
 
-LEARNABLE = ("memory", "skills")  # the only top folders a learned change may touch
+CHECKS_DIR = "checks"
+CHECK_TOOLS = ["skill_view"]  # the agent may open a skill to answer; it changes nothing
+CHECK_STEPS = 4
+MAX_CHECK_BYTES = 20_000
+LINE_PREFIX = "- check "  # a result line in a learned change's message
 
 
-def check(overlay: OverlayFiles, cfg: Config) -> list[str]:
-    """Every changed file must be valid, within budget, parseable and secret-free; [] when all pass."""
-    problems: list[str] = []
-    for path, data in sorted(overlay.effective_changes().items()):
-        top = path.split("/", 1)[0]
-        if top not in LEARNABLE:
-            problems.append(f"{path}: a learned change may only touch memory/ and skills/")
+@dataclass
+class Check:
+    name: str
+    ask: str = ""
+    expect: list[str] = field(default_factory=list)
+    forbid: list[str] = field(default_factory=list)
+    enabled: bool = True
+    error: str = ""  # the file does not parse: the check fails with this
+
+    @property
+    def path(self) -> str:
+        return f"{CHECKS_DIR}/{self.name}.md"
+
+
+@dataclass
+class CheckResult:
+    name: str
+    passed: bool
+    answer: str = ""
+    missing: list[str] = field(default_factory=list)  # expected, not mentioned
+    forbidden: list[str] = field(default_factory=list)  # forbidden, mentioned
+    error: str = ""  # the check could not run (a bad file, the model failed)
+
+    def why(self) -> str:
+        if self.error:
+            return self.error
+        parts = [f"does not mention {', '.join(repr(m) for m in self.missing)}" if self.missing else "",
+                 f"mentions {', '.join(repr(f) for f in self.forbidden)}" if self.forbidden else ""]
+        return "the answer " + " and ".join(p for p in parts if p) if any(parts) else ""
+
+    def line(self) -> str:
+        """`- check <name>: passed` / `- check <name>: FAILED: why`, the line a commit message holds."""
+        return f"{LINE_PREFIX}{self.name}: passed" if self.passed else f"{LINE_PREFIX}{self.name}: FAILED: {_one(self.why())}"
+
+
+@dataclass
+class Run:
+    """Every enabled check against one tree, and what the answers cost."""
+
+    results: list[CheckResult] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [r for r in self.results if not r.passed]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed
+
+    def trailer(self) -> str:
+        """The `Checks` trailer's value: `2/3 passed; failed: node-pm`."""
+        text = f"{len(self.results) - len(self.failed)}/{len(self.results)} passed"
+        return text + (f"; failed: {', '.join(r.name for r in self.failed)}" if self.failed else "")
+
+
+def load(files: FileStore) -> list[Check]:
+    """The checks in `checks/` of a tree (every `*.md` directly in it), by name."""
+    out = []
+    for rel in files.list(CHECKS_DIR):
+        name = rel[len(CHECKS_DIR) + 1:]
+        if "/" in name or not name.endswith(".md") or name.lower() == "readme.md":
             continue
-        if data is None:
-            continue
-        if len(data) > MAX_FILE_BYTES:
-            problems.append(f"{path}: {len(data)} bytes, over the {MAX_FILE_BYTES} a learned file may hold; split it")
-            continue
-        try:
-            text = decode(data, path)
-        except InputError as exc:
-            problems.append(str(exc))
-            continue
-        problems += [f"{f.path}:{f.line}: contains a secret ({f.kind}); remove it" for f in secrets.scan(path, data)]
-        problems += _check_skill(overlay, path, text) if top == "skills" else _check_memory(overlay, path, cfg)
-    return problems
+        out.append(parse_check(name[:-3], files.read(rel)))
+    return sorted(out, key=lambda c: c.name)
 
 
-def _check_skill(overlay: OverlayFiles, path: str, text: str) -> list[str]:
-    parts = path.split("/")
-    if parts[1] == skills.ARCHIVE_DIR:  # an archived skill is kept as it was (secret-scanned above)
-        return [] if len(parts) >= 4 else [f"{path}: archived skills go in skills/{skills.ARCHIVE_DIR}/<name>/"]
-    if len(parts) == 3 and parts[2] == skills.SKILL_FILE:
-        return [f"{path}: {e}" for e in skills.validate_text(parts[1], text)]
-    if overlay.read(f"skills/{parts[1]}/{skills.SKILL_FILE}") is None:
-        return [f"{path}: skill {parts[1]} has no SKILL.md"]
-    return []
-
-
-def _check_memory(overlay: OverlayFiles, path: str, cfg: Config) -> list[str]:
+def parse_check(name: str, data: bytes | None) -> Check:
+    """One check from its file; what is wrong with it is kept in `error`, never raised."""
+    c = Check(name)
     try:
-        m = memory.load(overlay, path, cfg)
+        if data is None or len(data) > MAX_CHECK_BYTES:
+            raise InputError(f"missing, or over {MAX_CHECK_BYTES} bytes")
+        meta = parse_doc(decode(data, c.path), c.path, required=True).meta
+        ask = meta.get("ask")
+        if not isinstance(ask, str) or not ask.strip():
+            raise InputError("`ask` must be the question, as text")
+        c.ask = ask.strip()
+        c.expect, c.forbid = _words(meta, "expect"), _words(meta, "forbid")
+        if not c.expect and not c.forbid:
+            raise InputError("give `expect` or `forbid` (or both): a list of words the answer must or must not mention")
+        enabled = meta.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise InputError("`enabled` must be true or false")
+        c.enabled = enabled
     except InputError as exc:
-        return [str(exc)]
-    old = overlay.store.read_file(overlay.commit, path)
-    old_size = len(parse_doc(decode(old, path), path).body) if old else 0
-    if m.size > m.budget and m.size > old_size:  # a file already over budget may shrink, not grow
-        return [f"{path}: over budget ({m.size}/{m.budget} characters); consolidate entries"]
-    return []
+        c.error = f"{c.path} is not a valid check: {exc}"
+    return c
 
 
-def skills_at(files) -> dict[str, str]:
-    """name -> description of the skills in a FileStore (the snapshot, for the reviewer)."""
-    out = {}
-    for name in skills.names(files):
+def _words(meta: dict, key: str) -> list[str]:
+    value = meta.get(key, [])
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str | int | float) and str(v).strip() for v in value):
+        raise InputError(f"`{key}` must be a list of words or phrases")
+    return [str(v).strip() for v in value]
+
+
+def judge(check: Check, answer: str) -> CheckResult:
+    """Pass when the answer mentions every `expect` and no `forbid` (case-insensitive)."""
+    text = " ".join((answer or "").lower().split())
+    missing = [w for w in check.expect if " ".join(w.lower().split()) not in text]
+    forbidden = [w for w in check.forbid if " ".join(w.lower().split()) in text]
+    return CheckResult(check.name, not missing and not forbidden, answer, missing, forbidden)
+
+
+def main_checks(store: GitStore) -> list[Check]:
+    """The enabled checks as main holds them (committed: a person's draft is not yet a check)."""
+    return [c for c in load(OverlayFiles(store, store.head())) if c.enabled or c.error]
+
+
+def run(vault: Vault, files: FileStore, checks: list[Check] | None = None, model: Model | None = None) -> Run:
+    """Ask every check's question of the agent as `files` (a tree of the vault) makes it."""
+    checks = main_checks(vault.git) if checks is None else checks
+    out = Run()
+    if not checks:
+        return out
+    system = tree_prompt(files, vault.config)
+    for c in checks:
+        if c.error:
+            out.results.append(CheckResult(c.name, False, error=c.error))
+            continue
         try:
-            out[name] = skills.read(files, name).description
-        except InputError:
-            out[name] = ""
+            model = model or LiteLLMModel(ModelSettings.for_vault(vault))
+            agent = Agent(model, ToolBox(files=files, config=vault.config, enabled=list(CHECK_TOOLS)),
+                          AgentConfig(CHECK_STEPS))
+            turn = agent.run([{"role": "system", "content": system}, {"role": "user", "content": c.ask}])
+            out.usage.add(turn.usage)
+        except HermesError as exc:  # the model failed: the check did not pass
+            out.results.append(CheckResult(c.name, False, error=f"the model failed: {_one(str(exc))}"))
+            continue
+        out.results.append(judge(c, turn.answer))
     return out
 
 
-_WORD = re.compile(r"[a-z0-9]{3,}")
-# Words every skill description uses ("use when you need the steps to ..."): they say nothing about
-# the topic, so two unrelated skills never look alike because of them.
-_STOP = set("""the and for with use used using uses when that this from into your you user users what how why
-need needs needed want steps step can will should must also more then than about over each any all are
-its it's has have been being make makes run runs skill skills task tasks guide help helps way ways like
-such other some only just very get gets new one two via per not""".split())
+def tree_of(vault: Vault, branch: str | None) -> tuple[OverlayFiles, str]:
+    """The files a check runs against: main, or a pending change as merging it now would make them
+    (its own tree when it conflicts with main), and a word saying which."""
+    from .changes import format_resolver, resolve_name
+
+    store = vault.git
+    main = store.head()
+    if not branch:
+        return OverlayFiles(store, main), "main"
+    name = resolve_name(store, branch)
+    tip = store.rev(f"refs/heads/{name}")
+    if not tip:
+        raise InputError(f"no pending change {branch!r}; see `hermes-fs review`")
+    try:
+        return OverlayFiles(store, store.merged_tree(main, tip, format_resolver(store))), f"{name} merged onto main"
+    except HermesError:
+        return OverlayFiles(store, tip), f"{name} (its own tree: it conflicts with main)"
 
 
-def tokens(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
+def results_in(lines: list[str]) -> list[CheckResult]:
+    """The check results written in a change's message lines."""
+    out = []
+    for line in lines:
+        m = re.match(rf"^{re.escape(LINE_PREFIX)}([^:]+): (passed|FAILED)(?:: (.*))?$", line.strip())
+        if m:
+            out.append(CheckResult(m.group(1), m.group(2) == "passed", error=m.group(3) or ""))
+    return out
 
 
-def similar_skill(name: str, description: str, existing: dict[str, str]) -> str | None:
-    """The existing skill a new one nearly duplicates: same name words, or mostly the same words."""
-    new_name, new_all = tokens(name.replace("-", " ")), tokens(name.replace("-", " ") + " " + description)
-    for other, desc in existing.items():
-        if other == name:
-            return other
-        other_name, other_all = tokens(other.replace("-", " ")), tokens(other.replace("-", " ") + " " + desc)
-        if new_name and new_name == other_name:
-            return other
-        if new_all and other_all and len(new_all & other_all) / len(new_all | other_all) >= 0.5:
-            return other
-    return None
-
-
-class DuplicateGuard:
-    """A skill_guard for the ToolBox: refuses a new skill that nearly duplicates an existing one,
-    and remembers what it refused, so a change that ends empty can say why."""
-
-    def __init__(self, existing: dict[str, str]):
-        self.existing = existing
-        self.refused: list[str] = []  # "new skill 'x' (nearly duplicates 'y')"
-
-    def __call__(self, name: str, content: str) -> None:
-        try:
-            desc = str(parse_doc(content, f"skills/{name}/SKILL.md", required=True).meta.get("description") or "")
-        except InputError:
-            return  # the validator will say what is wrong
-        twin = similar_skill(name, desc, self.existing)
-        if twin:
-            self.refused.append(f"the new skill {name!r} was refused as a near duplicate of the existing skill {twin!r}")
-            raise InputError(f"skill {name!r} nearly duplicates the existing skill {twin!r}: "
-                             f"patch {twin} instead (skill_view it, then skill_manage patch)")
-
-
-def duplicate_guard(existing: dict[str, str]) -> DuplicateGuard:
-    return DuplicateGuard(existing)
+def _one(text: str, limit: int = 200) -> str:
+    t = " ".join(str(text).split())
+    return t if len(t) <= limit else t[: limit - 3] + "..."

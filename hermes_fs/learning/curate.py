@@ -11,7 +11,8 @@ Refine and learn only add; the curator proposes what to take away, through the s
   similarity as the reason;
 - a memory file over budget is consolidated by the model entry by entry (merged entries that say
   the same, entries dropped with a reason); contradictory entries in any memory file are surfaced
-  and the newest kept. An entry a person wrote is never removed without being named in the summary.
+  and the newest kept. An entry a person wrote is never merged or dropped: what the model suggests
+  for it is named in the change for the person to do (learning/protection.py enforces it anyway).
 
 The model answers in narrow, checked shapes (a SKILL.md; a JSON list of entry ids): what it may
 change is decided here, so a garbled or hostile answer changes nothing and is reported.
@@ -35,8 +36,8 @@ from ..store.overlay import OverlayFiles
 from ..store.provenance import curate_trailers
 from ..store.vault import Vault
 from . import pipeline
-from .checks import tokens
 from .pipeline import Description, LearningError, ModelTask, Outcome
+from .validate import tokens
 
 SIMILAR = 0.5  # Jaccard of name+description words at which two skills are near-duplicates
 COMMON_WORD = 0.2  # a word in more than this share of skills says nothing about a pair
@@ -165,7 +166,7 @@ class Curator:
         self.lines: list[str] = []
         self.failures: list[str] = []
         self.counts = {"archived": 0, "merged": 0, "consolidated": 0, "contradictions": 0}
-        self.person_removed: list[str] = []
+        self.person_left: list[str] = []  # what it would change in entries a person wrote: only suggested
         self.findings: Plan | None = None
 
     def base(self, vault: Vault) -> str:
@@ -288,7 +289,10 @@ class Curator:
                 continue
             newest = max(ids, key=lambda i: (added.get(i, 0), i))
             for i in ids:
-                if i != newest:
+                if i != newest and i in person:
+                    self.person_left.append(f"{rel} [{i}] \"{_brief(mem.entries[i - 1].text)}\" is contradicted by "
+                                            f"the newer \"{_brief(mem.entries[newest - 1].text)}\" ({_reason(item)})")
+                elif i != newest:
                     replace[i] = ""
                     notes.append(f"dropped [{i}] \"{_brief(mem.entries[i - 1].text)}\": contradicted by the newer "
                                  f"\"{_brief(mem.entries[newest - 1].text)}\" ({_reason(item)})")
@@ -299,6 +303,10 @@ class Curator:
                 ids = ids_of(item)
                 text = item.get("text") if isinstance(item, dict) else None
                 if not ids or not isinstance(text, str) or not text.strip() or "\n\n" in text.strip():
+                    continue
+                if person & set(ids):
+                    self.person_left.append(f"{rel} [{', '.join(map(str, ids))}] could be merged into "
+                                            f"\"{_brief(text)}\" ({_reason(item)})")
                     continue
                 try:
                     entry = memory.format_entry(text)
@@ -315,6 +323,10 @@ class Curator:
                 if not isinstance(raw_id, int) or isinstance(raw_id, bool) or not 1 <= raw_id <= n or raw_id in used:
                     continue
                 i = raw_id
+                if i in person:
+                    self.person_left.append(f"{rel} [{i}] \"{_brief(mem.entries[i - 1].text)}\" could be dropped "
+                                            f"({_reason(item)})")
+                    continue
                 replace[i] = ""
                 used.add(i)
                 notes.append(f"dropped [{i}] \"{_brief(mem.entries[i - 1].text)}\" ({_reason(item)})")
@@ -328,14 +340,10 @@ class Curator:
             text = text[:e.start] + (new + tail if new else "") + text[e.end:]
         overlay.write(rel, text.encode("utf-8"))
         after = memory.load(overlay, rel, self.vault.config)
-        removed_person = [f"[{i}] \"{_brief(mem.entries[i - 1].text)}\"" for i in sorted(replace) if i in person]
-        self.person_removed += [f"{rel} {r}" for r in removed_person]
         self.counts["consolidated"] += 1 if over else 0
         budget = f"{mem.size} -> {after.size} of {after.budget} characters" + (
             "" if after.size <= after.budget else ", still over budget")
         self.lines.append(f"- {rel}: {budget}; " + "; ".join(notes))
-        if removed_person:
-            self.lines.append(f"- {rel}: entries a person wrote, changed or removed: {', '.join(removed_person)}")
 
     # -- the words of the commit ------------------------------------------------------------------
     def describe(self, changes: dict[str, bytes | None]) -> Description:
@@ -347,11 +355,13 @@ class Curator:
                  f"resolve {c['contradictions']} contradiction{'s' if c['contradictions'] != 1 else ''}"
                  if c["contradictions"] else ""]
         summary = "curate: " + (", ".join(p for p in parts if p) or "tidy the library")
-        if self.person_removed:
-            summary += f" (changes {len(self.person_removed)} entr{'ies' if len(self.person_removed) != 1 else 'y'} "
-            summary += "a person wrote: see below)"
+        if self.person_left:
+            n = len(self.person_left)
+            summary += f" ({n} suggestion{'s' if n != 1 else ''} about entries a person wrote: see below)"
+        lines = self.lines + [f"- left as a person wrote it (a learned change never rewrites a person's entry "
+                              f"unasked; edit it yourself if you agree): {s}" for s in self.person_left]
         policy = self.options.policy or self.vault.config.curate.policy
-        return Description(summary, self.lines, curate_trailers(policy, self.model.name if self.model else None),
+        return Description(summary, lines, curate_trailers(policy, self.model.name if self.model else None),
                            "library")
 
     def context(self) -> dict:

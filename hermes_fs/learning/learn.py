@@ -23,10 +23,10 @@ from ..store.overlay import OverlayFiles
 from ..store.provenance import learn_trailers
 from ..store.vault import Vault
 from . import pipeline
-from .checks import DuplicateGuard, duplicate_guard, skills_at
 from .pipeline import Description, LearningError, ModelTask, Outcome, Task, slugify
 from .sources import Source, chapters, read_sources
 from .structured import SkillDocument, StructuredTask
+from .validate import DuplicateGuard, duplicate_guard, skills_at
 
 LEARN_PROMPT = """You turn documents into skills for hermes-fs, in the Agent Skills format: a folder \
 skills/<name>/ with SKILL.md (frontmatter `name` = the folder name, lowercase letters, digits and single \

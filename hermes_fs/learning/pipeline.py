@@ -1,7 +1,8 @@
 """One pipeline for every learned change: refine, learn, and whatever proposes changes next.
 
     propose (a model edits an overlay of the base commit)
-    -> check, and send what the checks refuse back to the same model conversation (a few rounds)
+    -> validate, and send what validation refuses back to the same model conversation (a few rounds)
+    -> protect a person's entries: a change to one without their quoted words is taken out
     -> commit on `<kind>/<stamp>-<slug>` by plumbing (parent = the base commit)
     -> apply the policy (review | auto | additions)
     -> notify
@@ -24,11 +25,13 @@ from ..agent.loop import Agent
 from ..errors import ConflictError, GitError, HermesError
 from ..store.config import Policy
 from ..store.overlay import OverlayFiles
-from ..store.provenance import Act, format_message
+from ..store.provenance import CHECKS, Act, format_message
 from ..store.secrets import redact
 from ..store.vault import Vault
+from . import checks
 from .changes import format_resolver, merge_message
-from .checks import check
+from .protection import Evidence, Guarded, guard
+from .validate import check
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +130,9 @@ class Proposer(Protocol):
         """Extra Outcome fields (refine: session, snapshot)."""
         ...
 
+    # optional: `evidence() -> Evidence`, what the person said and the reasons given (refine); a
+    # proposer without it has no conversation, so it can never change a person's entry
+
 
 CHECK_ROUNDS = 2  # times the model is sent back to fix what the checks refused
 
@@ -139,14 +145,21 @@ def run(vault: Vault, proposer: Proposer, policy: str | None = None) -> Outcome:
         overlay = OverlayFiles(vault.git, base)
         proposer.propose(overlay)
         check_and_fix(overlay, vault, proposer.task)
+        guarded = guard(vault, overlay, evidence_of(proposer))
         changes = overlay.effective_changes()
         if not changes:
-            outcome = Outcome("nothing", proposer.kind, reason=nothing_reason(proposer))
+            outcome = Outcome("nothing", proposer.kind, reason=nothing_reason(proposer, guarded))
         else:
             d = proposer.describe(changes)
-            message = format_message(d.summary, d.lines)
-            branch = commit_on_new_branch(vault, proposer.kind, d.slug, base, changes, message, Act.learned(d.trailers))
-            outcome = apply_policy(vault, branch, d.summary, policy or vault.config.refine.policy)
+            tested = checks.run(vault, overlay)
+            lines = protected_lines(d.lines, guarded) + [r.line() for r in tested.results]
+            trailers = {**d.trailers, **({CHECKS: tested.trailer()} if tested.results else {})}
+            message = format_message(d.summary, lines)
+            branch = commit_on_new_branch(vault, proposer.kind, d.slug, base, changes, message, Act.learned(trailers))
+            outcome = apply_policy(vault, branch, d.summary, policy or vault.config.refine.policy,
+                                   hold=hold_reason(guarded, tested))
+            if guarded.kept:
+                outcome.reason += f"; {kept_note(guarded)}"
     except Exception as exc:  # any failure: no partial branch, a clear report
         outcome = failure(vault, branch, exc, proposer.kind)
     for key, value in proposer.context().items():
@@ -155,14 +168,60 @@ def run(vault: Vault, proposer: Proposer, policy: str | None = None) -> Outcome:
     return outcome
 
 
-def nothing_reason(proposer: Proposer) -> str:
-    """Why a change ended empty: what the guards refused (a near-duplicate skill), else the model's choice."""
-    guard = getattr(proposer, "guard", None)
-    refused = list(dict.fromkeys(getattr(guard, "refused", None) or []))
+def hold_reason(guarded: Guarded, tested: checks.Run) -> str:
+    """Why a change waits for review whatever the policy: it changes a person's entry (with their
+    words: a person still decides), or one of the person's checks fails on it."""
+    why = []
+    if guarded.changed:
+        why.append("it rewrites or removes entries a person wrote")
+    why += [f"check {r.name} fails ({r.why()})" for r in tested.failed]
+    return "; ".join(why) + ", so it waits for review" if why else ""
+
+
+def evidence_of(proposer: Proposer) -> Evidence:
+    evidence = getattr(proposer, "evidence", None)
+    return evidence() if callable(evidence) else Evidence()
+
+
+def nothing_reason(proposer: Proposer, guarded: Guarded | None = None) -> str:
+    """Why a change ended empty: what the guards refused (a near-duplicate skill, a person's entry
+    changed without their words), else the model's choice."""
+    skill_guard = getattr(proposer, "guard", None)
+    refused = list(dict.fromkeys(getattr(skill_guard, "refused", None) or []))
+    if guarded and guarded.kept:
+        refused.append(kept_note(guarded))
+    unexplained = getattr(proposer, "unexplained", None)
+    if unexplained:
+        refused.append(f"the reviewer gave no reason for its change to {', '.join(unexplained)}, so it was not made")
     if refused:
         return "; ".join(refused) + " (patch that skill instead: `hermes-fs learn SOURCE --update SKILL`)" \
             if proposer.kind == "learn" else "; ".join(refused)
     return "the model found nothing worth keeping"
+
+
+def kept_note(guarded: Guarded) -> str:
+    n = len(guarded.kept)
+    return (f"kept {n} entr{'ies' if n != 1 else 'y'} a person wrote that the change would have removed or rewritten "
+            "without quoting the person (see `hermes-fs review show`)" if n else "")
+
+
+def protected_lines(lines: list[str], guarded: Guarded) -> list[str]:
+    """The change's lines as committed: lines about a change that was taken out are replaced by
+    what became of it; a person's entry changed with their words says which words."""
+    out = [line for line in lines if not any(_about(line, t.path, t.old) for t in guarded.kept)]
+    out += [t.line() for t in guarded.kept]
+    out += [f"- {t.path}: {'removes' if t.new is None else 'rewrites'} an entry a person wrote, "
+            f"{' '.join(t.old.split())[:80]!r}, because the person said: \"{t.quote}\"" for t in guarded.changed]
+    return out
+
+
+def _about(line: str, path: str, entry: str) -> bool:
+    """A change line naming `path` and quoting a part of `entry` (how removals are described)."""
+    if path not in line and path.removeprefix("memory/") not in line:
+        return False
+    flat = " ".join(entry.split()).lower()
+    return any(len(q) >= 8 and " ".join(q.split()).lower().rstrip(".") in flat
+               for q in re.findall(r'"([^"]+)"', line))
 
 
 def check_and_fix(overlay: OverlayFiles, vault: Vault, task: Task | None, rounds: int = CHECK_ROUNDS) -> None:
@@ -237,8 +296,9 @@ def commit_on_new_branch(vault: Vault, kind: str, slug: str, base: str, changes:
     raise LearningError(f"could not find a free branch name for {kind}/{slug}")
 
 
-def apply_policy(vault: Vault, branch: str, summary: str, policy: str) -> Outcome:
-    """Leave for review, merge now, or merge only pure additions."""
+def apply_policy(vault: Vault, branch: str, summary: str, policy: str, hold: str = "") -> Outcome:
+    """Leave for review, merge now, or merge only pure additions; `hold` (why) keeps it for review
+    under any policy."""
     store = vault.git
     tip = store.rev(f"refs/heads/{branch}")
     assert tip, branch
@@ -248,6 +308,9 @@ def apply_policy(vault: Vault, branch: str, summary: str, policy: str) -> Outcom
     outcome = Outcome("pending", branch.split("/", 1)[0], branch, files, summary)
     if policy == Policy.REVIEW:
         outcome.reason = "policy review: waiting for `hermes-fs review merge`"
+        return outcome
+    if hold:
+        outcome.reason = f"policy {policy}: {hold}"
         return outcome
     if policy == Policy.ADDITIONS and any(deleted for _a, deleted, _p in stat):
         outcome.reason = "policy additions: it edits or removes lines, so it waits for review"

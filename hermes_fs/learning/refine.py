@@ -18,7 +18,7 @@ from ..agent.loop import Agent, AgentConfig
 from ..agent.model import LiteLLMModel, Model, ModelSettings
 from ..agent.prompt import select_skills
 from ..agent.tools import REVIEW_TOOLS, ToolBox
-from ..errors import InputError
+from ..errors import InputError, SessionGone
 from ..mind import memory
 from ..mind.sessions import latest_session, parse_messages, session_path
 from ..store.config import ReviewMode
@@ -27,9 +27,10 @@ from ..store.overlay import OverlayFiles
 from ..store.provenance import Act, refine_trailers
 from ..store.vault import Vault
 from . import pipeline
-from .checks import DuplicateGuard, duplicate_guard, skills_at, tokens
 from .pipeline import Description, ModelTask, Outcome, Task
+from .protection import Evidence
 from .structured import ReviewDocument, StructuredTask
+from .validate import DuplicateGuard, duplicate_guard, skills_at, tokens
 
 TRANSCRIPT_LIMIT = 60_000  # characters of conversation shown to the reviewer (the newest part)
 RESULT_LIMIT = 600  # characters of each tool result shown
@@ -135,7 +136,7 @@ def snapshot(vault: Vault, session_id: str) -> str:
         store.commit_paths([rel], f"session: snapshot {session_id}", Act.session(session_id))
         s = store.head()
     if store.read_file(s, rel) is None:
-        raise InputError(f"no session {session_id}", rel)
+        raise SessionGone(f"no session {session_id}", rel)
     return s
 
 
@@ -152,6 +153,7 @@ class Reviewer:
         self.snapshot: str | None = None
         self.task: Task
         self.guard: DuplicateGuard | None = None  # what it refused explains an empty result
+        self.unexplained: list[str] = []  # changes taken out: the reviewer gave no reason for them
 
     @property
     def mode(self) -> str:
@@ -180,15 +182,50 @@ class Reviewer:
         assert self.session and self.snapshot
         self.task.ask(brief(self.vault, overlay, self.snapshot, self.session, self.options.focus, existing,
                             inline=structured))
+        if not structured:  # structured mode refuses an entry without a reason itself (structured.apply)
+            self._reasons(overlay)
+
+    def _reasons(self, overlay: OverlayFiles) -> None:
+        """Every change carries its reason: ask once more for what is missing, then take out the
+        changes still without one (they are named in the outcome, not committed unexplained)."""
+        missing = unexplained(self.task.answer, overlay.effective_changes())
+        if not missing and has_summary(self.task.answer):
+            return
+        self.task.ask("Your answer is missing " + (f"the reason for {', '.join(missing)}" if missing else "the summary")
+                      + ". Answer again in exactly the shape asked for: `Summary: <what was learned, in words>` then "
+                      "one line per changed file, `- <file>: <the change> (because <the user's words that show it>)`. "
+                      "Undo with your tools any change you cannot give a reason for.")
+        for path in unexplained(self.task.answer, overlay.effective_changes()):
+            overlay.changes.pop(path, None)
+            self.unexplained.append(path)
 
     def describe(self, changes: dict[str, bytes | None]) -> Description:
         summary, lines = parse_report(self.task.answer, changes, self.overlay)
+        lines += [f"- {p}: not kept: the reviewer gave no reason for it" for p in self.unexplained]
         trailers = refine_trailers(self.session, self.snapshot, self.options.focus,
                                    self.model.name if self.model else None, self.options.client)
-        return Description(summary, lines, trailers, self.options.focus or summary)
+        return Description(summary, lines, trailers, summary)  # the branch is named for what was learned
 
     def context(self) -> dict:
         return {"session": self.session, "snapshot": self.snapshot}
+
+    def evidence(self) -> Evidence:
+        """The person's turns at the snapshot, and the reason given for each change, per file."""
+        assert self.session and self.snapshot
+        said = person_turns(self.vault.git.read_file(self.snapshot, session_path(self.session)) or b"", self.session)
+        reasons: dict[str, list[str]] = {}
+        applied = getattr(self.task, "applied", None)
+        if applied is not None:  # structured mode: each entry's own reason
+            for a in applied:
+                if a.ok:
+                    reasons.setdefault(a.path, []).append(a.reason)
+        else:
+            for line in self.task.answer.splitlines():
+                head = line.strip()[2:].split(":", 1)[0].strip().strip("`") if line.strip()[:2] in ("- ", "* ") else ""
+                if head:
+                    path = head if head.startswith(("memory/", "skills/")) else f"memory/{head}"
+                    reasons.setdefault(path, []).append(line.strip()[2:])
+        return Evidence(said, reasons)
 
 
 def refine(vault: Vault, options: RefineOptions | None = None, model: Model | None = None) -> Outcome:
@@ -252,6 +289,17 @@ def named_skills(transcript: str, existing: dict[str, str]) -> list[str]:
     return [n for n in sorted(existing) if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", transcript)]
 
 
+def person_turns(data: bytes, sid: str) -> list[str]:
+    """What the person said in the session, turn by turn (never tool output or the assistant)."""
+    rel = session_path(sid)
+    try:
+        doc = parse_doc(decode(data, rel), rel, required=True)
+        return [str(m["content"]) for m in parse_messages(doc.body.lstrip("\n"), rel)
+                if m["role"] == "user" and m.get("content")]
+    except InputError:
+        return []
+
+
 def render_transcript(data: bytes, sid: str) -> str:
     """The conversation as the reviewer reads it: one line starts each turn (`USER:`, `ASSISTANT:`,
     ...), and every other line of a turn is indented, so no text inside a turn (a tool's output
@@ -289,6 +337,28 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def has_summary(answer: str) -> bool:
+    return any(line.strip().lower().startswith("summary:") and line.split(":", 1)[1].strip()
+               for line in (answer or "").splitlines())
+
+
+def unexplained(answer: str, changes: dict[str, bytes | None]) -> list[str]:
+    """The changed files no `- <file>: ... (because ...)` line of the answer names (by path, memory
+    name or skill)."""
+    named = set()
+    for line in (answer or "").splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("- ", "* ")) and ":" in stripped and "because" in stripped.lower():
+            head = stripped[2:].split(":", 1)[0].strip().strip("`")
+            named |= {head, f"memory/{head}", f"skills/{head.removeprefix('skills/').split('/')[0]}"}
+    out = []
+    for path in sorted(changes):
+        skill = "/".join(path.split("/")[:2]) if path.startswith("skills/") else None
+        if path not in named and skill not in named:
+            out.append(path)
+    return out
+
+
 def parse_report(answer: str, changes: dict[str, bytes | None], files=None) -> tuple[str, list[str]]:
     """The reviewer's `Summary:` line and change lines; what is missing is filled from the changes."""
     summary, lines = "", []
@@ -298,8 +368,9 @@ def parse_report(answer: str, changes: dict[str, bytes | None], files=None) -> t
             summary = stripped.split(":", 1)[1].strip()
         elif stripped.startswith(("- ", "* ")):
             lines.append("- " + " ".join(stripped[2:].split()))
-    if not summary or summary.lower() == "nothing to change":
-        summary = "update " + ", ".join(sorted(changes))
+    if not summary or summary.lower() == "nothing to change":  # from the changes' words, not file names
+        first = re.sub(r"\s*\(because.*$", "", lines[0].split(":", 1)[-1]).strip() if lines else ""
+        summary = f"learn: {first}" if first else "update " + ", ".join(sorted(changes))
     summary = " ".join(summary.split())[:120]
     if not lines:
         lines = [f"- {p}: {_what_happened(p, d, files)} (no reason given)" for p, d in sorted(changes.items())]

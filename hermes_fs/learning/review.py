@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConflictError, InputError
+from ..errors import ConflictError, InputError, NotFound
 from ..mind.memory import Unit, units
 from ..mind.merge import side_changes
 from ..mind.sessions import parse_messages, session_path
@@ -104,7 +104,7 @@ def detail(store: GitStore, branch: str) -> ChangeDetail:
     if not tip:
         decided = {c.branch: c for c in learned_log(store) if c.state != "pending"}
         if branch not in decided:
-            raise InputError(f"no learned change {branch!r}; see `hermes-fs review` or `hermes-fs log`")
+            raise NotFound(f"no learned change {branch!r}; see `hermes-fs review` or `hermes-fs log`")
         c = decided[branch]
         state = c.state
         tip = c.sha if c.state == "rejected" else store.commit_info(c.sha).parents[1]

@@ -159,7 +159,9 @@ def tool_calls(doc: BaseModel) -> list[tuple[str, dict, str, str, str]]:
         if m.action != "add":
             args["old_text"] = m.old_text
         name = m.file.removeprefix("memory/")
-        calls.append(("memory", args, f"memory/{name}", f"{m.action} {_quote(m.text or m.old_text)}", m.reason))
+        what = f"replace {_quote(m.old_text)} with {_quote(m.text)}" if m.action == "replace" else \
+            f"{m.action} {_quote(m.text or m.old_text)}"
+        calls.append(("memory", args, f"memory/{name}", what, m.reason))
     for s in doc.skills:  # type: ignore[attr-defined]
         name = _skill_name(s.name)
         args = {"action": s.action, "name": name}
@@ -192,9 +194,14 @@ def _quote(text: str, limit: int = 80) -> str:
     return '"' + (one if len(one) <= limit else one[: limit - 3] + "...") + '"'
 
 
+NO_REASON = ("error: this entry gives no reason; start its reason with the user's words that show it "
+             "(every change carries its reason, or it is not made)")
+
+
 def apply(doc: BaseModel, tools: ToolBox) -> list[Applied]:
-    """Each entry through the same tool the tools mode would call; refusals come back as results."""
-    return [Applied(path, what, reason, tools.call(tool, json.dumps(args)))
+    """Each entry through the same tool the tools mode would call; refusals come back as results.
+    An entry without a reason is refused before its tool is called."""
+    return [Applied(path, what, reason, tools.call(tool, json.dumps(args)) if reason.strip() else NO_REASON)
             for tool, args, path, what, reason in tool_calls(doc)]
 
 
@@ -203,8 +210,12 @@ def report(doc: BaseModel, applied: list[Applied]) -> str:
     done = [a for a in applied if a.ok]
     if not done:
         return "Summary: nothing to change"
-    summary = " ".join(str(getattr(doc, "summary", "")).split()) or "update " + ", ".join(sorted({a.path for a in done}))
-    lines = [f"- {a.path}: {a.what} (because {' '.join(a.reason.split()) or 'no reason given'})" for a in done]
+    summary = " ".join(str(getattr(doc, "summary", "")).split())
+    if not summary or summary.lower().rstrip(".") == "nothing to change":  # named from what was learned
+        first = done[0]
+        summary = ("learn: " + first.what.split(" ", 1)[-1].strip('"') if first.path.startswith("memory/")
+                   else f"learn: {first.what} skill {first.path.split('/')[1]}")
+    lines = [f"- {a.path}: {a.what} (because {' '.join(a.reason.split())})" for a in done]
     return "\n".join([f"Summary: {summary}", *lines])
 
 

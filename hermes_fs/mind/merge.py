@@ -210,7 +210,9 @@ def _plus_comments(head: str, comments: list[str]) -> str:
 
 
 # -- memory files ------------------------------------------------------------------------------
-def merge_memory(path: str, base: str, ours: str, theirs: str, line_merge: LineMerge | None = None) -> FileMerge:
+def merge_memory(path: str, base: str, ours: str, theirs: str, line_merge: LineMerge | None = None,
+                 skip: frozenset[int] = frozenset()) -> FileMerge:
+    """`skip`: base entries (0-based, among entries) whose change on the `theirs` side is left out."""
     head, base_body, ours_body, theirs_body, conflicts = _with_meta(path, base, ours, theirs, line_merge)
     b, o, t = units(base_body), units(ours_body), units(theirs_body)
     if _skeleton(t)[: len(_skeleton(b))] != _skeleton(b) or (
@@ -222,6 +224,8 @@ def merge_memory(path: str, base: str, ours: str, theirs: str, line_merge: LineM
     result = [Unit(u.kind, u.raw, u.section) for u in o]
     dropped: set[int] = set()
     for i, new in yours.fate.items():
+        if i in skip:
+            continue
         base_unit = b[[k for k, u in enumerate(b) if u.kind == "entry"][i]]
         if i not in mine.fate:  # main kept it: the branch's change applies
             at = mine.where[i]

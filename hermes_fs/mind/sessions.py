@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, SessionGone
 from ..store.docs import decode, dump_doc, parse_doc
 from ..store.files import atomic_write
 from ..store.host import host_hex, host_id
@@ -152,7 +152,7 @@ class Transcript:
         rel = session_path(session_id)
         p = Path(root) / rel
         if not p.is_file():
-            raise InputError(f"no session {session_id}", rel)
+            raise SessionGone(f"no session {session_id}", rel)
         doc = parse_doc(decode(p.read_bytes(), rel), rel, required=True)
         body = doc.body[1:] if doc.body.startswith("\n") else doc.body
         return cls(Path(root), session_id, doc.meta, parse_messages(body, rel))

@@ -11,7 +11,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from ..errors import InputError
+from ..errors import InputError, NotFound
 from ..store.docs import decode, dump_doc, parse_doc
 from ..store.files import FileStore, clean_relpath
 
@@ -24,6 +24,10 @@ NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 class SkillError(InputError):
     """A skill is invalid or an operation on it cannot be done."""
+
+
+class NoSkill(SkillError, NotFound):
+    """No skill (or no file in a skill) by that name."""
 
 
 @dataclass
@@ -112,7 +116,7 @@ def read(files: FileStore, name: str) -> Skill:
     path = skill_path(name)
     data = files.read(path)
     if data is None:
-        raise SkillError(f"no skill named {name!r}", path)
+        raise NoSkill(f"no skill named {name!r}", path)
     doc = parse_doc(decode(data, path), path, required=True)
     desc = doc.meta.get("description")
     support = [p[len(f"{SKILLS_DIR}/{name}/") :] for p in files.list(f"{SKILLS_DIR}/{name}")]
@@ -152,9 +156,9 @@ def view(files: FileStore, name: str, file: str | None = None) -> str:
     rel = support_path(name, file, any_file=True) if file else skill_path(name)
     data = files.read(rel)
     if data is None and (not file or files.read(skill_path(name)) is None):
-        raise SkillError(f"no skill named {name!r}", skill_path(name))
+        raise NoSkill(f"no skill named {name!r}", skill_path(name))
     if data is None:
-        raise SkillError(f"no such file in skill {name!r}: {file}", rel)
+        raise NoSkill(f"no such file in skill {name!r}: {file}", rel)
     return decode(data, rel)
 
 
@@ -192,7 +196,7 @@ MAX_FILE_BYTES = 256_000  # a skill file the agent writes: references stay reada
 
 def write_file(files: FileStore, name: str, file: str, content: str) -> str:
     if files.read(skill_path(name)) is None:
-        raise SkillError(f"no skill named {name!r}", skill_path(name))
+        raise NoSkill(f"no skill named {name!r}", skill_path(name))
     rel = support_path(name, file)
     data = content.encode("utf-8")
     if len(data) > MAX_FILE_BYTES:
@@ -204,7 +208,7 @@ def write_file(files: FileStore, name: str, file: str, content: str) -> str:
 def remove_file(files: FileStore, name: str, file: str) -> str:
     rel = support_path(name, file)
     if files.read(rel) is None:
-        raise SkillError(f"no such file in skill {name!r}: {file}", rel)
+        raise NoSkill(f"no such file in skill {name!r}: {file}", rel)
     files.delete(rel)
     return rel
 
@@ -212,7 +216,7 @@ def remove_file(files: FileStore, name: str, file: str) -> str:
 def delete(files: FileStore, name: str, merged_into: str | None = None) -> list[str]:
     """Remove a skill folder; when merging skills, the target must exist."""
     if files.read(skill_path(name)) is None:
-        raise SkillError(f"no skill named {name!r}", skill_path(name))
+        raise NoSkill(f"no skill named {name!r}", skill_path(name))
     if merged_into is not None and files.read(skill_path(merged_into)) is None:
         raise SkillError(f"merged_into names no existing skill: {merged_into!r}")
     removed = files.list(f"{SKILLS_DIR}/{name}")

@@ -33,6 +33,7 @@ from .requests import SerialExecutor
 from .watcher import IGNORED_DIRS, Debouncer, Settler, Watcher, ignored, open_for_writing
 
 if TYPE_CHECKING:
+    from ..store.claims import RefClaims
     from .scheduler import Scheduler
     from .warm import WarmServer
 
@@ -123,6 +124,7 @@ class Daemon:
         self.warm: WarmServer | None = None
         self.services: list = []  # DaemonService objects started by _start_services
         self.catch_up = CatchUp()  # agent work waits for it after a start (sync's first round)
+        self.claims: RefClaims | None = None  # the vault's claims on its remote: built once, at start (work.py)
 
     def note(self, message: str) -> None:
         self.state.note(message)
@@ -144,6 +146,7 @@ class Daemon:
         favour_waiting_threads()  # sync's git calls beside agent work (priority.py)
         try:
             self._setup_logging()
+            self._open_claims()
             self._recover()
             self._start_services(early=True)  # sync: see services.py
             self.settler = Settler(SETTLE_S, self._size_of, self._take,
@@ -194,6 +197,13 @@ class Daemon:
             parts.append(f"Thread {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame)).rstrip())
         self.log.warning("\n".join(parts))
 
+    def _open_claims(self) -> None:
+        """The claims every part shares (scheduler, inbox, sync, decisions), built once this
+        daemon owns the vault: what this machine holds is read from .hermes/sync/claims.json."""
+        from .work import open_claims
+
+        self.claims = open_claims(self.vault)
+
     def _recover(self) -> None:
         """After a crash: drop a stale git index lock, commit what was left, re-queue claimed requests."""
         if self.vault.git.clear_stale_index_lock():
@@ -206,15 +216,16 @@ class Daemon:
         edited = pending_edits(self.vault)
         if edited:  # edits made while no daemon was watching (or lost in a crash before the debounce)
             self._commit_edits(edited)
-        for c in inbox.pending_claims(self.vault):
+        for c in inbox.pending_taken(self.vault):
             self.note(f"resuming request {c.name}")
-            inbox.resume(self.vault, c)
+            inbox.resume(c, self.claims)
             self._submit(c)
 
     def _start_scheduler(self) -> None:
-        from .scheduler import Scheduler, ledger_for
+        from .scheduler import Scheduler
+        from .work import cron_claims
 
-        self.scheduler = Scheduler(ledger_for(self.vault), self._run_cron, on_error=self.error)
+        self.scheduler = Scheduler(cron_claims(self.vault, self.claims), self._run_cron, on_error=self.error)
         self.scheduler.start(list(self.jobs.values()))
 
     def _start_warm(self) -> None:
@@ -364,6 +375,8 @@ class Daemon:
     def _reload_config(self) -> None:
         try:
             self.vault.reload_config()
+            if self.claims is not None:  # the claims live on; their expiry follows the settings
+                self.claims.ttl_s = self.vault.config.sync.claim_ttl_s
             self.note("reloaded hermes.yaml")
             self.state.resolved("hermes.yaml is invalid")
         except HermesError as exc:
@@ -414,21 +427,26 @@ class Daemon:
     def _take(self, rel: str) -> None:
         if self.stop_event.is_set() or not os.path.lexists(self.vault.root / rel):
             return
-        c = inbox.claim(self.vault, rel)
+        c = inbox.take(self.vault, rel, self.claims)
         if c:
             self.note(f"request taken: {c.name}")
             self._submit(c)
 
-    def _submit(self, c: inbox.Claim) -> None:
+    def take_request(self, rel: str) -> None:
+        """Take the inbox request `rel` as if it had just been dropped (the sync service hands
+        over a request whose dead claimant's claim it took over: its file did not change)."""
+        self._schedule_inbox(rel)
+
+    def _submit(self, c: inbox.TakenRequest) -> None:
         self.state.queue(c.name, True)
         self.executor.submit(inbox.session_key(c), lambda: self._run_claim(c))
 
-    def _run_claim(self, c: inbox.Claim) -> None:
+    def _run_claim(self, c: inbox.TakenRequest) -> None:
         lower_this_thread()
         self.catch_up.wait()
         self.note(f"request started: {c.name}")
         try:
-            status = inbox.process(self.vault, c, self.note).status
+            status = inbox.process(self.vault, c, self.note, claims=self.claims).status
             self.note(f"request finished: {c.name} ({status})")
         except Exception as exc:
             self.log.exception(f"request {c.name}: unexpected error")

@@ -4,8 +4,10 @@ imports the daemon (nor services.py, which imports the parts)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
+from ..mind.jobs import CronJob
+from ..store.claims import RefClaims
 from ..store.vault import Vault
 from .catch_up import CatchUp
 
@@ -14,17 +16,18 @@ class JobRunner(Protocol):
     """The cron scheduler as a part sees it: the jobs it knows and a way to run a claimed due time."""
 
     @property
-    def jobs(self) -> dict[str, Any]: ...
+    def jobs(self) -> dict[str, CronJob]: ...
 
     @property
     def running(self) -> set[str]: ...  # jobs with a run in progress here
 
-    def run_claimed(self, job: Any, due: datetime) -> bool: ...
+    def run_claimed(self, job: CronJob, due: datetime) -> bool: ...
 
 
 class DaemonHost(Protocol):
     vault: Vault
     catch_up: CatchUp  # a part that must catch up after a start holds agent work back until it has
+    claims: RefClaims | None  # the vault's claims on its remote, built once (service/work.py); None: no remote
 
     @property
     def scheduler(self) -> JobRunner | None: ...
@@ -32,3 +35,5 @@ class DaemonHost(Protocol):
     def note(self, message: str) -> None: ...
 
     def error(self, message: str) -> None: ...
+
+    def take_request(self, rel: str) -> None: ...  # take inbox/<name> now (its claim is held here)

@@ -1,7 +1,7 @@
 """Inbox requests: `inbox/*.md` files a person (or a script) drops to trigger work.
 
-A request is claimed by moving it into .hermes/inbox/ under a name that fixes its result path,
-so after a crash it is run again and answered exactly once: if its result was already committed,
+A request is taken by moving it into .hermes/inbox/ under a name that fixes its result path (a
+`TakenRequest`), so after a crash it is run again and answered exactly once: if its result was already committed,
 it is only cleaned up. Every request gets a result file, malformed ones included, and the result
 keeps the original text.
 """
@@ -18,13 +18,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import HermesError, InputError
+from ..store.claims import RefClaims
 from ..store.docs import decode, dump_doc, parse_doc
 from ..store.files import atomic_write
 from ..store.provenance import Act
 from ..store.vault import Vault
 from .requests import JOB_TYPES, ExecOptions, Handler, Request, Result, confined_source, execute, origin_from_meta
+from .work import adopt_request, claim_lost, claim_request
 
-__all__ = ["Claim", "confined_source", "parse_request", "process", "read_result", "write_result"]
+__all__ = ["TakenRequest", "confined_source", "parse_request", "process", "read_result", "write_result"]
 
 INBOX_DIR = "inbox"
 RESULTS_DIR = "outputs/requests"
@@ -34,19 +36,30 @@ CHAT_FIELDS = FIELDS | {"origin", "context"}  # a gateway's request files also s
 log = logging.getLogger(__name__)
 
 
+STAMP_FORMAT = "%Y%m%d-%H%M%S-%f"  # a taken request's stamp: its result is outputs/requests/<stamp>-<name>
+_STAMP = re.compile(r"\d{8}-\d{6}-\d{6}")  # what STAMP_FORMAT writes
+
+
 @dataclass
-class Claim:
-    """A request taken from the inbox: its stamp fixes the result path."""
+class TakenRequest:
+    """A request taken from the inbox (moved out of inbox/ into .hermes/inbox/, or written there by
+    the gateway): its stamp fixes the result path. Not a claim: a claim is a ref on the remote
+    (store/claims.py), which a request that came through git also has (`key`)."""
 
     path: Path  # .hermes/inbox/<stamp>--<name>
     name: str  # original file name, e.g. deploy.md
     stamp: str
     producer: str = INBOX_DIR  # who made the request: inbox (a file), or gateway (a chat message)
-    key: str | None = None  # its claim on the remote, if it came through git (service/sync.py)
+    key: str | None = None  # its claim on the remote, if it came through git (service/work.py)
+
+    @property
+    def request_id(self) -> str:
+        """The request's id: its file name without `.md` (a gateway request is `<id>.md`)."""
+        return self.name.removesuffix(".md")
 
     @property
     def key_path(self) -> Path:
-        """Where `key` is kept beside the claimed file (hidden: pending_claims skips it)."""
+        """Where `key` is kept beside the claimed file (hidden: pending_taken skips it)."""
         return self.path.with_name(f".{self.path.name}.key")
 
     def close(self) -> None:
@@ -76,7 +89,7 @@ def is_request(rel: str) -> bool:
 KEPT_DIR = "inbox-kept"  # under .hermes/: files dropped in inbox/ that are not requests
 
 
-def not_a_request(vault: Vault, c: Claim) -> str:
+def not_a_request(vault: Vault, c: TakenRequest) -> str:
     """A non-`.md` file dropped in inbox/: nothing is run; it is kept (untracked, under .hermes/)
     and the result says so. Returns the result's body."""
     kept = vault.state_dir / KEPT_DIR
@@ -89,27 +102,35 @@ def not_a_request(vault: Vault, c: Claim) -> str:
             "and drop it in inbox/ again.")
 
 
-def claims_dir(vault: Vault) -> Path:
+def taken_dir(vault: Vault) -> Path:
     d = vault.state_dir / "inbox"
     d.mkdir(exist_ok=True)
     return d
 
 
 def new_stamp() -> str:
-    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
+    return datetime.now(UTC).strftime(STAMP_FORMAT)
 
 
-def claim(vault: Vault, rel: str) -> Claim | None:
-    """Atomically move a request out of the inbox (None if it is gone or someone took it)."""
-    from .sync import claim_request
+def request_of_result(rel: str) -> str:
+    """The id of the request a result file answers (`outputs/requests/<stamp>-<id>.md`)."""
+    name = Path(rel).name
+    stamp = _STAMP.match(name)
+    if stamp is None or name[stamp.end():stamp.end() + 1] != "-":
+        raise InputError("not a request's result (outputs/requests/<stamp>-<name>.md)", rel)
+    return name[stamp.end() + 1:].removesuffix(".md")
 
-    taken, key = claim_request(vault, rel)  # a request that came through git: one machine takes it
+
+def take(vault: Vault, rel: str, claims: RefClaims | None) -> TakenRequest | None:
+    """Atomically move a request out of the inbox (None if it is gone or someone took it). With
+    `claims` (the vault syncs), a request that came through git is taken only under its claim."""
+    taken, key = claim_request(vault, claims, rel)  # a request that came through git: one machine takes it
     if not taken:
         return None
     src = vault.root / rel
     name = src.name
     stamp = new_stamp()
-    c = Claim(claims_dir(vault) / f"{stamp}--{name}", name, stamp, key=key)
+    c = TakenRequest(taken_dir(vault) / f"{stamp}--{name}", name, stamp, key=key)
     if key:  # kept before the move: after a crash the claimed file always has its key
         atomic_write(c.key_path, key, fsync=True)
     try:
@@ -120,23 +141,21 @@ def claim(vault: Vault, rel: str) -> Claim | None:
     return c
 
 
-def resume(vault: Vault, c: Claim) -> None:
-    """A request claimed before a crash or stop is answered again here: with a remote, its claim
-    across machines is this machine's still (sync.adopt_request)."""
-    from .sync import adopt_request
-
-    adopt_request(vault, c.key)
+def resume(c: TakenRequest, claims: RefClaims | None) -> None:
+    """A request taken before a crash or stop is answered again here: with a remote, its claim
+    across machines is this machine's still (work.adopt_request)."""
+    adopt_request(claims, c.key)
 
 
-def pending_claims(vault: Vault, directory: Path | None = None, producer: str = INBOX_DIR) -> list[Claim]:
-    """Requests claimed before a crash or stop, oldest first, each with its claim's key if it has
+def pending_taken(vault: Vault, directory: Path | None = None, producer: str = INBOX_DIR) -> list[TakenRequest]:
+    """Requests taken before a crash or stop, oldest first, each with its claim's key if it has
     one (a key left by a crash between writing it and moving the request is removed)."""
     out = []
-    d = directory or claims_dir(vault)
+    d = directory or taken_dir(vault)
     for p in sorted(d.iterdir()):
         if "--" in p.name and not p.name.startswith("."):
             stamp, name = p.name.split("--", 1)
-            c = Claim(p, name, stamp, producer)
+            c = TakenRequest(p, name, stamp, producer)
             c.key = c.key_path.read_text().strip() if c.key_path.exists() else None
             out.append(c)
         elif p.name.startswith(".") and p.name.endswith(".key") and not (d / p.name[1:-4]).exists():
@@ -169,7 +188,7 @@ def parse_request(text: str, rel: str, types: tuple[str, ...] = TYPES, chat: boo
                    meta.get("session"), meta.get("source"), origin, meta.get("context"))
 
 
-def write_result(vault: Vault, c: Claim, original: str, result: Result, started: float,
+def write_result(vault: Vault, c: TakenRequest, original: str, result: Result, started: float,
                  extra: dict | None = None) -> None:
     """outputs/requests/<stamp>-<name>.md: the result's fields, timings, the answer and the
     original request (fsynced: the file is what says "answered" after a crash)."""
@@ -190,7 +209,7 @@ def write_result(vault: Vault, c: Claim, original: str, result: Result, started:
     atomic_write(vault.root / c.result_rel, text, fsync=True)
 
 
-def read_result(vault: Vault, c: Claim) -> Result:
+def read_result(vault: Vault, c: TakenRequest) -> Result:
     """A result written before a crash, read back to finish the request (commit, reply)."""
     text = (vault.root / c.result_rel).read_text(encoding="utf-8") if (vault.root / c.result_rel).exists() \
         else (vault.git.read_file(vault.git.head(), c.result_rel) or b"").decode("utf-8", errors="replace")
@@ -235,7 +254,7 @@ def read_request(path: Path) -> tuple[bytes, str | None]:
     return raw, None
 
 
-def session_key(c: Claim) -> str:
+def session_key(c: TakenRequest) -> str:
     """What orders a claimed request against others: requests naming one session (a `run` that
     continues it, a `refine` of it) run one at a time in the order they were taken, like a chat's
     messages; any other request is its own key and runs in parallel. A file that cannot be read or
@@ -248,18 +267,18 @@ def session_key(c: Claim) -> str:
     return f"session:{req.session}" if req is not None and req.session else f"request:{c.path.name}"
 
 
-def process(vault: Vault, c: Claim, log_line: Callable[[str], None] = lambda msg: None,
+def process(vault: Vault, c: TakenRequest, log_line: Callable[[str], None] = lambda msg: None,
             options: ExecOptions | None = None, on_done: Callable[[Result], None] | None = None,
-            chat: bool = False, commit: bool = True, handlers: dict[str, Handler] | None = None) -> Result:
+            chat: bool = False, commit: bool = True, handlers: dict[str, Handler] | None = None,
+            claims: RefClaims | None = None) -> Result:
     """Run a claimed request, write its result and commit it with the request's removal; exactly
     once. After a crash the result already written is read back instead of running again.
     `on_done(result)` runs last (the gateway's reply goes out there); `commit=False` leaves the
     commit to the caller's cadence (Result.paths then lists what to commit). `handlers` replaces
-    the handler table (the gateway runs chat messages and commands with its own)."""
-    from .sync import claim_lost
-
+    the handler table (the gateway runs chat messages and commands with its own). `claims`: the
+    vault's claims when it syncs (a request that came through git is answered only under its claim)."""
     store = vault.git
-    if claim_lost(vault, c.key):
+    if claim_lost(claims, c.key):
         return _let_go(vault, c, log_line)
     if store.read_file(store.head(), c.result_rel) is not None or (vault.root / c.result_rel).exists():
         log_line(f"request {c.name}: result already written, finishing up")
@@ -267,7 +286,7 @@ def process(vault: Vault, c: Claim, log_line: Callable[[str], None] = lambda msg
     else:
         result = _run(vault, c, options, chat, handlers)
     if commit:
-        if claim_lost(vault, c.key):  # taken over while it ran
+        if claim_lost(claims, c.key):  # taken over while it ran
             return _let_go(vault, c, log_line)
         store.commit_paths([c.result_rel, c.inbox_rel, *result.paths], f"request: {c.name} ({result.status})",
                            Act.request(c.name))
@@ -279,7 +298,7 @@ def process(vault: Vault, c: Claim, log_line: Callable[[str], None] = lambda msg
     return result
 
 
-def _let_go(vault: Vault, c: Claim, log_line: Callable[[str], None]) -> Result:
+def _let_go(vault: Vault, c: TakenRequest, log_line: Callable[[str], None]) -> Result:
     """Another machine took this request's claim over and answers it: nothing of this machine's
     answer is committed (a result written but not committed is removed), and the request is let go."""
     log_line(f"request {c.name}: another machine took its claim over and answers it; not answered here")
@@ -289,7 +308,7 @@ def _let_go(vault: Vault, c: Claim, log_line: Callable[[str], None]) -> Result:
     return Result("error", "Not answered here: another machine took this request's claim over and answers it.")
 
 
-def _run(vault: Vault, c: Claim, options: ExecOptions | None, chat: bool, handlers: dict[str, Handler] | None) -> Result:
+def _run(vault: Vault, c: TakenRequest, options: ExecOptions | None, chat: bool, handlers: dict[str, Handler] | None) -> Result:
     started = time.time()
     if not c.name.endswith(".md"):  # a file dropped in inbox/ that is no request: kept, and answered
         result = Result("error", not_a_request(vault, c))

@@ -11,7 +11,8 @@ A job pinned with `host: <id>` runs only on the machine with that host id: other
 claiming anything, and its own host decides alone (the local ledger), so it runs even while the
 remote cannot be reached. An unpinned job on a machine that cannot reach the remote runs nothing:
 its due time is recorded as missed (status, `cron list`, daemon log) and run once the remote
-answers, if no machine ran it meanwhile (store/claims.py, service/sync.py).
+answers, if no machine ran it meanwhile (store/claims.py, service/sync_service.py). The claims are
+the daemon's, built once and passed in (service/work.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from ..mind.jobs import CronJob
-from ..store.claims import LEDGER_NAME, Claims, Ledger
+from ..store.claims import Claims
 
 
 class Clock(Protocol):
@@ -41,18 +42,6 @@ class RealClock:
 
 
 
-def ledger_for(vault) -> Claims:
-    """The vault's claims: claim refs on the remote when `remote.url` is set, else the local ledger."""
-    if vault.config.remote is not None:
-        from .sync import claims_for, remote_url
-
-        if remote_url(vault):
-            return claims_for(vault)
-    from ..store.host import host_id
-
-    return Ledger(vault.state_dir / LEDGER_NAME, host_id(vault.state_dir))
-
-
 def claims_of(ledger: Claims, job: CronJob) -> Claims | None:
     """Who decides whether this machine runs `job`: the shared claims; for a job pinned with
     `host:` to this machine, this machine alone (nobody else runs it, so no claim is asked and it
@@ -63,9 +52,11 @@ def claims_of(ledger: Claims, job: CronJob) -> Claims | None:
 
 
 def next_runs(vault, jobs: list[CronJob], now: datetime) -> dict[str, datetime | None]:
-    """job -> its next run here, from the ledger: what `status`, `cron list` and the scheduler all
-    use (None for a job pinned to another machine)."""
-    ledger = ledger_for(vault)
+    """job -> its next run here, from the claims as this machine last saw them (no network): what
+    `status`, `cron list` and the web page show (None for a job pinned to another machine)."""
+    from .work import cron_claims, open_claims
+
+    ledger = cron_claims(vault, open_claims(vault))
     out: dict[str, datetime | None] = {}
     for j in jobs:
         claims = claims_of(ledger, j)
@@ -78,7 +69,9 @@ def started_unfinished(vault, jobs: list[CronJob], finished: dict[str, str]) -> 
     run) and has no output yet (`finished`: job -> the due time of its newest output): running now,
     or cut short by a crash. A one-shot has no next run from the moment it starts: this says why.
     (A recurring job's ledger also holds due times passed without a run, so it is not read so.)"""
-    ledger = ledger_for(vault)
+    from .work import cron_claims, open_claims
+
+    ledger = cron_claims(vault, open_claims(vault))
     out: dict[str, datetime] = {}
     for j in (j for j in jobs if j.schedule.at is not None):
         claims = claims_of(ledger, j)

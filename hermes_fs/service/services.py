@@ -4,7 +4,7 @@ Each is one object with start() and stop(); the daemon starts them after the wat
 scheduler and stops them first on the way out. Adding a part is one entry in `services_for`, so
 the daemon's own code never names a platform. Sync is the one part started first, before the
 watcher, the jobs and the scheduler (`services_for(daemon, early=True)`): a restarted machine's
-first round is what the other machines' edits wait for (the sync chaos bench), and it needs none
+first round is what the other machines' edits wait for, and it needs none
 of them; what it does that needs the jobs waits for `catch_up.begun`.
 """
 
@@ -31,14 +31,14 @@ def services_for(daemon: DaemonHost, early: bool = False) -> list[DaemonService]
     found: list[DaemonService] = []
     if early:
         if daemon.vault.config.remote is not None:
-            from .sync import SyncService
+            from .sync_service import SyncService
 
             found.append(SyncService(daemon))
         return found
     if daemon.vault.config.web.enabled:
         from .web.server import WebService
 
-        found.append(WebService(daemon.vault))
+        found.append(WebService(daemon.vault, daemon.claims))
     if daemon.vault.config.curate.every is not False:
         from .curator import CuratorService
 
@@ -54,5 +54,5 @@ def services_for(daemon: DaemonHost, early: bool = False) -> list[DaemonService]
     if configured(daemon.vault):
         from .gateway.core import Gateway
 
-        found.append(Gateway(daemon.vault, note=daemon.note, error=daemon.error))
+        found.append(Gateway(daemon.vault, note=daemon.note, error=daemon.error, claims=daemon.claims))
     return found

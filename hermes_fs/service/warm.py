@@ -146,12 +146,13 @@ class Session:
 
     def _open(self, options: dict) -> None:
         from ..agent.conversation import Conversation, ConversationOptions
+        from ..agent.loop import AgentConfig
 
         try:
             self.vault.current_config()  # changed since the daemon loaded it: re-read (or refuse, as cold would)
             opts = ConversationOptions(
                 source=options.get("source", "cli"), model=options.get("model"),
-                max_steps=int(options.get("max_steps", 25)), resume=options.get("resume"),
+                max_steps=int(options.get("max_steps") or AgentConfig.max_steps), resume=options.get("resume"),
                 workspace=Path(options["workspace"]) if options.get("workspace") else None,
                 cwd=Path(options["cwd"]) if options.get("cwd") else None,
                 on_tool=lambda line: self.send({"tool": line}), environ=_environ(options.get("environ")))

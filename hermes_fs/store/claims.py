@@ -2,7 +2,7 @@
 
 One interface, two implementations:
 
-* `Ledger`: one machine. `.hermes/cron-ledger.json` (fsynced before a run) holds the latest due
+* `CronLedger`: one machine. `.hermes/cron-ledger.json` (fsynced before a run) holds the latest due
   time started per job; a due time at or before it is never run again, across restarts.
 * `RefClaims`: several machines sharing a remote. A claim is the ref `refs/hermes/claims/<key>`
   on the remote, created by a push whose lease says "must not exist yet" (`store/remote.py`): the
@@ -20,8 +20,10 @@ high-water mark every machine's scheduler reads `last` from; and no machine clai
 older than CLAIMABLE_S, so a pruned claim never reads as "nobody ran it" (`prunable`).
 
 Machine-local state (what this machine holds, what it missed while offline) lives in
-`.hermes/sync/claims.json`. Nothing here decides *when* to claim: that is the scheduler's and the
-sync service's.
+`.hermes/sync/claims.json`, written by the one `RefClaims` of the process (built once:
+service/work.py). Nothing here decides *when* to claim: that is the scheduler's and the sync
+service's. The words (claim, lease, ledger, holder, ...) are defined in docs/design/glossary.md;
+the measurements behind the choices are in docs/benchmarks/notes/2026-12-03-sync-figures.md.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class Claims(Protocol):
     host: str
 
     @property
-    def local(self) -> Ledger: ...
+    def local(self) -> CronLedger: ...
 
     def last(self, job: str) -> datetime | None: ...
 
@@ -86,7 +88,7 @@ class Claims(Protocol):
     def done(self, job: str, due: datetime) -> None: ...
 
 
-class Ledger:
+class CronLedger:
     """job -> the latest due time started (ISO). Written atomically and fsynced before a run."""
 
     def __init__(self, path: Path, host: str = ""):
@@ -99,7 +101,7 @@ class Ledger:
             self.data = {}
 
     @property
-    def local(self) -> Ledger:
+    def local(self) -> CronLedger:
         return self
 
     def last(self, job: str) -> datetime | None:
@@ -169,7 +171,7 @@ class _Held:
 class RefClaims:
     """Claims as refs on the remote (see the module docstring)."""
 
-    def __init__(self, store: GitStore, remote: Remote, host: str, ttl_s: float, ledger: Ledger,
+    def __init__(self, store: GitStore, remote: Remote, host: str, ttl_s: float, ledger: CronLedger,
                  state_path: Path):
         self.store = store
         self.remote = remote
@@ -182,7 +184,7 @@ class RefClaims:
         self.on_finish: Callable[[], None] | None = None  # the sync service: push now
         # requests' claims lost at a renewal, for the next round to withdraw their answers; not cron
         # runs: their output's path is the taker's too, and the taker may close the claim on it (a
-        # run withdrawn after that left 13 of 100 due times without output in a chaos run)
+        # run withdrawn after that would leave its due time without any output)
         self.lost_meanwhile: list[tuple[str, list[str]]] = []
         self._tree_written = False
         self.held: dict[str, _Held] = {}
@@ -219,7 +221,7 @@ class RefClaims:
         """Claim commits for many keys (key -> state, note, took_over, parent) in one git call:
         key -> (sha, expiry)."""
         if not self._tree_written:  # git knows the empty tree without storing it; fsck wants it stored
-            self.store._git("mktree", input="")
+            self.store.store_empty_tree()
             self._tree_written = True
         made, expiries = [], []
         for key, (state, note, took_over, parent) in specs.items():
@@ -228,21 +230,13 @@ class RefClaims:
             made.append((EMPTY_TREE, [parent] if parent else [], f"claim {key}{': ' + note if note else ''}",
                          Act.claim(self.host, state, expires, took)))
             expiries.append(expires)
-        shas = self.store._commit_trees(made)
+        shas = self.store.commit_trees(made)
         return {key: (sha, expires) for key, sha, expires in zip(specs, shas, expiries, strict=True)}
 
     def records(self, prefix: str = "") -> list[ClaimRecord]:
         """The claims of the last fetch (mirrored under refs/hermes/remote/), in one git call."""
-        fmt = "%(refname)%00%(objectname)%00%(committerdate:unix)%00%(contents)%1e"
         base = mirror_of(CLAIMS)
-        out = self.store._git("for-each-ref", f"--format={fmt}", base + prefix)
-        found = []
-        for rec in out.split("\x1e"):
-            rec = rec.strip("\n")
-            if rec:
-                ref, sha, ts, message = rec.split("\0", 3)
-                found.append(_parse(ref[len(base):], sha, int(ts or 0), message))
-        return found
+        return [_parse(ref[len(base):], sha, ts, message) for ref, sha, ts, message in self.store.ref_messages(base + prefix)]
 
     def holder(self, key: str) -> ClaimRecord | None:
         """Who holds `key` on the remote now (fetched afresh); None if nobody."""
@@ -298,10 +292,10 @@ class RefClaims:
 
     def renew(self) -> list[str]:
         """Push fresh expiries for running claims a sixth of their time old, all in one push (each
-        with a lease on its own old value: one machine may hold dozens of claims, and one push
-        per claim took seconds each on a loaded machine, behind which the takeovers of the same
-        timer waited); the keys lost to a takeover (this machine was too slow or cut off) are
-        returned and forgotten."""
+        with a lease on its own old value: one machine may hold dozens of claims, and a push per
+        claim is slow on a loaded machine while the takeovers of the same timer wait behind it);
+        the keys lost to a takeover (this machine was too slow or cut off) are returned and
+        forgotten."""
         now = time.time()
         # a done claim waiting for its result's push is renewed too: main may not go up at once
         due = {key: held for key, held in list(self.held.items())
@@ -345,7 +339,8 @@ class RefClaims:
         """Take over these running claims of dead holders in one push, each with a lease on the
         exact value seen (so, for each, at most one machine of any number racing wins); the keys
         won. One push for all: after a partition heals or a machine dies holding many claims,
-        one takeover after the other (three network calls each) took minutes."""
+        one takeover after the other (three network calls each) leaves the last ones waiting
+        long past their expiry."""
         if not records:
             return []
         now = time.time()
@@ -368,9 +363,9 @@ class RefClaims:
     def finish(self, key: str, paths: list[str] | None = None) -> None:
         """The work is done: its `done` commit goes up with the next push of main (`pending`).
         A previous process's claim whose result is on main here is this process's from now on:
-        renewed until that push (left an orphan, it was never renewed, so while main kept losing
-        the race it expired and another machine could take the finished work over and do it
-        again; found reading the code for the chaos bench's twice-answered requests)."""
+        renewed until that push (left an orphan, it would not be renewed, so while main kept
+        losing the race it would expire and another machine could take the finished work over
+        and do it again)."""
         with self.lock:
             held = self.held.get(key)
             if held is None or held.done:
@@ -475,7 +470,7 @@ class RefClaims:
 
     # -- the scheduler's interface (Claims) ---------------------------------------------------------
     @property
-    def local(self) -> Ledger:
+    def local(self) -> CronLedger:
         return self.ledger
 
     def last(self, job: str) -> datetime | None:
@@ -556,7 +551,7 @@ class RefClaims:
             result = self.remote.push([RefUpdate(CLAIMS + r.key, None, r.sha) for r in batch], atomic=False)
             for r in batch:
                 if CLAIMS + r.key in result.accepted:
-                    self.store._git("update-ref", "-d", mirror_of(CLAIMS + r.key), r.sha, ok=(0, 1, 128))
+                    self.store.delete_ref(mirror_of(CLAIMS + r.key), r.sha, missing_ok=True)
                     pruned.append(r.key)
         self.pruned_at = now
         return pruned
@@ -620,5 +615,5 @@ def _parse(key: str, sha: str, timestamp: int, message: str) -> ClaimRecord:
     return ClaimRecord(key, sha, t.get(HOST, "?"), t.get(CLAIM_STATE, RUNNING), expires, timestamp)
 
 
-__all__ = ["CLAIMS", "MIRROR", "RETENTION_S", "ClaimRecord", "Claims", "Ledger", "RefClaims", "Take", "cron_key",
+__all__ = ["CLAIMS", "MIRROR", "RETENTION_S", "ClaimRecord", "Claims", "CronLedger", "RefClaims", "Take", "cron_key",
            "prunable", "too_old_to_claim"]

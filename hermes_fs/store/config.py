@@ -215,6 +215,11 @@ class RemoteConfig:
     url: str = ""  # any URL git accepts; credentials stay with git (helpers, ssh keys)
     branch: str = "main"  # the remote's branch that is main
 
+    @property
+    def ref(self) -> str:
+        """The remote branch that is the vault's main, as a full ref."""
+        return f"refs/heads/{self.branch}"
+
 
 @dataclass
 class SyncConfig:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..errors import GitError
+from ..errors import RepositoryBusy
 from .files import clean_relpath, symlink_on_path
 from .git_base import EMPTY_TREE, MAIN, HumanEditResult
 from .git_worktree import GitWorktree
@@ -40,7 +40,7 @@ class GitCommitter(GitWorktree):
     def _require_main_checked_out(self) -> None:
         busy = self.operation_in_progress(index_lock=False)  # a brief index.lock is waited out in _run
         if busy:
-            raise GitError(f"{busy} in the vault; hermes-fs waits until it is finished (it works on {MAIN})")
+            raise RepositoryBusy(f"{busy} in the vault; hermes-fs waits until it is finished (it works on {MAIN})")
 
     def commit_paths(
         self, paths: list[str], message: str, act: Act, body: str = "",

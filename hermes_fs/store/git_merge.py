@@ -50,8 +50,8 @@ class GitMerger(GitCommitter):
         touches are committed first, and the working tree changes only by CAS, file by file.
         Returns the new main, or None when main already has `theirs`. A person saving a file the
         merge changes while it runs does not refuse it where `resolve` folds the merge into their
-        text (`_folds`): with saves every second and merges of a second or more on a loaded
-        machine, the other machines' edits waited for a quiet moment (the sync chaos bench)."""
+        text (`_folds`): with frequent saves and slow merges, a refusing merge would wait for a
+        quiet moment that may not come, and the other machines' edits with it."""
         with self.lock.hold():
             self._require_main_checked_out()
             if self.is_ancestor(theirs, self.head()):

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 from ..errors import GitError, InputError
 from .files import Symlink, clean_relpath
-from .git_base import EMPTY_TREE, ZERO
+from .git_base import EMPTY_TREE, MAIN, ZERO
 from .git_read import GitReader
 from .provenance import Act
 
@@ -100,6 +100,40 @@ class GitObjects(GitReader):
                 mode, kind, sha = meta.split()
                 entries[name] = (mode, kind, sha)
         return entries
+
+    def update_ref(self, ref: str, new: str, old: str | None = None) -> None:
+        """Point `ref` at `new`; with `old`, only if it is still there (ZERO: only if it does not
+        exist yet). Never for main: main moves through commits and merges, under the VaultLock."""
+        self._not_main(ref)
+        self._git("update-ref", ref, new, *([old] if old else []))
+
+    def delete_ref(self, ref: str, old: str | None = None, missing_ok: bool = False) -> None:
+        """Delete `ref`; with `old`, only if it is still there. `missing_ok`: a ref already gone,
+        or moved meanwhile, is no error."""
+        self._not_main(ref)
+        self._git("update-ref", "-d", ref, *([old] if old else []), ok=(0, 1, 128) if missing_ok else (0,))
+
+    @staticmethod
+    def _not_main(ref: str) -> None:
+        if ref in (MAIN, f"refs/heads/{MAIN}", "HEAD"):
+            raise GitError(f"{ref} is moved by commits and merges only")
+
+    def rename_branch(self, old: str, new: str) -> None:
+        self._git("branch", "-m", old, new)
+
+    def store_empty_tree(self) -> str:
+        """Write the empty tree to the object database (git knows it without storing it; fsck
+        wants it stored) and return its id: claim and lease commits have it as their tree."""
+        self._git("mktree", input="")
+        return EMPTY_TREE
+
+    def commit_tree(self, tree: str, parents: list[str], message: str, act: Act) -> str:
+        """A commit of `tree` on no branch (claims, leases: the caller pushes or moves a ref)."""
+        return self._commit_tree(tree, parents, message, act)
+
+    def commit_trees(self, commits: list[tuple[str, list[str], str, Act]]) -> list[str]:
+        """Many commits of `commit_tree` at once (see `_commit_trees`)."""
+        return self._commit_trees(commits)
 
     def _hash_blob(self, data: bytes) -> str:
         return self._git("hash-object", "-w", "--stdin", input=data).strip()

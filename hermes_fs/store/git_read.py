@@ -231,6 +231,55 @@ class GitReader(GitBase):
             result.append(BranchInfo(ref[len(strip) :], sha, int(ts or 0), subject))
         return result
 
+    def refs(self, *prefixes: str) -> dict[str, str]:
+        """ref -> sha of every ref under `prefixes` (full ref names), in one git call."""
+        out = self._git("for-each-ref", "--format=%(objectname) %(refname)", *prefixes)
+        found = {}
+        for line in out.splitlines():
+            sha, _, ref = line.partition(" ")
+            found[ref] = sha
+        return found
+
+    def ref_messages(self, prefix: str) -> list[tuple[str, str, int, str]]:
+        """(ref, sha, commit time, whole message) of every ref under `prefix`, in one git call:
+        claim and lease refs keep their state in their commit's trailers."""
+        fmt = "%(refname)%00%(objectname)%00%(committerdate:unix)%00%(contents)%1e"
+        found = []
+        for rec in self._git("for-each-ref", f"--format={fmt}", prefix).split("\x1e"):
+            rec = rec.strip("\n")
+            if rec:
+                ref, sha, ts, message = rec.split("\0", 3)
+                found.append((ref, sha, int(ts or 0), message))
+        return found
+
+    def blob_id(self, commit: str, path: str) -> str | None:
+        """The object id of `path` in `commit`; None when the commit or the path is not there."""
+        out = self._git("rev-parse", "-q", "--verify", f"{commit}:{path}", ok=(0, 1, 128)).strip()
+        return out or None
+
+    def has_own_commit(self, tip: str, *others: str, other_globs: tuple[str, ...] = ()) -> bool:
+        """Has `tip` a commit (not a merge) that none of `others` nor the refs matching
+        `other_globs` holds?"""
+        out = self._git("rev-list", "-n1", "--no-merges", tip, "--not", *(f"--glob={g}" for g in other_globs),
+                        *others)
+        return bool(out.strip())
+
+    def last_trailers(self, commit: str, path: str) -> dict[str, str]:
+        """The trailers of the last commit up to `commit` that changed `path`."""
+        return parse_trailers(self._git("log", "-1", "--format=%B", commit, "--", path))
+
+    def added_paths(self, since: str, until: str, under: str, trailer: str) -> list[tuple[str, list[str]]]:
+        """(the `trailer`'s value, the paths it added under `under`) of each commit (merges left
+        out) in since..until, newest first."""
+        out = self._git("log", "--no-merges", "--diff-filter=A", "--no-renames", "--name-only",
+                        f"--format=%x00%(trailers:key={trailer},valueonly,separator=)", f"{since}..{until}",
+                        "--", under)
+        found = []
+        for commit in out.split("\0")[1:]:
+            value, *paths = [line.strip() for line in commit.split("\n")]
+            found.append((value, [p for p in paths if p]))
+        return found
+
     def dirty_paths(self, paths: list[str] | None = None) -> list[str]:
         """Paths whose working-tree content differs from main (edits, new files, deletions).
 

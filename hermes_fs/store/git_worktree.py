@@ -51,9 +51,9 @@ class GitWorktree(GitObjects):
         committed as a person's edit. Returns the paths put back.
 
         Every commit of working-tree state (`commit_paths`, `commit_all`, `commit_human_edits`,
-        and the merges through the last) runs this first, under the lock: a commit that moved main
-        before it (the daemon's restart saving interrupted transcripts did) used to make it skip
-        the files, and the merge's half-written text was then committed as a person's edit."""
+        and the merges through the last) runs this first, under the lock: otherwise a commit that
+        moved main before it would make it skip the files, and the merge's half-written text would
+        be committed as a person's edit."""
         try:
             j = json.loads(self.journal.read_text())
         except (OSError, ValueError):
@@ -78,10 +78,9 @@ class GitWorktree(GitObjects):
     def _restore(self, commit: str, wrote: str, paths: list[str]) -> list[str]:
         """The files at `paths` that still hold exactly what `wrote` has there get `commit`'s bytes
         back (the index is left alone); returns those paths. Both commits' bytes are read first,
-        then each file is swapped only if unchanged. (This used to look at the file, then read
-        `commit`'s bytes from git, a process, then write them: a save landing in between was
-        overwritten, and a line the sync chaos bench appended was lost that way once.) A file
-        changed meanwhile stays as it is: the person's text, to commit."""
+        then each file is swapped only if unchanged, so no git process runs between the look at a
+        file and its swap, where a save could land and be overwritten. A file changed meanwhile
+        stays as it is: the person's text, to commit."""
         before, after = self._ls_paths(commit, paths), self._ls_paths(wrote, paths)
         restored = []
         for rel in paths:

@@ -78,11 +78,11 @@ class RefLease:
 
     def _commit(self, expires: float, journal: dict[str, Any]) -> str:
         if not self._tree_written:  # git knows the empty tree without storing it; fsck wants it stored
-            self.store._git("mktree", input="")
+            self.store.store_empty_tree()
             self._tree_written = True
         body = json.dumps(journal, separators=(",", ":"), sort_keys=True)
         message = f"lease {self.name}\n\n{body}"
-        return self.store._commit_tree(EMPTY_TREE, [], message, Act.lease(self.host, expires))
+        return self.store.commit_tree(EMPTY_TREE, [], message, Act.lease(self.host, expires))
 
 
 def parse(sha: str, message: str) -> LeaseRecord:

@@ -54,6 +54,7 @@ CLAIM_TOOK_OVER = "Claim-Took-Over"
 LEASE_EXPIRES = "Lease-Expires"
 CURATE_POLICY = "Curate-Policy"
 CURATE_MODEL = "Curate-Model"
+CHECKS = "Checks"  # on a learned change: its checks' results ("2/3 passed; failed: node-pm")
 
 HUMAN_EDIT = "human-edit"  # the value of Hermes-Change on a person's edit
 _TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.*)$")

@@ -62,6 +62,7 @@ class RefUpdate:
 class PushResult:
     accepted: list[str] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)  # ref -> git's reason ("stale info", ...)
+    stale: set[str] = field(default_factory=set)  # of the rejected: lost their lease (the ref moved meanwhile)
 
     @property
     def ok(self) -> bool:
@@ -169,6 +170,8 @@ class Remote:
             ref = spec.rsplit(":", 1)[-1]
             if flag == "!":
                 result.rejected[ref] = summary  # e.g. "[rejected] (stale info)", "[rejected] (atomic push failed)"
+                if "(stale info)" in summary:  # git's words for a lease that failed: read here, once
+                    result.stale.add(ref)
             else:
                 result.accepted.append(ref)
         if code != 0 and not result.rejected:

@@ -139,6 +139,25 @@ def test_signed_mail_is_answered_in_its_thread_forged_mail_runs_nothing(gateway,
     assert len(results) == 1 and "platform: email" in results[0].read_text()
 
 
+def test_a_markdown_reply_is_multipart_text_and_sanitised_html(gateway, env, keys, model_server):
+    answer = ("Two steps:\n\n1. **Stop** the service\n2. Run `make deploy`\n\n"
+              "<img src=x onerror=alert(1)> [docs](https://example.org/deploy) [evil](javascript:alert(1))")
+    model_server.add({"content": answer})
+    gateway()
+    send(env, keys, mail(subject="Deploy", body="How?"))
+    reply = env.wait_for(ME, 1)[0].obj  # the message as Dovecot delivered it, parsed back from its bytes
+    assert reply.get_content_type() == "multipart/alternative"
+    parts = [p for p in reply.walk() if not p.is_multipart()]
+    assert [p.get_content_type() for p in parts] == ["text/plain", "text/html"]
+    assert parts[0].get_payload(decode=True).decode().replace("\r\n", "\n").strip() == answer  # the Markdown
+    html = parts[1].get_payload(decode=True).decode()
+    assert html.startswith("<!DOCTYPE html>") and '<meta charset="utf-8">' in html
+    assert "<ol>" in html and "<strong>Stop</strong>" in html and "<code>make deploy</code>" in html
+    assert '<a href="https://example.org/deploy">docs</a>' in html
+    assert "<img" not in html and "onerror=alert" not in html.replace("&lt;img src=x onerror=alert(1)&gt;", "")
+    assert 'href="javascript' not in html
+
+
 def test_a_thread_is_one_session_and_a_new_thread_another(gateway, env, keys, model_server, agent_vault):
     model_server.add({"content": "Use make deploy."}, {"content": "Use make rollback."}, {"content": "Hello."})
     gateway()

@@ -142,11 +142,12 @@ def test_near_duplicates_are_merged_by_the_model_and_a_bad_answer_changes_nothin
 def test_memory_over_budget_is_consolidated_and_contradictions_keep_the_newest(agent_vault, model_server, tmp_path):
     v = agent_vault
     text = (v.root / USER).read_text().replace("title: User\n", "title: User\nbudget: 420\n")
-    (v.root / USER).write_text(text + "- Prefers npm for JavaScript projects.\n"
-                                      "- Lives in Lyon, France, and works from home most days of the week.\n"
-                                      "- Works remotely from Lyon most days.\n")
-    v.git.commit_human_edits()  # the person wrote these three
-    (v.root / USER).write_text((v.root / USER).read_text() + "- Always uses pnpm, never npm, for JavaScript.\n")
+    (v.root / USER).write_text(text + "- Prefers npm for JavaScript projects.\n")
+    v.git.commit_human_edits()  # the person wrote this one
+    (v.root / USER).write_text((v.root / USER).read_text()
+                               + "- Lives in Lyon, France, and works from home most days of the week.\n"
+                               "- Works remotely from Lyon most days.\n"
+                               "- Always uses pnpm, never npm, for JavaScript.\n")
     v.git.commit_paths([USER], "memory: add entry", Act.session("s1"))  # the agent, later
     assert plan(v).over_budget == [USER]
     model_server.add({"content": json.dumps({
@@ -156,12 +157,13 @@ def test_memory_over_budget_is_consolidated_and_contradictions_keep_the_newest(a
     out = curate(v)
     assert out.status == "pending", out.reason
     after = v.git.read_file(out.branch, USER).decode()
-    assert "Always uses pnpm" in after and "Prefers npm" not in after  # the newest kept
+    # a person's entry is never dropped by the curator: the contradiction is named for them to settle
+    assert "Always uses pnpm" in after and "Prefers npm for JavaScript projects." in after
     assert "Lives in Lyon, France; works from home most days." in after and "Works remotely" not in after
     assert "Prefers concise answers" in after  # untouched entries stay, byte for byte
     info = v.git.commit_info(out.branch)
-    assert "entries a person wrote" in info.body and "Prefers npm" in info.body
-    assert "a person wrote" in info.summary and "resolve 1 contradiction" in info.summary
+    assert "left as a person wrote it" in info.body and "Prefers npm" in info.body and "contradicted by" in info.body
+    assert "about entries a person wrote" in info.summary and "resolve 1 contradiction" in info.summary
     [request] = model_server.requests  # MEMORY.md holds one entry: nothing to ask about it
     prompt = request["messages"][-1]["content"]
     assert "OVER its budget" in prompt and "(person, added" in prompt and "(agent, added" in prompt

@@ -208,7 +208,7 @@ def test_inbox_learn_request(agent_vault, model_server):
     (agent_vault.root / "inbox" / "learn-deploy.md").write_text("---\ntype: learn\nsource: docs/deploy.md\n---\nfocus on deploys\n")
     model_server.add({"tool_calls": [("skill_manage", {"action": "create", "name": "deploy-fly", "content": SKILL})]},
                      {"content": "Summary: wrote deploy-fly"})
-    c = inbox.claim(agent_vault, "inbox/learn-deploy.md")
+    c = inbox.take(agent_vault, "inbox/learn-deploy.md", None)
     assert inbox.process(agent_vault, c).status == "ok"
     text = (agent_vault.root / c.result_rel).read_text()
     assert "learn: learn/" in text and "type: learn" in text and "focus on deploys" in text

@@ -11,8 +11,8 @@ from hermes_fs.agent.conversation import Conversation, ConversationOptions
 from hermes_fs.agent.tools import REVIEW_TOOLS
 from hermes_fs.errors import ConflictError
 from hermes_fs.learning import changes as review
-from hermes_fs.learning.checks import similar_skill
 from hermes_fs.learning.refine import RefineOptions, refine
+from hermes_fs.learning.validate import similar_skill
 from hermes_fs.store.provenance import Act
 
 USER = "memory/USER.md"
@@ -50,7 +50,7 @@ def test_session_to_branch_with_memory_entry_and_skill(agent_vault, model_server
     good_review(model_server)
     result = refine(agent_vault, RefineOptions(focus="preferences and deploys"))
     assert result.status == "pending", result.reason
-    assert result.branch.startswith("refine/") and result.branch.endswith("preferences-and-deploys")
+    assert result.branch.startswith("refine/") and result.branch.endswith("remember-tabs-preference-and-the-fly-io")
     assert sorted(result.files) == [USER, "skills/deploy-fly/SKILL.md"]
     # the ended session was committed already, so S is main as it was; main did not move
     assert agent_vault.git.head() == result.snapshot == head_before
@@ -159,13 +159,15 @@ def test_person_edits_user_md_while_review_runs(agent_vault, model_server, sessi
 
 def test_conflicting_edit_during_review_is_reported_and_nothing_lost(agent_vault, model_server, session):
     gate = threading.Event()
+    p = agent_vault.root / USER
+    p.write_text(p.read_text() + "- Likes terse commit messages.\n")  # an entry the agent learned (it may rewrite it)
+    agent_vault.git.commit_paths([USER], "memory: add entry", Act.session("s0"))
     model_server.add({"wait": gate, "tool_calls": [("memory", {"action": "replace", "file": "USER.md",
-                                                               "old_text": "concise", "text": "Prefers long answers."})]},
+                                                               "old_text": "terse", "text": "Prefers long answers."})]},
                      {"content": "Summary: longer answers\n- memory/USER.md: long answers (because asked)"})
     t, box = _run_in_thread(lambda: refine(agent_vault, RefineOptions(policy="auto")))
     _wait_requests(model_server, 2)
-    p = agent_vault.root / USER
-    p.write_text(p.read_text().replace("Prefers concise answers", "Prefers very short answers"))
+    p.write_text(p.read_text().replace("Likes terse commit messages", "Likes very short answers"))
     gate.set()
     t.join(60)
     r = box["result"]
@@ -234,13 +236,20 @@ def test_model_failing_mid_review_leaves_no_branch_and_no_lock(agent_vault, mode
         pass
 
 
-def test_garbage_final_answer_still_gives_a_good_commit_message(agent_vault, model_server, session):
+def test_a_change_without_a_reason_is_asked_again_then_refused(agent_vault, model_server, session):
     model_server.add({"tool_calls": [("memory", {"action": "add", "file": "USER.md", "text": "Prefers tabs."})]},
-                     {"content": "\x00\x01 lol ok"})
-    r = refine(agent_vault, RefineOptions())
+                     {"content": "\x00\x01 lol ok"},
+                     {"content": "Summary: tabs over spaces\n- memory/USER.md: prefers tabs (because the user said "
+                                 "\"I always use tabs, not spaces\")"})
+    r = refine(agent_vault, RefineOptions(focus="indentation"))
     info = agent_vault.git.commit_info(r.branch)
-    assert info.summary == "update memory/USER.md"
-    assert "- memory/USER.md: updated (no reason given)" in info.body
+    assert "is missing the reason for memory/USER.md" in model_server.requests[-1]["messages"][-1]["content"]
+    # the title and the branch name come from the reviewer's summary, not the focus or the file names
+    assert info.summary == "tabs over spaces" and r.branch.endswith("-tabs-over-spaces")
+    model_server.add({"tool_calls": [("memory", {"action": "add", "file": "USER.md", "text": "Likes tea."})]},
+                     {"content": "ok"}, {"content": "Summary: tea"})
+    r = refine(agent_vault, RefineOptions())
+    assert r.status == "nothing" and r.branch is None, r.line()  # still no reason: the change is not made
 
 
 def test_nothing_to_change_makes_no_branch(agent_vault, model_server, session):
@@ -254,9 +263,9 @@ def test_two_refines_at_once(agent_vault, model_server, session):
     def responder(body):
         brief = body["messages"][1]["content"]
         which = "alpha" if "Focus: alpha" in brief else "beta"
-        if any(m["role"] == "tool" for m in body["messages"]):
-            return {"content": f"Summary: {which}\n- memory: {which} (because test)"}
         target = "USER.md" if which == "alpha" else "MEMORY.md"
+        if any(m["role"] == "tool" for m in body["messages"]):
+            return {"content": f"Summary: {which}\n- {target}: {which} (because test)"}
         return {"delay": 0.3, "tool_calls": [("memory", {"action": "add", "file": target, "text": f"Fact {which}."})]}
 
     model_server.responder = responder
@@ -322,7 +331,7 @@ def test_cli_refine_in_background(agent_vault, model_server, session, run_cli):
 
 def test_checks_catch_what_tools_would_have_refused(vault):
     """Defense in depth: the final check re-validates every changed file of the overlay."""
-    from hermes_fs.learning.checks import check
+    from hermes_fs.learning.validate import check
     from hermes_fs.store.overlay import OverlayFiles
 
     ov = OverlayFiles(vault.git, vault.git.head())
@@ -353,8 +362,24 @@ def test_branch_names_are_never_reused_even_after_a_merge(vault):
 
 
 def test_filler_words_do_not_make_skills_look_alike():
-    from hermes_fs.learning.checks import similar_skill
+    from hermes_fs.learning.validate import similar_skill
 
     existing = {"deploy-fly": "Use when you need the steps to deploy an app to fly.io with rolling updates."}
     assert similar_skill("bake-bread", "Use when you need the steps to bake sourdough bread at home.", existing) is None
     assert similar_skill("fly-deploys", "Deploy an app to fly.io with rolling updates.", existing) == "deploy-fly"
+
+
+def test_structured_entry_without_a_reason_is_sent_back(agent_vault, model_server, session):
+    bare = {"memory": [{"action": "add", "file": "USER.md", "reason": " ", "text": "Prefers tabs.", "old_text": ""}],
+            "skills": [], "summary": ""}
+    fixed = {"memory": [{**bare["memory"][0], "reason": "the user said: I always use tabs, not spaces"}],
+             "skills": [], "summary": ""}
+    model_server.add({"content": json.dumps(bare)}, {"content": json.dumps(fixed)})
+    r = refine(agent_vault, RefineOptions(mode="structured"))
+    assert "gives no reason" in model_server.requests[-1]["messages"][-1]["content"]
+    info = agent_vault.git.commit_info(r.branch)
+    # no summary given: the title is what was learned, not a file name
+    assert info.summary == "learn: Prefers tabs." and "update memory" not in info.summary
+    assert "(because the user said: I always use tabs, not spaces)" in info.body
+    model_server.add({"content": json.dumps(bare)}, {"content": json.dumps(bare)}, {"content": json.dumps(bare)})
+    assert refine(agent_vault, RefineOptions(mode="structured")).status == "nothing"

@@ -14,9 +14,10 @@ from test_sync import first_machine, machine
 
 from hermes_fs.errors import InputError
 from hermes_fs.mind import jobs as cron
-from hermes_fs.service.scheduler import Ledger, Scheduler, next_runs
-from hermes_fs.service.sync import Syncer, claims_for
-from hermes_fs.store.claims import CLAIMS, RefClaims, Take, cron_key
+from hermes_fs.service.scheduler import Scheduler, next_runs
+from hermes_fs.service.sync import Syncer
+from hermes_fs.service.work import open_claims
+from hermes_fs.store.claims import CLAIMS, CronLedger, RefClaims, Take, cron_key
 from hermes_fs.store.config import Config
 from hermes_fs.store.remote import Remote
 
@@ -55,7 +56,7 @@ def test_only_the_pinned_host_runs_the_job_and_others_record_nothing(tmp_path):
     fired: dict[str, list] = {"a": [], "b": []}
     for host in ("a", "b"):
         clock = Clock(start)
-        s = Scheduler(Ledger(tmp_path / f"{host}.json", host), lambda j, d, h=host: fired[h].append((j.name, d)),
+        s = Scheduler(CronLedger(tmp_path / f"{host}.json", host), lambda j, d, h=host: fired[h].append((j.name, d)),
                       clock, start=lambda job, work: work())
         s.jobs = {"pinned": every_minute("pinned", "a"), "free": every_minute("free")}
         run_minutes(s, clock, 3)
@@ -72,7 +73,7 @@ def test_pinned_elsewhere_claims_nothing_on_the_remote_and_pinned_here_runs_offl
     try:
         def claims(host: str) -> RefClaims:
             return RefClaims(a.git, Remote(a.root, server.url(port=proxy.port), timeout_s=5), host, 30,
-                             Ledger(tmp_path / f"{host}-ledger.json"), tmp_path / f"{host}-claims.json")
+                             CronLedger(tmp_path / f"{host}-ledger.json"), tmp_path / f"{host}-claims.json")
 
         start = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
         ran: list[tuple[str, str]] = []
@@ -104,8 +105,8 @@ def test_offline_due_time_is_caught_up_only_if_nobody_ran_it(tmp_path, server):
     proxy = Proxy(server.port)
     try:
         ca = RefClaims(a.git, Remote(a.root, server.url(port=proxy.port), timeout_s=5), "a", 30,
-                       Ledger(tmp_path / "la"), tmp_path / "ca.json")
-        cb = RefClaims(a.git, Remote(a.root, server.url(), timeout_s=5), "b", 30, Ledger(tmp_path / "lb"),
+                       CronLedger(tmp_path / "la"), tmp_path / "ca.json")
+        cb = RefClaims(a.git, Remote(a.root, server.url(), timeout_s=5), "b", 30, CronLedger(tmp_path / "lb"),
                        tmp_path / "cb.json")
         ran_by_b, missed_by_all = (datetime(2026, 12, 1, h, 0, tzinfo=UTC) for h in (9, 10))
         proxy.cut()
@@ -123,14 +124,15 @@ def test_offline_due_time_is_caught_up_only_if_nobody_ran_it(tmp_path, server):
 def test_cron_list_and_status_show_the_pin_and_the_missed_time(tmp_path, server, run_cli):
     a = first_machine(tmp_path, server)
     b = machine(tmp_path, server, "b")
-    here = claims_for(a).host
+    here = open_claims(a).host
     (a.root / "cron" / "mine.md").write_text(f"---\nschedule: every 30m\nhost: {here}\n---\nTick.\n")
     (a.root / "cron" / "elsewhere.md").write_text("---\nschedule: every 30m\nhost: phone-0000\n---\nTick.\n")
     a.git.commit_human_edits(["cron/mine.md", "cron/elsewhere.md"])
     Syncer(a).round(work=False)
     Syncer(b).round(work=False)
-    claims_for(b).missed["mine"] = "2026-12-01T09:00:00+00:00"  # as a cut-off round leaves it
-    claims_for(b)._save()
+    cb = open_claims(b)
+    cb.missed["mine"] = "2026-12-01T09:00:00+00:00"  # as a cut-off round leaves it
+    cb._save()
 
     rows = {r["job"]: r for r in json.loads(run_cli("cron", "list", "--json", "--vault", str(a.root)).stdout)}
     assert rows["mine"]["host"] == here and rows["mine"]["next_run"]

@@ -14,7 +14,7 @@ from conftest import git
 from gitserver import GitDaemon, Proxy
 
 from hermes_fs.service.sync import Syncer, clone_vault, conflict_files, host_ref
-from hermes_fs.store.claims import Ledger, RefClaims, Take
+from hermes_fs.store.claims import CronLedger, RefClaims, Take
 from hermes_fs.store.host import host_id
 from hermes_fs.store.provenance import Act
 from hermes_fs.store.remote import RefUpdate, Remote, Unreachable, mirror_of
@@ -139,7 +139,7 @@ def test_a_persons_uncommitted_text_is_never_touched(tmp_path, server):
 def test_three_racing_claims_have_exactly_one_winner(tmp_path, server):
     a = first_machine(tmp_path, server)
     vaults = [a] + [machine(tmp_path, server, n) for n in ("b", "c")]
-    claims = [RefClaims(v.git, Remote(v.root, server.url()), f"h{i}", 30, Ledger(tmp_path / f"l{i}.json"),
+    claims = [RefClaims(v.git, Remote(v.root, server.url()), f"h{i}", 30, CronLedger(tmp_path / f"l{i}.json"),
                         tmp_path / f"c{i}.json") for i, v in enumerate(vaults)]
     for n in range(40):
         results: list[Take] = []
@@ -161,9 +161,9 @@ def test_three_racing_claims_have_exactly_one_winner(tmp_path, server):
 def test_a_dead_claimants_claim_is_taken_over_after_expiry(tmp_path, server):
     a = first_machine(tmp_path, server)
     b = machine(tmp_path, server, "b")
-    dead = RefClaims(a.git, Remote(a.root, server.url()), "dead", 1.0, Ledger(tmp_path / "l1"), tmp_path / "c1")
-    live = RefClaims(b.git, Remote(b.root, server.url()), "live", 1.0, Ledger(tmp_path / "l2"), tmp_path / "c2")
-    patient = RefClaims(a.git, Remote(a.root, server.url()), "patient", 600, Ledger(tmp_path / "l3"), tmp_path / "c3")
+    dead = RefClaims(a.git, Remote(a.root, server.url()), "dead", 1.0, CronLedger(tmp_path / "l1"), tmp_path / "c1")
+    live = RefClaims(b.git, Remote(b.root, server.url()), "live", 1.0, CronLedger(tmp_path / "l2"), tmp_path / "c2")
+    patient = RefClaims(a.git, Remote(a.root, server.url()), "patient", 600, CronLedger(tmp_path / "l3"), tmp_path / "c3")
     assert patient.take("cron/y/1") == Take.WON
     assert live.take("cron/y/1") == Take.TAKEN  # still within its expiry (ten minutes)
     assert dead.take("cron/x/1") == Take.WON
@@ -184,7 +184,7 @@ def test_a_plain_push_or_stale_lease_never_moves_a_claim(tmp_path, server):
     assert remote.push([RefUpdate("refs/hermes/claims/k", head, None)]).ok
     other = a.git.commit_info(head).parents[0]
     r = remote.push([RefUpdate("refs/hermes/claims/k", other, None)])  # "must not exist": refused
-    assert not r.ok and "stale" in r.rejected["refs/hermes/claims/k"]
+    assert not r.ok and r.stale == {"refs/hermes/claims/k"}  # a lost lease, said by type
     assert remote.refs("refs/hermes/claims/")["refs/hermes/claims/k"] == head
 
 
@@ -193,7 +193,7 @@ def test_offline_runs_nothing_and_catches_up_when_back(tmp_path, server):
     proxy = Proxy(server.port)
     try:
         c = RefClaims(a.git, Remote(a.root, server.url(port=proxy.port), timeout_s=10), "a", 30,
-                      Ledger(tmp_path / "l"), tmp_path / "c.json")
+                      CronLedger(tmp_path / "l"), tmp_path / "c.json")
         due = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
         proxy.cut()
         assert c.mark("brief", due) is False  # cannot claim: does not run
@@ -268,7 +268,7 @@ def test_a_renewal_the_mirror_has_not_seen_is_not_a_takeover(tmp_path, server):
     its `done` never went up, and after its expiry another machine took the finished work over."""
     a = first_machine(tmp_path, server)
     remote = Remote(a.root, server.url())
-    c = RefClaims(a.git, remote, "a", 30, Ledger(tmp_path / "l"), tmp_path / "c.json")
+    c = RefClaims(a.git, remote, "a", 30, CronLedger(tmp_path / "l"), tmp_path / "c.json")
     assert c.take("cron/x/20261201T090000Z") == Take.WON
     remote.fetch()  # the mirror has the claim as first made
     c.held["cron/x/20261201T090000Z"].expires = time.time() + 5  # due for renewal
@@ -278,7 +278,7 @@ def test_a_renewal_the_mirror_has_not_seen_is_not_a_takeover(tmp_path, server):
     assert c.lost_to_takeover() == []
     assert "cron/x/20261201T090000Z" in c.held
     # a real takeover (built on this machine's claim) is still seen as one
-    other = RefClaims(a.git, remote, "b", 30, Ledger(tmp_path / "l2"), tmp_path / "c2.json")
+    other = RefClaims(a.git, remote, "b", 30, CronLedger(tmp_path / "l2"), tmp_path / "c2.json")
     held = c.held["cron/x/20261201T090000Z"]
     sha, _ = other._commit("cron/x/20261201T090000Z", "running", "taken over", parent=held.sha)
     assert remote.push([RefUpdate("refs/hermes/claims/cron/x/20261201T090000Z", sha, held.sha)]).ok
@@ -294,7 +294,7 @@ def test_done_claims_are_pruned_and_a_pruned_due_time_never_runs_again(tmp_path,
 
     from hermes_fs.mind.jobs import parse_job
     from hermes_fs.service.scheduler import catch_up_runs
-    from hermes_fs.service.sync import claim_request, claims_for, request_key
+    from hermes_fs.service.work import claim_request, open_claims, request_key
     from hermes_fs.store.claims import RETENTION_S, cron_key
 
     a = first_machine(tmp_path, server)
@@ -302,14 +302,14 @@ def test_done_claims_are_pruned_and_a_pruned_due_time_never_runs_again(tmp_path,
     a.git.commit_paths(["inbox/ask.md"], "phone: a request", Act.person())
     assert Syncer(a).round(work=False).pushed
     b = machine(tmp_path, server, "b")  # has the request on its main, and never syncs again below
-    ca = claims_for(a)
+    ca = open_claims(a)
     today = datetime.now(UTC).replace(hour=9, minute=0, second=0, microsecond=0)
     dues = [today - timedelta(days=d) for d in (10, 9, 8)]
     for due in dues:  # brief ran on three days (long ago), a request was answered, one run is going on
         assert ca.take(cron_key("brief", due)) == Take.WON
         ca.finish(cron_key("brief", due))
     assert ca.take(cron_key("other", dues[0])) == Take.WON  # running: a dead machine's, never pruned
-    assert claim_request(a, "inbox/ask.md")[0]
+    assert claim_request(a, ca, "inbox/ask.md")[0]
     key = request_key(a, "inbox/ask.md")
     (a.root / "inbox" / "ask.md").unlink()
     a.git.commit_paths(["inbox/ask.md"], "request answered", Act.sync("a"))
@@ -325,7 +325,7 @@ def test_done_claims_are_pruned_and_a_pruned_due_time_never_runs_again(tmp_path,
                                                        f"refs/hermes/claims/{cron_key('other', dues[0])}"}
     # a new machine: no ledger of its own; its scheduler is already past every pruned due time
     c = machine(tmp_path, server, "c")
-    cc = claims_for(c)
+    cc = open_claims(c)
     Syncer(c, cc).round(work=False)  # its first round
     assert cc.last("brief") == dues[2]
     job = parse_job("brief", "---\nschedule: every day at 09:00\ntimezone: UTC\ncatch_up: true\n---\nBrief me.\n", c.config)
@@ -337,7 +337,7 @@ def test_done_claims_are_pruned_and_a_pruned_due_time_never_runs_again(tmp_path,
     assert cc.take_missed() == [] and cc.missed == {}
     assert cron_key("brief", dues[1]) not in {r.removeprefix("refs/hermes/claims/") for r in remote.refs("refs/hermes/claims/")}
     # B still has the answered request on its main; its claim is gone, the remote's main says it was answered
-    assert claim_request(b, "inbox/ask.md")[0] is False
+    assert claim_request(b, open_claims(b), "inbox/ask.md")[0] is False
     assert f"refs/hermes/claims/{key}" not in remote.refs("refs/hermes/claims/")
 
 
@@ -621,3 +621,30 @@ def test_after_a_start_what_the_others_wrote_is_merged_while_the_host_ref_is_sti
     for line in ("Written on a while b was stopped", "Written on b while its daemon was stopped"):
         assert lines.count(f"- {line}") == 1, line
     assert git(b.root, "rev-parse", mirror_of(own)).strip() == git(server.base / "vault.git", "rev-parse", own).strip()
+
+
+def test_the_daemon_builds_the_claims_once_and_its_parts_share_them(tmp_path, server):
+    """No process-wide cache: the daemon opens the vault's claims once it owns the vault and hands
+    the same object to the sync service, the web page, the gateway and the scheduler; a reloaded
+    hermes.yaml changes their expiry. Opened again in the same process, they are another object."""
+    from hermes_fs.service.daemon import Daemon
+    from hermes_fs.service.services import services_for
+    from hermes_fs.service.work import cron_claims, open_claims
+
+    a = first_machine(tmp_path, server)
+    cfg = a.root / "hermes.yaml"
+    cfg.write_text(cfg.read_text() + "web:\n  enabled: true\n  listen: 127.0.0.1:0\n"
+                   "gateway:\n  webhook:\n    listen: 127.0.0.1:0\n    routes: {}\n")
+    a.reload_config()
+    d = Daemon(a)
+    d._open_claims()
+    assert d.claims is not None and d.claims is not open_claims(a)
+    sync, = services_for(d, early=True)
+    assert sync.syncer.claims is d.claims and sync.syncer.claims.on_finish == sync.poke
+    parts = {s.name: s for s in services_for(d)}
+    assert parts["web page"].claims is d.claims and parts["gateway"].claims is d.claims
+    assert cron_claims(a, d.claims) is d.claims
+    cfg.write_text(cfg.read_text() + "sync:\n  claim_ttl_s: 90\n")
+    d._reload_config()
+    assert d.claims.ttl_s == 90
+    assert isinstance(cron_claims(a, None), CronLedger)  # no claims given: this machine's own ledger

@@ -10,8 +10,9 @@ import time
 import pytest
 from gitserver import GitDaemon
 
-from hermes_fs.service.sync import Syncer, watch_main
-from hermes_fs.store.claims import Ledger, RefClaims, Take
+from hermes_fs.service.sync import Syncer
+from hermes_fs.service.sync_service import watch_main
+from hermes_fs.store.claims import CronLedger, RefClaims, Take
 from hermes_fs.store.provenance import Act
 from hermes_fs.store.remote import RefUpdate, Remote
 from hermes_fs.store.vault import Vault, init_vault
@@ -71,7 +72,7 @@ def synced(tmp_path):
 
 
 def claims(v: Vault, server: GitDaemon, host: str, ttl: float, state) -> RefClaims:
-    return RefClaims(v.git, CountingRemote(v.root, server.url()), host, ttl, Ledger(state.with_suffix(".ledger")),
+    return RefClaims(v.git, CountingRemote(v.root, server.url()), host, ttl, CronLedger(state.with_suffix(".ledger")),
                      state)
 
 
@@ -134,7 +135,7 @@ def dead_claims(v: Vault, server: GitDaemon, tmp_path, jobs: list[str], due, see
     for job in jobs:
         assert dead.take(cron_key(job, due)) == Take.WON
         if seen:
-            Ledger(v.state_dir / LEDGER_NAME).passed(job, due)
+            CronLedger(v.state_dir / LEDGER_NAME).passed(job, due)
 
 
 def one_shot_jobs(v: Vault, jobs: list[str], due) -> None:
@@ -169,7 +170,7 @@ def test_a_busy_machine_takes_over_every_dead_claim_and_runs_four_at_once(synced
     from conftest import DaemonProc, wait_for
     from model_server import configure_vault
 
-    from hermes_fs.service.sync import RUN_AT_ONCE
+    from hermes_fs.service.sync_service import RUN_AT_ONCE
     from hermes_fs.store.host import host_id
 
     v, server = synced
@@ -218,7 +219,7 @@ def a_late_job_and_slow_rounds(v: Vault, server: GitDaemon, model_server):
                     "sync:\n  interval_s: 120\n  claim_ttl_s: 10\n")
     due = (datetime.now(UTC) - timedelta(minutes=1)).replace(microsecond=0)
     one_shot_jobs(v, ["late"], due)
-    Ledger(v.state_dir / LEDGER_NAME).passed("late", due)
+    CronLedger(v.state_dir / LEDGER_NAME).passed("late", due)
     return due
 
 
@@ -255,7 +256,7 @@ def test_the_renewer_takes_over_while_the_last_round_said_offline(synced, tmp_pa
     from conftest import DaemonProc, wait_for
     from gitserver import Proxy
 
-    from hermes_fs.service.sync import URL_KEY
+    from hermes_fs.service.work import URL_KEY
     from hermes_fs.store.host import host_id
 
     v, server = synced
@@ -290,14 +291,14 @@ def test_the_scheduler_starts_without_waiting_for_the_remote(tmp_path):
     answer = threading.Event()
     ran: list[str] = []
 
-    class SlowRemoteClaims(Ledger):
+    class SlowRemoteClaims(CronLedger):
         def mark(self, job, due):  # the remote takes its time to answer
             asked.set()
             answer.wait(30)
             return super().mark(job, due)
 
     due = datetime.now(UTC) - timedelta(minutes=5)
-    Ledger(tmp_path / "ledger.json").passed("brief", due - timedelta(days=1))  # seen before: owed its run at `due`
+    CronLedger(tmp_path / "ledger.json").passed("brief", due - timedelta(days=1))  # seen before: owed its run at `due`
     claims_ = SlowRemoteClaims(tmp_path / "ledger.json")
     brief = CronJob(name="brief", schedule=parse_schedule(f"at {due.isoformat()}", UTC), prompt="p")
     s = Scheduler(claims_, lambda j, d: ran.append(j.name))
@@ -326,23 +327,23 @@ def test_a_request_resumed_after_a_restart_keeps_its_claim(synced, tmp_path):
     so after the expiry another machine took the request over and answered it too (found by
     reading the code). Resumed, the claim is adopted: renewed, kept, and still this machine's."""
     from hermes_fs.service import inbox
-    from hermes_fs.service.sync import adopt_request, claims_for, request_key
+    from hermes_fs.service.work import adopt_request, open_claims, request_key
 
     v, server = synced
     for name in ("ask.md", "other.md"):
         (v.root / "inbox" / name).write_text(f"---\ntype: run\n---\n{name}\n")
     v.git.commit_paths(["inbox/ask.md", "inbox/other.md"], "edit: two requests from the phone", Act.human_edit())
     assert Syncer(v).round(work=False).pushed
-    first = claims_for(v)
-    assert inbox.claim(v, "inbox/ask.md") is not None  # won its claim on the remote, moved to .hermes/inbox
+    first = open_claims(v)
+    assert inbox.take(v, "inbox/ask.md", first) is not None  # won its claim on the remote, moved to .hermes/inbox
     key = request_key(v, "inbox/ask.md")
     other = request_key(v, "inbox/other.md")
     assert key in first.held and first.take(other) == Take.WON  # other: claimed, but its file is gone here
     # the daemon is killed; a new process reads the same state file
     restarted = RefClaims(v.git, Remote(v.root, server.url()), first.host, 3.0, first.ledger, first.state_path)
     assert restarted.held[key].orphan and restarted.held[other].orphan
-    for c in inbox.pending_claims(v):  # what the daemon resumes at start (inbox.resume)
-        assert adopt_request(v, c.key, restarted)
+    for c in inbox.pending_taken(v):  # what the daemon resumes at start (inbox.resume)
+        assert adopt_request(restarted, c.key)
     assert not restarted.held[key].orphan and restarted.held[other].orphan
     Syncer(v, restarted).round(work=False)  # a round forgets orphans of requests, not this one
     assert key in restarted.held and other not in restarted.held
@@ -355,11 +356,11 @@ def ask_claimed_here(v: Vault, server: GitDaemon, model_server):
     """The phone's two requests, with `inbox/ask.md` claimed here (every answer: "answered here"):
     this machine's claims and the inbox claim."""
     from hermes_fs.service import inbox
-    from hermes_fs.service.sync import claims_for
+    from hermes_fs.service.work import open_claims
 
     two_requests_from_the_phone(v, server, model_server, lambda body: {"content": "answered here"})
-    claims = claims_for(v)
-    c = inbox.claim(v, "inbox/ask.md")
+    claims = open_claims(v)
+    c = inbox.take(v, "inbox/ask.md", claims)
     assert c is not None
     return claims, c
 
@@ -395,12 +396,12 @@ def test_a_request_answered_here_after_its_claim_was_taken_over_is_withdrawn(syn
     still published its answer beside the taker's, since a request's answer, unlike a cron
     output, was never withdrawn. Now it is, and the request goes back on main for the taker."""
     from hermes_fs.service import inbox
-    from hermes_fs.service.sync import request_key
+    from hermes_fs.service.work import request_key
 
     v, server = synced
     mine, c = ask_claimed_here(v, server, model_server)
     key = request_key(v, "inbox/ask.md")
-    inbox.process(v, c)  # answered and committed here, not pushed yet ...
+    inbox.process(v, c, claims=mine)  # answered and committed here, not pushed yet ...
     assert v.git.list_files(v.git.head(), "outputs/requests/")
     take_over_from(mine, v, server, key, tmp_path)  # ... when another machine takes the claim over
     theirs = "outputs/requests/20261201-000000-000000-ask.md"  # the taker's answer, merged from its host ref
@@ -418,7 +419,7 @@ def test_a_request_whose_claim_is_lost_while_it_runs_is_not_answered_here(synced
     a renewal) while the request ran, or before a restarted daemon resumed it, and the answer was
     committed and pushed all the same. An answer is now committed only under a claim still held."""
     from hermes_fs.service import inbox
-    from hermes_fs.service.sync import claims_for, request_key
+    from hermes_fs.service.work import open_claims, request_key
 
     v, server = synced
     lost: list[str] = []
@@ -431,10 +432,10 @@ def test_a_request_whose_claim_is_lost_while_it_runs_is_not_answered_here(synced
         return {"content": "answered here"}
 
     two_requests_from_the_phone(v, server, model_server, respond)
-    mine = claims_for(v)
-    c = inbox.claim(v, "inbox/late.md")
+    mine = open_claims(v)
+    c = inbox.take(v, "inbox/late.md", mine)
     assert c is not None
-    result = inbox.process(v, c)
+    result = inbox.process(v, c, claims=mine)
     assert lost == [request_key(v, "inbox/late.md")]
     assert not result.ok and "another machine" in result.body
     assert v.git.list_files(v.git.head(), "outputs/requests/") == []  # nothing committed
@@ -466,7 +467,7 @@ def cron_run_committed(v: Vault, server: GitDaemon, tmp_path) -> tuple[RefClaims
     """A due time claimed by this machine ("me"), its run's output committed on main here."""
     from datetime import UTC, datetime
 
-    from hermes_fs.service.sync import result_of
+    from hermes_fs.service.work import result_of
     from hermes_fs.store.claims import cron_key
 
     mine = claims(v, server, "me", 30.0, tmp_path / "me.json")
@@ -520,12 +521,12 @@ def test_a_request_answered_before_a_restart_keeps_its_claim_until_it_is_publish
     from test_sync import refuse_main
 
     from hermes_fs.service import inbox
-    from hermes_fs.service.sync import request_key
+    from hermes_fs.service.work import request_key
 
     v, server = synced
     first, c = ask_claimed_here(v, server, model_server)
     key = request_key(v, "inbox/ask.md")
-    inbox.process(v, c)  # answered and committed; the process dies before a round marks the claim done
+    inbox.process(v, c, claims=first)  # answered and committed; the process dies before a round marks the claim done
     restarted = RefClaims(v.git, Remote(v.root, server.url()), first.host, 30.0, first.ledger, first.state_path)
     assert restarted.held[key].orphan
     refuse_main(server, True)  # main loses the race every time: the `done` cannot go up with it
@@ -556,7 +557,7 @@ def test_a_dead_machines_requests_are_taken_over_in_one_push(synced, tmp_path, m
     from conftest import DaemonProc, wait_for
     from model_server import configure_vault
 
-    from hermes_fs.service.sync import request_key
+    from hermes_fs.service.work import request_key
     from hermes_fs.store.claims import CLAIMS
 
     v, server = synced
@@ -605,12 +606,12 @@ def test_a_request_answered_elsewhere_before_it_resumes_here_is_not_answered_aga
     assert Syncer(v, mine).round(work=False).pushed  # and the remote's: main asks it no longer anywhere
     Syncer(v, mine).round(work=False)  # the mirror of the remote's main too
     assert c.key not in mine.held  # the round saw the claim in the taker's hands
-    resumed = inbox.pending_claims(v)  # the daemon, restarted, resumes what it had taken
+    resumed = inbox.pending_taken(v)  # the daemon, restarted, resumes what it had taken
     assert [r.key for r in resumed] == [c.key]
-    result = inbox.process(v, resumed[0])
+    result = inbox.process(v, resumed[0], claims=mine)
     assert not result.ok and "another machine" in result.body
     assert v.git.list_files(v.git.head(), "outputs/requests/") == [theirs]
-    assert inbox.pending_claims(v) == [] and not list(inbox.claims_dir(v).iterdir())  # let go, key and all
+    assert inbox.pending_taken(v) == [] and not list(inbox.taken_dir(v).iterdir())  # let go, key and all
 
 
 def test_a_cron_run_is_not_withdrawn_on_a_stale_mirror_of_main(synced, tmp_path):
@@ -649,7 +650,7 @@ def test_many_claim_commits_are_made_in_one_git_call(synced, tmp_path):
 
     v, server = synced
     store = CountingStore(v.root, lock_dir=v.root / ".hermes" / "locks")
-    holder = RefClaims(store, CountingRemote(v.root, server.url()), "holder", 1.0, Ledger(tmp_path / "h.ledger"),
+    holder = RefClaims(store, CountingRemote(v.root, server.url()), "holder", 1.0, CronLedger(tmp_path / "h.ledger"),
                        tmp_path / "h.json")
     for key in KEYS:
         assert holder.take(key) == Take.WON
@@ -659,7 +660,7 @@ def test_many_claim_commits_are_made_in_one_git_call(synced, tmp_path):
     assert holder.renew() == []
     assert calls.count("commit-tree") == 0 and calls.count("hash-object") == 1
     time.sleep(1.1)  # expired: another machine takes them all over
-    taker = RefClaims(store, CountingRemote(v.root, server.url()), "taker", 30.0, Ledger(tmp_path / "t.ledger"),
+    taker = RefClaims(store, CountingRemote(v.root, server.url()), "taker", 30.0, CronLedger(tmp_path / "t.ledger"),
                       tmp_path / "t.json")
     taker.remote.fetch()
     calls.clear()

@@ -103,10 +103,11 @@ def test_conflict_shows_entry_both_versions_and_the_cli_next_steps(agent_vault, 
 
     from hermes_fs.learning.refine import RefineOptions, refine
 
-    make_session(agent_vault, model_server, tmp_path)
+    make_session(agent_vault, model_server, tmp_path, "No more concise answers: I want long, detailed answers now.")
+    reason = 'memory/USER.md: wants detail (because the user said "I want long, detailed answers now")'
     model_server.add({"tool_calls": [("memory", {"action": "replace", "file": "USER.md", "old_text": "Prefers concise",
                                                  "text": "Prefers long, detailed answers."})]},
-                     {"content": "Summary: longer answers\n- memory/USER.md: wants detail (because the user asked twice)"})
+                     {"content": f"Summary: longer answers\n- {reason}"})
     result = refine(agent_vault, RefineOptions())
     branch = result.branch
     path = agent_vault.root / USER
@@ -116,7 +117,7 @@ def test_conflict_shows_entry_both_versions_and_the_cli_next_steps(agent_vault, 
     [f] = d.files
     [e] = f.entries
     assert e.action == "replaced" and "Prefers concise" in e.old and e.new == "- Prefers long, detailed answers."
-    assert e.reason == "memory/USER.md: wants detail (because the user asked twice)"
+    assert "I want long, detailed answers now" in e.reason  # the person's words that allow it
     w = web(agent_vault.root)
     code, _, body = w.request("GET", f"/changes/{branch}")
     assert code == 200 and "Merging now would conflict" in body
@@ -169,6 +170,16 @@ def test_bad_paths_and_names_are_clear_errors(vault, web):
     code, _, body = w.request("POST", "/memory/USER.md", form(w, text="x" * 6_000_000, base="absent"))
     assert code == 409 and "over 2,000,000 characters" in body  # the editor's own limit, said as such
     assert w.request("POST", "/log/revert", form(w, branch="refine/never"))[0] == 303  # an error message, no crash
+
+
+def test_what_does_not_exist_is_404_by_its_error_type_bad_input_400(vault, web):
+    """NotFound (a change, a skill, a session, a job) answers 404; any other bad input 400: by the
+    exception's type, not by the wording of its message."""
+    w = web()
+    for path in ["/changes/refine/nope", "/skills/nope", "/sessions/20260101-000000-abcd"]:
+        assert w.request("GET", path)[0] == 404, path
+    for path in ["/memory/../hermes.yaml", "/memory/notes.md", "/skills/writing-skills?file=../../hermes.yaml"]:
+        assert w.request("GET", path)[0] == 400, path
 
 
 def test_editing_refuses_a_secret_and_shows_skill_validation(vault, web):

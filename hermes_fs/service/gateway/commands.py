@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...store.claims import RefClaims
 from ...store.vault import Vault
 
 SHOW_LIMIT = 3500  # characters of a diff sent to a chat; the rest is on the machine (`review show`)
@@ -60,6 +61,7 @@ class ChatContext:
     clear_session: Callable[[], None]
     attachments: list[Path] = field(default_factory=list)  # files the channel saved for this message
     text: str = ""  # the whole message: the command line, then the person's notes (a mail's body)
+    claims: RefClaims | None = None  # the daemon's claims on the remote: a decision is claimed there first
 
 
 def run(cmd: Command, ctx: ChatContext) -> tuple[str, str]:
@@ -132,18 +134,15 @@ def _show(ctx: ChatContext, arg: str) -> tuple[str, str]:
 
 
 def _merge(ctx: ChatContext, arg: str) -> tuple[str, str]:
-    from ...learning.changes import merge, resolve_name
+    from ..decisions import decide
 
-    branch = resolve_name(ctx.vault.git, arg)
-    sha = merge(ctx.vault.git, branch)
-    return "ok", f"merged {branch} ({sha[:10]})"
+    return "ok", decide(ctx.vault, arg, "merge", claims=ctx.claims).line()  # the admin's decision
 
 
 def _reject(ctx: ChatContext, arg: str) -> tuple[str, str]:
-    from ...learning.changes import reject, resolve_name
+    from ..decisions import decide
 
-    branch = resolve_name(ctx.vault.git, arg)
-    return "ok", f"rejected {branch} (kept as {reject(ctx.vault.git, branch)})"
+    return "ok", decide(ctx.vault, arg, "reject", claims=ctx.claims).line()
 
 
 def _status(ctx: ChatContext, arg: str) -> tuple[str, str]:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...agent.boundary import Source
-from ...errors import HermesError, InputError
+from ...errors import HermesError, InputError, SessionGone
 from ...store.docs import dump_doc, parse_doc
 from ...store.files import atomic_write
 from ...store.provenance import Act
@@ -70,6 +70,7 @@ from .ledger import (
 )
 
 if TYPE_CHECKING:
+    from ...store.claims import RefClaims
     from ..auto_review import AutoReview
     from .holder import ChannelHolder, Journal
 
@@ -245,8 +246,10 @@ class Gateway:
     name = "gateway"
 
     def __init__(self, vault: Vault, channels: list[Channel] | None = None,
-                 note: Callable[[str], None] | None = None, error: Callable[[str], None] | None = None):
+                 note: Callable[[str], None] | None = None, error: Callable[[str], None] | None = None,
+                 claims: RefClaims | None = None):
         self.vault = vault
+        self.claims = claims  # the daemon's claims on the remote (decisions from chat are claimed there)
         self.config = vault.config.gateway
         self._given = channels
         self.channels: dict[str, Channel] = {}
@@ -266,7 +269,7 @@ class Gateway:
         self.state_lock = threading.Lock()
         self.holders: dict[str, ChannelHolder] = {}  # channel -> its lease (only with `remote:`)
         self.merged: set[str] = set()  # channels held here whose last holder's shared state is taken in
-        self.parked: dict[str, list[tuple[inbox.Claim, str, Origin]]] = {}  # claims waiting for their lease
+        self.parked: dict[str, list[tuple[inbox.TakenRequest, str, Origin]]] = {}  # claims waiting for their lease
         self.started: set[str] = set()  # channels whose inbound side was started
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -421,7 +424,7 @@ class Gateway:
         left = [p for p in self.vault.git.changed_under(inbox.RESULTS_DIR) if p.endswith(".md")]
         if left:
             for rel in left:
-                rid = Path(rel).stem.split("-", 3)[-1]
+                rid = inbox.request_of_result(rel)
                 set_reply_state(self.vault, rel, self.ledger.delivery(rid))
             self.vault.git.commit_paths(left + self.vault.git.changed_under("sessions"),
                                         f"gateway: {len(left)} request(s) (after an interruption)",
@@ -435,7 +438,7 @@ class Gateway:
             else:
                 self.ledger.mark_failed(d.id, "the daemon stopped while sending; not sent again, so it "
                                               "cannot arrive twice")
-        for c in inbox.pending_claims(self.vault, requests_dir(self.vault), GATEWAY_DIR):
+        for c in inbox.pending_taken(self.vault, requests_dir(self.vault), GATEWAY_DIR):
             try:
                 origin = self._claim_origin(c)
             except (InputError, OSError) as exc:
@@ -545,7 +548,7 @@ class Gateway:
                     "the next ones this minute are not run. Wait a minute.") if first else ""
         return None
 
-    def _write_claim(self, rid: str, message: Inbound, text: str) -> inbox.Claim:
+    def _write_claim(self, rid: str, message: Inbound, text: str) -> inbox.TakenRequest:
         kind = "command" if commands.parse(text) else "run"
         if message.attachments and kind == "run":
             text += "\n\n(Attached files, saved in your workspace: " + ", ".join(p.name for p in message.attachments) + ")"
@@ -555,7 +558,7 @@ class Gateway:
         path = requests_dir(self.vault) / f"{stamp}--{name}"
         atomic_write(path, dump_doc(req.meta(), f"\n{text}\n"), fsync=True)
         _fsync_dir(path.parent)
-        return inbox.Claim(path, name, stamp, GATEWAY_DIR)
+        return inbox.TakenRequest(path, name, stamp, GATEWAY_DIR)
 
     def lookup(self, origin: Origin):
         """The ledger's row for a message (None: never seen): channels use it to tell a duplicate."""
@@ -591,13 +594,13 @@ class Gateway:
         return result.status if result.status in ("ok", "error") else "error", result.body
 
     # -- running ----------------------------------------------------------------------------------
-    def _claim_origin(self, c: inbox.Claim) -> Origin:
+    def _claim_origin(self, c: inbox.TakenRequest) -> Origin:
         req = inbox.parse_request(c.path.read_text(encoding="utf-8"), c.inbox_rel, ("run", "command"), chat=True)
         if req.origin is None:
             raise InputError("a gateway request without an origin", c.inbox_rel)
         return req.origin
 
-    def _process(self, c: inbox.Claim, skey: str, origin: Origin | None) -> None:
+    def _process(self, c: inbox.TakenRequest, skey: str, origin: Origin | None) -> None:
         if self.stopped.is_set():
             return  # stays claimed; run at the next start
         handlers: dict[str, Handler] = {"run": partial(self._run_chat, skey),
@@ -617,8 +620,8 @@ class Gateway:
             self.session_origins[req.session] = req.origin
         try:
             result = run_request(vault, req, options)
-        except InputError as exc:
-            if not req.session or "no session" not in str(exc):
+        except SessionGone:
+            if not req.session:
                 raise
             self.note(f"gateway: session {req.session} is gone; starting a new one")
             req.session = None
@@ -636,13 +639,13 @@ class Gateway:
         folder = attachments_dir(vault.state_dir, req.origin)
         files = sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
         ctx = commands.ChatContext(vault, admin, ledger.session(skey), lambda: ledger.set_session(skey, None), files,
-                                   req.text)
+                                   req.text, self.claims)
         status, answer = commands.run(cmd, ctx)
         return Result(status, answer, "command", outcome=cmd.name)
 
-    def _done(self, c: inbox.Claim, skey: str, origin: Origin | None, result: Result) -> None:
+    def _done(self, c: inbox.TakenRequest, skey: str, origin: Origin | None, result: Result) -> None:
         assert self.ledger and self.cadence
-        rid = c.name.removesuffix(".md")
+        rid = c.request_id
         if result.type == "run" and result.session:
             self.ledger.set_session(skey, result.session)
         self.ledger.finish_message(rid, result.status, result.body)

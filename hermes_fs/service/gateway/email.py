@@ -12,7 +12,8 @@ given its thread (Message-ID / In-Reply-To / References -> the thread's root), i
 saved under the workspace (size capped, types by name and content, never executed), and submitted.
 Out: replies over SMTP in the same thread, to the proven sender only, with Date, Message-ID (from
 the reply id, so a retry reuses it and a sent id is never sent again), In-Reply-To, References and
-`Auto-Submitted: auto-replied`.
+`Auto-Submitted: auto-replied`, as multipart/alternative: the Markdown as text/plain and the same
+reply as sanitised HTML (render.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ...store.private import connect_private
 from ...store.vault import Vault
 from .channel import Inbound, Origin, Outbound, Sink, attachments_dir
 from .mailauth import DnsFunc, claimed_from, prove_sender
+from .render import html_document, render
 
 log = logging.getLogger("hermes_fs.gateway.email")
 
@@ -713,7 +715,9 @@ class EmailChannel:
             msg["References"] = " ".join(refs)
         msg["Auto-Submitted"] = "auto-replied"
         msg["X-Auto-Response-Suppress"] = "All"
-        msg.set_content(reply.text or "(no answer)")
+        text = reply.text or "(no answer)"
+        msg.set_content(text)
+        msg.add_alternative(html_document(render(text).html), subtype="html")  # multipart/alternative
         return msg
 
     def _smtp(self) -> smtplib.SMTP:

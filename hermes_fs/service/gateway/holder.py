@@ -346,7 +346,7 @@ def lease_for(vault, account: str) -> RefLease | None:
     """The lease of a channel account on the vault's remote; None without a remote (one machine:
     nothing to share, the channel just runs)."""
     from ...store.host import host_id
-    from ..sync import remote_for, remote_url
+    from ..work import remote_for, remote_url
 
     if remote_url(vault) is None:
         return None

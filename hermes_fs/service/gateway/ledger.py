@@ -113,6 +113,19 @@ class Pairing:
     created: float
 
 
+@dataclass(frozen=True)
+class PairingRules:
+    code_ttl_s: float  # a code older than this is no code
+    max_failures: int  # this many failed attempts within lock_s lock approving
+    lock_s: float
+
+
+@dataclass
+class PairingAttempt:
+    pairing: Pairing | None  # the code's pairing, taken (None: no such code, or locked)
+    locked_until: float | None = None  # refused without looking at the code
+
+
 class Ledger:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -297,6 +310,33 @@ class Ledger:
 
     def approved(self) -> list[tuple[str, str]]:
         return [(p, s) for p, s in self._all("SELECT platform, sender FROM approved ORDER BY at")]
+
+    def decide_pairing(self, code_hash: str, approve: bool, rules: PairingRules, now: float) -> PairingAttempt:
+        """One approval or denial, whole, in one write transaction (`BEGIN IMMEDIATE`): the lock-out
+        is read, the code looked up and a failure counted with no other attempt in between, in this
+        process or another, so N attempts at once count N and the lock holds at its limit."""
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                failures = [r[0] for r in self.db.execute(
+                    "SELECT at FROM pair_failures WHERE at >= ? ORDER BY at", (now - rules.lock_s,)).fetchall()]
+                if len(failures) >= rules.max_failures:
+                    self.db.execute("COMMIT")
+                    return PairingAttempt(None, failures[-rules.max_failures] + rules.lock_s)
+                row = self.db.execute("SELECT platform, sender, created FROM pairing WHERE code_hash = ? AND "
+                                      "created >= ?", (code_hash, now - rules.code_ttl_s)).fetchone()
+                if row is None:
+                    self.db.execute("INSERT INTO pair_failures (at) VALUES (?)", (now,))
+                else:
+                    if approve:
+                        self.db.execute("INSERT OR REPLACE INTO approved (platform, sender, at) VALUES (?, ?, ?)",
+                                        (row[0], row[1], now))
+                    self.db.execute("DELETE FROM pairing WHERE code_hash = ?", (code_hash,))
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+        return PairingAttempt(Pairing(*row) if row else None, None)
 
     def add_pair_failure(self) -> None:
         self._do("INSERT INTO pair_failures (at) VALUES (?)", time.time())

@@ -1,5 +1,5 @@
 """Matrix as a gateway channel, with matrix-nio: DMs and rooms, threads (`m.thread`) as sessions,
-replies in the thread.
+replies in the thread, formatted (`formatted_body`, render.py) beside the plain Markdown `body`.
 
 One asyncio loop in its own thread long-polls `/sync`. For each batch, every message event is
 handed to the core (`Sink.submit`, which returns once the message is a durable request), and
@@ -8,8 +8,13 @@ batch, and the message ids make those submits no-ops. So nothing is lost or run 
 
 Ignored: the agent's own messages, edits (`m.replace`), non-text messages, malformed events,
 everything in encrypted rooms (end-to-end encryption is not supported: the agent cannot read
-them, and answers nothing there), invites from senders who may not talk to the agent. The first
-start ever reads no history: only messages that arrive from then on.
+them, and answers nothing there; `gateway status` names them and says why), invites from senders
+who may not talk to the agent. The first start ever reads no history: only messages that arrive
+from then on.
+
+A thread's first message in a thread with no session yet brings the thread's root along, as
+untrusted context (the root may be anyone's, and the agent may never have seen it). While a
+request from a room is queued or running, the agent shows as typing there.
 
 Replies are sent with the request id as the transaction id, and the device id is kept across
 restarts, so Synapse turns a resend after a crash into the same event (`idempotent_send`).
@@ -27,6 +32,8 @@ from ...store.config import MatrixConfig
 from ...store.vault import Vault
 from .access import Verdict, decide
 from .channel import Inbound, Origin, Outbound
+from .ledger import message_key
+from .render import MATRIX_FORMAT, render
 from .webhook import secret_value
 
 if TYPE_CHECKING:
@@ -37,7 +44,14 @@ log = logging.getLogger(__name__)
 PLATFORM = "matrix"
 SYNC_TIMEOUT_MS = 30_000
 MAX_BODY_BYTES = 32_000  # a Matrix event is at most 64 KiB; a longer reply is cut with a note
+MAX_EVENT_TEXT = 60_000  # body + formatted_body; past this the reply goes as plain text only
 CONTEXT_LINES = 10  # a shared room's recent lines kept (in the ledger) for untrusted context
+ROOT_CHARS = 2_000  # of a thread's root message, given with the thread's first request
+TYPING_TIMEOUT_MS = 30_000  # a typing notice lapses by itself after this (a crash leaves none behind)
+TYPING_RENEW_S = 20.0
+TYPING_CHECK_S = 1.0  # how often running requests are looked at, to end a notice once answered
+ENCRYPTED_REASON = ("end-to-end encrypted, which hermes-fs does not support: nothing there is read or answered; "
+                    "talk to the agent in an unencrypted room")
 
 
 def strip_reply_fallback(body: str) -> str:
@@ -59,6 +73,24 @@ def cut(text: str, limit: int = MAX_BODY_BYTES) -> str:
     return kept + f"\n[... cut: {len(data) - limit} more bytes]"
 
 
+def reply_content(reply: Outbound) -> dict[str, Any]:
+    """The m.room.message content of a reply: the Markdown as `body`, and as sanitised HTML in
+    `formatted_body` when it has any formatting (a plain sentence goes as `body` alone)."""
+    body = cut(reply.text)
+    content: dict[str, Any] = {"msgtype": "m.text", "body": body}
+    shown = render(body)
+    if not shown.plain and len(body.encode()) + len(shown.html.encode()) <= MAX_EVENT_TEXT:
+        content["format"] = MATRIX_FORMAT
+        content["formatted_body"] = shown.html
+    o = reply.origin
+    if o.thread:
+        content["m.relates_to"] = {"rel_type": "m.thread", "event_id": o.thread, "is_falling_back": True,
+                                   "m.in_reply_to": {"event_id": o.message}}
+    elif o.message.startswith("$"):
+        content["m.relates_to"] = {"m.in_reply_to": {"event_id": o.message}}
+    return content
+
+
 def others_since(lines: list[tuple[str, str, str]], sender: str, event: str) -> str | None:
     """What others said in the room since `sender` last spoke (before `event`: a message re-read
     after a crash sees what it saw the first time, not the lines after it)."""
@@ -67,7 +99,13 @@ def others_since(lines: list[tuple[str, str, str]], sender: str, event: str) -> 
         lines = lines[: ids.index(event)]
     mine = [i for i, (_, who, _) in enumerate(lines) if who == sender]
     since = lines[mine[-1] + 1 :] if mine else lines
-    return "\n".join(f"{who}: {text}" for _, who, text in since) or None
+    return "\n".join(f"{who}: {_continued(text)}" for _, who, text in since) or None
+
+
+def _continued(text: str) -> str:
+    """A message's later lines indented: a line break in someone's text never starts a line that
+    reads as another person speaking."""
+    return "\n    ".join(text.splitlines()) if text else text
 
 
 class MatrixChannel:
@@ -84,7 +122,9 @@ class MatrixChannel:
         self.ready = threading.Event()
         self.failure: str | None = None
         self.stopping = threading.Event()
-        self.encrypted_noted: set[str] = set()
+        self.encrypted: set[str] = set()  # joined rooms that are end-to-end encrypted (ignored)
+        self.typing: dict[str, set[str]] = {}  # room -> ids of its requests queued or running
+        self.rooted: set[tuple[str, str]] = set()  # (room, thread) whose root went with a request
 
     @property
     def cursor_key(self) -> str:
@@ -177,6 +217,13 @@ class MatrixChannel:
             return
         assert self.gateway and self.gateway.ledger
         ledger = self.gateway.ledger
+        typing = asyncio.create_task(self._keep_typing())
+        try:
+            await self._sync_loop(ledger)
+        finally:
+            typing.cancel()
+
+    async def _sync_loop(self, ledger) -> None:
         since = ledger.cursor(self.cursor_key)
         first = since is None
         delay = 1.0
@@ -201,7 +248,8 @@ class MatrixChannel:
             await self._handle(resp, history=first)
             ledger.set_cursor(self.cursor_key, resp.next_batch)  # after every message of the batch is durable
             since, first = resp.next_batch, False
-            self._report("connected")
+            self._note_encrypted_rooms()
+            self._report("connected", self.notes())
             self.ready.set()
 
     async def _login(self) -> None:
@@ -265,8 +313,86 @@ class MatrixChannel:
                     log.warning("matrix: skipped a malformed event in %s", room_id, exc_info=True)
                     continue
                 if message is not None:
-                    assert self.gateway
-                    await asyncio.to_thread(self.gateway.submit, message)
+                    await self._submit(message)
+
+    async def _submit(self, message: Inbound) -> None:
+        assert self.gateway
+        if message.origin.thread:
+            await self._with_root(message)
+        rid = await asyncio.to_thread(self.gateway.submit, message)
+        status = getattr(self.gateway, "request_status", None)
+        if status is not None and (await asyncio.to_thread(status, rid) or ("",))[0] == "pending":
+            self.typing.setdefault(message.origin.chat, set()).add(rid)
+            await self._type(message.origin.chat, True)
+
+    # -- a thread's root --------------------------------------------------------------------------
+    async def _with_root(self, message: Inbound) -> None:
+        """Give the thread's root with the first request of a thread that has no session yet."""
+        o = message.origin
+        assert o.thread and self.gateway and self.gateway.ledger
+        ledger = self.gateway.ledger
+        key = (o.chat, o.thread)
+        skey = o.session_key(per_sender=not message.direct and self.settings.per_sender_in_rooms)
+        if key in self.rooted or ledger.session(skey) or ledger.message(message_key(o)) is not None:
+            return
+        self.rooted.add(key)
+        try:
+            root = await self._root_line(o.chat, o.thread)
+        except Exception:  # the request still runs, without its root
+            log.warning("matrix: could not read the root of a thread in %s", o.chat, exc_info=True)
+            root = None
+        if root:
+            message.context = root + (f"\n\n{message.context}" if message.context else "")
+
+    async def _root_line(self, room_id: str, event_id: str) -> str | None:
+        """"<sender> (the thread's first message): <text>", or None when it cannot be read as text."""
+        resp = await self.client.room_get_event(room_id, event_id)
+        source = getattr(getattr(resp, "event", None), "source", None)
+        if not isinstance(source, dict) or source.get("type") != "m.room.message":
+            return None
+        content, sender = source.get("content"), source.get("sender")
+        body = content.get("body") if isinstance(content, dict) else None
+        if not isinstance(body, str) or not isinstance(sender, str) or not body.strip():
+            return None
+        text = strip_reply_fallback(body)[:ROOT_CHARS]
+        who = "you (the agent)" if sender == self.settings.user_id else sender
+        return f"{who} (the thread's first message): {_continued(text)}"
+
+    # -- typing notices ---------------------------------------------------------------------------
+    async def _keep_typing(self) -> None:
+        """Renew each room's typing notice while one of its requests is queued or running; end it
+        once none is (the reply follows)."""
+        renewed: dict[str, float] = {}
+        while True:
+            await asyncio.sleep(TYPING_CHECK_S)
+            try:
+                await self._typing_round(renewed)
+            except Exception:  # a notice is a courtesy: never the end of the channel
+                log.warning("matrix: typing notice failed", exc_info=True)
+
+    async def _typing_round(self, renewed: dict[str, float]) -> None:
+        status = getattr(self.gateway, "request_status", None)
+        if status is None:
+            return
+        now = asyncio.get_running_loop().time()
+        for room, rids in list(self.typing.items()):
+            for rid in list(rids):
+                if (await asyncio.to_thread(status, rid) or ("",))[0] != "pending":
+                    rids.discard(rid)
+            if not rids:
+                del self.typing[room]
+                renewed.pop(room, None)
+                await self._type(room, False)
+            elif now - renewed.setdefault(room, now) >= TYPING_RENEW_S:
+                renewed[room] = now
+                await self._type(room, True)
+
+    async def _type(self, room: str, on: bool) -> None:
+        from nio import RoomTypingError
+
+        resp = await self.client.room_typing(room, on, timeout=TYPING_TIMEOUT_MS)
+        if isinstance(resp, RoomTypingError):
+            log.info("matrix: typing notice in %s refused: %s", room, resp.message)
 
     async def _invite(self, room_id: str, info) -> None:
         own = self.settings.user_id
@@ -325,19 +451,27 @@ class MatrixChannel:
         return Inbound(origin, text, direct=direct, context=context)
 
     def _note_encrypted(self, room_id: str) -> None:
-        if room_id not in self.encrypted_noted:
-            self.encrypted_noted.add(room_id)
-            log.warning("matrix: %s is end-to-end encrypted, which hermes-fs does not support; "
-                        "nothing there is read or answered", room_id)
+        if room_id not in self.encrypted:
+            self.encrypted.add(room_id)
+            log.warning("matrix: %s is %s", room_id, ENCRYPTED_REASON)
+
+    def _note_encrypted_rooms(self) -> None:
+        for room_id, room in list(self.client.rooms.items()):
+            if room.encrypted:
+                self._note_encrypted(room_id)
+        self.encrypted &= set(self.client.rooms)  # a room left is no longer ignored
+
+    def notes(self) -> str:
+        """What `gateway status` shows beside "connected": the rooms ignored, and why."""
+        if not self.encrypted:
+            return ""
+        rooms = sorted(self.encrypted)
+        named = ", ".join(rooms[:3]) + (f" and {len(rooms) - 3} more" if len(rooms) > 3 else "")
+        return f"ignoring {len(rooms)} room(s), {ENCRYPTED_REASON}: {named}"
 
     async def _send(self, reply: Outbound) -> str:
         o = reply.origin
-        content: dict[str, Any] = {"msgtype": "m.text", "body": cut(reply.text)}
-        if o.thread:
-            content["m.relates_to"] = {"rel_type": "m.thread", "event_id": o.thread, "is_falling_back": True,
-                                       "m.in_reply_to": {"event_id": o.message}}
-        elif o.message.startswith("$"):
-            content["m.relates_to"] = {"m.in_reply_to": {"event_id": o.message}}
+        content = reply_content(reply)
         resp = await self.client.room_send(o.chat, "m.room.message", content, tx_id=reply.reply_id,
                                            ignore_unverified_devices=True)
         if not hasattr(resp, "event_id"):
@@ -345,4 +479,4 @@ class MatrixChannel:
         return resp.event_id
 
 
-__all__ = ["MatrixChannel", "strip_reply_fallback"]
+__all__ = ["MatrixChannel", "reply_content", "strip_reply_fallback"]

@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -25,15 +25,19 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ...errors import HermesError, InputError
+from ...errors import HermesError, InputError, NotFound
 from ...learning import changes, review
 from ...mind import memory, skills
 from ...mind.sessions import parse_messages, recent_sessions, search_sessions, session_path
 from ...store.docs import decode, parse_doc
 from ...store.files import symlink_on_path
 from ...store.vault import Vault
+from ..decisions import decide
 from . import edits
 from .security import CSRF_FIELD, MAX_FORM_BYTES, Keys
+
+if TYPE_CHECKING:
+    from ...store.claims import RefClaims
 
 STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 SESSION_LIST = 100  # newest sessions listed without a query
@@ -74,9 +78,10 @@ def diff_class(line: str) -> str:
 
 
 class Site:
-    def __init__(self, vault: Vault, keys: Keys):
+    def __init__(self, vault: Vault, keys: Keys, claims: RefClaims | None = None):
         self.vault = vault
         self.keys = keys
+        self.claims = claims  # the daemon's claims on the remote; None: opened per decision (decisions.py)
         self.flashes: dict[str, tuple[str, str]] = {}
         self.env = Environment(loader=PackageLoader("hermes_fs.service.web", "templates"),
                                autoescape=select_autoescape(default=True, default_for_string=True),
@@ -136,7 +141,7 @@ class Site:
         return RedirectResponse(f"{to}{'&' if '?' in to else '?'}flash={key}", 303)
 
     def failed(self, request: Request, exc: HermesError) -> HTMLResponse:
-        status = 404 if getattr(exc, "reason", str(exc)).startswith("no ") else 400  # "no skill named ..."
+        status = 404 if isinstance(exc, NotFound) else 400
         return self.render(request, "error.html", status, error=str(exc))
 
     async def act(self, request: Request, work: Callable[[], tuple[str, str]], back: str) -> Response:
@@ -168,13 +173,11 @@ class Site:
         page = f"/changes/{urlpath(branch)}"
 
         def work() -> tuple[str, str]:
-            name = changes.resolve_name(self.store, branch)
             if ticked and not only:
                 raise InputError("tick at least one file to merge only those")
-            sha = changes.merge(self.store, name, only=only if ticked else None)  # authored by you: your decision
-            left = self.store.rev(f"refs/heads/{name}")
-            return (page if left else "/"), f"merged {name} ({sha[:10]})" + (
-                "; the rest stays pending under the same name" if left else "")
+            # authored by you: your decision; claimed first when the vault syncs
+            done = decide(self.vault, branch, "merge", only=only if ticked else None, claims=self.claims)
+            return (f"/changes/{urlpath(done.branch)}" if done.rest_pending else "/"), done.line()
 
         return await self.act(request, work, page)
 
@@ -182,8 +185,7 @@ class Site:
         branch = request.path_params["branch"]
 
         def work() -> tuple[str, str]:
-            name = changes.resolve_name(self.store, branch)
-            return "/", f"rejected {name} (kept as {changes.reject(self.store, name)})"
+            return "/", decide(self.vault, branch, "reject", claims=self.claims).line()
 
         return await self.act(request, work, f"/changes/{urlpath(branch)}")
 
@@ -195,8 +197,7 @@ class Site:
         branch = str((await read_form(request)).get("branch", ""))
 
         def work() -> tuple[str, str]:
-            sha = changes.revert(self.store, branch)  # authored by you: your decision
-            return "/log", f"reverted {branch} ({sha[:10]})"
+            return "/log", decide(self.vault, branch, "revert", claims=self.claims).line()  # your decision
 
         return await self.act(request, work, "/log")
 
@@ -233,7 +234,7 @@ class Site:
         try:
             rel = skills.skill_path(name) if file == skills.SKILL_FILE else skills.support_path(name, file, any_file=True)
             if self.vault.files.read(skills.skill_path(name)) is None:
-                raise InputError(f"no skill named {name!r}", skills.skill_path(name))
+                raise NotFound(f"no skill named {name!r}", skills.skill_path(name))
         except HermesError as exc:
             return self.failed(request, exc)
 
@@ -308,7 +309,7 @@ class Site:
 
             jobs, _errors = cron.load_jobs(self.vault.files, self.vault.config)
             if name not in {j.name for j in jobs}:
-                raise InputError(f"no valid job {name!r} in cron/")
+                raise NotFound(f"no valid job {name!r} in cron/")
             log = self.vault.state_dir / "logs" / f"cron-{name}-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}.log"
             pid = spawn(self.vault.root, ["cron", "run", name], log)  # the CLI's `cron run`, in its own process
             return "/jobs", f"{name} started (pid {pid}); its output appears here when it finishes (log: {log})"
@@ -328,7 +329,7 @@ class Site:
             rel = session_path(sid)
             data = self.vault.files.read(rel)
             if data is None:
-                raise InputError(f"no session {sid}", rel)
+                raise NotFound(f"no session {sid}", rel)
             doc = parse_doc(decode(data, rel), rel, required=True)
             messages = parse_messages(doc.body.lstrip("\n"), rel)
         except HermesError as exc:
@@ -344,7 +345,7 @@ class Site:
             from ..background import refine_in_background
 
             if self.vault.files.read(session_path(sid)) is None:
-                raise InputError(f"no session {sid}")
+                raise NotFound(f"no session {sid}")
             pid, log = refine_in_background(self.vault, RefineOptions(session=sid, focus=focus))
             return "/", f"refine of {sid} running in the background (pid {pid}); its change appears here (log: {log})"
 

@@ -12,7 +12,7 @@ import logging
 import socket
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -23,6 +23,9 @@ from ...store.vault import Vault
 from .feed import ChangeFeed
 from .pages import Site
 from .security import Guard, Keys, load_token, parse_listen
+
+if TYPE_CHECKING:
+    from ...store.claims import RefClaims
 
 log = logging.getLogger(__name__)
 PING_S = 20
@@ -36,13 +39,14 @@ class WebApp:
     site: Site
 
 
-def build(vault: Vault, host: str, port: int) -> WebApp:
-    """The app for one vault, bound (by name) to host:port; the token is made on first use."""
+def build(vault: Vault, host: str, port: int, claims: RefClaims | None = None) -> WebApp:
+    """The app for one vault, bound (by name) to host:port; the token is made on first use.
+    `claims`: the daemon's, when the page runs inside it (decisions are claimed there)."""
     keys = Keys(load_token(vault.secrets_env, host))
     if host in ("0.0.0.0", "::", ""):
         raise HermesError(f"listen on the address you will open in the browser, not {host or 'every address'}: "
                           "the page answers only requests whose Host header names the address it is bound to")
-    site = Site(vault, keys)
+    site = Site(vault, keys, claims)
     feed = ChangeFeed(vault.root, on_change=lambda names: _reload_settings(vault, names))
 
     async def events(request: Request):
@@ -78,11 +82,11 @@ def _reload_settings(vault: Vault, names: list[str]) -> None:
 class WebServer:
     """uvicorn on its own thread (the daemon's case) or in the foreground (`hermes-fs web`)."""
 
-    def __init__(self, vault: Vault, listen: str):
+    def __init__(self, vault: Vault, listen: str, claims: RefClaims | None = None):
         import uvicorn
 
         host, port = parse_listen(listen)
-        self.app = build(vault, host, port)
+        self.app = build(vault, host, port, claims)
         self.sock = _bind(host, port)
         self.host, self.port = host, self.sock.getsockname()[1]
         self.app.guard.set_port(self.port)
@@ -151,12 +155,13 @@ class WebService:
 
     name = "web page"
 
-    def __init__(self, vault: Vault):
+    def __init__(self, vault: Vault, claims: RefClaims | None = None):
         self.vault = vault
+        self.claims = claims
         self.server: WebServer | None = None
 
     def start(self) -> None:
-        self.server = WebServer(self.vault, self.vault.config.web.listen)
+        self.server = WebServer(self.vault, self.vault.config.web.listen, self.claims)
         self.server.start()
         log.info(f"web page at {self.server.url} (sign in: `hermes-fs web --url`)")
 

@@ -1,0 +1,136 @@
+"""A person's checks (`checks/<name>.md`): run on every learned change, holding back an `auto`
+change that fails one, and `learn bisect` naming the merged change that broke one (real git,
+the scripted model over HTTP, answering from the system prompt each tree gives)."""
+
+import pytest
+
+from hermes_fs.agent.conversation import Conversation, ConversationOptions
+from hermes_fs.learning import changes as review
+from hermes_fs.learning import checks
+from hermes_fs.learning.bisect import bisect
+from hermes_fs.learning.refine import RefineOptions, refine
+from hermes_fs.store.overlay import OverlayFiles
+from hermes_fs.store.provenance import Act
+
+NODE = """---
+ask: "Which package manager do I use for node projects?"
+expect: [pnpm]
+forbid: ["npm install"]
+---
+The agent once learned npm from a one-off.
+"""
+
+
+def commit_check(vault, name: str = "node-pm", text: str = NODE) -> None:
+    (vault.root / "checks").mkdir(exist_ok=True)
+    (vault.root / f"checks/{name}.md").write_text(text)
+    vault.git.commit_paths([f"checks/{name}.md"], f"checks: {name}", Act.person())
+
+
+def answer_from_prompt(body: dict) -> dict:
+    """The agent as its memory makes it: it says what USER.md says about node, else pnpm."""
+    system = body["messages"][0]["content"]
+    return {"content": "Run `npm install`." if "npm install" in system else "You use pnpm."}
+
+
+def session(vault, server, tmp_path, words: str) -> str:
+    server.add({"content": "Noted."})
+    with Conversation(vault, ConversationOptions(source="run", workspace=tmp_path)) as c:
+        c.ask(words)
+        return c.id
+
+
+def learned(server, entry: str, summary: str) -> None:
+    server.add({"tool_calls": [("memory", {"action": "add", "file": "USER.md", "text": entry})]},
+               {"content": f"Summary: {summary}\n- memory/USER.md: {entry} (because the user said so)"})
+
+
+def test_check_files_are_read_and_judged(vault):
+    commit_check(vault)
+    commit_check(vault, "off", '---\nask: "x?"\nexpect: [y]\nenabled: false\n---\n')
+    commit_check(vault, "broken", "---\nexpect: [pnpm]\n---\n")
+    commit_check(vault, "binary", "\x00\x01---")
+    found = {c.name: c for c in checks.load(OverlayFiles(vault.git, vault.git.head()))}
+    assert found["node-pm"].ask.startswith("Which package manager") and found["node-pm"].forbid == ["npm install"]
+    assert not found["off"].enabled and not found["off"].error
+    assert "`ask` must be the question" in found["broken"].error and found["binary"].error
+    assert [c.name for c in checks.main_checks(vault.git)] == ["binary", "broken", "node-pm"]
+    c = found["node-pm"]
+    assert checks.judge(c, "Use PNPM, always.").passed
+    r = checks.judge(c, "Run npm   install then go")
+    assert not r.passed and r.missing == ["pnpm"] and r.forbidden == ["npm install"]
+    assert r.line() == "- check node-pm: FAILED: the answer does not mention 'pnpm' and mentions 'npm install'"
+    assert checks.results_in([r.line(), "- check other: passed"])[1].passed
+
+
+def test_check_runs_against_main_and_a_pending_change(agent_vault, model_server, tmp_path):
+    v = agent_vault
+    sid = session(v, model_server, tmp_path, "For node I just run npm install.")
+    learned(model_server, "Uses npm install for node projects.", "node installs use npm")
+    out = refine(v, RefineOptions(session=sid))  # no checks yet: nothing asked, nothing written
+    assert out.status == "pending" and "Checks" not in v.git.commit_info(out.branch).trailers
+    commit_check(v)
+    model_server.add(answer_from_prompt, answer_from_prompt)
+    on_main = checks.run(v, checks.tree_of(v, None)[0])
+    files, label = checks.tree_of(v, out.branch)
+    on_branch = checks.run(v, files)
+    assert on_main.passed and not on_branch.passed and label.endswith("merged onto main")
+    assert on_branch.failed[0].forbidden == ["npm install"]
+    # the prompt was assembled from each tree: the pending entry only in the second
+    assert "npm install" not in model_server.requests[-2]["messages"][0]["content"]
+    assert "Uses npm install" in model_server.requests[-1]["messages"][0]["content"]
+    assert model_server.requests[-1]["messages"][1]["content"] == "Which package manager do I use for node projects?"
+
+
+@pytest.mark.parametrize("policy", ["auto", "additions"])
+def test_an_auto_change_is_held_back_by_a_failing_check(agent_vault, model_server, tmp_path, policy):
+    v = agent_vault
+    commit_check(v)
+    sid = session(v, model_server, tmp_path, "For node I just run npm install.")
+    learned(model_server, "Uses npm install for node projects.", "node installs use npm")
+    model_server.add(answer_from_prompt)
+    out = refine(v, RefineOptions(session=sid, policy=policy))
+    assert out.status == "pending" and "check node-pm fails" in out.reason, out.line()
+    assert "npm install" not in (v.root / "memory/USER.md").read_text()
+    info = v.git.commit_info(out.branch)
+    assert info.trailers["Checks"] == "0/1 passed; failed: node-pm"
+    assert "- check node-pm: FAILED: the answer does not mention 'pnpm' and mentions 'npm install'" in info.body
+    # what `review show` and the web page read
+    assert "check node-pm: FAILED" in review.show(v.git, out.branch)
+    assert [(r.name, r.passed) for r in checks.results_in(info.body.splitlines())] == [("node-pm", False)]
+
+
+def test_an_auto_change_that_passes_its_checks_is_merged(agent_vault, model_server, tmp_path):
+    v = agent_vault
+    commit_check(v)
+    sid = session(v, model_server, tmp_path, "I drink tea, not coffee.")
+    learned(model_server, "Drinks tea, not coffee.", "tea")
+    model_server.add(answer_from_prompt)
+    out = refine(v, RefineOptions(session=sid, policy="auto"))
+    assert out.status == "merged", out.line()
+    assert v.git.commit_info(v.git.log(grep="^merge refine/", limit=1)[0].parents[1]).trailers["Checks"] == "1/1 passed"
+
+
+def test_learn_bisect_names_the_change_that_broke_a_check(agent_vault, model_server, tmp_path):
+    v = agent_vault
+    branches = []
+    for words, entry in [("I drink tea.", "Drinks tea."), ("For node I run npm install.", "Uses npm install for node."),
+                         ("I live in Lyon.", "Lives in Lyon.")]:
+        sid = session(v, model_server, tmp_path, words)
+        learned(model_server, entry, entry.lower().rstrip("."))
+        out = refine(v, RefineOptions(session=sid, policy="auto"))
+        assert out.status == "merged", out.line()
+        branches.append(out.branch)
+    (v.root / "memory/MEMORY.md").write_text((v.root / "memory/MEMORY.md").read_text() + "- A person's note.\n")
+    v.git.commit_human_edits()  # a person's edit after the merges: never the suspect
+    commit_check(v)
+    model_server.responder = answer_from_prompt
+    found = bisect(v, "node-pm")
+    assert found.culprit == branches[1], found.text()
+    assert not found.reverted and f"hermes-fs review revert {branches[1]}" in found.text()
+    assert [s.passed for s in found.steps][:2] == [False, True]  # main fails, before any learned change passes
+    review.revert(v.git, branches[1])
+    again = bisect(v, "node-pm")
+    assert again.culprit is None and "passes on main now" in again.note
+    with pytest.raises(Exception, match="no check 'nope'"):
+        bisect(v, "nope")
