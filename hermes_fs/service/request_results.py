@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import HermesError, InputError
+from ..errors import HermesError, NotFound
 from ..store.docs import decode, parse_doc
 from ..store.vault import Vault
 from .inbox import RESULTS_DIR, parse_result
@@ -49,10 +49,10 @@ def recent_results(vault: Vault, limit: int = 50) -> list[RequestResult]:
 
 
 def request_result(vault: Vault, name: str) -> RequestResult:
-    """One result by its name (as listed); InputError if there is none."""
+    """One result by its name (as listed); NotFound if there is none."""
     if not _NAME.fullmatch(name or "") or not (vault.root / RESULTS_DIR / f"{name}.md").is_file() \
             or (vault.root / RESULTS_DIR / f"{name}.md").is_symlink():
-        raise InputError(f"no request result named {name!r}")
+        raise NotFound(f"no request result named {name!r}")
     return _read(vault, name)
 
 
