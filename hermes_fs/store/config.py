@@ -67,6 +67,18 @@ class SkillsConfig:
 
 
 @dataclass
+class ToolsConfig:
+    # auto: a tool call a model writes as text (<tool_call>{...}</tool_call>, a fenced JSON block
+    # naming an offered tool) is run as a call, never printed as the answer; off: text is text.
+    # YAML reads an unquoted `off` as false, which means the same.
+    text_calls: bool | str = "auto"
+
+    @property
+    def read_text_calls(self) -> bool:
+        return self.text_calls not in ("off", False)
+
+
+@dataclass
 class SandboxConfig:
     """Where the agent's `shell` tool runs."""
 
@@ -259,6 +271,7 @@ class Config:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     skills: SkillsConfig = field(default_factory=SkillsConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     cron: CronConfig = field(default_factory=CronConfig)
     git: GitConfig = field(default_factory=GitConfig)
@@ -282,6 +295,7 @@ CHOICES = {
     "refine.mode": {m.value for m in ReviewMode},
     "learn.mode": {m.value for m in ReviewMode},
     "curate.policy": {Policy.REVIEW.value, Policy.AUTO.value},
+    "tools.text_calls": {"auto", "off"},
 }
 RENAMED = {"from": "from_"}  # YAML keys that are Python keywords
 

@@ -5,7 +5,7 @@ holds. They touch nothing: no ref, no index entry, no file is written.
 from __future__ import annotations
 
 import os
-from functools import cached_property
+from functools import cache, cached_property
 
 from ..errors import GitError
 from .git_base import (
@@ -19,6 +19,23 @@ from .provenance import parse_trailers
 
 PURE_KEPT = 4096  # answers about pairs of commits kept (GitReader._pure); past it, forgotten at once
 _UNKNOWN = object()
+
+
+@cache
+def _own_session_repo():
+    """git.Repo whose git commands (GitPython's `GitCommandWrapperType`) start with
+    start_new_session=True, so they never receive the terminal's signals."""
+    import git
+
+    class OwnSessionGit(git.Git):
+        def execute(self, command, *args, **kwargs):
+            kwargs.setdefault("start_new_session", True)
+            return super().execute(command, *args, **kwargs)
+
+    class OwnSessionRepo(git.Repo):
+        GitCommandWrapperType = OwnSessionGit
+
+    return OwnSessionRepo
 
 
 def _is_id(name: str) -> bool:
@@ -61,10 +78,10 @@ class GitReader(GitBase):
 
     @cached_property
     def repo(self):
-        """GitPython's Repo: its persistent `cat-file --batch` makes many reads cost one process."""
-        import git
-
-        return git.Repo(self.root)
+        """GitPython's Repo: its persistent `cat-file --batch` makes many reads cost one process.
+        Its git processes run in a session of their own: a Ctrl-C at the terminal (meant for a chat
+        turn) would otherwise kill the long-lived cat-file, and every read after it would fail."""
+        return _own_session_repo()(self.root)
 
     def read_file(self, commit: str, path: str) -> bytes | None:
         """A file's bytes at a commit (None if absent), through one persistent `cat-file --batch`:

@@ -85,7 +85,8 @@ class Remote:
                "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")}
         try:
             proc = subprocess.run(["git", "-c", "core.quotepath=off", *self._protocol(), *args], cwd=self.root,
-                                  capture_output=True, env=env, timeout=self.timeout_s)
+                                  capture_output=True, env=env, timeout=self.timeout_s,
+                                  start_new_session=True)  # a terminal's Ctrl-C is not for git
         except subprocess.TimeoutExpired:
             raise Unreachable(f"{self.url}: no answer within {self.timeout_s:.0f} s") from None
         return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
