@@ -25,7 +25,8 @@ def review(ctx: click.Context):
     if not rows:
         echo("no pending changes")
     for p in rows:
-        echo(f"{p.branch}  {_age(p.age_s)}  [{', '.join(p.files)}]  {p.summary}")
+        checks = f"  checks: {p.checks}" if p.checks else ""
+        echo(f"{p.branch}  {_age(p.age_s)}  [{', '.join(p.files)}]  {p.summary}{checks}")
 
 
 def _age(seconds: int) -> str:
@@ -98,7 +99,8 @@ def log(ctx: click.Context, as_json: bool):
     """Learned changes (merged, pending, rejected), newest first."""
     from .. import review as learned
 
-    changes = learned.learned_log(vault_for(ctx).git)
+    v = vault_for(ctx)
+    changes = learned.learned_log(v.git)
     if as_json:
         from dataclasses import asdict
 
@@ -109,3 +111,10 @@ def log(ctx: click.Context, as_json: bool):
     for c in changes:
         when = datetime.fromtimestamp(c.timestamp).strftime("%Y-%m-%d %H:%M")
         echo(f"{when}  {c.state:<8}  {c.branch}  {c.summary}")
+    from .. import spend
+
+    days = spend.per_day(v)
+    if days:
+        echo("\nLearning spend per day (UTC, reviews on this machine):")
+        for d in days:
+            echo(f"  {d.line()}")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..errors import ConflictError, GitError, InputError, NotFound
 from ..mind.merge import resolver
 from ..store.git import GitStore, format_message, parse_trailers
-from ..store.provenance import BRANCH, CHANGE, Act
+from ..store.provenance import BRANCH, CHANGE, CHECKS, Act
 
 LEARNED_PREFIXES = ("refine/", "learn/", "curate/")
 MERGE_GREP = r"^merge (refine|learn|curate)/"
@@ -41,6 +41,7 @@ class Pending:
     age_s: int
     files: list[str]
     summary: str
+    checks: str = ""  # the person's checks on it, as its Checks trailer says ("1/2 passed; failed: x")
 
 
 def format_resolver(store: GitStore):
@@ -101,7 +102,8 @@ def pending(store: GitStore) -> list[Pending]:
     now = int(time.time())
     tips = store.branches(*LEARNED_PREFIXES)
     paths = store.changed_paths_of([b.sha for b in tips])  # one git call for all of them
-    rows = [Pending(b.name, now - b.timestamp, paths.get(b.sha, []), b.summary) for b in tips]
+    rows = [Pending(b.name, now - b.timestamp, paths.get(b.sha, []), b.summary,
+                    store.commit_info(b.sha).trailers.get(CHECKS, "")) for b in tips]
     return sorted(rows, key=lambda p: p.age_s)
 
 

@@ -21,6 +21,7 @@ from ..errors import HermesError, InputError
 from ..learning import changes
 from ..store.claims import RefClaims, Take
 from ..store.provenance import Act
+from ..store.remote import Unreachable
 from ..store.vault import Vault
 from .work import open_claims, remote_url
 
@@ -134,7 +135,10 @@ def claimed(vault: Vault, name: str, key: str, claims: RefClaims | None = None) 
     if outcome == Take.OFFLINE:
         raise Undecidable(name)
     if outcome == Take.TAKEN:
-        rec = claims.holder(key)
+        try:
+            rec = claims.holder(key)
+        except Unreachable:  # cut off since the claim was refused: still decided elsewhere
+            rec = None
         raise DecidedElsewhere(name, rec.host if rec else None)
     try:
         yield

@@ -220,9 +220,13 @@ def run_task(vault: Vault, task: str, args: dict, environ: dict[str, str] | None
         return {"line": r.line(), "ok": r.ok}
     if task == "doctor":
         from ..agent.model import check_model
+        from ..learning.structured import check_mode
 
         ok, detail = check_model(vault, environ)
-        return {"ok": ok, "detail": detail}
+        done: dict = {"ok": ok, "detail": detail}
+        if ok:  # the review-mode probe, warm too: the advice a small model's user needs
+            done["mode_ok"], done["mode_detail"] = check_mode(vault, environ)
+        return done
     raise HermesError(f"unknown task {task!r}")
 
 

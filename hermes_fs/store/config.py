@@ -38,6 +38,7 @@ class RefineConfig:
     policy: str = Policy.REVIEW  # review: wait for you; auto: merge at once; additions: merge pure additions only
     every_turns: int = 10  # review a session automatically every N user turns; 0 = only when asked
     mode: str = ReviewMode.TOOLS  # tools: the reviewer calls edit tools; structured: one JSON document (small models)
+    max_cost_per_day: float | None = None  # USD: past it, automatic (background) reviews stop until tomorrow (UTC)
 
 
 @dataclass

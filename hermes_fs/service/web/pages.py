@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ...errors import HermesError, InputError, NotFound
-from ...learning import changes, review
+from ...learning import changes, review, spend
 from ...mind import memory, skills
 from ...mind.sessions import parse_messages, recent_sessions, search_sessions, session_path
 from ...store.docs import decode, parse_doc
@@ -191,7 +191,7 @@ class Site:
 
     # -- log ---------------------------------------------------------------------------------------
     def log_page(self, request: Request) -> Response:
-        return self.render(request, "log.html", rows=changes.learned_log(self.store))
+        return self.render(request, "log.html", rows=changes.learned_log(self.store), days=spend.per_day(self.vault))
 
     async def revert(self, request: Request) -> Response:
         branch = str((await read_form(request)).get("branch", ""))
