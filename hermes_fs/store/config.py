@@ -38,6 +38,7 @@ class RefineConfig:
     policy: str = Policy.REVIEW  # review: wait for you; auto: merge at once; additions: merge pure additions only
     every_turns: int = 10  # review a session automatically every N user turns; 0 = only when asked
     mode: str = ReviewMode.TOOLS  # tools: the reviewer calls edit tools; structured: one JSON document (small models)
+    max_cost_per_day: float | None = None  # USD: past it, automatic (background) reviews stop until tomorrow (UTC)
 
 
 @dataclass
@@ -68,7 +69,7 @@ class SkillsConfig:
 
 @dataclass
 class ToolsConfig:
-    """How the agent's tool calls are read from what the model sends."""
+    """How the agent reads the tool calls a model makes."""
 
     # auto: a tool call a model writes as text (<tool_call>{...}</tool_call>, a fenced JSON block
     # naming an offered tool) is run as a call, never printed as the answer; off: text is text.
