@@ -147,7 +147,7 @@ def grounded(reason: str, text: str, said: list[str], done: list[str] = ()) -> b
         return True
     words = tokens(text)
     theirs = tokens(" ".join([*said, *done]))
-    return len(words) >= 2 and len(words & theirs) >= GROUNDED_SHARE * len(words)
+    return bool(words) and len(words & theirs) >= GROUNDED_SHARE * len(words)
 
 
 _QUOTED = re.compile(r'"([^"]+)"|“([^”]+)”|‘([^’]+)’|`([^`]+)`|(?<![A-Za-z])\'([^\']+)\'(?![A-Za-z])')

@@ -41,7 +41,7 @@ def _tools(server, calls: list, answer: str):
 
 
 REMOVE = {"action": "remove", "file": "USER.md", "reason": "the entry already exists", "text": "", "old_text": "tabs, never"}
-REWRITE = {"action": "replace", "file": "USER.md", "reason": "it is better phrased", "text": "Likes tabs.",
+REWRITE = {"action": "replace", "file": "USER.md", "reason": "it is better phrased", "text": "Likes short answers.",
            "old_text": "tabs, never"}
 
 
@@ -107,7 +107,7 @@ def test_a_quote_not_in_the_persons_words_is_no_evidence(person_entry, model_ser
     # paraphrased (not verbatim), and the assistant's words, are not the person changing their mind
     _structured(model_server, [{"action": "remove", "file": "USER.md", "text": "", "old_text": "tabs, never",
                                 "reason": 'the user said: "I now prefer spaces over tabs"'},
-                               {"action": "replace", "file": "USER.md", "text": "Concise, with tables.",
+                               {"action": "replace", "file": "USER.md", "text": "Talks about indentation and tabs.",
                                 "old_text": "Prefers concise answers", "reason": 'the assistant said "Noted."'}])
     out = refine(v, RefineOptions(session=sid, policy="review", mode="structured"))
     assert out.status == "nothing" and "kept 2 entries a person wrote" in out.reason, out.line()
