@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..store.remote import redact_credentials
 from .term import echo
 
 _VAULT = click.option("--vault", type=click.Path(file_okay=False), help="Vault folder.")
@@ -57,7 +58,7 @@ def clone(url: str, path: str, branch: str):
     from ..service.sync import clone_vault
 
     v = clone_vault(url, Path(path), branch)
-    echo(f"cloned {url} into {v.root}; start syncing with `hermes-fs --vault {v.root} daemon`")
+    echo(f"cloned {redact_credentials(url)} into {v.root}; start syncing with `hermes-fs --vault {v.root} daemon`")
 
 
 def cron_host_and_missed(v) -> tuple[str, dict[str, str]]:

@@ -52,7 +52,7 @@ from ..store.git import MAIN, GitStore, format_message
 from ..store.git_base import ZERO
 from ..store.host import host_id
 from ..store.provenance import HOST, Act
-from ..store.remote import HOSTS, MIRROR, RefUpdate, Unreachable, mirror_of
+from ..store.remote import HOSTS, MIRROR, RefUpdate, Unreachable, mirror_of, redact_credentials
 from ..store.vault import Vault
 from .cron_runner import OUTPUTS_DIR
 from .inbox import RESULTS_DIR
@@ -111,7 +111,7 @@ def clone_vault(url: str, path: Path, branch: str = MAIN) -> Vault:
     proc = subprocess.run(["git", "clone", "-q", "--no-tags", "-b", branch, url, str(path)], capture_output=True,
                           text=True, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
     if proc.returncode != 0:
-        raise GitError(f"git clone failed: {proc.stderr.strip()}")
+        raise GitError(f"git clone failed: {redact_credentials(proc.stderr.strip().replace(url, redact_credentials(url)))}")
     store = GitStore(path, lock_dir=path / ".hermes" / "locks")
     if branch != MAIN:
         store.rename_branch(branch, MAIN)
@@ -165,8 +165,9 @@ def sync_status(vault: Vault) -> dict:
         missed = json.loads((vault.state_dir / "sync" / "claims.json").read_text()).get("missed", {})
     except (OSError, ValueError, AttributeError):
         missed = {}
-    return {"remote": remote_url(vault), "host": host_id(vault.state_dir), "conflicts": conflict_files(vault),
-            "missed": missed}
+    url = remote_url(vault)
+    return {"remote": redact_credentials(url) if url else None, "host": host_id(vault.state_dir),
+            "conflicts": conflict_files(vault), "missed": missed}
 
 
 class Beside:
