@@ -167,7 +167,8 @@ def sync_status(vault: Vault) -> dict:
         missed = {}
     url = remote_url(vault)
     return {"remote": redact_credentials(url) if url else None, "host": host_id(vault.state_dir),
-            "conflicts": conflict_files(vault), "missed": missed}
+            "conflicts": conflict_files(vault), "missed": missed,
+            "quarantined": vault.git.quarantined() if url else []}
 
 
 class Beside:

@@ -46,3 +46,76 @@ def test_a_password_in_the_remote_url_is_never_printed(tmp_path, run_cli):
     for p in v.state_dir.rglob("*"):
         if p.is_file() and "secrets" not in p.name:
             assert b"s3cr3tpw" not in p.read_bytes(), p
+
+
+def two_machines(tmp_path, server):
+    from hermes_fs.service.sync import Syncer, clone_vault
+    from hermes_fs.store.provenance import Act
+
+    server.bare()
+    a = init_vault(tmp_path / "a").vault
+    cfg = a.root / "hermes.yaml"
+    cfg.write_text(cfg.read_text() + f"\nremote:\n  url: {server.url()}\n  branch: main\n")
+    a.git.commit_paths(["hermes.yaml"], "edit: hermes.yaml", Act.human_edit())
+    a.reload_config()
+    assert Syncer(a).round(work=False).pushed
+    return a, clone_vault(server.url(), tmp_path / "b")
+
+
+def push_raw(tmp_path, server, files: dict[str, bytes], message: str = "from elsewhere") -> None:
+    """A commit on the remote's main made with plain git (a machine of another version, or anyone
+    who can push), adding `files` whatever their names."""
+    work = tmp_path / f"raw-{len(list(tmp_path.iterdir()))}"
+    subprocess.run(["git", "clone", "-q", server.url(), str(work)], check=True)
+    for name, data in files.items():
+        target = work / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    subprocess.run(["git", "-C", str(work), "add", "-f", "-A", "--", *files], check=True)
+    subprocess.run(["git", "-C", str(work), "-c", "user.name=elsewhere", "-c", "user.email=e@example.org", "commit",
+                    "-qm", message], check=True)
+    subprocess.run(["git", "-C", str(work), "push", "-q", "origin", "HEAD:main"], check=True)
+
+
+def test_a_file_name_with_a_newline_on_the_remote_does_not_stop_sync(tmp_path, server):
+    from hermes_fs.service.sync import Syncer
+
+    a, b = two_machines(tmp_path, server)
+    push_raw(tmp_path, server, {"memory/notes\nmore.md": b"- odd name\n", "memory/plain.md": b"- plain\n"})
+    first = Syncer(b).round(work=False)
+    assert first.error is None if hasattr(first, "error") else True
+    assert (b.root / "memory/plain.md").read_text() == "- plain\n"
+    assert (b.root / "memory/notes\nmore.md").read_bytes() == b"- odd name\n"
+    mine = b.root / "memory/USER.md"
+    mine.write_text(mine.read_text() + "- an edit made here still leaves\n")
+    b.git.commit_human_edits(["memory/USER.md"])
+    assert Syncer(b).round(work=False).pushed
+    assert Syncer(a).round(work=False) is not None
+    assert "an edit made here still leaves" in (a.root / "memory/USER.md").read_text()
+    assert git(b, "status", "--porcelain", "-z") == ""
+
+
+def test_names_a_checkout_must_not_write_are_quarantined_not_written(tmp_path, server):
+    """A commit may hold names that clean checkout code never writes here (`.hermes/` state, a
+    backslash name): they stay in git, out of the working tree, listed by status; sync goes on."""
+    from hermes_fs.service.status import collect
+    from hermes_fs.service.sync import Syncer
+
+    a, b = two_machines(tmp_path, server)
+    b.secrets_env.parent.mkdir(exist_ok=True)
+    b.secrets_env.write_text("MY_KEY=mine\n")
+    push_raw(tmp_path, server, {".hermes/secrets.env": b"MY_KEY=theirs\n", "memory/back\\slash.md": b"- x\n",
+                                "memory/fine.md": b"- fine\n"})
+    first = Syncer(b).round(work=False)
+    assert first.merged, first
+    assert b.secrets_env.read_text() == "MY_KEY=mine\n"  # never overwritten from the remote
+    assert not (b.root / "memory/back\\slash.md").exists()
+    assert (b.root / "memory/fine.md").read_text() == "- fine\n"
+    assert git(b, "status", "--porcelain") == ""  # nothing looks deleted: no edit of anyone's to commit
+    mine = b.root / "memory/USER.md"
+    mine.write_text(mine.read_text() + "- still syncing\n")
+    b.git.commit_human_edits(["memory/USER.md"])
+    assert Syncer(b).round(work=False).pushed
+    assert b.git.read_file("main", ".hermes/secrets.env") == b"MY_KEY=theirs\n"  # kept in git, untouched
+    shown = json.dumps(collect(b).__dict__, default=str)
+    assert "quarantined" in shown and "secrets.env" in shown
