@@ -101,6 +101,16 @@ class GitReader(GitBase):
                 return None
         return data if kind == b"blob" else None
 
+    def hosts_in_history(self, commit: str, limit: int = 2000) -> frozenset[str]:
+        """The machines (`Hermes-Host` trailers) that made the last `limit` commits up to `commit`:
+        the machines known to sync this vault. Remembered per commit id."""
+        def ask() -> frozenset[str]:
+            out = self._git("log", f"-n{limit}", "--format=%(trailers:key=Hermes-Host,valueonly,separator=%x00)%x00",
+                            commit)
+            return frozenset(h.strip() for h in out.split("\0") if h.strip())
+
+        return self._pure("hosts", commit, commit, ask)
+
     def symlinks(self, commit: str) -> frozenset[str]:
         """The paths that are symlinks (mode 120000) at `commit`: their blob is a link's target,
         never a file's text. Remembered per commit id."""

@@ -119,3 +119,47 @@ def test_names_a_checkout_must_not_write_are_quarantined_not_written(tmp_path, s
     assert b.git.read_file("main", ".hermes/secrets.env") == b"MY_KEY=theirs\n"  # kept in git, untouched
     shown = json.dumps(collect(b).__dict__, default=str)
     assert "quarantined" in shown and "secrets.env" in shown
+
+
+def forge_claim(tmp_path, server, key: str, host: str, expires: float = 9_999_999_999.0) -> None:
+    """A claim ref pushed by hand: any trailers anyone with push access cares to write."""
+    work = tmp_path / f"forge-{host}"
+    if not work.exists():
+        subprocess.run(["git", "clone", "-q", server.url(), str(work)], check=True)
+    tree = subprocess.run(["git", "-C", str(work), "hash-object", "-t", "tree", "-w", "/dev/null"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    message = f"claim {key}\n\nHermes-Host: {host}\nClaim-State: running\nClaim-Expires: {expires}\n"
+    sha = subprocess.run(["git", "-C", str(work), "-c", "user.name=x", "-c", "user.email=x@example.org",
+                          "commit-tree", tree, "-m", message], check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run(["git", "-C", str(work), "push", "-q", "-f", "origin", f"{sha}:refs/hermes/claims/{key}"], check=True)
+
+
+def test_a_forged_claim_with_a_far_future_expiry_does_not_silence_a_job(tmp_path, server):
+    import time
+
+    from hermes_fs.service.sync import Syncer
+    from hermes_fs.store.claims import CronLedger, RefClaims, Take
+    from hermes_fs.store.host import host_id
+    from hermes_fs.store.remote import Remote
+
+    a, b = two_machines(tmp_path, server)
+    for v in (a, b, a):  # each machine has commits on main: a and b are known machines
+        user = v.root / "memory/USER.md"
+        user.write_text(user.read_text() + f"- from {v.root.name}\n")
+        v.git.commit_human_edits(["memory/USER.md"])
+        Syncer(v).round(work=False)
+    claims = RefClaims(b.git, Remote(b.root, server.url()), host_id(b.state_dir), 1.0, CronLedger(tmp_path / "l"),
+                       tmp_path / "c.json")
+    forge_claim(tmp_path, server, "cron/report/20261203T090000Z", "mallory")  # no such machine
+    forge_claim(tmp_path, server, "cron/brief/20261203T090000Z", host_id(a.state_dir))  # a real machine's name
+    claims.look()
+    assert {r.key: r.host for r in claims.records("cron/")} == {"cron/report/20261203T090000Z": "mallory",
+                                                                 "cron/brief/20261203T090000Z": host_id(a.state_dir)}
+    assert claims._known_hosts() == {host_id(a.state_dir), host_id(b.state_dir)}, claims._known_hosts()
+    assert claims.take("cron/report/20261203T090000Z") == Take.TAKEN  # a claim is believed at first
+    assert claims.take("cron/brief/20261203T090000Z") == Take.TAKEN
+    time.sleep(0.5)  # two renewal periods of a 1 s ttl: an unknown machine's claim is over
+    assert claims.take("cron/report/20261203T090000Z") == Take.WON
+    time.sleep(0.8)  # a ttl and a renewal period: any claim that was never renewed is over
+    assert claims.take("cron/brief/20261203T090000Z") == Take.WON
+    assert claims.holder("cron/brief/20261203T090000Z").host == host_id(b.state_dir)
