@@ -155,7 +155,6 @@ def test_a_forged_claim_with_a_far_future_expiry_does_not_silence_a_job(tmp_path
     claims.look()
     assert {r.key: r.host for r in claims.records("cron/")} == {"cron/report/20261203T090000Z": "mallory",
                                                                  "cron/brief/20261203T090000Z": host_id(a.state_dir)}
-    assert claims._known_hosts() == {host_id(a.state_dir), host_id(b.state_dir)}, claims._known_hosts()
     assert claims.take("cron/report/20261203T090000Z") == Take.TAKEN  # a claim is believed at first
     assert claims.take("cron/brief/20261203T090000Z") == Take.TAKEN
     time.sleep(0.5)  # two renewal periods of a 1 s ttl: an unknown machine's claim is over
