@@ -70,6 +70,8 @@ class SkillsConfig:
 
 @dataclass
 class ToolsConfig:
+    """How the agent reads the tool calls a model makes."""
+
     # auto: a tool call a model writes as text (<tool_call>{...}</tool_call>, a fenced JSON block
     # naming an offered tool) is run as a call, never printed as the answer; off: text is text.
     # YAML reads an unquoted `off` as false, which means the same.
