@@ -40,11 +40,11 @@ def configure(root: Path, server: ModelServer, policy: str = "auto") -> None:
     subprocess.run(["git", "-C", str(root), "commit", "-qm", "bench config"], check=True)
 
 
-def start_daemon(root: Path, debounce: float = 0.5) -> subprocess.Popen:
+def start_daemon(root: Path, debounce: float = 0.5, env: dict | None = None) -> subprocess.Popen:
     log = root / ".hermes" / "daemon.log"
     size = log.stat().st_size if log.exists() else 0
     proc = subprocess.Popen([sys.executable, "-m", "hermes_fs", "--vault", str(root), "daemon", "--debounce", str(debounce)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.time() + 30
     while time.time() < deadline:
         if log.exists() and "daemon started" in log.read_text()[size:]:
@@ -53,6 +53,17 @@ def start_daemon(root: Path, debounce: float = 0.5) -> subprocess.Popen:
             raise RuntimeError(f"daemon exited with {proc.returncode}")
         time.sleep(0.05)
     raise RuntimeError("daemon did not start")
+
+
+def wait_logged(root: Path, text: str, timeout: float = 300) -> bool:
+    """True once daemon.log holds `text` (the daemon's own account of a step)."""
+    log = root / ".hermes" / "daemon.log"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if log.exists() and text in log.read_text():
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def stop_daemon(proc: subprocess.Popen, sig=signal.SIGTERM) -> None:

@@ -20,6 +20,8 @@ from hermes_fs.store.vault import Vault, init_vault
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HERMES_TEST_KEY", "sk-test-not-a-real-key")
 os.environ.setdefault("HERMES_RETRY_BASE_S", "0.05")  # keep retry backoff short in tests
+# daemons in tests import the model layer only when a turn needs it (tests/test_warm_up.py checks the warm-up)
+os.environ.setdefault("HERMES_NO_WARM_UP", "1")
 
 
 SERVER_MARKS = ("docker", "synapse", "mail", "chromium", "gitdaemon")

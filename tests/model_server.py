@@ -7,20 +7,30 @@ Script items:
   {"status": 500, "body": {...}}                       an HTTP error
   "delay": seconds or "wait": threading.Event, with any of these, hold the reply back
 Or pass `responder(request_json) -> item` to answer computed replies (used by benchmarks).
+
+A request with `"stream": true` is answered as a real server streams: Server-Sent Events, one
+chunk per word of the content (or the item's "chunks": [pieces]), tool calls as deltas (the name,
+then the arguments in pieces), `stream_delay` seconds between chunks (the item's "chunk_delay"
+wins), a usage chunk when `stream_options.include_usage` asks for one, then `data: [DONE]`.
+A client that closes the connection mid-stream is recorded in `closed_early` (request indexes).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class ModelServer:
-    def __init__(self, script: list | None = None, responder=None):
+    def __init__(self, script: list | None = None, responder=None, stream_delay: float = 0.0):
         self.script = list(script or [])
         self.responder = responder
+        self.stream_delay = stream_delay
+        self.closed_early: list[int] = []  # streamed requests whose client hung up before the end
+        self.client_gone = threading.Event()
         self.requests: list[dict] = []
         self.raw_sizes: list[int] = []
         self.headers: list[dict[str, str]] = []  # each request's HTTP headers (to check which key was sent)
@@ -40,14 +50,40 @@ class ModelServer:
                     owner.requests.append(body)
                     owner.raw_sizes.append(len(raw))
                     owner.headers.append(dict(self.headers.items()))
+                    index = len(owner.requests) - 1
                     item = owner._next(body)
                 status, payload = owner._render(item, body)
+                if status == 200 and isinstance(body, dict) and body.get("stream"):
+                    self._stream(payload, item, body, index)
+                    return
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _stream(self, payload: dict, item: dict, body: dict, index: int) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                delay = item.get("chunk_delay", owner.stream_delay)
+                try:
+                    for event in owner._chunks(payload, item, body):
+                        data = f"data: {json.dumps(event)}\n\n".encode()
+                        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                        self.wfile.flush()
+                        if delay:
+                            time.sleep(delay)
+                    done = b"data: [DONE]\n\n"
+                    self.wfile.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    with owner._lock:
+                        owner.closed_early.append(index)
+                    owner.client_gone.set()
+                    self.close_connection = True
 
             def log_message(self, *args):
                 pass
@@ -98,6 +134,29 @@ class ModelServer:
             "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
             "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
         }
+
+    def _chunks(self, payload: dict, item: dict, body: dict):
+        """The chat.completion.chunk events of a reply, as an OpenAI-compatible server sends them."""
+        message = payload["choices"][0]["message"]
+        base = {"id": payload["id"], "object": "chat.completion.chunk", "created": payload["created"],
+                "model": payload["model"]}
+
+        def chunk(delta: dict, finish: str | None = None) -> dict:
+            return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        yield chunk({"role": "assistant", "content": ""})
+        content = message.get("content") or ""
+        for piece in item.get("chunks") or re.findall(r"\s*\S+|\s+", content):
+            yield chunk({"content": piece})
+        for i, call in enumerate(message.get("tool_calls") or []):
+            yield chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                         "function": {"name": call["function"]["name"], "arguments": ""}}]})
+            args = call["function"]["arguments"]
+            for start in range(0, len(args), 8):
+                yield chunk({"tool_calls": [{"index": i, "function": {"arguments": args[start:start + 8]}}]})
+        yield chunk({}, payload["choices"][0]["finish_reason"])
+        if (body.get("stream_options") or {}).get("include_usage"):
+            yield {**base, "choices": [], "usage": payload["usage"]}
 
     def close(self):
         self.server.shutdown()

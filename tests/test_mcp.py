@@ -287,3 +287,34 @@ def test_the_npm_reference_server_everything(agent_vault, model_server, tmp_path
     r = [m["content"] for m in model_server.requests[1]["messages"] if m["role"] == "tool"]
     assert r[0] == "Echo: hello from hermes" and "42" in r[1]
     assert "[image omitted]" in r[2]  # binary content is never pasted into the model's context
+
+
+def test_clients_get_the_agents_own_tool_schemas(vault):
+    """The SDK's own client sees what the agent sees: enums, descriptions, required arguments, the
+    server's version, and which tools change nothing; a value outside an enum is a tool error."""
+    from hermes_fs import __version__
+    from hermes_fs.agent.tools import SCHEMAS
+
+    async def steps(c):
+        listed = (await c.list_tools()).tools
+        bad = await c.call_tool("memory", {"action": "erase", "file": "USER.md", "text": "x"})
+        return c.server_info, listed, bad
+
+    init, listed, bad = sdk_call(stdio(vault), steps)
+    assert init.name == "hermes-fs" and init.version == __version__
+    tools = {t.name: t for t in listed}
+    for name in ("memory", "skill_search", "skill_view", "skill_manage", "session_search"):
+        agent = SCHEMAS[name]["function"]
+        assert tools[name].description == agent["description"]
+        assert tools[name].input_schema["properties"] == agent["parameters"]["properties"], name
+        assert sorted(tools[name].input_schema["required"]) == sorted(agent["parameters"]["required"])
+        assert all(p.get("description") for p in tools[name].input_schema["properties"].values()), name
+    assert tools["memory"].input_schema["properties"]["action"]["enum"] == ["add", "replace", "remove"]
+    assert "write_file" in tools["skill_manage"].input_schema["properties"]["action"]["enum"]
+    assert tools["refine"].input_schema["required"] == ["transcript"]
+    for name in ("skill_search", "skill_view", "session_search"):
+        assert tools[name].annotations.read_only_hint is True, name
+    for name in ("memory", "skill_manage", "refine"):
+        assert tools[name].annotations.read_only_hint is False, name
+    assert bad.is_error and "add" in bad.content[0].text
+    assert "erase" not in (vault.root / "memory/USER.md").read_text()

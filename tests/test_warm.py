@@ -180,3 +180,18 @@ def test_ctrl_c_in_a_warm_chat_stops_the_turn_in_the_daemon(agent_vault, model_s
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
+
+
+def test_doctor_probes_the_review_mode_through_the_daemon(agent_vault, model_server, warm):
+    """The daemon `make run` starts answers doctor's model check, and probes the review mode too:
+    the advice a small model's user needs appears without HERMES_NO_DAEMON (the CLI cannot import
+    litellm here, so the probe can only have run in the daemon)."""
+    config = agent_vault.root / "hermes.yaml"
+    config.write_text(config.read_text().replace("backend: local", "backend: none"))
+    model_server.add({"content": "ok"}, {"content": "I have noted 'ok'."})  # asked to call a tool: words
+    r = cli(agent_vault, "doctor")
+    assert "ok  model: openai/test-model answered ('ok')" in r.stdout, r.stdout + r.stderr
+    assert ("BAD review mode: structured suits openai/test-model: asked to call a tool, it answered in words; "
+            "set refine.mode: structured and learn.mode: structured in hermes.yaml") in r.stdout
+    assert r.returncode == 1 and len(model_server.requests) == 2
+    assert [t["function"]["name"] for t in model_server.requests[1]["tools"]] == ["note"]

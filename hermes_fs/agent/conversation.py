@@ -20,9 +20,10 @@ from ..store.provenance import Act
 from ..store.vault import Vault
 from .boundary import choose_workspace, sandbox_for
 from .loop import Agent, AgentConfig, TurnCancelled, TurnResult
-from .model import LiteLLMModel, Model, ModelError, ModelSettings
+from .model import LiteLLMModel, Model, ModelError, ModelSettings, OnText
 from .prompt import current_project, system_prompt
 from .sandbox import make_sandbox
+from .text_calls import TextCallModel
 from .tools import ToolBox, VaultCommitter
 
 MODEL_ROLES = ("user", "assistant", "tool")
@@ -60,8 +61,9 @@ class Conversation:
     def __init__(self, vault: Vault, options: ConversationOptions | None = None, model: Model | None = None):
         self.vault = vault
         self.options = options or ConversationOptions()
+        self.cancel = threading.Event()  # set from another thread: the model request is closed, the turn stops
         self.model = model or LiteLLMModel(
-            ModelSettings.for_vault(vault, self.options.task, self.options.model, self.options.environ))
+            ModelSettings.for_vault(vault, self.options.task, self.options.model, self.options.environ), self.cancel)
         if self.options.resume:
             self.transcript = Transcript.load(vault.root, self.options.resume)
         else:
@@ -76,8 +78,8 @@ class Conversation:
             vault_root=vault.root, workspace=self.workspace,
             sandbox=self.sandbox, searcher=partial(search, vault.root), mcp=self._mcp_hub(),
         )
-        self.cancel = threading.Event()
-        self.agent = Agent(self.model, self.tools, AgentConfig(self.options.max_steps), self._record, self.cancel)
+        asked: Model = TextCallModel(self.model) if vault.config.tools.read_text_calls else self.model
+        self.agent = Agent(asked, self.tools, AgentConfig(self.options.max_steps), self._record, self.cancel)
         self.ended = False
 
     def _mcp_hub(self):
@@ -103,7 +105,8 @@ class Conversation:
     def rel(self) -> str:
         return self.transcript.rel
 
-    def ask(self, text: str) -> TurnResult:
+    def ask(self, text: str, on_text: OnText | None = None) -> TurnResult:
+        """One turn; with `on_text` the answer's text is streamed to it as the model writes it."""
         if not self.transcript.user_turns and self.transcript.meta.get("title") in (None, "", "untitled"):
             self.transcript.set_title(text)
         system = system_prompt(self.vault, text, self.project, self.options.skills)
@@ -113,7 +116,7 @@ class Conversation:
         messages = [{"role": "system", "content": system}, *history, user]
         self.cancel.clear()
         try:
-            return self.agent.run(messages)
+            return self.agent.run(messages, on_text)
         except ModelError as exc:
             self.note(f"model error: {exc}")
             raise

@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from ..errors import HermesError
 from ..store.config import Config
+from .request import Cancelled, Request
 
 
 class ModelError(HermesError):
     """A model call failed for good (after retries where retrying makes sense)."""
+
+
+class TurnCancelled(HermesError):
+    """The person interrupted the turn (Ctrl-C): the model request was closed, the turn stops."""
 
 
 @dataclass
@@ -27,6 +33,7 @@ class ToolCall:
     id: str
     name: str
     arguments: str  # raw JSON text, as the model wrote it
+    error: str | None = None  # refused before running (a text call naming no offered tool, bad arguments)
 
 
 @dataclass
@@ -62,11 +69,16 @@ class Reply:
         return msg
 
 
+OnText = Callable[[str], None]  # told each piece of the answer's text as the model writes it
+
+
 class Model(Protocol):
     name: str
 
-    def complete(self, messages: list[dict], tools: list[dict], response_format: dict | None = None) -> Reply:
-        """One model call; `response_format` (an OpenAI `json_schema` document) constrains the answer."""
+    def complete(self, messages: list[dict], tools: list[dict], response_format: dict | None = None,
+                 on_text: OnText | None = None) -> Reply:
+        """One model call; `response_format` (an OpenAI `json_schema` document) constrains the answer;
+        with `on_text` the answer is streamed to it as it comes."""
         ...
 
 
@@ -185,13 +197,15 @@ def quiet_litellm_logs() -> None:
 
 
 class LiteLLMModel:
-    def __init__(self, settings: ModelSettings):
+    def __init__(self, settings: ModelSettings, cancel: threading.Event | None = None):
         self.settings = settings
         self.name = settings.model
         self.usage = Usage()  # running total for this model object
         self.calls = 0
+        self.cancel = cancel  # set from another thread (Ctrl-C): the request in flight is closed at once
 
-    def complete(self, messages: list[dict], tools: list[dict], response_format: dict | None = None) -> Reply:
+    def complete(self, messages: list[dict], tools: list[dict], response_format: dict | None = None,
+                 on_text: OnText | None = None) -> Reply:
         key = self.settings.api_key()  # before the import: a missing key is reported at once
         litellm = import_litellm()
         kwargs = dict(model=self.settings.model, messages=messages, timeout=self.settings.timeout_s, num_retries=0)
@@ -208,24 +222,77 @@ class LiteLLMModel:
         if key:
             kwargs["api_key"] = key
         attempt = 0
+        shown: list[str] = []  # text already streamed: a call that failed after it is not tried again
+
+        def show(text: str) -> None:
+            shown.append(text)
+            if on_text is not None:
+                on_text(text)
+
         while True:
             try:
-                response = litellm.completion(**kwargs)
+                reply = self._attempt(litellm, kwargs, show, streaming=on_text is not None)
                 break
+            except (Cancelled, KeyboardInterrupt):
+                if self.cancel is not None:
+                    self.cancel.set()
+                raise TurnCancelled("the turn was interrupted") from None
             except Exception as exc:  # litellm maps provider errors onto its own classes
                 kind = classify(exc)
-                if attempt < retries_for(kind, self.settings.retries):
+                if not shown and attempt < retries_for(kind, self.settings.retries):
                     time.sleep(self.settings.retry_base_s * (2**attempt))
                     attempt += 1
                     continue
                 raise ModelError(describe(exc, kind, self.settings, attempt)) from None
         self.calls += 1
-        return self._reply(litellm, response)
+        return reply
+
+    def _attempt(self, litellm, kwargs: dict, on_text: OnText, streaming: bool) -> Reply:
+        """One request: in this thread when nothing can interrupt it; otherwise in a worker, with its
+        connection shut down the moment the turn is cancelled (a local server stops generating)."""
+        if self.cancel is None and not streaming:
+            return self._reply(litellm, litellm.completion(**kwargs))
+        request = Request(self.cancel)
+        call = dict(kwargs)
+        if self.settings.provider == "openai":
+            import openai
+
+            call["client"] = openai.OpenAI(api_key=kwargs.get("api_key") or "no-key", base_url=kwargs.get("api_base"),
+                                           http_client=request.http_client(self.settings.timeout_s), max_retries=0)
+            if streaming:
+                call["stream_options"] = {"include_usage": True}
+        if not streaming:
+            return request.run(lambda emit: self._reply(litellm, litellm.completion(**call)))
+        return request.run(lambda emit: self._streamed(litellm, call, emit, request), on_text)
+
+    def _streamed(self, litellm, kwargs: dict, emit: OnText, request: Request) -> Reply:
+        """Read a streamed answer, handing on its text as it comes; the chunks (tool-call pieces
+        included) are put together by litellm into one response at the end."""
+        stream = litellm.completion(**kwargs, stream=True)
+        chunks = []
+        try:
+            for chunk in stream:
+                if request.aborted.is_set():
+                    break
+                chunks.append(chunk)
+                choices = getattr(chunk, "choices", None) or []
+                text = getattr(choices[0].delta, "content", None) if choices else None
+                if text:
+                    emit(text)
+        finally:
+            close = getattr(stream, "close", None)
+            if callable(close):
+                close()
+        if request.aborted.is_set():
+            raise Cancelled()
+        if not chunks:
+            raise ModelError(f"model {self.name} returned an empty stream")
+        return self._reply(litellm, litellm.stream_chunk_builder(chunks, messages=kwargs["messages"]))
 
     def _reply(self, litellm, response) -> Reply:
         try:
             message = response.choices[0].message
-        except (AttributeError, IndexError):
+        except (AttributeError, IndexError, TypeError):
             raise ModelError(f"model {self.name} returned no message") from None
         calls = [
             ToolCall(c.id or f"call_{i}", c.function.name or "", c.function.arguments or "")

@@ -32,7 +32,9 @@ if TYPE_CHECKING:  # only for types: the CLI's fast paths never load git or the 
 
 READ_LIMIT = 100_000
 
-S = {"type": "string"}
+
+def _s(description: str) -> dict:
+    return {"type": "string", "description": description}
 
 
 def _schema(name: str, description: str, props: dict, required: list[str]) -> dict:
@@ -40,21 +42,39 @@ def _schema(name: str, description: str, props: dict, required: list[str]) -> di
         "type": "object", "properties": props, "required": required}}}
 
 
+SKILL_NAME = _s("the skill's folder name under skills/ (lowercase letters, digits, single hyphens)")
 SCHEMAS = {
     "memory": _schema("memory", "Add, replace or remove one entry of a memory file. old_text: unique substring of the entry.", {
-        "action": {"type": "string", "enum": ["add", "replace", "remove"]},
-        "file": {"type": "string", "description": "USER.md, MEMORY.md or projects/<slug>.md"},
-        "text": S, "old_text": S}, ["action", "file"]),
-    "skill_view": _schema("skill_view", "Read a skill's SKILL.md, or one of its files.", {"name": S, "file": S}, ["name"]),
-    "skill_search": _schema("skill_search", "Find skills by keywords.", {"query": S}, ["query"]),
+        "action": {"type": "string", "enum": ["add", "replace", "remove"],
+                   "description": "add a new entry, replace the entry holding old_text, or remove it"},
+        "file": _s("USER.md, MEMORY.md or projects/<slug>.md"),
+        "text": _s("the entry's new text (add, replace)"),
+        "old_text": _s("a substring found in exactly one entry (replace, remove)")}, ["action", "file"]),
+    "skill_view": _schema("skill_view", "Read a skill's SKILL.md, or one of its files.", {
+        "name": SKILL_NAME, "file": _s("a file inside the skill's folder, e.g. references/api.md (default SKILL.md)")},
+        ["name"]),
+    "skill_search": _schema("skill_search", "Find skills by keywords.", {"query": _s("keywords to look for")}, ["query"]),
     "skill_manage": _schema("skill_manage", "Create, patch or delete a skill, or write/remove a file in it. content: full SKILL.md for create.", {
-        "action": {"type": "string", "enum": ["create", "patch", "write_file", "remove_file", "delete"]},
-        "name": S, "content": S, "old_text": S, "new_text": S, "file": S, "merged_into": S}, ["action", "name"]),
-    "read_file": _schema("read_file", "Read a text file (vault-relative, or absolute in the workspace).", {"path": S}, ["path"]),
-    "write_file": _schema("write_file", "Write a text file (vault-relative, or absolute in the workspace).", {"path": S, "content": S}, ["path", "content"]),
-    "shell": _schema("shell", "Run a shell command in the sandbox workspace.", {"command": S, "timeout_s": {"type": "number"}}, ["command"]),
-    "session_search": _schema("session_search", "Search past conversations.", {"query": S}, ["query"]),
+        "action": {"type": "string", "enum": ["create", "patch", "write_file", "remove_file", "delete"],
+                   "description": "what to do with the skill"},
+        "name": SKILL_NAME,
+        "content": _s("the whole SKILL.md (create) or the file's text (write_file)"),
+        "old_text": _s("text found once in the file, to replace (patch)"),
+        "new_text": _s("what replaces old_text (patch)"),
+        "file": _s("a file under references/, scripts/ or assets/ (write_file, remove_file; patch: default SKILL.md)"),
+        "merged_into": _s("the skill that now holds this one's steps (delete)")}, ["action", "name"]),
+    "read_file": _schema("read_file", "Read a text file (vault-relative, or absolute in the workspace).", {
+        "path": _s("a vault-relative path, or an absolute path in the workspace")}, ["path"]),
+    "write_file": _schema("write_file", "Write a text file (vault-relative, or absolute in the workspace).", {
+        "path": _s("a vault-relative path, or an absolute path in the workspace"),
+        "content": _s("the file's whole new text")}, ["path", "content"]),
+    "shell": _schema("shell", "Run a shell command in the sandbox workspace.", {
+        "command": _s("the command, run by /bin/sh in the workspace"),
+        "timeout_s": {"type": "number", "description": "seconds before it is stopped (at most the sandbox's limit)"}},
+        ["command"]),
+    "session_search": _schema("session_search", "Search past conversations.", {"query": _s("words to look for")}, ["query"]),
 }
+READ_ONLY_TOOLS = frozenset({"skill_view", "skill_search", "read_file", "session_search"})  # change nothing
 REVIEW_TOOLS = ["memory", "skill_view", "skill_manage", "read_file"]  # on an overlay: vault paths only
 
 

@@ -1,8 +1,11 @@
 """`hermes-fs chat`: a REPL over a Conversation, with slash commands.
 
-On a terminal: line editing and history (readline, history in .hermes/chat_history), Ctrl-C
-interrupts the current turn and the session goes on, Ctrl-D or /exit ends it. With stdin not a
-terminal: one message (or slash command) per line, each answer printed, so it can be scripted.
+On a terminal: line editing and history (readline, history in .hermes/chat_history), the answer
+streamed as Markdown while the model writes it, Ctrl-C stops the current turn at once (the model
+request is closed, a running command killed) and the session goes on; Ctrl-C again at the prompt,
+Ctrl-D or /exit ends it. The turn runs in a thread of its own so that the main thread, which is
+where Python delivers Ctrl-C, only ever waits: an interrupt never lands inside a commit. With stdin
+not a terminal: one message (or slash command) per line, each answer printed, so it can be scripted.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import Conversation, ConversationOptions, Vault
+from ..agent.model import TurnCancelled
 from ..errors import HermesError
 from ..mind import memory, skills
 from ..service.auto_review import AutoReview
+from .answer import AnswerView
 from .remote import RemoteConversation, RemoteError, options_for, vectors_in_background, warm_environment
 from .term import plural, safe
 
@@ -39,11 +44,16 @@ class Repl:
         self.vault = vault
         self.options = options
         self.out = lambda text: out(safe(text))  # model text never drives the terminal
-        self.terminal = terminal  # a person at a screen: spinner, tool lines, prompt redrawn
+        self.terminal = terminal  # a person at a screen: streamed Markdown, tool lines, prompt redrawn
         self.failed = 0  # turns that ended in an error (piped chat exits 1 when any did)
         self.status: Any = None  # the "thinking…" spinner while a turn runs on a terminal
-        if terminal:
-            options.on_tool = lambda call: self.out(f"  · {call}")
+        self.view: AnswerView | None = AnswerView() if terminal else None
+        self.busy = False  # a turn is running: background lines wait for its end
+        self.deferred: list[str] = []
+        self._announce_lock = threading.Lock()
+        self.interrupted_last = False  # the last thing the person did was Ctrl-C (a second one at the prompt exits)
+        if self.view is not None:
+            options.on_tool = lambda call: self.view.tool(f"  · {call}") if self.view else None
         self.conversation = self._open()
         self.background: list[threading.Thread] = []
         self.reviews = AutoReview(vault, lambda _session, line: self.announce(line))
@@ -64,11 +74,10 @@ class Repl:
         return Conversation(self.vault, o)
 
     def stopping(self) -> None:
-        """Ctrl-C during a warm turn: say so now (the daemon is killing the command and stopping)."""
+        """Ctrl-C during a warm turn: the daemon closes the request and kills the command."""
         if self.status is not None:
             self.status.stop()
             self.status = None
-        self.out("(stopping the turn…)")
 
     # -- one line ------------------------------------------------------------------------------
     def handle(self, line: str) -> bool:
@@ -84,18 +93,63 @@ class Repl:
                 return True
             return command(rest.strip())
         try:
-            with self.thinking():
-                result = self.conversation.ask(line)
-            self.out(result.answer)
+            if self.view is not None:
+                self._turn_on_screen(line)
+            else:
+                with self.thinking():
+                    result = self.conversation.ask(line)
+                self.out(result.answer)
+        except (KeyboardInterrupt, TurnCancelled):
+            if self.view is not None:
+                self.view.stop()
+            self.out("(turn interrupted; the session goes on)")
+            self.interrupted_last = True
         except HermesError as exc:
+            if self.view is not None:
+                self.view.stop()
             self.failed += 1
             self.out(f"error: {exc}")
             if isinstance(exc, RemoteError) and exc.gone:  # the daemon restarted: carry on with the same session
                 self.options.resume = self.conversation.id
                 self.conversation = self._open()
+        finally:
+            self._flush_deferred()
         if self.reviews.after_turn(self.conversation.id, self.conversation.user_turns):
             self.out(f"(automatic review after {self.vault.config.refine.every_turns} turns)")
         return True
+
+    def _turn_on_screen(self, line: str) -> None:
+        """Run the turn in a thread, its answer streamed to the view; this (main) thread waits, and a
+        Ctrl-C here interrupts the turn, which then ends within a moment (raised here as TurnCancelled)."""
+        view = self.view
+        assert view is not None
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                outcome["answer"] = self.conversation.ask(line, view.text).answer
+            except BaseException as exc:  # raised again in the main thread
+                outcome["error"] = exc
+
+        self.busy = True
+        view.thinking()
+        thread = threading.Thread(target=work, name="turn", daemon=True)
+        thread.start()
+        interrupted = False
+        while thread.is_alive():
+            try:
+                thread.join(0.1)
+            except KeyboardInterrupt:
+                if not interrupted:
+                    interrupted = True
+                    view.stop()
+                    self.conversation.interrupt()
+        if "error" in outcome:
+            error = outcome["error"]
+            raise TurnCancelled("the turn was interrupted") if interrupted else error
+        if interrupted:
+            raise TurnCancelled("the turn was interrupted")
+        view.finish(outcome["answer"])
 
     # -- slash commands ---------------------------------------------------------------------------
     def cmd_refine(self, focus: str) -> bool:
@@ -126,20 +180,32 @@ class Repl:
         return self.status
 
     def announce(self, text: str) -> None:
-        """A line from a background job: printed above the prompt, which is then drawn again."""
+        """A line from a background job: printed above the prompt, which is then drawn again; while
+        a turn runs it waits for the turn's end (no prompt is drawn into an answer)."""
         if not self.terminal:
             self.out(text)
             return
-        try:
-            import readline
+        with self._announce_lock:
+            if self.busy:
+                self.deferred.append(text)
+                return
+            try:
+                import readline
 
-            typed = readline.get_line_buffer()
-        except ImportError:
-            typed = ""
-        sys.stdout.write("\r\x1b[K")  # clear the prompt line (our own sequence, not model text)
-        self.out(text)
-        sys.stdout.write(PROMPT + typed)
-        sys.stdout.flush()
+                typed = readline.get_line_buffer()
+            except ImportError:
+                typed = ""
+            sys.stdout.write("\r\x1b[K")  # clear the prompt line (our own sequence, not model text)
+            self.out(text)
+            sys.stdout.write(PROMPT + typed)
+            sys.stdout.flush()
+
+    def _flush_deferred(self) -> None:
+        with self._announce_lock:
+            self.busy = False
+            lines, self.deferred = self.deferred, []
+        for text in lines:
+            self.out(text)
 
     def _background(self, name: str, job) -> bool:
         def work():
@@ -216,13 +282,19 @@ class Repl:
                     self.out("")
                     break
                 except KeyboardInterrupt:
-                    self.out("\n(Ctrl-D or /exit to leave)")
+                    if self.interrupted_last:
+                        self.out("")
+                        break  # a second Ctrl-C at the prompt: leave
+                    self.interrupted_last = True
+                    self.out("\n(Ctrl-C again, Ctrl-D or /exit to leave)")
                     continue
+                self.interrupted_last = False
                 try:
                     if not self.handle(line):
                         break
-                except KeyboardInterrupt:
-                    self.out("\n(turn interrupted; the session goes on)")
+                except KeyboardInterrupt:  # between turns (a slash command): the session goes on
+                    self.interrupted_last = True
+                    self.out("\n(interrupted; the session goes on)")
         finally:
             if history:
                 import readline

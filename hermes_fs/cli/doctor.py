@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from ..errors import HermesError
 from .context import vault_for
 from .gateway import doctor_checks as gateway_checks
 from .options import vault_option
@@ -20,13 +17,7 @@ from .term import Spinner, echo
 def doctor(ctx: click.Context, no_model: bool):
     """Check the setup: the model (one tiny call), and the sandbox (Docker engine and image)."""
     v = vault_for(ctx)
-    checks = [] if no_model else [_check_model(v)]
-    if checks and checks[0][1]:
-        if "litellm" in sys.modules:  # the model check ran here: the probe costs no second cold import
-            checks.append(_check_mode(v))
-        else:  # the daemon answered the model check; the probe is not served warm yet
-            checks.append(("review mode", True, "not probed (the daemon ran the model check); "
-                           "HERMES_NO_DAEMON=1 hermes-fs doctor probes tool calling"))
+    checks = [] if no_model else _check_model(v)
     if v.config.skills.embeddings:
         from ..mind import embeddings
 
@@ -63,34 +54,23 @@ def _check_mcp(v) -> list[tuple[str, bool, str]]:
         hub.stop()
 
 
-def _check_model(v) -> tuple[str, bool, str]:
-    """One tiny call, by the daemon when one runs (the same keys: the caller's), else here."""
+def _check_model(v) -> list[tuple[str, bool, str]]:
+    """One tiny call, then the review-mode probe (which mode suits the refine model), both by the
+    daemon when one runs (the same keys: the caller's), else here."""
     from ..agent.model import check_model
+    from ..learning.structured import check_mode
     from .remote import warm_task
 
-    with Spinner(f"asking {v.config.model} for one word"):
+    with Spinner(f"asking {v.config.model} for one word, then to call a tool"):
         done = warm_task(v, "doctor", {})
-        ok, detail = (done["ok"], done["detail"]) if done else check_model(v)
-    return "model", ok, detail
-
-
-def _check_mode(v) -> tuple[str, bool, str]:
-    """Which review mode suits the refine model: one tiny tool-call probe (learning.structured)."""
-    from ..agent.model import LiteLLMModel, ModelSettings
-    from ..learning.structured import probe_mode
-
-    settings = ModelSettings.for_vault(v, "refine")
-    settings.retries = 0
-    try:
-        with Spinner(f"asking {settings.model} to call a tool"):
-            advice = probe_mode(LiteLLMModel(settings))
-    except HermesError as exc:
-        return "review mode", False, str(exc)
-    modes = {"refine.mode": v.config.refine.mode, "learn.mode": v.config.learn.mode}
-    wrong = [k for k, m in modes.items() if m != advice.suggested]
-    detail = f"{advice.suggested} suits {settings.model}: {advice.detail}"
-    if wrong and not advice.called:
-        return "review mode", False, detail + f"; set {' and '.join(f'{k}: structured' for k in wrong)} in hermes.yaml"
-    if wrong:  # a model that calls tools does well in either mode: not a problem
-        return "review mode", True, detail + f" ({', '.join(f'{k}: {modes[k]}' for k in wrong)} works too)"
-    return "review mode", True, detail
+        if done is not None and (not done["ok"] or "mode_ok" in done):
+            rows = [("model", bool(done["ok"]), str(done["detail"]))]
+            if done["ok"]:
+                rows.append(("review mode", bool(done["mode_ok"]), str(done["mode_detail"])))
+            return rows
+        ok, detail = (done["ok"], done["detail"]) if done else check_model(v)  # no daemon, or an older one
+        rows = [("model", ok, detail)]
+        if ok:
+            mode_ok, mode_detail = check_mode(v)
+            rows.append(("review mode", mode_ok, mode_detail))
+        return rows

@@ -12,6 +12,7 @@ Resources: each memory file and each skill file. Over HTTP every request must ca
 
 from __future__ import annotations
 
+import copy
 import hmac
 import json
 import math
@@ -21,6 +22,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer  # this module is loaded only to serve MCP
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 
 from .. import Act, Vault
 from ..errors import HermesError
@@ -72,8 +74,29 @@ class VaultServer(MCPServer):
         return await super().read_resource(uri, context)
 
 
+REFINE_PARAMETERS = {"type": "object", "properties": {
+    "transcript": {"type": "string", "description": "the conversation's text, as the client has it"},
+    "focus": {"type": "string", "description": "what to capture from it (optional)"}}, "required": ["transcript"]}
+REFINE_DESCRIPTION = ("Review a conversation (its transcript) into memory and skill improvements on a refine branch "
+                      "the person reviews. focus: what to capture.")
+
+
+def annotations_for(name: str) -> ToolAnnotations:
+    """Hints a client shows or acts on: the agent's read-only tools change nothing; the others
+    write the vault (refine only proposes, on a branch the person reviews)."""
+    from ..agent.tools import READ_ONLY_TOOLS
+
+    if name in READ_ONLY_TOOLS:
+        return ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+    return ToolAnnotations(read_only_hint=False, destructive_hint=name != "refine", idempotent_hint=False,
+                           open_world_hint=False)
+
+
 def build_server(vault: Vault) -> MCPServer:
-    server = VaultServer(vault, "hermes-fs", instructions=INSTRUCTIONS)
+    from .. import __version__
+    from ..agent.tools import SCHEMAS
+
+    server = VaultServer(vault, "hermes-fs", instructions=INSTRUCTIONS, version=__version__)
 
     def run(ctx: Context, tool: str, **args) -> str:
         """The agent's own tool, committed like the agent's writes but naming the client."""
@@ -89,35 +112,41 @@ def build_server(vault: Vault) -> MCPServer:
             raise ToolError(result[len("error:"):].strip())  # the client sees it as a tool error, with the reason
         return result
 
-    @server.tool(description="Add, replace or remove one entry of a memory file. old_text: unique substring of the entry.")
     def memory(action: str, file: str, ctx: Context, text: str = "", old_text: str = "") -> str:
         return run(ctx, "memory", action=action, file=file, text=text, old_text=old_text)
 
-    @server.tool(description="Find skills by keywords.")
     def skill_search(query: str, ctx: Context) -> str:
         return run(ctx, "skill_search", query=query)
 
-    @server.tool(description="Read a skill's SKILL.md, or one of its files.")
     def skill_view(name: str, ctx: Context, file: str | None = None) -> str:
         return run(ctx, "skill_view", name=name, file=file)
 
-    @server.tool(description="Create, patch or delete a skill, or write/remove a file in it. content: full SKILL.md for create.")
     def skill_manage(action: str, name: str, ctx: Context, content: str = "", old_text: str = "", new_text: str = "",
                      file: str | None = None, merged_into: str | None = None) -> str:
         return run(ctx, "skill_manage", action=action, name=name, content=content, old_text=old_text,
                    new_text=new_text, file=file, merged_into=merged_into)
 
-    @server.tool(description="Search past conversations.")
     def session_search(query: str, ctx: Context) -> str:
         return run(ctx, "session_search", query=query)
 
-    @server.tool(description="Review a conversation (its transcript) into memory and skill improvements on a "
-                             "refine branch the person reviews. focus: what to capture.")
     def refine(transcript: str, ctx: Context, focus: str | None = None) -> str:
         return refine_transcript(vault, transcript, focus, client_name(ctx))
 
+    for fn in (memory, skill_search, skill_view, skill_manage, session_search):
+        agent = SCHEMAS[fn.__name__]["function"]
+        _offer(server, fn, agent["description"], agent["parameters"])
+    _offer(server, refine, REFINE_DESCRIPTION, REFINE_PARAMETERS)
     server.sync_resources()
     return server
+
+
+def _offer(server: MCPServer, fn, description: str, parameters: dict) -> None:
+    """A tool whose schema is the agent's own (enums, descriptions, required), not the one the SDK
+    would derive from the bridging function's signature; the ToolBox checks the arguments again."""
+    server.add_tool(fn, name=fn.__name__, description=description, annotations=annotations_for(fn.__name__))
+    tool = server._tool_manager.get_tool(fn.__name__)
+    assert tool is not None
+    tool.parameters = copy.deepcopy(parameters)
 
 
 def refine_transcript(vault: Vault, transcript: str, focus: str | None, client: str) -> str:

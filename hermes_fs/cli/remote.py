@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..agent.model import TurnCancelled
 from ..errors import HermesError
 
 CONNECT_TIMEOUT_S = 2.0  # a daemon that has not opened the conversation by then is not used
@@ -59,6 +60,7 @@ class RemoteConversation:
         self.on_tool = on_tool
         self.user_turns = 0
         self.ended = False
+        self.interrupted = False  # Ctrl-C sent during the turn now running
 
     @classmethod
     def connect(cls, state_dir: Path, options: dict, on_tool: Callable[[str], None] | None = None
@@ -90,22 +92,23 @@ class RemoteConversation:
                               "the transcript so far is kept", gone=True)
         return json.loads(line)
 
-    def ask(self, text: str) -> RemoteAnswer:
+    def ask(self, text: str, on_text: Callable[[str], None] | None = None) -> RemoteAnswer:
+        """One turn in the daemon; with `on_text` its answer streams back as the model writes it."""
+        self.interrupted = False
         try:
-            self._send({"op": "ask", "text": text})
+            self._send({"op": "ask", "text": text, "stream": on_text is not None})
         except OSError:
             raise RemoteError("the daemon went away (it may have been restarted)", gone=True) from None
-        interrupted = False
         while True:
             try:
                 msg = self._read()
-            except KeyboardInterrupt:  # Ctrl-C: the daemon kills the running command and stops the turn
-                self._send({"op": "interrupt"})
-                if not interrupted:
-                    self.on_interrupt()
-                interrupted = True
+            except KeyboardInterrupt:  # Ctrl-C here (not in a chat's turn thread): stop the turn
+                self.interrupt()
                 continue
-            if "tool" in msg:
+            if "text" in msg:
+                if on_text is not None:
+                    on_text(str(msg["text"]))
+            elif "tool" in msg:
                 if self.on_tool:
                     self.on_tool(msg["tool"])
             elif "answer" in msg:
@@ -113,9 +116,20 @@ class RemoteConversation:
                 return RemoteAnswer(msg["answer"])
             elif "error" in msg:
                 self.user_turns += 1
-                if interrupted:
-                    raise KeyboardInterrupt
+                if self.interrupted:
+                    raise TurnCancelled("the turn was interrupted")
                 raise RemoteError(msg["error"], msg.get("exit_code", 1))
+
+    def interrupt(self) -> None:
+        """Ctrl-C: the daemon closes the model request, kills the running command, stops the turn."""
+        first = not self.interrupted
+        self.interrupted = True
+        try:
+            self._send({"op": "interrupt"})
+        except OSError:
+            pass  # the daemon is gone: the turn is over anyway
+        if first:
+            self.on_interrupt()
 
     def end(self) -> bool:
         """End the conversation (the daemon commits its transcript); True when a commit was made."""

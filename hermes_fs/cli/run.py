@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from .context import vault_for
@@ -28,25 +30,43 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
     if max_steps:
         options.max_steps = max_steps
     v = vault_for(ctx)
+    from .answer import AnswerView
     from .remote import RemoteConversation, options_for, vectors_in_background, warm_environment
 
     environ = warm_environment(v, model)
+    view = AnswerView() if sys.stdout.isatty() else None  # a person watching: streamed Markdown
+    on_tool = (lambda line: view.tool(f"  · {line}")) if view else None
     remote = None if environ is None else RemoteConversation.connect(
-        v.state_dir, options_for("run", model, options.workspace, max_steps, environ=environ))
+        v.state_dir, options_for("run", model, options.workspace, max_steps, environ=environ), on_tool)
     if remote is not None:  # the daemon's warm process: no litellm import here
         try:
-            with Spinner("thinking"):
-                answer = remote.ask(" ".join(prompt)).answer
+            _answer(view, lambda on_text: remote.ask(" ".join(prompt), on_text).answer)
         finally:
             remote.end()
-        echo(answer)
         AutoReview(v, detached=True).after_turn(remote.id, 1)  # refine.every_turns: 1 reviews every run
         return
     vectors_in_background(v)
-    with Conversation(v, options) as conversation, Spinner("thinking"):
-        result = conversation.ask(" ".join(prompt))
-    echo(result.answer)
+    options.on_tool = on_tool
+    with Conversation(v, options) as conversation:
+        _answer(view, lambda on_text: conversation.ask(" ".join(prompt), on_text).answer)
     AutoReview(v, detached=True).after_turn(conversation.id, conversation.user_turns)
+
+
+def _answer(view, ask) -> None:
+    """Run `ask(on_text)` and show its answer: streamed Markdown on a terminal, else printed whole
+    once it is complete (a spinner on stderr meanwhile), exactly as piped output always was."""
+    if view is None:
+        with Spinner("thinking"):
+            answer = ask(None)
+        echo(answer)
+        return
+    view.thinking()
+    try:
+        answer = ask(view.text)
+    except BaseException:
+        view.stop()
+        raise
+    view.finish(answer)
 
 
 @click.command()

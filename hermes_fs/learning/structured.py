@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -148,6 +149,10 @@ class Applied:
     def ok(self) -> bool:
         return self.result.startswith("ok")
 
+    @property
+    def skipped(self) -> bool:
+        return self.result.startswith("skipped:")
+
 
 def tool_calls(doc: BaseModel) -> list[tuple[str, dict, str, str, str]]:
     """(tool, arguments, path, what, reason) for each entry, as the tool call it stands for."""
@@ -198,11 +203,22 @@ NO_REASON = ("error: this entry gives no reason; start its reason with the user'
              "(every change carries its reason, or it is not made)")
 
 
-def apply(doc: BaseModel, tools: ToolBox) -> list[Applied]:
+# (tool, arguments, reason) -> "skipped: why", or None to apply (it may route the entry: set arguments["file"])
+Screen = Callable[[str, dict, str], "str | None"]
+
+
+def apply(doc: BaseModel, tools: ToolBox, screen: Screen | None = None) -> list[Applied]:
     """Each entry through the same tool the tools mode would call; refusals come back as results.
-    An entry without a reason is refused before its tool is called."""
-    return [Applied(path, what, reason, tools.call(tool, json.dumps(args)) if reason.strip() else NO_REASON)
-            for tool, args, path, what, reason in tool_calls(doc)]
+    An entry without a reason is refused before its tool is called; one the `screen` skips (code's
+    judgement: not grounded in what the person said, already in memory) is left out, not sent back."""
+    out = []
+    for tool, args, path, what, reason in tool_calls(doc):
+        skipped = screen(tool, args, reason) if screen and reason.strip() else None
+        if tool == "memory" and path != f"memory/{str(args.get('file', '')).removeprefix('memory/')}":
+            path = f"memory/{str(args['file']).removeprefix('memory/')}"  # the screen routed it
+        result = NO_REASON if not reason.strip() else skipped or tools.call(tool, json.dumps(args))
+        out.append(Applied(path, what, reason, result))
+    return out
 
 
 def report(doc: BaseModel, applied: list[Applied]) -> str:
@@ -244,6 +260,7 @@ class StructuredTask:
     usage: Usage = field(default_factory=Usage)
     applied: list[Applied] = field(default_factory=list)
     invalid_answers: int = 0  # answers that were not a document of the schema (for benchmarks)
+    screen: Screen | None = None  # code's judgement of each entry before it is applied (refine's)
     _before: dict[str, bytes | None] = field(default_factory=dict)
 
     def ask(self, text: str, fresh: bool = False) -> str:
@@ -271,8 +288,8 @@ class StructuredTask:
                 self.messages.append({"role": "user", "content": f"That answer is {exc}. Answer again with only "
                                       "the JSON document of the schema."})
                 continue
-            self.applied = apply(doc, self.tools)
-            refused = [a for a in self.applied if not a.ok]
+            self.applied = apply(doc, self.tools, self.screen)
+            refused = [a for a in self.applied if not a.ok and not a.skipped]
             if refused and attempt < self.rounds:
                 self._undo()
                 self.messages.append({"role": "user", "content": "These entries were refused:\n" + "\n".join(
@@ -314,3 +331,65 @@ def probe_mode(model: Model) -> ModeAdvice:
     if called:
         return ModeAdvice(True, ReviewMode.TOOLS, "it called a tool when asked")
     return ModeAdvice(False, ReviewMode.STRUCTURED, "asked to call a tool, it answered in words")
+
+
+def probe_vault(vault, environ: Mapping[str, str] | None = None) -> tuple[str, ModeAdvice]:
+    """(the refine model's name, what the probe saw of it); raises HermesError when it cannot ask."""
+    from ..agent.model import LiteLLMModel, ModelSettings
+
+    settings = ModelSettings.for_vault(vault, "refine", environ=environ)
+    settings.retries = 0
+    return settings.model, probe_mode(LiteLLMModel(settings))
+
+
+def check_mode(vault, environ: Mapping[str, str] | None = None) -> tuple[bool, str]:
+    """`doctor`'s review-mode row (ok, detail): the probe against the refine model, and whether
+    hermes.yaml's modes agree with it. Run by the daemon when one is up (warm), or by the CLI."""
+    from ..errors import HermesError
+
+    try:
+        model, advice = probe_vault(vault, environ)
+    except HermesError as exc:
+        return False, str(exc)
+    remember_advice(vault.state_dir, model, advice)  # automatic reviews say what to set (service/auto_review)
+    modes = {"refine.mode": vault.config.refine.mode, "learn.mode": vault.config.learn.mode}
+    wrong = [k for k, m in modes.items() if m != advice.suggested]
+    detail = f"{advice.suggested} suits {model}: {advice.detail}"
+    if wrong and not advice.called:
+        return False, detail + f"; set {' and '.join(f'{k}: structured' for k in wrong)} in hermes.yaml"
+    if wrong:  # a model that calls tools does well in either mode: not a problem
+        return True, detail + f" ({', '.join(f'{k}: {modes[k]}' for k in wrong)} works too)"
+    return True, detail
+
+
+ADVICE_FILE = "mode-advice.json"  # under .hermes/: what `doctor` found about the refine model
+
+
+def remember_advice(state_dir, model: str, advice: ModeAdvice) -> None:
+    """Keep what the probe found, so background reviews can say what to set (`unsuited_notice`)."""
+    import os
+
+    data = json.dumps({"model": model, "called": advice.called, "suggested": str(advice.suggested),
+                       "detail": advice.detail})
+    path = state_dir / ADVICE_FILE
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def unsuited_notice(state_dir, model: str, mode: str) -> str | None:
+    """The sentence saying what to set, when `doctor` found that `model` does not call tools and
+    refine still runs in tools mode; None otherwise (no finding, another model, or already set)."""
+    try:
+        found = json.loads((state_dir / ADVICE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(found, dict) or found.get("model") != model or found.get("called") is not False:
+        return None
+    if mode == ReviewMode.STRUCTURED:
+        return None
+    return (f"automatic reviews run with refine.mode: {mode}, but `hermes-fs doctor` found that {model} does not "
+            "call tools (it answered in words), so they are likely to learn nothing: set `refine.mode: structured` "
+            "in hermes.yaml (or `refine.every_turns: 0` to stop automatic reviews)")

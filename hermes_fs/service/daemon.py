@@ -160,6 +160,7 @@ class Daemon:
             self._start_services()
             self.catch_up.all_started()
             self.note("daemon started")
+            self._warm_up_model_layer()
             self._scan_inbox()
             while not self.stop_event.wait(WAKE_S):  # never a wait without end: see WAKE_S
                 pass
@@ -238,6 +239,30 @@ class Daemon:
         except OSError as exc:  # e.g. a path too long for a Unix socket: the CLI runs turns itself
             self.warm = None
             self.error(f"warm turns unavailable ({exc}); run and chat will start their own process")
+
+    def _warm_up_model_layer(self) -> None:
+        """Import the model layer (litellm: seconds of CPU) in the background once everything else
+        has started, so the first turn served (a chat, a cron job due at start, an inbox request)
+        is as fast as the later ones. It runs at the agent's lower priority, so a sync round or the
+        watcher is not held up by it; a turn that comes first simply imports it itself."""
+        if os.environ.get("HERMES_NO_WARM_UP"):
+            return
+
+        def warm() -> None:
+            from .priority import lower_this_thread
+
+            lower_this_thread()
+            try:
+                from ..agent.conversation import Conversation  # noqa: F401  (the turn's own modules)
+                from ..agent.model import import_litellm
+
+                import_litellm()
+            except Exception as exc:  # noqa: BLE001 — a turn will import it (and report the error) itself
+                self.error(f"warming up the model layer failed: {exc}")
+                return
+            self.note("model layer warm: the first turn needs no import")
+
+        threading.Thread(target=warm, name="warm-up", daemon=True).start()
 
     def _start_services(self, early: bool = False) -> None:
         """Gateway, sync, web page, curator: whatever hermes.yaml turns on (`early`: those started
@@ -362,7 +387,9 @@ class Daemon:
             return
         if result.sha:
             self.note(f"committed human edit: {', '.join(result.committed)}")
-            for path in result.committed:
+        refused = {f.path for f in result.refused}
+        for path in paths:  # committed now, or nothing left to commit (the secret taken out, committed elsewhere)
+            if path not in refused:
                 self.state.resolved(f"not committed: {path}:")
         for f in result.refused:
             self.error(f"not committed: {f}")

@@ -4,7 +4,7 @@ Each is one object with start() and stop(); the daemon starts them after the wat
 scheduler and stops them first on the way out. Adding a part is one entry in `services_for`, so
 the daemon's own code never names a platform. Sync is the one part started first, before the
 watcher, the jobs and the scheduler (`services_for(daemon, early=True)`): a restarted machine's
-first round is what the other machines' edits wait for (the sync chaos bench), and it needs none
+first round is what the other machines' edits wait for, and it needs none
 of them; what it does that needs the jobs waits for `catch_up.begun`.
 """
 

@@ -6,9 +6,11 @@ The socket is created with permissions 0600, and every connection's peer is chec
 served by its own thread, so several sessions run at once beside the watcher, inbox and scheduler.
 
 The protocol is JSON lines. The client sends {"op": "open", "options": {...}} and then
-{"op": "ask", "text": ...} as often as it likes, and {"op": "end"}; {"op": "interrupt"} may come
-while a turn runs. The daemon answers each `open` with {"session": id}, streams {"tool": line}
-while a turn runs, and ends it with {"answer": text, ...} or {"error": message, "exit_code": n}.
+{"op": "ask", "text": ..., "stream": bool} as often as it likes, and {"op": "end"}; {"op": "interrupt"}
+may come while a turn runs (the model request is closed and the running command killed at once).
+The daemon answers each `open` with {"session": id}, streams {"tool": line} (and, when asked to
+stream, {"text": piece} as the model writes the answer) while a turn runs, and ends it with
+{"answer": text, ...} or {"error": message, "exit_code": n}.
 A closed connection ends (and commits) the conversation, as the end of a CLI process would.
 Or the client sends one {"op": "task", "task": "refine" | "learn" | "doctor", "args": {...}} and
 gets one {"done": {...}} (or an error) back: `refine --wait`, `learn` and `doctor` run warm too.
@@ -130,7 +132,8 @@ class Session:
                     break
                 elif op == "ask" and self.conversation is not None:
                     self._wait_turn()
-                    self.turn = threading.Thread(target=self._ask, args=(request.get("text") or "",), daemon=True)
+                    self.turn = threading.Thread(target=self._ask, args=(request.get("text") or "",
+                                                                         bool(request.get("stream"))), daemon=True)
                     self.turn.start()
                 elif op == "interrupt" and self.conversation is not None:
                     self.conversation.interrupt()
@@ -175,10 +178,11 @@ class Session:
             log.exception("warm task failed")
             self.send({"error": f"unexpected {type(exc).__name__}: {exc} (traceback in daemon.log)", "exit_code": 1})
 
-    def _ask(self, text: str) -> None:
+    def _ask(self, text: str, stream: bool = False) -> None:
         assert self.conversation is not None
+        on_text = (lambda piece: self.send({"text": piece})) if stream else None
         try:
-            result = self.conversation.ask(text)
+            result = self.conversation.ask(text, on_text)
             self.send({"answer": result.answer, "user_turns": self.conversation.transcript.user_turns})
         except HermesError as exc:
             self.send({"error": str(exc), "exit_code": exc.exit_code})
@@ -216,9 +220,13 @@ def run_task(vault: Vault, task: str, args: dict, environ: dict[str, str] | None
         return {"line": r.line(), "ok": r.ok}
     if task == "doctor":
         from ..agent.model import check_model
+        from ..learning.structured import check_mode
 
         ok, detail = check_model(vault, environ)
-        return {"ok": ok, "detail": detail}
+        done: dict = {"ok": ok, "detail": detail}
+        if ok:  # the review-mode probe, warm too: the advice a small model's user needs
+            done["mode_ok"], done["mode_detail"] = check_mode(vault, environ)
+        return done
     raise HermesError(f"unknown task {task!r}")
 
 

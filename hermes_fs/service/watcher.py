@@ -154,11 +154,11 @@ OVERFLOW_LOGGER = "watchdog.observers.inotify_c"
 
 
 class EventsLost(logging.Handler):
-    """When the kernel's inotify queue overflows (a burst of more events than it holds, 16,384 by
-    default), watchdog rebuilds its watches but tells no event handler; it only logs a warning.
-    That warning is the one signal there is, so it is caught here and `on_lost` is called (from
-    watchdog's thread: it must return at once). Found in the sync chaos bench: two requests
-    dropped during an overflow were never taken."""
+    """When the kernel's inotify queue overflows (a burst of more events than it holds), watchdog
+    rebuilds its watches but tells no event handler; it only logs a warning. That warning is the
+    one signal there is, so it is caught here and `on_lost` is called (from watchdog's thread: it
+    must return at once). Without it, a file dropped during an overflow (an inbox request) would
+    never be taken."""
 
     def __init__(self, on_lost: Callable[[], None]):
         super().__init__(logging.WARNING)

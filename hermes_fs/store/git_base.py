@@ -95,6 +95,7 @@ class GitBase:
                 input=data,
                 capture_output=True,
                 env=full_env,
+                start_new_session=True,  # a chat's Ctrl-C is for the turn, never for a half-made commit
             )
             if proc.returncode in ok or b"index.lock': File exists" not in proc.stderr:
                 break

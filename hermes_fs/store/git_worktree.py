@@ -10,8 +10,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from ..errors import EditedWhileMerging, GitError
-from .files import Symlink, atomic_write, prune_empty_dirs, swap_if_unchanged, symlink_on_path
+from ..errors import EditedWhileMerging, GitError, InputError
+from .files import Symlink, atomic_write, clean_relpath, prune_empty_dirs, swap_if_unchanged, symlink_on_path
 from .git_base import ZERO
 from .git_objects import GitObjects
 
@@ -37,6 +37,17 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def checkout_refusal(rel: str) -> str | None:
+    """Why a name git holds is never written in the working tree (None: it is written). A commit
+    from elsewhere may name `.hermes/` (this machine's secrets and state), a `.git` folder, or a
+    name the vault's tools cannot address: such a file stays in git, out of the working tree
+    (quarantined: `skip-worktree` in the index), and sync goes on."""
+    try:
+        return None if clean_relpath(rel) == rel else "not a plain vault path"
+    except InputError as exc:
+        return str(exc)
+
+
 class GitWorktree(GitObjects):
     def _stage(self, blobs: dict[str, str], deleted: list[str], modes: dict[str, str]) -> None:
         """Put committed blobs in the index (and drop deleted paths) without touching other entries."""
@@ -51,9 +62,9 @@ class GitWorktree(GitObjects):
         committed as a person's edit. Returns the paths put back.
 
         Every commit of working-tree state (`commit_paths`, `commit_all`, `commit_human_edits`,
-        and the merges through the last) runs this first, under the lock: a commit that moved main
-        before it (the daemon's restart saving interrupted transcripts did) used to make it skip
-        the files, and the merge's half-written text was then committed as a person's edit."""
+        and the merges through the last) runs this first, under the lock: otherwise a commit that
+        moved main before it would make it skip the files, and the merge's half-written text would
+        be committed as a person's edit."""
         try:
             j = json.loads(self.journal.read_text())
         except (OSError, ValueError):
@@ -78,13 +89,14 @@ class GitWorktree(GitObjects):
     def _restore(self, commit: str, wrote: str, paths: list[str]) -> list[str]:
         """The files at `paths` that still hold exactly what `wrote` has there get `commit`'s bytes
         back (the index is left alone); returns those paths. Both commits' bytes are read first,
-        then each file is swapped only if unchanged. (This used to look at the file, then read
-        `commit`'s bytes from git, a process, then write them: a save landing in between was
-        overwritten, and a line the sync chaos bench appended was lost that way once.) A file
-        changed meanwhile stays as it is: the person's text, to commit."""
+        then each file is swapped only if unchanged, so no git process runs between the look at a
+        file and its swap, where a save could land and be overwritten. A file changed meanwhile
+        stays as it is: the person's text, to commit."""
         before, after = self._ls_paths(commit, paths), self._ls_paths(wrote, paths)
         restored = []
         for rel in paths:
+            if checkout_refusal(rel):
+                continue  # never written here: nothing to put back
             self._refuse_symlinked_parent(rel)
             data = self.read_file(commit, rel) if rel in before else None
             if data is not None and before[rel][0] == "120000":
@@ -120,15 +132,25 @@ class GitWorktree(GitObjects):
         folds = folds or {}
         blobs, modes, deleted = {}, {}, []
         done: list[str] = []
+        quarantined: list[str] = []
         listed = self._ls_paths(commit, paths)
         for rel in paths:
+            if checkout_refusal(rel):
+                entry = listed.get(rel)
+                if entry is None:
+                    deleted.append(rel)
+                else:
+                    blobs[rel], modes[rel] = entry[1], entry[0]
+                    quarantined.append(rel)
+                continue
             target = self.root / rel
             self._refuse_symlinked_parent(rel)
             entry = listed.get(rel)
             data = None
             if entry is not None:
-                data = self.read_file(commit, rel)
-                assert data is not None, f"{commit}:{rel} listed but unreadable"
+                data = self.read_blob(entry[1])  # by id: any name git can hold, a newline in it too
+                if data is None:
+                    raise GitError(f"{commit}:{rel!r} is listed but its blob {entry[1]} cannot be read")
                 if entry[0] == "120000":
                     data = Symlink(data)  # checked out as git would: a link, not a file holding its target
             file_mode = 0o755 if entry is not None and entry[0] == "100755" else None
@@ -153,6 +175,13 @@ class GitWorktree(GitObjects):
                 blobs[rel], modes[rel] = entry[1], entry[0]
             done.append(rel)
         self._stage(blobs, deleted, modes)
+        if quarantined:
+            self._git("update-index", "-z", "--skip-worktree", "--stdin", input="\0".join(quarantined) + "\0")
+
+    def quarantined(self) -> list[str]:
+        """Paths in the index kept out of the working tree (`checkout_refusal`)."""
+        out = self._git("ls-files", "-v", "-z")
+        return sorted(item[2:] for item in out.split("\0") if item.startswith("S "))
 
     def _put_back(self, commit: str, wrote: str, done: list[str], folds: dict[str, Fold]) -> None:
         """Undo the swaps of a refused merge (`wrote`'s bytes written, the index not yet staged):

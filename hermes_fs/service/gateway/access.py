@@ -108,26 +108,24 @@ def locked_until(ledger: GatewayLedger, now: float | None = None) -> float | Non
 
 
 def approve(ledger: GatewayLedger, code: str, now: float | None = None) -> Pairing:
-    now = now or time.time()
-    until = locked_until(ledger, now)
-    if until:
-        raise InputError(f"pairing approval is locked after {MAX_FAILURES} failed attempts; "
-                         f"try again in {int(until - now) // 60 + 1} minutes")
-    found = ledger.pairing_by_hash(hash_code(code), now - CODE_TTL_S)
-    if found is None:
-        ledger.add_pair_failure()
-        raise InputError("no pending pairing has this code (codes are valid for 1 hour); "
-                         "`hermes-fs gateway pair list` shows who is waiting")
-    ledger.approve(found.platform, found.sender)
-    ledger.drop_pairing(hash_code(code))
-    return found
+    return _decide(ledger, code, True, now)
 
 
 def deny(ledger: GatewayLedger, code: str, now: float | None = None) -> Pairing:
+    return _decide(ledger, code, False, now)
+
+
+def _decide(ledger: GatewayLedger, code: str, approved: bool, now: float | None) -> Pairing:
+    """Approvals and denials count alike against the lock-out: both try a code."""
+    from .ledger import PairingRules  # here: the ledger module imports the channel interface, which imports this
+
     now = now or time.time()
-    found = ledger.pairing_by_hash(hash_code(code), now - CODE_TTL_S)
-    if found is None:
-        ledger.add_pair_failure()
-        raise InputError("no pending pairing has this code")
-    ledger.drop_pairing(hash_code(code))
-    return found
+    rules = PairingRules(code_ttl_s=CODE_TTL_S, max_failures=MAX_FAILURES, lock_s=LOCK_S)
+    attempt = ledger.decide_pairing(hash_code(code), approved, rules, now)
+    if attempt.locked_until is not None:
+        raise InputError(f"pairing approval is locked after {MAX_FAILURES} failed attempts; "
+                         f"try again in {int(attempt.locked_until - now) // 60 + 1} minutes")
+    if attempt.pairing is None:
+        raise InputError("no pending pairing has this code (codes are valid for 1 hour); "
+                         "`hermes-fs gateway pair list` shows who is waiting")
+    return attempt.pairing

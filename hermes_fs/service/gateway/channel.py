@@ -102,7 +102,13 @@ def others_since(lines: list[tuple[str, str, str]], sender: str, message: str) -
         lines = lines[: ids.index(message)]
     mine = [i for i, (_, who, _) in enumerate(lines) if who == sender]
     since = lines[mine[-1] + 1 :] if mine else lines
-    return "\n".join(f"{who}: {text}" for _, who, text in since) or None
+    return "\n".join(f"{who}: {continued(text)}" for _, who, text in since) or None
+
+
+def continued(text: str) -> str:
+    """A message's later lines indented: a line break in someone's text never starts a line that
+    reads as another person speaking."""
+    return "\n    ".join(text.splitlines()) if text else text
 
 
 def room_context(sink: Sink, room: str, message: str, sender: str, text: str, keep: int) -> str | None:
@@ -147,6 +153,12 @@ class Sink(Protocol):
 
     def add_room_line(self, room: str, message: str, sender: str, text: str, keep: int) -> None:
         """Remember a shared room's line (once per message id; the room keeps its last `keep`)."""
+        ...
+
+    def earlier_message(self, origin: Origin, digest: str, window_s: float) -> str | None:
+        """Remember that this message carried the body `digest`; the id of an earlier, other
+        message of the same chat with the same body within `window_s` (a replay under a new id, on
+        a platform that signs the body but not the id), else None."""
         ...
 
     def session(self, session_key: str) -> str | None:

@@ -63,10 +63,13 @@ from .ledger import (
     ANSWERED_ELSEWHERE,
     CLAIMED,
     DELIVERED,
+    EMPTY,
     FAILED,
     IGNORED,
     PENDING,
     REFUSED,
+    TOO_LONG,
+    TOO_MANY,
     GatewayLedger,
     Message,
     ledger_path,
@@ -84,6 +87,16 @@ MAX_TEXT = 16_000  # characters of one message; longer ones are answered, not ru
 MAX_REPLY = 30_000  # characters of one reply; a channel may split or cut further
 RATE_WINDOW_S = 60.0
 GATEWAY_DIR = "gateway"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A message the core will not run: why (kept with the message: a channel that answers at once,
+    such as a webhook, says it instead of accepting) and the reply to the chat ("" = none)."""
+
+    kind: str  # EMPTY, TOO_LONG, TOO_MANY
+    reason: str
+    reply: str
 
 
 def requests_dir(vault: Vault) -> Path:
@@ -397,7 +410,7 @@ class Gateway:
                 self.ledger.add_message(origin, skey, REFUSED)
                 code = new_code(self.ledger, origin.platform, origin.sender)
                 if code:  # never logged; the ledger drops the text once it is sent
-                    self.deliverer.queue(rid, origin, pairing_text(code), keep_text=False)
+                    self._reply(rid, origin, pairing_text(code), keep_text=False)
                     self.note(f"gateway {origin.platform}: pairing code sent to a new sender")
                 else:
                     self.leased.settle(origin.platform, rid)
@@ -406,8 +419,9 @@ class Gateway:
             refusal = self._refusal(origin, text, message)
             if refusal is not None:
                 self.ledger.add_message(origin, skey, REFUSED)
-                if refusal:
-                    self.deliverer.queue(rid, origin, refusal)
+                self.ledger.refuse_message(rid, refusal.kind, refusal.reason)  # the sender can ask why
+                if refusal.reply:
+                    self._reply(rid, origin, refusal.reply)
                 else:
                     self.leased.settle(origin.platform, rid)
                 return rid
@@ -416,17 +430,19 @@ class Gateway:
         self.executor.submit(skey, partial(self._process, claim, skey, origin))
         return rid
 
-    def _refusal(self, origin: Origin, text: str, message: Inbound) -> str | None:
-        """A reply refusing the message ("" = refuse silently), or None to take it."""
+    def _refusal(self, origin: Origin, text: str, message: Inbound) -> Refusal | None:
+        """Why the message is not run (and what to reply, "" = nothing), or None to take it."""
         if not text and not message.attachments:
-            return "" if not message.direct else "(an empty message: nothing to do)"
+            return Refusal(EMPTY, "an empty message", "" if not message.direct else "(an empty message: nothing to do)")
         if len(message.text) > MAX_TEXT:
-            return (f"Your message is {len(message.text)} characters long; at most {MAX_TEXT} are taken. "
-                    "Nothing was run: send it shorter, or as a file.")
+            why = f"{len(message.text)} characters long; at most {MAX_TEXT} are taken"
+            return Refusal(TOO_LONG, f"the message is {why}", f"Your message is {why}. Nothing was run: send it "
+                                                              "shorter, or as a file.")
         allowed, first = self.rates.allow(f"{origin.platform}|{origin.sender}")
         if not allowed:
-            return (f"Too many messages (more than {self.config.sender_rate_per_min} a minute); this one and "
-                    "the next ones this minute are not run. Wait a minute.") if first else ""
+            why = f"more than {self.config.sender_rate_per_min} messages a minute from this sender"
+            return Refusal(TOO_MANY, why, (f"Too many messages ({why}); this one and the next ones this minute are "
+                                           "not run. Wait a minute.") if first else "")
         return None
 
     def _write_claim(self, rid: str, message: Inbound, text: str) -> inbox.TakenRequest:
@@ -443,6 +459,9 @@ class Gateway:
 
     def session(self, session_key: str) -> str | None:
         return self.ledger.session(session_key)
+
+    def earlier_message(self, origin: Origin, digest: str, window_s: float) -> str | None:
+        return self.ledger.earlier_message(origin, digest, time.time(), window_s)
 
     def request_status(self, rid: str, platform: str | None = None, chat: str | None = None) -> tuple[str, str] | None:
         """("pending" | "ok" | "error", answer) of a request, or None when there is no such request
@@ -462,7 +481,7 @@ class Gateway:
         if row.state == CLAIMED:
             return "pending", ""
         if row.state == REFUSED:
-            return "error", "refused"
+            return "error", f"refused: {row.answer}" if row.answer else "refused"
         return row.status or "error", row.answer or ""
 
     def _status_elsewhere(self, rid: str, platform: str, chat: str) -> tuple[str, str] | None:
@@ -548,13 +567,21 @@ class Gateway:
         ch = self.channels.get(origin.platform)
         return ch is not None and ch.replies_to(origin)
 
+    def _reply(self, rid: str, origin: Origin, text: str, keep_text: bool = True) -> None:
+        """Queue a reply, if the channel replies to this chat at all: a reply with nowhere to go
+        (a webhook route without `reply_to`) is never queued, so never retried."""
+        if not self._replies(origin):
+            self.leased.settle(origin.platform, rid)
+            return
+        self.deliverer.queue(rid, origin, text, keep_text)
+
     def _review_done(self, session: str, line: str) -> None:
         """An automatic review finished: say so in the chat it came from."""
         origin = self.session_origins.get(session)
         self.note(f"gateway: automatic review of {session}: {line}")
         if origin is not None and not self.stopped.is_set():
             note = Origin(origin.platform, origin.chat, origin.sender, f"review:{session}:{line[:40]}", origin.thread)
-            self.deliverer.queue(request_id(note), note, f"(automatic review of this chat) {line}")  # a note, not a reply
+            self._reply(request_id(note), note, f"(automatic review of this chat) {line}")  # a note, not a reply
 
     def wait_idle(self, timeout: float = 60.0) -> bool:
         """True once no request is queued or running and no reply is pending (tests, bench)."""

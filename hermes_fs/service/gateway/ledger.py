@@ -45,6 +45,9 @@ CREATE TABLE IF NOT EXISTS pairing (
 CREATE TABLE IF NOT EXISTS pair_asked (platform TEXT, sender TEXT, at REAL NOT NULL, PRIMARY KEY (platform, sender));
 CREATE TABLE IF NOT EXISTS approved (platform TEXT, sender TEXT, at REAL NOT NULL, PRIMARY KEY (platform, sender));
 CREATE TABLE IF NOT EXISTS pair_failures (at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS bodies (
+  platform TEXT NOT NULL, chat TEXT NOT NULL, digest TEXT NOT NULL, message TEXT NOT NULL, at REAL NOT NULL,
+  PRIMARY KEY (platform, chat, digest));
 CREATE TABLE IF NOT EXISTS cursors (channel TEXT PRIMARY KEY, value TEXT NOT NULL, updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS room_lines (
   event TEXT PRIMARY KEY, room TEXT NOT NULL, sender TEXT NOT NULL, text TEXT NOT NULL, at REAL NOT NULL);
@@ -56,6 +59,8 @@ DONE = "done"  # its result is written
 IGNORED = "ignored"  # access denied: nothing run, nothing said
 REFUSED = "refused"  # refused (a pairing code, too long, too many, empty), with or without a reply; nothing run
 ANSWERED_ELSEWHERE = "elsewhere"  # taken and answered by the channel's last holder, on another machine
+# why a message was refused (its status while REFUSED)
+EMPTY, TOO_LONG, TOO_MANY = "empty", "too long", "too many"
 
 # delivery states
 PENDING, SENDING, DELIVERED, FAILED = "pending", "sending", "delivered", "failed"
@@ -114,6 +119,19 @@ class Pairing:
     created: float
 
 
+@dataclass(frozen=True)
+class PairingRules:
+    code_ttl_s: float  # a code older than this is no code
+    max_failures: int  # this many failed attempts within lock_s lock approving
+    lock_s: float
+
+
+@dataclass
+class PairingAttempt:
+    pairing: Pairing | None  # the code's pairing, taken (None: no such code, or locked)
+    locked_until: float | None = None  # refused without looking at the code
+
+
 class GatewayLedger:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -157,6 +175,10 @@ class GatewayLedger:
         return self._do("INSERT OR IGNORE INTO messages (key, id, platform, session_key, state, claim, created) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?)", message_key(origin), request_id(origin), origin.platform,
                         session_key, state, claim, time.time()) == 1
+
+    def refuse_message(self, rid: str, kind: str, reason: str) -> None:
+        """A message answered without running it: why (`kind`, the reason said to whoever asks)."""
+        self._do("UPDATE messages SET status = ?, answer = ? WHERE id = ?", kind, reason, rid)
 
     def finish_message(self, rid: str, status: str, answer: str) -> None:
         self._do("UPDATE messages SET state = ?, status = ?, answer = ?, finished = ? WHERE id = ?",
@@ -298,6 +320,52 @@ class GatewayLedger:
 
     def approved(self) -> list[tuple[str, str]]:
         return [(p, s) for p, s in self._all("SELECT platform, sender FROM approved ORDER BY at")]
+
+    def decide_pairing(self, code_hash: str, approve: bool, rules: PairingRules, now: float) -> PairingAttempt:
+        """One approval or denial, whole, in one write transaction (`BEGIN IMMEDIATE`): the lock-out
+        is read, the code looked up and a failure counted with no other attempt in between, in this
+        process or another, so N attempts at once count N and the lock holds at its limit."""
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                failures = [r[0] for r in self.db.execute(
+                    "SELECT at FROM pair_failures WHERE at >= ? ORDER BY at", (now - rules.lock_s,)).fetchall()]
+                if len(failures) >= rules.max_failures:
+                    self.db.execute("COMMIT")
+                    return PairingAttempt(None, failures[-rules.max_failures] + rules.lock_s)
+                row = self.db.execute("SELECT platform, sender, created FROM pairing WHERE code_hash = ? AND "
+                                      "created >= ?", (code_hash, now - rules.code_ttl_s)).fetchone()
+                if row is None:
+                    self.db.execute("INSERT INTO pair_failures (at) VALUES (?)", (now,))
+                else:
+                    if approve:
+                        self.db.execute("INSERT OR REPLACE INTO approved (platform, sender, at) VALUES (?, ?, ?)",
+                                        (row[0], row[1], now))
+                    self.db.execute("DELETE FROM pairing WHERE code_hash = ?", (code_hash,))
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+        return PairingAttempt(Pairing(*row) if row else None, None)
+
+    def earlier_message(self, origin: Origin, digest: str, now: float, window_s: float) -> str | None:
+        """Remember that `origin`'s message carried the body `digest` in its chat; the id of an
+        earlier, other message that carried the same body there within `window_s` (a replay under a
+        fresh id, on a platform that signs the body but not the id), else None."""
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db.execute("DELETE FROM bodies WHERE at < ?", (now - window_s,))
+                row = self.db.execute("SELECT message FROM bodies WHERE platform = ? AND chat = ? AND digest = ?",
+                                      (origin.platform, origin.chat, digest)).fetchone()
+                if row is None:
+                    self.db.execute("INSERT INTO bodies (platform, chat, digest, message, at) VALUES (?, ?, ?, ?, ?)",
+                                    (origin.platform, origin.chat, digest, origin.message, now))
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+        return row[0] if row is not None and row[0] != origin.message else None
 
     def add_pair_failure(self) -> None:
         self._do("INSERT INTO pair_failures (at) VALUES (?)", time.time())

@@ -31,7 +31,7 @@ from typing import Any
 from ...errors import HermesError
 from ...store.vault import Vault
 from .access import Verdict
-from .channel import ChannelBase, ChatSettings, Inbound, Origin, Outbound, Sink, room_context
+from .channel import ChannelBase, ChatSettings, Inbound, Origin, Outbound, Sink, continued, room_context
 from .render import render
 
 log = logging.getLogger(__name__)
@@ -349,7 +349,7 @@ class MatrixChannel(ChannelBase):
             return None
         text = strip_reply_fallback(body)[:ROOT_CHARS]
         who = "you (the agent)" if sender == self.settings.user_id else sender
-        return f"{who} (the thread's first message): {text}"
+        return f"{who} (the thread's first message): {continued(text)}"
 
     # -- typing notices ---------------------------------------------------------------------------
     async def _keep_typing(self) -> None:
