@@ -48,6 +48,16 @@ class AccessRules:
         return cls(list(settings.allow), list(settings.admins), settings.pairing)
 
 
+@dataclass(frozen=True)
+class PairingRules:
+    code_ttl_s: float  # a code older than this is no code
+    max_failures: int  # this many failed attempts within lock_s lock approving
+    lock_s: float
+
+
+RULES = PairingRules(code_ttl_s=CODE_TTL_S, max_failures=MAX_FAILURES, lock_s=LOCK_S)
+
+
 class Verdict(Enum):
     ADMIN = "admin"
     ALLOWED = "allowed"
@@ -117,11 +127,8 @@ def deny(ledger: GatewayLedger, code: str, now: float | None = None) -> Pairing:
 
 def _decide(ledger: GatewayLedger, code: str, approved: bool, now: float | None) -> Pairing:
     """Approvals and denials count alike against the lock-out: both try a code."""
-    from .ledger import PairingRules  # here: the ledger module imports the channel interface, which imports this
-
     now = now or time.time()
-    rules = PairingRules(code_ttl_s=CODE_TTL_S, max_failures=MAX_FAILURES, lock_s=LOCK_S)
-    attempt = ledger.decide_pairing(hash_code(code), approved, rules, now)
+    attempt = ledger.decide_pairing(hash_code(code), approved, RULES, now)
     if attempt.locked_until is not None:
         raise InputError(f"pairing approval is locked after {MAX_FAILURES} failed attempts; "
                          f"try again in {int(attempt.locked_until - now) // 60 + 1} minutes")

@@ -27,9 +27,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...store.private import connect_private
 from .channel import Origin
+
+if TYPE_CHECKING:
+    from .access import PairingRules
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -117,13 +121,6 @@ class Pairing:
     platform: str
     sender: str
     created: float
-
-
-@dataclass(frozen=True)
-class PairingRules:
-    code_ttl_s: float  # a code older than this is no code
-    max_failures: int  # this many failed attempts within lock_s lock approving
-    lock_s: float
 
 
 @dataclass
