@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...store.claims import RefClaims
 from ...store.vault import Vault
+
+if TYPE_CHECKING:
+    from ..decisions import Action
 
 SHOW_LIMIT = 3500  # characters of a diff sent to a chat; the rest is on the machine (`review show`)
 
@@ -134,15 +138,22 @@ def _show(ctx: ChatContext, arg: str) -> tuple[str, str]:
 
 
 def _merge(ctx: ChatContext, arg: str) -> tuple[str, str]:
-    from ..decisions import decide
-
-    return "ok", decide(ctx.vault, arg, "merge", claims=ctx.claims).line()  # the admin's decision
+    return _decide(ctx, arg, "merge")  # the admin's decision
 
 
 def _reject(ctx: ChatContext, arg: str) -> tuple[str, str]:
-    from ..decisions import decide
+    return _decide(ctx, arg, "reject")
 
-    return "ok", decide(ctx.vault, arg, "reject", claims=ctx.claims).line()
+
+def _decide(ctx: ChatContext, arg: str, action: Action) -> tuple[str, str]:
+    """Through the one decision path (claimed first when the vault syncs); decided on another
+    machine, or no remote to ask, is an answer, not a failure of the request."""
+    from ..decisions import DecidedElsewhere, Undecidable, decide
+
+    try:
+        return "ok", decide(ctx.vault, arg, action, claims=ctx.claims).line()
+    except (DecidedElsewhere, Undecidable) as exc:
+        return "error", str(exc)
 
 
 def _status(ctx: ChatContext, arg: str) -> tuple[str, str]:
