@@ -16,6 +16,7 @@ from web_helpers import (
     start_web,
 )
 
+from hermes_fs.service import inbox
 from hermes_fs.store.provenance import Act
 
 pytestmark = pytest.mark.chromium
@@ -30,8 +31,14 @@ def test_every_page_is_accessible_and_fits_a_phone(agent_vault, model_server, tm
     agent_vault.git.commit_paths(["cron/brief.md"], "test: a job", Act.person())
     (agent_vault.root / "memory/USER.md").write_text("# User\n\n- Prefers short answers.\n")
     agent_vault.git.commit_paths(["memory/USER.md"], "test: memory", Act.person())
+    (agent_vault.root / "inbox").mkdir(exist_ok=True)
+    (agent_vault.root / "inbox/deploy.md").write_text("---\ntype: teleport\n---\nDeploy the site.\n")
+    taken = inbox.take(agent_vault, "inbox/deploy.md", None)
+    assert taken is not None
+    assert inbox.process(agent_vault, taken).status == "error"  # a failed request: Requests and Status show it
+    failed = next((agent_vault.root / "outputs" / "requests").glob("*deploy.md")).stem
     pages = ["", f"changes/{branch}", "log", "memory", "memory/USER.md", "skills", "jobs", "sessions",
-             f"sessions/{sid}", "sessions?q=kestrel", "status"]
+             f"sessions/{sid}", "sessions?q=kestrel", "requests", f"requests/{failed}", "status"]
     w = start_web(agent_vault.root)
     problems: dict[str, list[str]] = {}
     checked = 0
