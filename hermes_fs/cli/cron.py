@@ -16,7 +16,7 @@ from .term import columns, echo, emit_json, next_run_words
 
 @click.group("cron")
 def cron_group():
-    """Scheduled jobs: `cron list`, `cron run JOB`."""
+    """Scheduled jobs: list, run, enable, disable, new."""
 
 
 @cron_group.command("list")
@@ -26,27 +26,15 @@ def cron_group():
 def cron_list(ctx: click.Context, as_json: bool):
     """Each job: schedule in words, next run, last status."""
 
-    from ..mind import jobs as cron
-    from ..service.cron_runner import last_runs
-    from ..service.scheduler import next_runs
-
     v = vault_for(ctx)
-    jobs, errors = cron.load_jobs(v.files, v.config)
-    last = last_runs(v)
     now = datetime.now(UTC)
-    upcoming = next_runs(v, jobs, now)
-    here, missed = cron_host_and_missed(v)
-    rows: list[dict[str, Any]] = []
-    for j in jobs:
-        nxt = upcoming[j.name]
-        rows.append({"job": j.name, "schedule": j.schedule.describe(), "enabled": j.enabled,
-                     "next_run": nxt.isoformat(timespec="seconds") if nxt else None, "last_status": last[j.name].status if j.name in last else None,
-                     "host": j.host, "missed": missed.get(j.name)})
+    rows, errors, here = _rows(v, now)
     if as_json:
         emit_json(rows)
     else:
         table = [[str(r["job"]), str(r["schedule"]) + (f", on {r['host']}" if r["host"] else ""),
                   f"on {r['host']} only" if r["host"] and r["host"] != here and r["enabled"]
+                  else f"running now (started for {r['running']}; no output yet)" if r["running"]
                   else next_run_words(r["next_run"], bool(r["enabled"]), now),
                   str(r["last_status"] or "-") + (f" (missed {r['missed']}: offline)" if r["missed"] else "")]
                  for r in rows]
@@ -56,6 +44,28 @@ def cron_list(ctx: click.Context, as_json: bool):
         echo(f"error: {e}", err=True)
     if errors:
         ctx.exit(1)
+
+
+def _rows(v, now: datetime) -> tuple[list[dict[str, Any]], list[InputError], str]:
+    """One row per valid job (what `cron list` prints and --json gives), the invalid jobs' errors,
+    and this machine's host id."""
+    from ..mind import jobs as cron
+    from ..service.cron_runner import last_runs
+    from ..service.scheduler import next_runs, started_unfinished
+
+    jobs, errors = cron.load_jobs(v.files, v.config)
+    last = last_runs(v)
+    upcoming = next_runs(v, jobs, now)
+    running = started_unfinished(v, jobs, {name: run.due for name, run in last.items()})
+    here, missed = cron_host_and_missed(v)
+    rows: list[dict[str, Any]] = []
+    for j in jobs:
+        nxt = upcoming[j.name]
+        rows.append({"job": j.name, "schedule": j.schedule.describe(), "enabled": j.enabled,
+                     "next_run": nxt.isoformat(timespec="seconds") if nxt else None, "last_status": last[j.name].status if j.name in last else None,
+                     "host": j.host, "missed": missed.get(j.name),
+                     "running": running[j.name].isoformat(timespec="seconds") if j.name in running else None})
+    return rows, errors, here
 
 
 @cron_group.command("run")
@@ -77,3 +87,54 @@ def cron_run(ctx: click.Context, job: str):
     echo(f"{job}: {run.status} -> {run.rel}")
     if not run.ok:
         ctx.exit(1)
+
+
+@cron_group.command("enable")
+@vault_option
+@click.argument("job")
+@click.pass_context
+def cron_enable(ctx: click.Context, job: str):
+    """Turn a job on (`enabled: true` in cron/JOB.md, committed as your edit)."""
+    _set_enabled(ctx, job, True)
+
+
+@cron_group.command("disable")
+@vault_option
+@click.argument("job")
+@click.pass_context
+def cron_disable(ctx: click.Context, job: str):
+    """Turn a job off; its file, prompt and history stay."""
+    _set_enabled(ctx, job, False)
+
+
+def _set_enabled(ctx: click.Context, job: str, enabled: bool) -> None:
+    from ..service.person_edits import set_job_enabled
+
+    saved = set_job_enabled(vault_for(ctx), job, enabled)
+    word = "enabled" if enabled else "disabled"
+    echo(f"{job}: {word}" + ("" if saved.sha else f" already ({saved.message})") + (f", {saved.message}" if saved.sha else ""))
+
+
+@cron_group.command("new")
+@vault_option
+@click.argument("job")
+@click.option("--schedule", required=True, help='When: "every day at 07:00", "every 30m", 5 cron fields, or "at 2026-12-24T09:00".')
+@click.option("--prompt", help="What the agent is asked each run (default: typed in $EDITOR).")
+@click.option("--notify", "notify", multiple=True, metavar="TARGET", help="A notify target of hermes.yaml to send the result to.")
+@click.option("--disabled", is_flag=True, help="Create it turned off (`cron enable JOB` later).")
+@click.pass_context
+def cron_new(ctx: click.Context, job: str, schedule: str, prompt: str | None, notify: tuple[str, ...], disabled: bool):
+    """Create cron/JOB.md from a schedule and a prompt, checked and committed as your edit."""
+    from ..service.person_edits import new_job
+
+    if prompt is None:
+        prompt = click.edit("\n# What should the agent do on each run? Lines starting with # are dropped.\n",
+                            extension=".md")
+        prompt = "\n".join(ln for ln in (prompt or "").splitlines() if not ln.startswith("#")).strip()
+        if not prompt:
+            raise InputError("no prompt given: nothing was created (pass --prompt TEXT or write one in the editor)")
+    v = vault_for(ctx)
+    saved = new_job(v, job, schedule, prompt, list(notify), enabled=not disabled)
+    upcoming = next((r for r in _rows(v, datetime.now(UTC))[0] if r["job"] == job), None)
+    when = next_run_words(upcoming["next_run"], bool(upcoming["enabled"]), datetime.now(UTC)) if upcoming else "?"
+    echo(f"created cron/{job}.md ({saved.message}); next run: {when}")

@@ -16,7 +16,7 @@ def import_group():
     """Bring another agent's memory, skills and jobs into this vault."""
 
 
-@import_group.command("hermes-agent")
+@import_group.command("hermes-agent", short_help="A Hermes Agent home into this vault, in one commit.")
 @vault_option
 @click.argument("home", required=False, default="~/.hermes", type=click.Path(file_okay=False))
 @click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")

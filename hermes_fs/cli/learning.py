@@ -7,7 +7,7 @@ import click
 from ..store.policies import Policy
 from .context import vault_for
 from .options import vault_option
-from .term import Spinner, echo
+from .term import Spinner, echo, safe
 
 POLICIES = [p.value for p in Policy]
 
@@ -47,14 +47,53 @@ def _line_ok(result) -> tuple[str, bool]:
 
 
 
-@click.command()
+class LearnGroup(click.Group):
+    """`learn SOURCES...` drafts skills; `learn bisect CHECK` is its one subcommand. Anything that
+    is not a subcommand's name is a source (the hidden `documents` command)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["documents", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=LearnGroup)
+def learn():
+    """Learn from documents, or find the learned change that broke a check.
+
+    \b
+    hermes-fs learn SOURCES... [--focus F] [--update SKILL] [--policy P]
+        Turn documents (Markdown, text, HTML, PDF, folders) into skills on a learn/ branch.
+    hermes-fs learn bisect CHECK
+        Name the first learned change merged into main after which checks/CHECK.md fails.
+    """
+
+
+@learn.command("bisect")
+@vault_option
+@click.argument("check_name", metavar="CHECK")
+@click.pass_context
+def learn_bisect(ctx: click.Context, check_name: str):
+    """Name the first learned merge on main after which check CHECK fails (ready for `revert`)."""
+    from .. import bisect
+
+    v = vault_for(ctx)
+    with Spinner(f"bisecting the learned changes with check {check_name}"):
+        found = bisect(v, check_name.removesuffix(".md"))
+    echo(safe(found.text()))
+    if not found.culprit:
+        ctx.exit(1)
+
+
+@learn.command("documents", hidden=True)
 @vault_option
 @click.argument("sources", nargs=-1, required=True, type=click.Path())
 @click.option("--focus", help="What to capture from the documents.")
 @click.option("--update", "update", metavar="SKILL", help="Only patch this existing skill.")
 @click.option("--policy", type=click.Choice(POLICIES), help="Override refine.policy.")
 @click.pass_context
-def learn(ctx: click.Context, sources: tuple[str, ...], focus: str | None, update: str | None, policy: str | None):
+def learn_documents(ctx: click.Context, sources: tuple[str, ...], focus: str | None, update: str | None,
+                    policy: str | None):
     """Turn documents (Markdown, text, HTML, PDF, folders) into skills on a learn/ branch."""
     from pathlib import Path
 

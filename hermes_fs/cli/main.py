@@ -13,6 +13,7 @@ import sys
 import click
 
 from ..errors import HermesError
+from .check import check
 from .cron import cron_group
 from .curate import curate as curate_command
 from .daemon import daemon
@@ -27,6 +28,7 @@ from .notify import notify
 from .review import log, revert, review
 from .run import chat, run
 from .sandbox import sandbox
+from .sessions import sessions
 from .skills import skills
 from .status import status
 from .sync import clone as clone_command
@@ -65,9 +67,9 @@ def main(ctx: click.Context, vault: str | None, verbose: bool):
         logging.getLogger("hermes_fs").setLevel(logging.DEBUG)
 
 
-for command in (init, status, memory, skills, sandbox, mcp_serve, import_group, notify, refine, learn, review,
+for command in (init, status, sessions, memory, skills, sandbox, mcp_serve, import_group, notify, refine, learn, review,
                 revert, daemon, cron_group, log, doctor, run, chat, web_command, sync_command, clone_command,
-                curate_command, gateway_command):
+                curate_command, gateway_command, check):
     main.add_command(command)
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ def notify():
     """Notifications through Apprise."""
 
 
-@notify.command("test")
+@notify.command("test", short_help="Send a test notification to a target of hermes.yaml or an Apprise URL.")
 @vault_option
 @click.argument("target", required=False)
 @click.pass_context

@@ -25,7 +25,8 @@ def review(ctx: click.Context):
     if not rows:
         echo("no pending changes")
     for p in rows:
-        echo(f"{p.branch}  {_age(p.age_s)}  [{', '.join(p.files)}]  {p.summary}")
+        checks = f"  checks: {p.checks}" if p.checks else ""
+        echo(f"{p.branch}  {_age(p.age_s)}  [{', '.join(p.files)}]  {p.summary}{checks}")
 
 
 def _age(seconds: int) -> str:
@@ -49,7 +50,7 @@ def review_show(ctx: click.Context, branch: str):
     click.echo(colorize_diff(text) if sys.stdout.isatty() else text, nl=False)
 
 
-@review.command("merge")
+@review.command("merge", short_help="Accept: merge into main, entry by entry (all of it, or --only/--skip).")
 @vault_option
 @click.argument("branch")
 @click.option("--only", "only", multiple=True, metavar="PATH", help="Accept only these files (the rest stays pending).")
@@ -78,12 +79,17 @@ def review_reject(ctx: click.Context, branch: str):
 @click.command()
 @vault_option
 @click.argument("branch")
+@click.option("--only", "only", multiple=True, metavar="PATH", help="Undo only these files (the rest stays merged).")
+@click.option("--skip", "skip", multiple=True, metavar="PATH", help="Undo all but these files (they stay merged).")
 @click.pass_context
-def revert(ctx: click.Context, branch: str):
-    """Undo a merged learned change, entry by entry; refuses only entries a person has changed since."""
+def revert(ctx: click.Context, branch: str, only: tuple[str, ...], skip: tuple[str, ...]):
+    """Undo a merged learned change, entry by entry, or part of it (--only, --skip). Refuses only
+    entries a person has changed since, and says how to undo the rest."""
     from .. import decide
 
-    echo(decide(vault_for(ctx), branch, "revert").line())  # authored by you: it is your decision
+    # authored by you: it is your decision; with a remote, exactly one machine decides
+    echo(decide(vault_for(ctx), branch, "revert", only=list(only), skip=list(skip)).line())
+
 
 @click.command()
 @vault_option
@@ -93,7 +99,8 @@ def log(ctx: click.Context, as_json: bool):
     """Learned changes (merged, pending, rejected), newest first."""
     from .. import review as learned
 
-    changes = learned.learned_log(vault_for(ctx).git)
+    v = vault_for(ctx)
+    changes = learned.learned_log(v.git)
     if as_json:
         from dataclasses import asdict
 
@@ -104,3 +111,10 @@ def log(ctx: click.Context, as_json: bool):
     for c in changes:
         when = datetime.fromtimestamp(c.timestamp).strftime("%Y-%m-%d %H:%M")
         echo(f"{when}  {c.state:<8}  {c.branch}  {c.summary}")
+    from .. import spend
+
+    days = spend.per_day(v)
+    if days:
+        echo("\nLearning spend per day (UTC, reviews on this machine):")
+        for d in days:
+            echo(f"  {d.line()}")

@@ -53,7 +53,7 @@ def skills_show(ctx: click.Context, name: str, file: str | None):
     echo(sk.view(vault_for(ctx).files, name, file), nl=False)
 
 
-@skills.command("validate")
+@skills.command("validate", short_help="Check skills against the Agent Skills reference validator.")
 @vault_option
 @click.argument("names", nargs=-1)
 @click.option("--fix", is_flag=True, help="Rewrite skills to the reference form (one commit).")

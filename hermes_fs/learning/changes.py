@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..errors import ConflictError, GitError, InputError, NotFound
 from ..mind.merge import resolver
 from ..store.git import GitStore, format_message, parse_trailers
-from ..store.provenance import BRANCH, CHANGE, Act
+from ..store.provenance import BRANCH, CHANGE, CHECKS, Act
 
 LEARNED_PREFIXES = ("refine/", "learn/", "curate/")
 MERGE_GREP = r"^merge (refine|learn|curate)/"
@@ -41,6 +41,7 @@ class Pending:
     age_s: int
     files: list[str]
     summary: str
+    checks: str = ""  # the person's checks on it, as its Checks trailer says ("1/2 passed; failed: x")
 
 
 def format_resolver(store: GitStore):
@@ -101,7 +102,8 @@ def pending(store: GitStore) -> list[Pending]:
     now = int(time.time())
     tips = store.branches(*LEARNED_PREFIXES)
     paths = store.changed_paths_of([b.sha for b in tips])  # one git call for all of them
-    rows = [Pending(b.name, now - b.timestamp, paths.get(b.sha, []), b.summary) for b in tips]
+    rows = [Pending(b.name, now - b.timestamp, paths.get(b.sha, []), b.summary,
+                    store.commit_info(b.sha).trailers.get(CHECKS, "")) for b in tips]
     return sorted(rows, key=lambda p: p.age_s)
 
 
@@ -240,18 +242,45 @@ def merge_commit_of(store: GitStore, branch: str) -> str:
     return hits[0].sha
 
 
-def revert(store: GitStore, branch: str, act: Act | None = None) -> str:
-    """Undo a merged change, entry by entry; refuses (ConflictError naming the entry) only where a
-    person changed the same entries since."""
+def revert(store: GitStore, branch: str, act: Act | None = None, only: list[str] | None = None,
+           skip: list[str] | None = None) -> str:
+    """Undo a merged change, entry by entry, or the part of it `only`/`skip` selects (the rest stays
+    merged, and can be reverted later); refuses (ConflictError naming the entry) only where a person
+    changed the same entries since."""
     sha = merge_commit_of(store, branch)
     if any(c.summary == f"revert {branch}" for c in _history(store, REVERT_GREP)):
         raise GitError(f"{branch} was already reverted")
-    message = format_message(f"revert {branch}", f"This reverts merge {sha}.",
+    paths = store.changed_paths(store.commit_info(sha).parents[0], sha)
+    chosen = _select(paths, only, skip) if only or skip else paths
+    if not chosen:
+        raise InputError(f"--only/--skip leave nothing of {branch} to revert (it changed {', '.join(paths)})")
+    whole = chosen == paths
+    summary = f"revert {branch}" if whole else f"revert part of {branch}: {', '.join(chosen)}"
+    message = format_message(summary, f"This reverts merge {sha}" + ("." if whole else f" for {', '.join(chosen)} only."),
                              {CHANGE: "revert", BRANCH: branch})
     try:
-        return store.revert_merge(sha, message, act or Act.person(),
-                                  resolve=format_resolver(store))
+        return store.revert_merge(sha, message, act or Act.person(), resolve=format_resolver(store),
+                                  paths=None if whole else chosen)
     except ConflictError as exc:
         details = ("\n" + "\n".join(exc.details)) if exc.details else ""
-        raise ConflictError(f"cannot revert {branch}: a person has changed the same entries since{details}\nconflicted files",
+        raise ConflictError(f"cannot revert {branch}: a person has changed the same entries since{details}\n"
+                            f"{revert_next_steps(branch, exc.files, chosen)}\nconflicted files",
                             exc.files, exc.details) from None
+
+
+def reverted_part(store: GitStore, revert_sha: str) -> list[str] | None:
+    """The files a partial revert undid (from its summary), or None for a whole revert."""
+    summary = store.commit_info(revert_sha).summary
+    head, sep, files = summary.partition(": ")
+    return files.split(", ") if sep and head.startswith("revert part of ") else None
+
+
+def revert_next_steps(branch: str, conflicted: list[str], chosen: list[str]) -> str:
+    """What to do when a person's edit blocks a revert: undo the rest now, the edited file by hand."""
+    rest = [p for p in chosen if p not in conflicted]
+    if not rest:
+        return (f"Next: edit {', '.join(conflicted)} by hand to undo it (your edits there are kept), "
+                f"or see the change with `hermes-fs review show {branch}`.")
+    skip = " ".join(f"--skip {f}" for f in conflicted)
+    return (f"Next: `hermes-fs revert {branch} {skip}` to undo the rest (your edited files stay as they are), "
+            f"then edit {', '.join(conflicted)} by hand; `hermes-fs review show {branch}` shows the change.")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ..agent.loop import Agent, AgentConfig
-from ..agent.model import LiteLLMModel, Model, ModelSettings
+from ..agent.model import LiteLLMModel, Model, ModelSettings, Usage
 from ..errors import InputError
 from ..mind import memory, skills, usage
 from ..mind.skills import ARCHIVE_DIR, SKILLS_DIR
@@ -179,18 +179,34 @@ class Curator:
             if self._archive(overlay, name):
                 self.lines.append(f"- skills/{name}: archived to skills/{ARCHIVE_DIR}/{name}/ ({why})")
                 self.counts["archived"] += 1
-        need_model = found.duplicates or any(
-            len(memory.load(overlay, n, self.vault.config).entries) > 1 for n in memory.list_memory(overlay))
-        self._chat = self._conversation() if need_model else None
-        for d in found.duplicates:
+        several = [n for n in memory.list_memory(overlay) if self._entry_count(overlay, n) > 1]
+        need_model = found.duplicates or several
+        try:
+            self._chat = self._conversation() if need_model else None
+        except Exception as exc:  # no model to ask (a missing key, a bad setting): the model-free part stands
+            self._chat = None
+            self.failures.append(f"the model parts (merging duplicates, memory): {_one_line(exc)}")
+        for d in found.duplicates if self._chat else []:
             self._merge_pair(overlay, d)
-        for name in memory.list_memory(overlay):
+        for name in several if self._chat else []:
             rel = f"{memory.MEMORY_DIR}/{name}"
-            if len(memory.load(overlay, name, self.vault.config).entries) > 1:
-                self._memory(overlay, rel, figures, over=rel in found.over_budget)
+            self._memory(overlay, rel, figures, over=rel in found.over_budget)
         self.lines += found.notes
         if not overlay.effective_changes() and self.failures:
             raise LearningError("nothing curated: " + "; ".join(self.failures))
+
+    def _entry_count(self, overlay: OverlayFiles, name: str) -> int:
+        """Entries of a memory file; one that does not parse is left alone (plan() names it)."""
+        try:
+            return len(memory.load(overlay, name, self.vault.config).entries)
+        except InputError:
+            return 0
+
+    @property
+    def model_usage(self) -> Usage:
+        """What the curator's model conversation cost (pipeline.spent)."""
+        chat = getattr(self, "_chat", None)
+        return chat.usage if chat is not None else Usage()
 
     def _conversation(self) -> ModelTask:
         self.model = self.model or LiteLLMModel(ModelSettings.for_vault(self.vault, "curate"))

@@ -22,13 +22,14 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from ..agent.loop import Agent
+from ..agent.model import Usage
 from ..errors import ConflictError, GitError, HermesError
 from ..store.config import Policy
 from ..store.overlay import OverlayFiles
-from ..store.provenance import CHECKS, Act, format_message
+from ..store.provenance import CHECKS, Act, cost_trailers, format_message
 from ..store.secrets import redact
 from ..store.vault import Vault
-from . import checks
+from . import checks, spend
 from .changes import format_resolver, merge_message
 from .protection import Evidence, Guarded, guard
 from .validate import check
@@ -53,6 +54,7 @@ class Outcome:
     session: str | None = None
     snapshot: str | None = None
     conflicts: list[str] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)  # what the review cost (tokens, USD when known)
 
     @property
     def ok(self) -> bool:
@@ -99,12 +101,14 @@ class ModelTask:
         self.system = system
         self.messages: list[dict] = [{"role": "system", "content": system}]
         self.answer = ""
+        self.usage = Usage()
 
     def ask(self, text: str, fresh: bool = False) -> str:
         if fresh:
             self.messages = [{"role": "system", "content": self.system}]
         self.messages.append({"role": "user", "content": text})
         turn = self.agent.run(self.messages)
+        self.usage.add(turn.usage)
         if turn.stopped:
             raise LearningError(f"the model did not finish within {self.agent.config.max_steps} steps")
         self.answer = turn.answer
@@ -140,6 +144,7 @@ CHECK_ROUNDS = 2  # times the model is sent back to fix what the checks refused
 def run(vault: Vault, proposer: Proposer, policy: str | None = None) -> Outcome:
     """All steps, for any proposer; never raises for a failed change (the Outcome says why)."""
     branch = None
+    tested = checks.Run()
     try:
         base = proposer.base(vault)
         overlay = OverlayFiles(vault.git, base)
@@ -153,19 +158,36 @@ def run(vault: Vault, proposer: Proposer, policy: str | None = None) -> Outcome:
             d = proposer.describe(changes)
             tested = checks.run(vault, overlay)
             lines = protected_lines(d.lines, guarded) + [r.line() for r in tested.results]
-            trailers = {**d.trailers, **({CHECKS: tested.trailer()} if tested.results else {})}
+            trailers = {**d.trailers, **({CHECKS: tested.trailer()} if tested.results else {}),
+                        **cost_trailers(spent(proposer, tested))}
             message = format_message(d.summary, lines)
             branch = commit_on_new_branch(vault, proposer.kind, d.slug, base, changes, message, Act.learned(trailers))
             outcome = apply_policy(vault, branch, d.summary, policy or vault.config.refine.policy,
                                    hold=hold_reason(guarded, tested))
             if guarded.kept:
                 outcome.reason += f"; {kept_note(guarded)}"
+            failed_parts = getattr(proposer, "failures", None)  # parts a proposer could not do (the curator's)
+            if failed_parts:
+                outcome.reason += "; not done: " + "; ".join(failed_parts)
     except Exception as exc:  # any failure: no partial branch, a clear report
         outcome = failure(vault, branch, exc, proposer.kind)
     for key, value in proposer.context().items():
         setattr(outcome, key, value)
+    outcome.usage = spent(proposer, tested)
+    spend.record(vault, proposer.kind, outcome.status, outcome.usage, outcome.branch)
     notify(vault, outcome)
     return outcome
+
+
+def spent(proposer: Proposer, tested: checks.Run) -> Usage:
+    """The review's tokens and cost so far: the proposer's model conversation and the checks."""
+    total = Usage()
+    for usage in (getattr(proposer, "model_usage", None), getattr(getattr(proposer, "task", None), "usage", None)):
+        if isinstance(usage, Usage):
+            total.add(usage)
+            break
+    total.add(tested.usage)
+    return total
 
 
 def hold_reason(guarded: Guarded, tested: checks.Run) -> str:

@@ -23,6 +23,7 @@ from ..store.docs import decode, parse_doc
 from ..store.git import GitStore
 from ..store.provenance import LEARN_MODEL, LEARN_SOURCE, REFINE_FOCUS, REFINE_MODEL, REFINE_SESSION, REFINE_SNAPSHOT
 from .changes import LEARNED_PREFIXES, format_resolver, learned_log, next_steps
+from .checks import LINE_PREFIX, CheckResult, results_in
 
 EXCERPT_MESSAGES = 12  # the newest messages of the conversation shown beside a refine
 EXCERPT_CHARS = 4000  # of a learn's source document
@@ -95,6 +96,7 @@ class ChangeDetail:
     files: list[FileChange]
     origin: Origin
     preview: Preview | None  # pending changes only
+    checks: list[CheckResult] = field(default_factory=list)  # the person's checks, run when it was made
 
 
 def detail(store: GitStore, branch: str) -> ChangeDetail:
@@ -110,10 +112,13 @@ def detail(store: GitStore, branch: str) -> ChangeDetail:
         tip = c.sha if c.state == "rejected" else store.commit_info(c.sha).parents[1]
     info = store.commit_info(tip)
     base = info.parents[0]
-    lines = [ln for ln in info.body.splitlines() if ln.startswith("- ")]
+    all_lines = [ln for ln in info.body.splitlines() if ln.startswith("- ")]
+    results = results_in(all_lines)
+    lines = [ln for ln in all_lines if not ln.startswith(LINE_PREFIX)]
     files = [file_change(store, base, tip, path, lines) for path in store.changed_paths(base, tip)]
     return ChangeDetail(branch, state, tip, info.timestamp, info.summary, lines, info.trailers, files,
-                        origin(store, info.trailers), preview(store, branch, tip) if state == "pending" else None)
+                        origin(store, info.trailers), preview(store, branch, tip) if state == "pending" else None,
+                        results)
 
 
 def preview(store: GitStore, branch: str, tip: str) -> Preview:

@@ -335,6 +335,7 @@ def check_mode(vault, environ: Mapping[str, str] | None = None) -> tuple[bool, s
         model, advice = probe_vault(vault, environ)
     except HermesError as exc:
         return False, str(exc)
+    remember_advice(vault.state_dir, model, advice)  # automatic reviews say what to set (service/auto_review)
     modes = {"refine.mode": vault.config.refine.mode, "learn.mode": vault.config.learn.mode}
     wrong = [k for k, m in modes.items() if m != advice.suggested]
     detail = f"{advice.suggested} suits {model}: {advice.detail}"
@@ -343,3 +344,36 @@ def check_mode(vault, environ: Mapping[str, str] | None = None) -> tuple[bool, s
     if wrong:  # a model that calls tools does well in either mode: not a problem
         return True, detail + f" ({', '.join(f'{k}: {modes[k]}' for k in wrong)} works too)"
     return True, detail
+
+
+ADVICE_FILE = "mode-advice.json"  # under .hermes/: what `doctor` found about the refine model
+
+
+def remember_advice(state_dir, model: str, advice: ModeAdvice) -> None:
+    """Keep what the probe found, so background reviews can say what to set (`unsuited_notice`)."""
+    import os
+
+    data = json.dumps({"model": model, "called": advice.called, "suggested": str(advice.suggested),
+                       "detail": advice.detail})
+    path = state_dir / ADVICE_FILE
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def unsuited_notice(state_dir, model: str, mode: str) -> str | None:
+    """The sentence saying what to set, when `doctor` found that `model` does not call tools and
+    refine still runs in tools mode; None otherwise (no finding, another model, or already set)."""
+    try:
+        found = json.loads((state_dir / ADVICE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(found, dict) or found.get("model") != model or found.get("called") is not False:
+        return None
+    if mode == ReviewMode.STRUCTURED:
+        return None
+    return (f"automatic reviews run with refine.mode: {mode}, but `hermes-fs doctor` found that {model} does not "
+            "call tools (it answered in words), so they are likely to learn nothing: set `refine.mode: structured` "
+            "in hermes.yaml (or `refine.every_turns: 0` to stop automatic reviews)")

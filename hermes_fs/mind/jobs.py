@@ -7,6 +7,7 @@ A bad file is reported with its name and reason and never stops the other jobs f
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -129,3 +130,37 @@ def load_jobs(files: FileStore, config: Config) -> tuple[list[CronJob], list[Inp
         except InputError as exc:
             errors.append(exc)
     return jobs, errors
+
+
+_JOB_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+_ENABLED_LINE = re.compile(r"^enabled:[ \t]*[^#\r\n]*?([ \t]+#[^\r\n]*)?$", re.M)
+
+
+def check_job_name(name: str) -> str:
+    """A job's name is its file name under cron/: lowercase letters, digits, `-` and `_`."""
+    if not _JOB_NAME.fullmatch(name or ""):
+        raise InputError(f"a job name is lowercase letters, digits, '-' and '_' (at most 64), got {name!r}")
+    return name
+
+
+def with_enabled(text: str, enabled: bool, path: str) -> str:
+    """The job file with `enabled:` set, every other byte (comments, order, the prompt) kept."""
+    doc = parse_doc(text, path, required=True)
+    front_end = text.rfind("---", 0, doc.body_start)  # the closing delimiter
+    front = text[:front_end]
+    value = "true" if enabled else "false"
+    if _ENABLED_LINE.search(front):
+        front = _ENABLED_LINE.sub(lambda m: f"enabled: {value}{m.group(1) or ''}", front, count=1)
+    else:
+        nl = "\r\n" if "\r\n" in front else "\n"
+        front = front + ("" if front.endswith(("\n", "\r\n")) else nl) + f"enabled: {value}{nl}"
+    return front + text[front_end:]
+
+
+def job_text(schedule: str, prompt: str, notify: list[str], enabled: bool = True) -> str:
+    """A new job file: the fields a person sets most, then the prompt."""
+    import yaml
+
+    meta = {"schedule": schedule, "notify": list(notify), "enabled": enabled}
+    front = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, default_flow_style=None)
+    return f"---\n{front}---\n{prompt.strip()}\n"

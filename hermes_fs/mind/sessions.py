@@ -196,5 +196,64 @@ def latest_session(root: Path) -> str | None:
     return None
 
 
+_HEAD_FIELD = re.compile(r"^(title|started|source|model):[ \t]*(.*)$", re.M)
+_SNIPPET_NOISE = re.compile(r"<!-- hermes:[^>]*-->|<!--|-->|\bhermes:[\w-]*(?:\.\.\.)?|^## (?:User|Assistant|Note)$|## (?:User|Assistant|Note)\b", re.M)
+HEAD_BYTES = 2048  # a session's frontmatter is read from its first bytes: listing never reads whole transcripts
+
+
+@dataclass
+class SessionInfo:
+    """One line about a session, for lists (`hermes-fs sessions`, the web page)."""
+
+    id: str
+    title: str = ""
+    started: str = ""
+    source: str = ""
+    snippet: str = ""  # a search hit's matching words, [marked]
+
+    @property
+    def rel(self) -> str:
+        return session_path(self.id)
+
+
+def recent_sessions(root: Path, limit: int = 100) -> list[SessionInfo]:
+    """The newest `limit` sessions, newest first (ids sort by time), walking months from the
+    newest and reading only the head of each listed file, so the cost follows `limit`, not history."""
+    base = Path(root) / SESSIONS_DIR
+    found: list[SessionInfo] = []
+    for year in sorted((d for d in base.glob("[0-9][0-9][0-9][0-9]") if d.is_dir()), reverse=True):
+        for month in sorted((d for d in year.iterdir() if d.is_dir()), reverse=True):
+            for f in sorted(month.glob("*.md"), reverse=True):
+                if len(found) >= limit:
+                    return found
+                if not f.is_symlink():
+                    found.append(_info(f))
+    return found
+
+
+def _info(path: Path) -> SessionInfo:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEAD_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        head = ""
+    front = head.split("\n---", 1)[0] if head.startswith("---") else ""
+    fields = {k: v.strip().strip("'\"") for k, v in _HEAD_FIELD.findall(front)}
+    return SessionInfo(path.stem, fields.get("title", ""), fields.get("started", ""), fields.get("source", ""))
+
+
+def search_sessions(root: Path, query: str, limit: int = 50) -> list[SessionInfo]:
+    """Sessions whose transcript matches `query` (full-text, best first), with the matching words."""
+    from .search import search
+
+    hits = search(Path(root), "sessions", query, limit=limit)
+    out = []
+    for h in hits:
+        info = _info(Path(root) / h.path)
+        info.snippet = " ".join(_SNIPPET_NOISE.sub(" ", h.snippet).split())
+        out.append(info)
+    return out
+
+
 def dumps_arguments(args: dict) -> str:
     return json.dumps(args, ensure_ascii=False)

@@ -1,6 +1,10 @@
 """Automatic review: every `refine.every_turns` user turns, refine *that* session (never "the
 latest", which with several conversations at once would be someone else's).
 
+Two things are said once in the chat instead of running silently: past `refine.max_cost_per_day`
+reviews stop for the day (learning/spend.py), and a refine model that `doctor` found unable to
+call tools while refine.mode is still `tools` gets the setting to change (learning/structured.py).
+
 One hook for every kind of session: the terminal chat, `run`, inbox requests and gateway chats
 call `after_turn(session, turns)`; the review runs in a background thread and its one-line
 outcome goes to `on_result` (or, for `run`, whose process ends at once, in a detached process). At most one review per session runs at a time: a turn that falls due
@@ -28,12 +32,26 @@ class AutoReview:
         self.detached = detached  # a process about to exit (`run`): the review runs in a process of its own
         self.on_result = on_result or (lambda session, line: log.info("automatic review of %s: %s", session, line))
         self.running: dict[str, threading.Thread] = {}
+        self.said: set[str] = set()  # notices given (a paused budget, an unsuited model): each once
         self.lock = threading.Lock()
 
     def after_turn(self, session: str, turns: int) -> bool:
         """Start a review of `session` if this turn makes one due; True when one was started."""
         if not review_due(turns, self.vault.config.refine.every_turns):
             return False
+        from datetime import UTC, datetime
+
+        from ..learning.spend import over_budget
+        from ..learning.structured import unsuited_notice
+
+        paused = over_budget(self.vault)
+        if paused:  # said once a day, in the chat the review was due in
+            self._say_once(f"budget {datetime.now(UTC).date()}", session, paused)
+            return False
+        cfg = self.vault.config
+        unsuited = unsuited_notice(self.vault.state_dir, cfg.model_for("refine"), cfg.refine.mode)
+        if unsuited:
+            self._say_once("mode", session, unsuited)
         if self.detached:
             from ..learning.refine import RefineOptions
             from .background import refine_in_background
@@ -48,6 +66,14 @@ class AutoReview:
             self.running[session] = thread
         thread.start()
         return True
+
+    def _say_once(self, key: str, session: str, text: str) -> None:
+        """A notice for the person, once per `key` for as long as this chat or gateway runs."""
+        with self.lock:
+            if key in self.said:
+                return
+            self.said.add(key)
+        self.on_result(session, text)
 
     def _review(self, session: str) -> None:
         from ..learning.refine import RefineOptions, refine

@@ -7,14 +7,13 @@ Deliveries are made before the output is written, so the file records them in th
 from __future__ import annotations
 
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ..agent.conversation import Conversation, ConversationOptions
 from ..errors import HermesError, InputError
-from ..mind.jobs import CronJob
+from ..mind.jobs import CronJob, with_enabled
 from ..store.docs import dump_doc, parse_doc
 from ..store.edit import Edit, Staged, edit
 from ..store.files import atomic_write
@@ -172,14 +171,7 @@ def disable_job(vault: Vault, job: CronJob) -> Edit[None] | None:
 
 def disabled(text: str, rel: str) -> str:
     """The job file's text with `enabled: false` in its frontmatter, every other byte kept."""
-    doc = parse_doc(text, rel, required=True)
-    head, body = text[: doc.body_start], text[doc.body_start :]
-    if re.search(r"^enabled:.*$", head, re.M):
-        head = re.sub(r"^enabled:.*$", "enabled: false", head, count=1, flags=re.M)
-    else:
-        close = head.rfind("---")  # the closing fence of the frontmatter
-        head = head[:close] + "enabled: false\n" + head[close:]
-    return head + body
+    return with_enabled(text, False, rel)
 
 
 def last_runs(vault: Vault) -> dict[str, CronRun]:

@@ -384,7 +384,9 @@ class Daemon:
             return
         if result.sha:
             self.note(f"committed human edit: {', '.join(result.committed)}")
-            for path in result.committed:
+        refused = {f.path for f in result.refused}
+        for path in paths:  # committed now, or nothing left to commit (the secret taken out, committed elsewhere)
+            if path not in refused:
                 self.state.resolved(f"not committed: {path}:")
         for f in result.refused:
             self.error(f"not committed: {f}")

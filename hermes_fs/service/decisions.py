@@ -59,10 +59,14 @@ class Decision:
     sha: str | None = None  # the merge or revert commit on main
     kept_as: str | None = None  # a rejected change's ref (refs/hermes/rejected/...)
     rest_pending: bool = False  # a merge of part of a change: the rest stays pending, same name
+    part: list[str] | None = None  # a revert of part of a change: the files undone (the rest stays merged)
 
     def line(self) -> str:
         if self.action == "reject":
             return f"rejected {self.branch} (kept as {self.kept_as})"
+        if self.part:
+            return (f"reverted part of {self.branch} ({(self.sha or '')[:10]}): {', '.join(self.part)}\n"
+                    f"Next: the rest stays merged; `hermes-fs revert {self.branch}` undoes it too.")
         text = f"{'merged' if self.action == 'merge' else 'reverted'} {self.branch} ({(self.sha or '')[:10]})"
         return text + ("; the rest stays pending under the same name" if self.rest_pending else "")
 
@@ -71,22 +75,24 @@ def decide(vault: Vault, branch: str, action: Action, *, act: Act | None = None,
            skip: list[str] | None = None, claims: RefClaims | None = None) -> Decision:
     """Merge, reject or revert the learned change `branch` (a full name, a unique prefix or slug).
     `act`: who decides (a person by default: it is their decision); `only`/`skip`: merge part of
-    the change; `claims`: the process's claims when it has them (the daemon's), else they are
+    the change (merge), or undo part of it (revert); `claims`: the process's claims when it has them (the daemon's), else they are
     opened for this decision. Raises DecidedElsewhere, Undecidable, and what the change raises
     (ConflictError, InputError)."""
     if action not in ACTIONS:
         raise InputError(f"a decision is one of {', '.join(ACTIONS)}, not {action!r}")
-    if (only or skip) and action != "merge":
-        raise InputError("only a merge takes part of a change (--only/--skip)")
+    if (only or skip) and action == "reject":
+        raise InputError("a reject takes the whole change (--only/--skip are for merge and revert)")
     store = vault.git
     name = _resolve(vault, branch, action)
-    with claimed(vault, name, _claim_key(vault, name, action), claims):
+    with claimed(vault, name, _claim_key(vault, name, action, only, skip), claims):
         if action == "merge":
             sha = changes.merge(store, name, act=act or Act.person(), only=only, skip=skip)
             return Decision(action, name, sha=sha, rest_pending=store.rev(f"refs/heads/{name}") is not None)
         if action == "reject":
             return Decision(action, name, kept_as=changes.reject(store, name))
-        return Decision(action, name, sha=changes.revert(store, name, act=act or Act.person()))
+        sha = changes.revert(store, name, act=act or Act.person(), only=only, skip=skip)
+        part = changes.reverted_part(store, sha)
+        return Decision(action, name, sha=sha, part=part)
 
 
 def _resolve(vault: Vault, branch: str, action: Action) -> str:
@@ -98,11 +104,19 @@ def _resolve(vault: Vault, branch: str, action: Action) -> str:
         raise
 
 
-def _claim_key(vault: Vault, name: str, action: Action) -> str:
+def _claim_key(vault: Vault, name: str, action: Action, only: list[str] | None = None,
+               skip: list[str] | None = None) -> str:
     """The claim on one decision about one state of a change: a branch's tip (merged or rejected),
-    or the merge commit a revert undoes. A change made again later is another decision."""
+    or the merge commit a revert undoes (and which part of it). A change made again later is
+    another decision."""
     if action == "revert":
-        return f"revert/{name}/{changes.merge_commit_of(vault.git, name)[:12]}"
+        key = f"revert/{name}/{changes.merge_commit_of(vault.git, name)[:12]}"
+        if only or skip:
+            import hashlib
+
+            part = hashlib.sha256(repr((sorted(only or []), sorted(skip or []))).encode()).hexdigest()[:12]
+            key += f"/part-{part}"
+        return key
     tip = vault.git.rev(f"refs/heads/{name}") or "gone"
     return f"review/{name}/{tip[:12]}"
 

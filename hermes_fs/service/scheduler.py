@@ -64,6 +64,28 @@ def next_runs(vault, jobs: list[CronJob], now: datetime) -> dict[str, datetime |
     return out
 
 
+def started_unfinished(vault, jobs: list[CronJob], finished: dict[str, str]) -> dict[str, datetime]:
+    """One-shot job -> its due time, when its run was started here (the ledger is marked before a
+    run) and has no output yet (`finished`: job -> the due time of its newest output): running now,
+    or cut short by a crash. A one-shot has no next run from the moment it starts: this says why.
+    (A recurring job's ledger also holds due times passed without a run, so it is not read so.)"""
+    from .work import cron_claims, open_claims
+
+    ledger = cron_claims(vault, open_claims(vault))
+    out: dict[str, datetime] = {}
+    for j in (j for j in jobs if j.schedule.at is not None):
+        claims = claims_of(ledger, j)
+        last = claims.last(j.name) if claims is not None else None
+        done = finished.get(j.name)
+        try:
+            done_at = datetime.fromisoformat(done) if done else None
+        except ValueError:
+            done_at = None
+        if last is not None and (done_at is None or done_at < last):
+            out[j.name] = last
+    return out
+
+
 @dataclass
 class Due:
     job: CronJob

@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
-from ..errors import InputError
+from ..errors import HermesError, InputError
 from ..learning.changes import LEARNED_PREFIXES
 from ..mind import jobs as cron
 from ..mind import memory, skills
@@ -65,9 +65,20 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
         from .gateway.status import collect as gateway_status
 
         st.gateway = gateway_status(vault)
-    # files the daemon left uncommitted (a secret, too big): a person must act on them
-    st.errors += [e.split(" ", 1)[-1] for e in st.daemon.get("last_errors") or [] if " not committed: " in f" {e}"]
+    # files the daemon left uncommitted (a secret, too big): a person must act on them, while they still are
+    st.errors += [e.split(" ", 1)[-1] for e in st.daemon.get("last_errors") or []
+                  if " not committed: " in f" {e}" and _still_uncommitted(vault, e)]
     return st
+
+
+def _still_uncommitted(vault: Vault, error: str) -> bool:
+    """The daemon's "not committed: <path>:<line>: <why>" still holds: the file differs from main's
+    (a warning whose secret was taken out, or that was committed another way, is not shown)."""
+    path = error.split("not committed: ", 1)[1].split(":", 1)[0]
+    try:
+        return vault.files.read(path) != vault.git.read_file(vault.git.head(), path)
+    except (HermesError, OSError):
+        return True  # cannot tell: keep the warning
 
 
 class StatCache:

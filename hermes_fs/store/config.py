@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ class RefineConfig:
     policy: str = Policy.REVIEW  # review: wait for you; auto: merge at once; additions: merge pure additions only
     every_turns: int = 10  # review a session automatically every N user turns; 0 = only when asked
     mode: str = ReviewMode.TOOLS  # tools: the reviewer calls edit tools; structured: one JSON document (small models)
+    max_cost_per_day: float | None = None  # USD: past it, automatic (background) reviews stop until tomorrow (UTC)
 
 
 @dataclass
@@ -68,6 +70,8 @@ class SkillsConfig:
 
 @dataclass
 class ToolsConfig:
+    """How the agent reads the tool calls a model makes."""
+
     # auto: a tool call a model writes as text (<tool_call>{...}</tool_call>, a fenced JSON block
     # naming an offered tool) is run as a call, never printed as the answer; off: text is text.
     # YAML reads an unquoted `off` as false, which means the same.
@@ -300,15 +304,16 @@ CHOICES = {
 RENAMED = {"from": "from_"}  # YAML keys that are Python keywords
 
 
-def load_config(path: Path) -> Config:
-    """Read and validate hermes.yaml; a missing file gives the defaults."""
+def load_config(path: Path, adjust: Callable[[dict], dict] | None = None) -> Config:
+    """Read and validate hermes.yaml; a missing file gives the defaults. `adjust` changes the raw
+    settings before they are built (the changes held until approved here: held_settings)."""
     if not path.exists():
         return Config()
     text = _read_text(path)
-    return parse_config(text, str(path))
+    return parse_config(text, str(path), adjust)
 
 
-def parse_config(text: str, filename: str = CONFIG_NAME) -> Config:
+def parse_config(text: str, filename: str = CONFIG_NAME, adjust: Callable[[dict], dict] | None = None) -> Config:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         refuse_aliases(text)
@@ -320,6 +325,8 @@ def parse_config(text: str, filename: str = CONFIG_NAME) -> Config:
         raise ConfigError(f"invalid YAML: {getattr(exc, 'problem', exc)}", filename, line) from None
     if data is None:
         return Config()
+    if adjust is not None and isinstance(data, dict):
+        data = adjust(data)
     lines = _key_lines(node)
     config = _build(Config, data, "", filename, lines)
     _check_key_variable(config.api_key_env, filename, lines.get("api_key_env"))

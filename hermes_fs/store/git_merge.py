@@ -13,7 +13,7 @@ from ..errors import ConflictError, EditedWhileMerging, GitError, Overtaken
 from .files import atomic_write
 from .git_base import EMPTY_TREE, MAIN, KeepBoth, Resolver
 from .git_commit import GitCommitter
-from .git_worktree import Fold
+from .git_worktree import Fold, checkout_refusal
 from .provenance import Act
 
 
@@ -70,8 +70,10 @@ class GitMerger(GitCommitter):
             self._advance_main(ours, new, candidates, fold=resolve)
             return new
 
-    def revert_merge(self, merge_sha: str, message: str, act: Act, resolve: Resolver | None = None) -> str:
-        """Undo a merged change (like `git revert -m 1`); refuses where people edited those lines since."""
+    def revert_merge(self, merge_sha: str, message: str, act: Act, resolve: Resolver | None = None,
+                     paths: list[str] | None = None) -> str:
+        """Undo a merged change (like `git revert -m 1`), or only its `paths`; refuses where people
+        edited those lines since."""
         info = self.commit_info(merge_sha)
         if len(info.parents) != 2:
             raise GitError(f"{merge_sha[:10]} is not a merge commit")
@@ -80,12 +82,22 @@ class GitMerger(GitCommitter):
             if not self.is_ancestor(info.sha, self.head()):
                 raise GitError(f"{info.sha[:10]} is not on {MAIN}")
             touched = self.changed_paths(info.parents[0], info.sha)
+            if paths is not None:
+                touched = [p for p in touched if p in paths]
             self._commit_touched_human_edits(touched)
             ours = self.head()
-            # A throwaway commit holding the pre-merge tree with the merge as parent: merging it
-            # into main applies exactly "merge -> pre-merge" three-way, with the merge as base.
-            pre_tree = self._git("rev-parse", f"{info.parents[0]}^{{tree}}").strip()
-            undo = self._commit_tree(pre_tree, [info.sha], "hermes-fs: revert helper", act)
+            # A throwaway commit holding the pre-merge tree (of `paths` only, if given) with the merge
+            # as parent: merging it into main applies exactly "merge -> pre-merge" three-way, with the
+            # merge as base.
+            if paths is None:
+                pre_tree = self._git("rev-parse", f"{info.parents[0]}^{{tree}}").strip()
+                undo = self._commit_tree(pre_tree, [info.sha], "hermes-fs: revert helper", act)
+            else:
+                part = self.derive(info.sha, {p: self.read_file(info.parents[0], p) for p in touched},
+                                   "hermes-fs: revert helper", act)
+                if part is None:
+                    raise GitError(f"nothing to revert: {info.sha[:10]} does not change {', '.join(paths)}")
+                undo = part
             tree = self.merged_tree(ours, undo, resolve, "a person has edited these lines since the merge")
             if tree == self._git("rev-parse", f"{ours}^{{tree}}").strip():
                 raise GitError(f"nothing to revert: {info.sha[:10]} is already undone")
@@ -192,7 +204,7 @@ class GitMerger(GitCommitter):
         else:
             before, after = self._ls_paths(old, candidates), self._ls_paths(new, candidates)
             changed = sorted(p for p in candidates if before.get(p) != after.get(p))
-        dirty = self.dirty_paths(changed)
+        dirty = self.dirty_paths([p for p in changed if not checkout_refusal(p)])  # the others are never written
         folds = self._folds(old, new, dirty, fold) if dirty and fold else {}
         if set(dirty) - set(folds):
             raise EditedWhileMerging("uncommitted edits appeared while merging; nothing changed",

@@ -13,7 +13,8 @@ Every commit GitStore makes passes through `Provenance.seal` (in `GitStore._comm
 | a cron run / an inbox request            | the agent  | Hermes-Job: <job> / inbox/<name>      |
 | chat turns' results and transcripts      | the agent  | Hermes-Change: gateway                |
 | a session saved after a crash            | the agent  | Hermes-Change: recovered              |
-| a learned change on its branch           | the agent  | Refine-* / Learn-* / Curate-*         |
+| a learned change on its branch           | the agent  | Refine-* / Learn-* / Curate-*, Checks,|
+|                                          |            | Learning-Tokens, Learning-Cost        |
 | a merge made by policy                   | the agent  | Hermes-Change: merge, Hermes-Branch   |
 | sync's merge of another machine's main   | the agent  | Hermes-Change: sync, Hermes-Host      |
 | a claim of a job run (refs/hermes/claims)| the agent  | Hermes-Host, Claim-State, -Expires    |
@@ -55,6 +56,8 @@ LEASE_EXPIRES = "Lease-Expires"
 CURATE_POLICY = "Curate-Policy"
 CURATE_MODEL = "Curate-Model"
 CHECKS = "Checks"  # on a learned change: its checks' results ("2/3 passed; failed: node-pm")
+LEARNING_TOKENS = "Learning-Tokens"  # what the review that made a learned change used: "1234 (1000 in, 234 out)"
+LEARNING_COST = "Learning-Cost"  # and cost, in USD as litellm prices it ("0.000321 USD", or "unknown")
 
 HUMAN_EDIT = "human-edit"  # the value of Hermes-Change on a person's edit
 _TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.*)$")
@@ -161,6 +164,13 @@ def learn_trailers(sources: list[str], model: str | None) -> dict[str, str]:
 
 def curate_trailers(policy: str, model: str | None) -> dict[str, str]:
     return {CURATE_POLICY: policy, CURATE_MODEL: model or ""}
+
+
+def cost_trailers(usage) -> dict[str, str]:
+    """`Learning-Tokens` and `Learning-Cost` of a review (`usage`: agent.model.Usage)."""
+    cost = "unknown (no price for this model)" if usage.cost_usd is None else f"{usage.cost_usd:.6f} USD"
+    return {LEARNING_TOKENS: f"{usage.total_tokens} ({usage.prompt_tokens} in, {usage.completion_tokens} out)",
+            LEARNING_COST: cost}
 
 
 def _default_agent() -> str:

@@ -285,3 +285,27 @@ def test_a_symlinked_reference_is_archived_and_restored_as_a_link(vault, monkeyp
     assert (back / "gone.md").is_symlink() and str((back / "gone.md").readlink()) == "nowhere.md"
     assert "120000" in git(vault, "ls-tree", "-r", "HEAD", "--", "skills/old-report/references/guide.md")
     assert git(vault, "status", "--porcelain").strip() == ""
+
+
+def test_one_unusable_answer_keeps_the_other_proposals_and_reports_the_failed_part(agent_vault, model_server,
+                                                                                  monkeypatch):
+    v = agent_vault
+    add_skill(v, "old-report", "Build the quarterly sales report in a spreadsheet.", ["open sheet"],
+              created_by="refine", days_ago=45, monkeypatch=monkeypatch)
+    add_skill(v, "deploy-fly", "Deploy the web application to fly.io with a rolling strategy.",
+              ["fly deploy --strategy rolling"])
+    add_skill(v, "fly-deploy-app", "Deploy web application to fly.io using rolling strategy and check health.",
+              ["fly deploy", "fly status"])
+    model_server.add({"content": "I would rather not. Here are some thoughts instead."})  # not a SKILL.md
+    out = curate(v)
+    assert out.status == "pending", out.line()  # archiving the stale skill needed no model: it is kept
+    assert v.git.read_file(out.branch, "skills/.archive/old-report/SKILL.md") is not None
+    assert v.git.read_file(out.branch, "skills/fly-deploy-app/SKILL.md") is not None  # the failed part: unchanged
+    assert "not done: deploy-fly+fly-deploy-app" in out.reason and "not a SKILL.md" in out.reason
+    body = v.git.commit_info(out.branch).body
+    assert "not merged: the model's SKILL.md was refused" in body
+    review.reject(v.git, out.branch)
+    monkeypatch.delenv("HERMES_TEST_KEY", raising=False)  # no model can be asked at all
+    again = curate(v)
+    assert again.status == "pending" and "not done:" in again.reason and "HERMES_TEST_KEY" in again.reason, again.line()
+    assert v.git.read_file(again.branch, "skills/.archive/old-report/SKILL.md") is not None

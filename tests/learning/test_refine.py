@@ -62,7 +62,10 @@ def test_session_to_branch_with_memory_entry_and_skill(agent_vault, model_server
     assert info.summary == "remember tabs preference and the fly.io deploy procedure"
     assert "- memory/USER.md: prefers tabs (because the user said so twice)" in info.body
     assert info.trailers == {"Refine-Session": session, "Refine-Snapshot": result.snapshot,
-                             "Refine-Focus": "preferences and deploys", "Refine-Model": "openai/test-model"}
+                             "Refine-Focus": "preferences and deploys", "Refine-Model": "openai/test-model",
+                             # what the review cost: two model calls of 11 + 7 tokens; no price for this model
+                             "Learning-Tokens": "36 (22 in, 14 out)",
+                             "Learning-Cost": "unknown (no price for this model)"}
     assert b"- Prefers tabs over spaces." in agent_vault.git.read_file(result.branch, USER)
     from skills_ref.parser import parse_frontmatter
     meta, _ = parse_frontmatter(agent_vault.git.read_file(result.branch, "skills/deploy-fly/SKILL.md").decode())

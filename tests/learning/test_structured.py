@@ -198,7 +198,7 @@ def test_doctor_names_the_missing_embeddings_extra(agent_vault, run_cli):
     if embeddings.available():
         assert "ok  skill embeddings: model at" in r.stdout
     else:
-        assert r.returncode == 1 and "skills.embeddings is on but not installed: pip install torch==2.13.0" in r.stdout
+        assert r.returncode == 1 and "skills.embeddings is on but not installed: pip install 'hermes-fs[embeddings]'" in r.stdout
 
 
 def test_the_schema_puts_the_lessons_first_and_the_prompt_example_is_a_document():
@@ -251,3 +251,38 @@ def test_a_skill_named_by_its_path_means_its_folder():
                                             for n in ("skills/thumbs", "skills/thumbs/SKILL.md", "../etc")],
                          summary="x")
     assert [c[1]["name"] for c in tool_calls(doc)] == ["thumbs", "thumbs", "../etc"]  # the last: skill_manage refuses
+
+
+def test_background_reviews_say_once_what_to_set_for_a_model_doctor_found_unsuited(agent_vault, model_server, run_cli,
+                                                                                    tmp_path):
+    from hermes_fs.agent.conversation import Conversation, ConversationOptions
+    from hermes_fs.service.auto_review import AutoReview
+
+    v = agent_vault
+    (v.root / "hermes.yaml").write_text((v.root / "hermes.yaml").read_text().replace("backend: local", "backend: none")
+                                        + "refine:\n  every_turns: 1\n")
+    said: list[str] = []
+    reviews = AutoReview(v, lambda _s, line: said.append(line))
+    model_server.add({"content": "Noted."})
+    with Conversation(v, ConversationOptions(source="run", workspace=tmp_path)) as c:
+        c.ask("hello")
+        sid = c.id
+    model_server.add({"content": "Summary: nothing to change"})
+    assert reviews.after_turn(sid, 1)
+    reviews.join(60)
+    assert not any("refine.mode: structured" in line for line in said)  # no finding yet: nothing to say
+    model_server.add({"content": "ok"}, {"content": "I have noted 'ok'."})
+    assert run_cli("--vault", str(v.root), "doctor").returncode == 1  # the probe: it answers in words
+    model_server.add({"content": "Summary: nothing to change"}, {"content": "Summary: nothing to change"})
+    for turn in (2, 3):
+        assert reviews.after_turn(sid, turn)  # the review still runs; the person is told what to set
+        reviews.join(60)
+    notices = [line for line in said if "set `refine.mode: structured` in hermes.yaml" in line]
+    assert len(notices) == 1 and "openai/test-model does not call tools" in notices[0]
+    structured(v)
+    said.clear()
+    model_server.add({"content": json.dumps({"memory": [], "skills": [], "summary": "nothing to change"})})
+    fresh = AutoReview(v, lambda _s, line: said.append(line))  # a new chat, configured as advised
+    fresh.after_turn(sid, 4)
+    fresh.join(60)
+    assert not any("refine.mode" in line for line in said)  # set as advised: quiet

@@ -59,10 +59,13 @@ from .ledger import (
     ANSWERED,
     CLAIMED,
     DELIVERED,
+    EMPTY,
     FAILED,
     IGNORED,
     PENDING,
     SENDING,
+    TOO_LONG,
+    TOO_MANY,
     Ledger,
     ledger_path,
     message_key,
@@ -84,6 +87,16 @@ CHANNELS = {
     "email": "hermes_fs.service.gateway.email:EmailChannel",
 }
 MAX_TEXT = 16_000  # characters of one message; longer ones are answered, not run
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A message the core will not run: why (kept with the message: a channel that answers at once,
+    such as a webhook, says it instead of accepting) and the reply to the chat ("" = none)."""
+
+    kind: str  # EMPTY, TOO_LONG, TOO_MANY
+    reason: str
+    reply: str
 MAX_REPLY = 30_000  # characters of one reply; a channel may split or cut further
 COMMIT_BATCH = 20
 DELIVERY_TRIES = 8
@@ -525,8 +538,9 @@ class Gateway:
             refusal = self._refusal(origin, text, message)
             if refusal is not None:
                 self.ledger.add_message(origin, skey, ANSWERED)
-                if refusal:
-                    self._reply(rid, origin, refusal)
+                self.ledger.refuse_message(rid, refusal.kind, refusal.reason)  # the sender can ask why
+                if refusal.reply:
+                    self._reply(rid, origin, refusal.reply)
                 else:
                     self._settle(origin.platform, rid)
                 return rid
@@ -535,17 +549,19 @@ class Gateway:
         self.executor.submit(skey, partial(self._process, claim, skey, origin))
         return rid
 
-    def _refusal(self, origin: Origin, text: str, message: Inbound) -> str | None:
-        """A reply refusing the message ("" = refuse silently), or None to take it."""
+    def _refusal(self, origin: Origin, text: str, message: Inbound) -> Refusal | None:
+        """Why the message is not run (and what to reply, "" = nothing), or None to take it."""
         if not text and not message.attachments:
-            return "" if not message.direct else "(an empty message: nothing to do)"
+            return Refusal(EMPTY, "an empty message", "" if not message.direct else "(an empty message: nothing to do)")
         if len(message.text) > MAX_TEXT:
-            return (f"Your message is {len(message.text)} characters long; at most {MAX_TEXT} are taken. "
-                    "Nothing was run: send it shorter, or as a file.")
+            why = f"{len(message.text)} characters long; at most {MAX_TEXT} are taken"
+            return Refusal(TOO_LONG, f"the message is {why}", f"Your message is {why}. Nothing was run: send it "
+                                                              "shorter, or as a file.")
         allowed, first = self.rates.allow(f"{origin.platform}|{origin.sender}")
         if not allowed:
-            return (f"Too many messages (more than {self.config.sender_rate_per_min} a minute); this one and "
-                    "the next ones this minute are not run. Wait a minute.") if first else ""
+            why = f"more than {self.config.sender_rate_per_min} messages a minute from this sender"
+            return Refusal(TOO_MANY, why, (f"Too many messages ({why}); this one and the next ones this minute are "
+                                           "not run. Wait a minute.") if first else "")
         return None
 
     def _write_claim(self, rid: str, message: Inbound, text: str) -> inbox.TakenRequest:
@@ -574,7 +590,7 @@ class Gateway:
         if row.state == CLAIMED:
             return "pending", ""
         if row.state == ANSWERED:
-            return "error", "refused"
+            return "error", f"refused: {row.answer}" if row.answer else "refused"
         return row.status or "error", row.answer or ""
 
     def status_elsewhere(self, rid: str, matches: Callable[[Origin], bool]) -> tuple[str, str] | None:
@@ -663,7 +679,12 @@ class Gateway:
         return ch is not None and (wants is None or bool(wants(origin)))
 
     def _reply(self, rid: str, origin: Origin, text: str, keep_text: bool = True) -> None:
+        """Queue a reply, if the channel replies to this chat at all: a reply with nowhere to go
+        (a webhook route without `reply_to`) is never queued, so never retried."""
         assert self.ledger
+        if not self._replies(origin):
+            self._settle(origin.platform, rid)
+            return
         if self.ledger.add_delivery(rid, origin, text, keep_text):
             self.kick.set()
 

@@ -45,6 +45,8 @@ CREATE TABLE IF NOT EXISTS pairing (
 CREATE TABLE IF NOT EXISTS pair_asked (platform TEXT, sender TEXT, at REAL NOT NULL, PRIMARY KEY (platform, sender));
 CREATE TABLE IF NOT EXISTS approved (platform TEXT, sender TEXT, at REAL NOT NULL, PRIMARY KEY (platform, sender));
 CREATE TABLE IF NOT EXISTS pair_failures (at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS webhook_bodies (
+  route TEXT NOT NULL, digest TEXT NOT NULL, delivery TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (route, digest));
 CREATE TABLE IF NOT EXISTS cursors (channel TEXT PRIMARY KEY, value TEXT NOT NULL, updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS room_lines (
   event TEXT PRIMARY KEY, room TEXT NOT NULL, sender TEXT NOT NULL, text TEXT NOT NULL, at REAL NOT NULL);
@@ -55,6 +57,8 @@ CLAIMED = "claimed"  # a request file waits in .hermes/gateway/requests/
 DONE = "done"  # its result is written
 IGNORED = "ignored"  # access denied: nothing run, nothing said
 ANSWERED = "answered"  # refused with a reply (pairing code, too long, too many), nothing run
+# why a message was refused (its status while ANSWERED)
+EMPTY, TOO_LONG, TOO_MANY = "empty", "too long", "too many"
 
 # delivery states
 PENDING, SENDING, DELIVERED, FAILED = "pending", "sending", "delivered", "failed"
@@ -169,6 +173,10 @@ class Ledger:
         return self._do("INSERT OR IGNORE INTO messages (key, id, platform, session_key, state, claim, created) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?)", message_key(origin), request_id(origin), origin.platform,
                         session_key, state, claim, time.time()) == 1
+
+    def refuse_message(self, rid: str, kind: str, reason: str) -> None:
+        """A message answered without running it: why (`kind`, the reason said to whoever asks)."""
+        self._do("UPDATE messages SET status = ?, answer = ? WHERE id = ?", kind, reason, rid)
 
     def finish_message(self, rid: str, status: str, answer: str) -> None:
         self._do("UPDATE messages SET state = ?, status = ?, answer = ?, finished = ? WHERE id = ?",
@@ -337,6 +345,24 @@ class Ledger:
                 self.db.execute("ROLLBACK")
                 raise
         return PairingAttempt(Pairing(*row) if row else None, None)
+
+    def earlier_delivery(self, route: str, digest: str, delivery: str, now: float, window_s: float) -> str | None:
+        """Remember that `delivery` carried the body `digest` on `route`; the id of an earlier, other
+        delivery that carried the same body within `window_s` (a replay under a fresh id), else None."""
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db.execute("DELETE FROM webhook_bodies WHERE at < ?", (now - window_s,))
+                row = self.db.execute("SELECT delivery FROM webhook_bodies WHERE route = ? AND digest = ?",
+                                      (route, digest)).fetchone()
+                if row is None:
+                    self.db.execute("INSERT INTO webhook_bodies (route, digest, delivery, at) VALUES (?, ?, ?, ?)",
+                                    (route, digest, delivery, now))
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+        return row[0] if row is not None and row[0] != delivery else None
 
     def add_pair_failure(self) -> None:
         self._do("INSERT INTO pair_failures (at) VALUES (?)", time.time())

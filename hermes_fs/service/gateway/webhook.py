@@ -10,11 +10,24 @@ The answers are exact, and checked in this order:
 - a body over 256 KiB: 413, from Content-Length, before the body is read (a body without one is
   read only up to the limit);
 - a body that is not UTF-8: 400; a bad or missing signature, or a timestamp more than 300 s off: 401;
+- a delivery id over 200 characters (or holding control characters): 400, never cut short;
+- a form-encoded delivery (GitHub's default content type) without its `payload=` field: 400;
+- GitHub's `ping` (sent when the hook is made): 200 "pong", without the model;
+- a delivery id seen before (the gateway ledger keeps them across restarts): 200 "duplicate" if it
+  was taken, or the same refusal again if it was refused;
+- GitHub's scheme signs the body only (not the delivery id, and there is no timestamp): a body
+  delivered before on the route within REPLAY_WINDOW_S under another delivery id is a replay: 409;
 - more than the route's `rate_per_min` accepted deliveries in a minute: 429;
-- a delivery id seen before (the gateway ledger keeps them across restarts): 200 "duplicate";
+- the core refuses it (too many from this route, too long, empty): 429, 413 or 422 with the reason,
+  never a 202 for something that will not run;
 - otherwise: 202 with `{"id": "<request id>"}`.
 The GET is signed like a POST of an empty body and answers `{"status": "pending|ok|error",
 "answer": ...}`. The route's `reply_to` (a notify target) also receives the answer.
+
+What the model gets: the event's name (`X-GitHub-Event`) and its important fields, then the body
+itself when it is short; a longer body is saved whole as a file in the run's workspace
+(`payload.json`) and named in the message, so a pull_request event of 30 KB runs like any other.
+Webhook bodies have their own limit (MAX_BODY), not a chat message's.
 
 Each delivery is its own session (thread = the delivery id): webhook events do not share a
 conversation. Whoever holds the route's secret may run a prompt, never an admin command.
@@ -24,27 +37,37 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
 import os
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 
 from ...errors import HermesError
 from ...store.config import WebhookConfig, WebhookRouteConfig
+from ...store.files import atomic_write
 from ...store.vault import Vault
 from .access import AccessRules
-from .channel import Inbound, Origin, Outbound
+from .channel import Inbound, Origin, Outbound, attachments_dir
+from .ledger import ANSWERED, TOO_LONG, TOO_MANY, Message
 
 if TYPE_CHECKING:
     from .core import Gateway
 
 log = logging.getLogger(__name__)
 
-MAX_BODY = 256 * 1024
+MAX_BODY = 256 * 1024  # a delivery's body (GitHub's own pull_request payloads are 20-40 KB)
 TOLERANCE_S = 300
 PLATFORM = "webhook"
+MAX_DELIVERY_ID = 200  # characters; a longer id is refused, never cut (two ids cut alike would be one)
+REPLAY_WINDOW_S = 7 * 86400  # a GitHub-scheme body seen within this long under another id is a replay
+INLINE_CHARS = 4_000  # a body up to this long is given to the model in the message itself
+FIELD_CHARS = 300  # one field of the summary, at most
 
 
 def secret_value(vault: Vault, name: str | None) -> str | None:
@@ -91,6 +114,99 @@ def verify(route: WebhookRouteConfig, secret: str, body: bytes, headers) -> str:
     except Exception as exc:  # WebhookVerificationError, and malformed signature headers (split, base64, UTF-8)
         raise BadSignature(f"bad signature ({type(exc).__name__})") from None
     return headers.get("webhook-id") or ""
+
+
+@dataclass
+class Payload:
+    """What a delivery carries, decoded: its event name (`X-GitHub-Event`, "" when the sender
+    names none), its text (a form's `payload=` field decoded) and that text parsed as JSON (None
+    when it is not JSON)."""
+
+    event: str
+    text: str
+    data: Any
+
+    @classmethod
+    def read(cls, headers, body: str) -> Payload:
+        kind = (headers.get("content-type") or "").split(";")[0].strip().lower()
+        text = body
+        if kind == "application/x-www-form-urlencoded":
+            fields = parse_qs(body, keep_blank_values=True, max_num_fields=100)
+            if "payload" not in fields:
+                raise ValueError("a form-encoded delivery without its payload= field")
+            text = fields["payload"][0]
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        return cls((headers.get("x-github-event") or "").strip()[:100], text, data)
+
+    def facts(self) -> list[str]:
+        """The event and its important fields, one line each (what a person reads first)."""
+        lines = [f"event: {self.event}"] if self.event else []
+        if not isinstance(self.data, dict):
+            return lines
+        for key in TOP_FIELDS:
+            if _scalar(self.data.get(key)):
+                lines.append(f"{key}: {_short(self.data[key])}")
+        if isinstance(self.data.get("commits"), list):
+            lines.append(f"commits: {len(self.data['commits'])}")
+        for key, value in self.data.items():
+            if isinstance(value, dict) and key in OBJECT_FIELDS:
+                shown = [f"{f}={_short(_at(value, f))}" for f in OBJECT_FIELDS[key] if _scalar(_at(value, f))]
+                if shown:
+                    lines.append(f"{key}: " + ", ".join(shown))
+        if not self.event and not lines:  # some other sender's JSON: its top-level values
+            lines = [f"{k}: {_short(v)}" for k, v in list(self.data.items())[:20] if _scalar(v)]
+        return lines
+
+
+# The fields worth a line: GitHub's names (other senders' JSON gets its top-level values).
+TOP_FIELDS = ("action", "ref", "ref_type", "before", "after", "compare", "zen", "hook_id")
+_ITEM = ("number", "title", "state", "draft", "merged", "html_url", "user.login")
+OBJECT_FIELDS = {
+    "repository": ("full_name", "html_url"),
+    "sender": ("login",),
+    "organization": ("login",),
+    "pull_request": (*_ITEM, "head.ref", "base.ref", "head.sha"),
+    "issue": _ITEM,
+    "comment": ("user.login", "html_url", "body"),
+    "review": ("state", "user.login", "html_url", "body"),
+    "workflow_run": ("name", "event", "status", "conclusion", "head_branch", "head_sha", "run_number", "html_url"),
+    "workflow_job": ("name", "status", "conclusion", "head_branch", "html_url"),
+    "check_run": ("name", "status", "conclusion", "html_url"),
+    "check_suite": ("status", "conclusion", "head_branch"),
+    "release": ("tag_name", "name", "draft", "prerelease", "html_url"),
+    "head_commit": ("id", "message", "author.name"),
+    "deployment": ("environment", "ref", "sha"),
+    "deployment_status": ("state", "environment", "target_url"),
+    "discussion": ("number", "title", "html_url"),
+}
+
+
+def _at(value: dict, path: str) -> Any:
+    found: Any = value
+    for part in path.split("."):
+        found = found.get(part) if isinstance(found, dict) else None
+    return found
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool)) and value != ""
+
+
+def _short(value: Any) -> str:
+    text = " ".join(str(value).split())  # one line: a field's text never starts a line of its own
+    return text if len(text) <= FIELD_CHARS else text[:FIELD_CHARS] + "…"
+
+
+def valid_delivery_id(delivery: str) -> str | None:
+    """Why a delivery id cannot be used as one (None: it can)."""
+    if len(delivery) > MAX_DELIVERY_ID:
+        return f"the delivery id is {len(delivery)} characters long; at most {MAX_DELIVERY_ID} are taken"
+    if any(ord(c) < 32 or ord(c) == 127 for c in delivery):
+        return "the delivery id holds control characters"
+    return None
 
 
 class WebhookChannel:
@@ -228,15 +344,52 @@ class WebhookChannel:
         except BadSignature as exc:
             log.info("webhook %s: refused (%s)", name, exc)
             return JSONResponse({"error": str(exc)}, 401)
+        problem = valid_delivery_id(delivery)
+        if problem:
+            return JSONResponse({"error": problem}, 400)
+        try:
+            event = Payload.read(request.headers, payload)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, 400)
+        if event.event == "ping":  # the hook was made (or its settings saved): nothing to run
+            return JSONResponse({"status": "pong", "zen": _short((event.data or {}).get("zen", ""))
+                                 if isinstance(event.data, dict) else ""}, 200)
         assert self.gateway is not None
-        origin = Origin(PLATFORM, name, f"route:{name}", delivery[:200], thread=delivery[:200])
-        if self.gateway.lookup(origin) is not None:
-            return JSONResponse({"status": "duplicate", "id": _rid(origin)}, 200)
+        origin = Origin(PLATFORM, name, f"route:{name}", delivery, thread=delivery)
+        seen = self.gateway.lookup(origin)
+        if seen is not None:
+            return _refused(seen) or JSONResponse({"status": "duplicate", "id": _rid(origin)}, 200)
+        if route.scheme == "github" and self.gateway.ledger is not None:
+            earlier = self.gateway.ledger.earlier_delivery(name, hashlib.sha256(body).hexdigest(), delivery,
+                                                           time.time(), REPLAY_WINDOW_S)
+            if earlier is not None:
+                log.warning("webhook %s: a replayed body under a new delivery id, refused", name)
+                return JSONResponse({"error": f"this body was delivered before (delivery {earlier}): a replay "
+                                              "under a new delivery id is not run"}, 409)
         if not self._within_rate(name, route.rate_per_min):
             return JSONResponse({"error": f"more than {route.rate_per_min} deliveries a minute on this route"}, 429)
-        text = route.prompt.replace("{payload}", payload) if route.prompt else payload
-        rid = await run_in_threadpool(self.gateway.submit, Inbound(origin, text, direct=True))
-        return JSONResponse({"id": rid}, 202)
+        text, files = self._message(route, origin, event)
+        rid = await run_in_threadpool(self.gateway.submit, Inbound(origin, text, direct=True, attachments=files))
+        taken = self.gateway.lookup(origin)
+        refused = _refused(taken) if taken is not None else None
+        return refused or JSONResponse({"id": rid}, 202)
+
+    def _message(self, route: WebhookRouteConfig, origin: Origin, event: Payload) -> tuple[str, list[Path]]:
+        """The text the model gets, and the files beside it: the event and its fields, then the
+        body inline when it is short, else whole in a file of the run's workspace."""
+        files: list[Path] = []
+        if len(event.text) <= INLINE_CHARS:
+            body = event.text
+        else:
+            name = "payload.json" if event.data is not None else "payload.txt"
+            saved = attachments_dir(self.vault.state_dir, origin) / name
+            atomic_write(saved, event.text, mode=0o600)
+            files.append(saved)
+            body = (f"(the body, {len(event.text)} characters, is too long to show here; read it whole from the "
+                    f"file {saved})")
+        facts = event.facts() if event.event or files else []  # a short body of another sender: as it came
+        payload = "\n".join([*facts, "", body]) if facts else body
+        return (route.prompt.replace("{payload}", payload) if route.prompt else payload), files
 
     async def get(self, request):
         from starlette.concurrency import run_in_threadpool
@@ -282,6 +435,16 @@ class WebhookChannel:
                 return False
             times.append(now)
             return True
+
+
+def _refused(row: Message):
+    """The answer for a delivery the core refused (never a 202: it will not run), or None."""
+    from starlette.responses import JSONResponse
+
+    if row.state != ANSWERED:
+        return None
+    code = {TOO_MANY: 429, TOO_LONG: 413}.get(row.status or "", 422)
+    return JSONResponse({"error": f"not run: {row.answer or 'refused'}"}, code)
 
 
 def _rid(origin: Origin) -> str:

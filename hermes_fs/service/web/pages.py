@@ -11,7 +11,6 @@ that answers with a redirect carrying a one-time message. Jinja2 escapes every v
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 from collections.abc import Callable
@@ -27,9 +26,9 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ...errors import HermesError, InputError, NotFound
-from ...learning import changes, review
+from ...learning import changes, review, spend
 from ...mind import memory, skills
-from ...mind.sessions import SESSIONS_DIR, parse_messages, session_path
+from ...mind.sessions import parse_messages, recent_sessions, search_sessions, session_path
 from ...store.docs import decode, parse_doc
 from ...store.files import symlink_on_path
 from ...store.vault import Vault
@@ -43,7 +42,8 @@ if TYPE_CHECKING:
 STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 SESSION_LIST = 100  # newest sessions listed without a query
 RUNS_SHOWN = 5  # last runs per job
-_SESSION_TITLE = re.compile(r"^title:\s*(.*)$", re.M)
+REQUESTS_SHOWN = 100  # newest request results listed
+FAILED_LOOKBACK = 20  # the Status page's errors include failures among the newest request results
 _PARTS = re.compile(r"gateway|web page|sync|curat|matrix|email|webhook", re.I)  # the daemon's optional parts
 
 
@@ -118,6 +118,8 @@ class Site:
             Route("/sessions", self.sessions_page),
             Route("/sessions/{sid}/refine", self.refine_session, methods=["POST"]),
             Route("/sessions/{sid}", self.session_page),
+            Route("/requests", self.requests_page),
+            Route("/requests/{name}", self.request_page),
             Route("/status", self.status_page),
             Route("/static/{name}", self.static),
             Route("/favicon.ico", lambda request: Response(status_code=204)),
@@ -189,7 +191,7 @@ class Site:
 
     # -- log ---------------------------------------------------------------------------------------
     def log_page(self, request: Request) -> Response:
-        return self.render(request, "log.html", rows=changes.learned_log(self.store))
+        return self.render(request, "log.html", rows=changes.learned_log(self.store), days=spend.per_day(self.vault))
 
     async def revert(self, request: Request) -> Response:
         branch = str((await read_form(request)).get("branch", ""))
@@ -317,32 +319,9 @@ class Site:
     # -- sessions ----------------------------------------------------------------------------------
     def sessions_page(self, request: Request) -> Response:
         query = request.query_params.get("q", "").strip()
-        if query:
-            from ...mind.search import search
-
-            hits = search(self.vault.root, "sessions", query, limit=50)
-            rows = [{"id": h.path.rsplit("/", 1)[-1].removesuffix(".md"), "title": h.name, "snippet": h.snippet}
-                    for h in hits]
-        else:
-            rows = self._recent_sessions()
+        found = search_sessions(self.vault.root, query) if query else recent_sessions(self.vault.root, SESSION_LIST)
+        rows = [{"id": s.id, "title": s.title, "snippet": s.snippet} for s in found]
         return self.render(request, "sessions.html", rows=rows, query=query)
-
-    def _recent_sessions(self) -> list[dict]:
-        base = self.vault.root / SESSIONS_DIR
-        found: list[tuple[str, str]] = []
-        if base.is_dir():
-            for dirpath, _dirs, names in os.walk(base):
-                found += [(n.removesuffix(".md"), os.path.join(dirpath, n)) for n in names if n.endswith(".md")]
-        rows = []
-        for sid, path in sorted(found, reverse=True)[:SESSION_LIST]:
-            try:
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    head = f.read(2048)
-            except OSError:
-                continue
-            m = _SESSION_TITLE.search(head.split("\n---", 1)[0])
-            rows.append({"id": sid, "title": m.group(1).strip().strip("'\"") if m else "", "snippet": ""})
-        return rows
 
     def session_page(self, request: Request) -> Response:
         sid = request.path_params["sid"]
@@ -372,13 +351,30 @@ class Site:
 
         return await self.act(request, work, f"/sessions/{urlpath(sid)}")
 
+    # -- requests ----------------------------------------------------------------------------------
+    def requests_page(self, request: Request) -> Response:
+        from ..request_results import recent_results
+
+        return self.render(request, "requests.html", rows=recent_results(self.vault, REQUESTS_SHOWN))
+
+    def request_page(self, request: Request) -> Response:
+        from ..request_results import request_result
+
+        try:
+            found = request_result(self.vault, request.path_params["name"])
+        except HermesError as exc:
+            return self.failed(request, exc)
+        return self.render(request, "request.html", r=found)
+
     # -- status ------------------------------------------------------------------------------------
     def status_page(self, request: Request) -> Response:
+        from ..request_results import recent_results
         from ..status import collect
 
         st = collect(self.vault)
         parts = [e for e in st.daemon.get("last_events") or [] if _PARTS.search(e)]
-        return self.render(request, "status.html", st=st, parts=parts)
+        failed = [r for r in recent_results(self.vault, FAILED_LOOKBACK) if r.status != "ok"]
+        return self.render(request, "status.html", st=st, parts=parts, failed=failed)
 
     def static(self, request: Request) -> Response:
         name = request.path_params["name"]

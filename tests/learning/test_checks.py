@@ -134,3 +134,56 @@ def test_learn_bisect_names_the_change_that_broke_a_check(agent_vault, model_ser
     assert again.culprit is None and "passes on main now" in again.note
     with pytest.raises(Exception, match="no check 'nope'"):
         bisect(v, "nope")
+
+
+def test_cli_check_review_and_learn_bisect(agent_vault, model_server, tmp_path, run_cli):
+    v = agent_vault
+    commit_check(v)
+    sid = session(v, model_server, tmp_path, "For node I just run npm install.")
+    learned(model_server, "Uses npm install for node projects.", "node installs use npm")
+    model_server.add(answer_from_prompt)
+    out = refine(v, RefineOptions(session=sid, policy="auto"))
+    assert out.status == "pending"
+    model_server.responder = answer_from_prompt
+    cli = ["--vault", str(v.root)]
+    listed = run_cli(*cli, "review")
+    assert listed.returncode == 0 and "checks: 0/1 passed; failed: node-pm" in listed.stdout
+    shown = run_cli(*cli, "review", "show", out.branch)
+    assert "check node-pm: FAILED: the answer does not mention 'pnpm'" in shown.stdout
+    ok = run_cli(*cli, "check")
+    assert ok.returncode == 0 and "PASS  node-pm" in ok.stdout and "main: 1/1 passed" in ok.stdout, ok.stderr
+    bad = run_cli(*cli, "check", "--branch", out.branch)
+    assert bad.returncode == 1 and "FAIL  node-pm: the answer" in bad.stdout and "answer: Run `npm install`." in bad.stdout
+    run_cli(*cli, "review", "merge", out.branch)
+    found = run_cli(*cli, "learn", "bisect", "node-pm")
+    assert found.returncode == 0 and f"first fails after {out.branch}" in found.stdout, found.stdout + found.stderr
+    assert f"hermes-fs review revert {out.branch}" in found.stdout
+    missing = run_cli(*cli, "learn", "bisect", "nope")
+    assert missing.returncode == 2 and "no check 'nope'" in missing.stderr  # bad input
+
+
+def test_init_ships_one_example_check(vault):
+    [example] = checks.load(OverlayFiles(vault.git, vault.git.head()))
+    assert example.name == "example" and example.ask and example.expect and not example.enabled
+    assert checks.main_checks(vault.git) == []  # off until the person turns it on: no model call per change
+
+
+def test_web_page_shows_check_results_beside_the_diff_and_spend_per_day(agent_vault, model_server, tmp_path):
+    from web_helpers import start_web
+
+    v = agent_vault
+    commit_check(v)
+    sid = session(v, model_server, tmp_path, "For node I just run npm install.")
+    learned(model_server, "Uses npm install for node projects.", "node installs use npm")
+    model_server.add(answer_from_prompt)
+    out = refine(v, RefineOptions(session=sid, policy="auto"))
+    w = start_web(v.root)
+    try:
+        code, _, page = w.request("GET", f"/changes/{out.branch}")
+        assert code == 200 and "Your checks on this change" in page and "<code>node-pm</code>: <strong>FAILED</strong>" in page
+        _, _, pending = w.request("GET", "/")
+        assert "0/1 passed; failed: node-pm" in pending
+        _, _, log = w.request("GET", "/log")
+        assert "Learning spend per day" in log and "1</td>" in log
+    finally:
+        w.stop()
