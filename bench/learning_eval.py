@@ -42,8 +42,8 @@ from hermes_fs.agent.conversation import Conversation, ConversationOptions  # no
 from hermes_fs.agent.model import LiteLLMModel, Model, ModelSettings, Usage  # noqa: E402
 from hermes_fs.errors import HermesError  # noqa: E402
 from hermes_fs.learning import changes, pipeline  # noqa: E402
-from hermes_fs.learning.validate import similar_skill, skills_at  # noqa: E402
 from hermes_fs.learning.refine import RefineOptions, Reviewer  # noqa: E402
+from hermes_fs.learning.validate import similar_skill, skills_at  # noqa: E402
 from hermes_fs.mind.sessions import session_path  # noqa: E402
 from hermes_fs.store.docs import parse_doc  # noqa: E402
 from hermes_fs.store.provenance import Act  # noqa: E402
