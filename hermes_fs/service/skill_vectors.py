@@ -51,7 +51,7 @@ class SkillVectorsService:
         self.wanted.set()
 
     def _run(self) -> None:
-        lower_this_thread(FILL_NICE)  # below agent work (turns: AGENT_NICE); its torch threads inherit it
+        lower_this_thread(FILL_NICE)  # below agent work (turns: AGENT_NICE)
         first = True
         while not self.stopped.is_set():
             self.wanted.wait()

@@ -198,7 +198,7 @@ def test_doctor_names_the_missing_embeddings_extra(agent_vault, run_cli):
     if embeddings.available():
         assert "ok  skill embeddings: model at" in r.stdout
     else:
-        assert r.returncode == 1 and "skills.embeddings is on but not installed: pip install torch==2.13.0" in r.stdout
+        assert r.returncode == 1 and "skills.embeddings is on but not installed: pip install 'hermes-fs[embeddings]'" in r.stdout
 
 
 def test_the_schema_puts_the_lessons_first_and_the_prompt_example_is_a_document():

@@ -1,0 +1,142 @@
+"""Do tool-needing requests run their tool on a real (small, local) model? Each task is one agent turn
+(up to 3 model calls) in a fresh vault, once with `tools.text_calls: off` (before: a call the model
+writes as text is printed as the answer) and once with `auto` (after: it is read and run). A task
+counts as done when the tool it needs ran without an error. Each first reply's raw text is kept in
+the JSON, so what the model wrote can be read (and replayed by tests/test_text_calls.py).
+
+Usage: python bench/text_calls.py [--model M] [--api-base URL] [--limit N] [--out FILE]
+Defaults: the local Qwen2.5-Coder-1.5B on llama.cpp (tools/local-model.sh in the shared tools).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+# (request, the tool it needs, a word the tool's call must carry in its arguments)
+TASKS = [
+    ("Read the file notes/todo.md and tell me what is on it.", "read_file", "todo"),
+    ("Remember that I prefer tabs over spaces.", "memory", "tabs"),
+    ("Search my skills for anything about writing skills.", "skill_search", ""),
+    ("Write a file notes/ideas.md containing the line 'learn rust'.", "write_file", "ideas"),
+    ("Show me the skill named writing-skills.", "skill_view", "writing-skills"),
+    ("Search my past conversations for 'deploy'.", "session_search", "deploy"),
+    ("Add to my memory that my cat is called Miso.", "memory", "Miso"),
+    ("What does my file notes/shopping.md say?", "read_file", "shopping"),
+    ("Create the file notes/hello.md with the text 'hello world'.", "write_file", "hello"),
+    ("Find skills about reviewing learned changes.", "skill_search", ""),
+    ("Open notes/todo.md and count the items in it.", "read_file", "todo"),
+    ("Save in memory that I work at Acme Corp.", "memory", "Acme"),
+]
+
+
+@dataclass
+class Row:
+    request: str
+    tool: str
+    mode: str
+    ran: bool = False  # the needed tool ran without an error
+    calls: list[str] = field(default_factory=list)
+    first_reply: str = ""  # the model's first reply, raw, before any reading of text calls
+    answer: str = ""
+    error: str = ""
+    seconds: float = 0.0
+
+
+def make_vault(root: Path, model: str, api_base: str, mode: str):
+    from hermes_fs import init_vault
+    from hermes_fs.store.provenance import Act
+
+    vault = init_vault(root).vault
+    (root / "hermes.yaml").write_text(f"model: {model}\napi_base: {api_base}\nsandbox:\n  backend: none\n"
+                                      f"tools:\n  text_calls: {mode}\n")
+    (root / "notes").mkdir(exist_ok=True)
+    (root / "notes/todo.md").write_text("- buy oat milk\n- call the plumber\n- renew the passport\n")
+    (root / "notes/shopping.md").write_text("apples, rice, coffee\n")
+    vault.git.commit_paths(["hermes.yaml", "notes/todo.md", "notes/shopping.md"], "bench: setup", Act.person())
+    vault._config = None
+    return vault
+
+
+def one_task(vault, request: str, tool: str, word: str, mode: str, model: str, api_base: str, ws: Path) -> Row:
+    from hermes_fs.agent.conversation import Conversation, ConversationOptions
+    from hermes_fs.agent.model import LiteLLMModel, ModelSettings
+
+    class Recording(LiteLLMModel):
+        replies: list[str] = []
+
+        def complete(self, messages, tools, response_format=None, on_text=None):
+            reply = super().complete(messages, tools, response_format, on_text)
+            self.replies.append(reply.content or "" if not reply.tool_calls else
+                                f"(native tool calls: {[c.name for c in reply.tool_calls]}) {reply.content or ''}")
+            return reply
+
+    row = Row(request, tool, mode)
+    t0 = time.perf_counter()
+    model_obj = Recording(ModelSettings(model, api_base, timeout_s=600, max_tokens=200))
+    model_obj.replies = []
+    try:
+        with Conversation(vault, ConversationOptions(source="run", workspace=ws, max_steps=3), model=model_obj) as c:
+            row.answer = c.ask(request).answer[:400]
+            results = {m.get("tool_call_id"): m["content"] for m in c.transcript.messages if m["role"] == "tool"}
+            for msg in c.transcript.messages:
+                for call in msg.get("tool_calls") or []:
+                    name, args = call["function"]["name"], call["function"]["arguments"]
+                    row.calls.append(f"{name}({args[:120]})")
+                    ok = not str(results.get(call["id"], "error")).startswith("error")
+                    row.ran |= name == tool and ok and word.lower() in args.lower()
+    except Exception as exc:  # a model error is a result here, not a crash of the benchmark
+        row.error = str(exc)[:200]
+    row.first_reply = (model_obj.replies or [""])[0][:1000]
+    row.seconds = round(time.perf_counter() - t0, 1)
+    return row
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="openai/qwen2.5-coder-1.5b-instruct")
+    p.add_argument("--api-base", default="http://127.0.0.1:8090/v1")
+    p.add_argument("--limit", type=int, default=len(TASKS))
+    p.add_argument("--out", default=str(HERE / "results" / "text_calls.json"))
+    a = p.parse_args(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("OPENAI_API_KEY", "local")
+    command = "python bench/text_calls.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    rows: list[Row] = []
+
+    def write(done: bool) -> dict:
+        counts = {mode: sum(r.ran for r in rows if r.mode == mode) for mode in ("off", "auto")}
+        data = {"model": a.model, "tasks": min(a.limit, len(TASKS)), "ran_their_tool": counts,
+                "errors": sum(bool(r.error) for r in rows), "complete": done, "command": command,
+                "date": time.strftime("%Y-%m-%d"), "rows": [asdict(r) for r in rows]}
+        Path(a.out).write_text(json.dumps(data, indent=2) + "\n")
+        return data
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (request, tool, word) in enumerate(TASKS[: a.limit]):
+            for mode in ("off", "auto"):
+                root = Path(tmp) / f"{mode}-{i}"
+                vault = make_vault(root, a.model, a.api_base, mode)
+                ws = Path(tmp) / f"ws-{mode}-{i}"
+                ws.mkdir()
+                row = one_task(vault, request, tool, word, mode, a.model, a.api_base, ws)
+                rows.append(row)
+                print(f"  {mode:<4} {tool:<14} ran={row.ran!s:<5} {row.seconds:>6}s {row.calls[:2]} {row.error[:80]}",
+                      flush=True)
+                write(False)
+    data = write(True)
+    print(f"of {data['tasks']} tool-needing tasks, ran their tool: text_calls off {data['ran_their_tool']['off']}, "
+          f"auto {data['ran_their_tool']['auto']}")
+    return data
+
+
+if __name__ == "__main__":
+    main()
