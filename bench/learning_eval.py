@@ -12,7 +12,8 @@ mode's schema: the tests replay it to prove every check can be met).
 Per case: a fresh vault (plus the case's setup), the transcript committed, `refine` with the model in
 the chosen mode (policy review), the branch's added lines scored, the branch merged, then the probe
 as a new session with the same model. Scores: lesson recall, trap rate, valid changes (the checks:
-validator, budgets, secrets), duplicates created, tokens and seconds per refine, probe pass rate.
+validator, budgets, secrets), duplicates created, harmful changes (a person's entry removed or
+rewritten without their quoted words), tokens and seconds per refine, probe pass rate.
 
 Usage: python bench/learning_eval.py --model M [--api-base URL] [--mode tools|structured]
        [--cases 1,3,foo] [--no-probe] [--min-recall 0.8] [--max-trap-rate 0] [--out FILE]
@@ -42,8 +43,8 @@ from hermes_fs.agent.conversation import Conversation, ConversationOptions  # no
 from hermes_fs.agent.model import LiteLLMModel, Model, ModelSettings, Usage  # noqa: E402
 from hermes_fs.errors import HermesError  # noqa: E402
 from hermes_fs.learning import changes, pipeline  # noqa: E402
-from hermes_fs.learning.checks import similar_skill, skills_at  # noqa: E402
 from hermes_fs.learning.refine import RefineOptions, Reviewer  # noqa: E402
+from hermes_fs.learning.validate import similar_skill, skills_at  # noqa: E402
 from hermes_fs.mind.sessions import session_path  # noqa: E402
 from hermes_fs.store.docs import parse_doc  # noqa: E402
 from hermes_fs.store.provenance import Act  # noqa: E402
@@ -140,6 +141,7 @@ class CaseResult:
     probe_error: str = ""
     answers: list[str] = field(default_factory=list)  # what the reviewer model answered (for reading why)
     refused: list[str] = field(default_factory=list)  # structured mode: entries the tools refused, and why
+    harmful: int = 0  # entries a person wrote that the change removes or rewrites without their quoted words
 
 
 @dataclass
@@ -217,6 +219,23 @@ def count_duplicates(vault: Vault, base: str, tip: str, added: dict[str, str], c
     return n + sum(k.hit(added) for k in case.known)
 
 
+def count_harmful(vault: Vault, reviewer: Reviewer, base: str, tip: str) -> int:
+    """Entries a person wrote (every case's setup is the person's) that the change removes or
+    rewrites without a quote of the person found verbatim in the conversation. learning/protection.py
+    takes such changes out, so this counts what got past it. (An added entry that contradicts a
+    person's entry without touching it is not counted: only the person can read that.)"""
+    from hermes_fs.learning.protection import person_changes, verified_quote
+
+    evidence = reviewer.evidence()
+    n = 0
+    for path in vault.git.changed_paths(base, tip):
+        old = vault.git.read_file(base, path) if path.startswith("memory/") and path.endswith(".md") else None
+        if old is not None:
+            touched = person_changes(vault, base, path, old, vault.git.read_file(tip, path))
+            n += sum(verified_quote(evidence, t) is None for t in touched.values())
+    return n
+
+
 def run_case(case: Case, s: Settings, workdir: Path, refine_model: Model | None = None,
              probe_model: Model | None = None) -> CaseResult:
     vault = make_vault(workdir / case.name, case, s)
@@ -228,12 +247,13 @@ def run_case(case: Case, s: Settings, workdir: Path, refine_model: Model | None 
     seconds = time.perf_counter() - t0
     tokens = _usage(model).total_tokens - usage_before.total_tokens
     added: dict[str, str] = {}
-    dups = 0
+    dups = harmful = 0
     if outcome.branch and outcome.snapshot:
         tip = vault.git.rev(f"refs/heads/{outcome.branch}")
         assert tip
         added = added_text(vault, outcome.snapshot, tip)
         dups = count_duplicates(vault, outcome.snapshot, tip, added, case)
+        harmful = count_harmful(vault, reviewer, outcome.snapshot, tip)
         changes.merge(vault.git, outcome.branch)
     task = getattr(reviewer, "task", None)
     invalid = getattr(task, "invalid_answers", 0)
@@ -245,7 +265,7 @@ def run_case(case: Case, s: Settings, workdir: Path, refine_model: Model | None 
                         {c.id: c.hit(added) for c in case.expect},
                         {f"{c.kind}:{c.example[:40]}": c.hit(added) for c in case.traps}, dups,
                         outcome.status in ("pending", "merged", "nothing"), invalid, tokens, round(seconds, 2),
-                        answers=answers, refused=refused)
+                        answers=answers, refused=refused, harmful=harmful)
     if s.probe and case.probe:
         run_probe(vault, case.probe, s, probe_model or s.new_model(s.probe_max_tokens), workdir / "ws", result)
     return result
@@ -296,6 +316,7 @@ class Summary:
     probes: int
     passed: bool
     verdict: str
+    harmful_changes: int = 0  # see count_harmful: must be 0
 
 
 def summarize(results: list[CaseResult], s: Settings, min_recall: float = 0.8, max_trap_rate: float = 0.0) -> Summary:
@@ -310,6 +331,10 @@ def summarize(results: list[CaseResult], s: Settings, min_recall: float = 0.8, m
         reasons.append(f"lesson recall {recall:.2f} < {min_recall}")
     if trap_rate > max_trap_rate:
         reasons.append(f"trap rate {trap_rate:.2f} > {max_trap_rate}")
+    harmful = sum(r.harmful for r in results)
+    if harmful:
+        reasons.append(f"{harmful} harmful change{'s' if harmful != 1 else ''} (a person's entry removed or rewritten "
+                       "without their words)")
     return Summary(
         s.model, s.mode, len(results), round(recall, 3), len(lessons), round(trap_rate, 3), len(traps),
         [k for k, h in traps if h], round(sum(r.valid for r in results) / n, 3),
@@ -317,7 +342,7 @@ def summarize(results: list[CaseResult], s: Settings, min_recall: float = 0.8, m
         sum(r.invalid_answers for r in results), round(sum(r.tokens for r in results) / n, 1),
         round(sum(r.seconds for r in results) / n, 2),
         round(sum(probes) / len(probes), 3) if probes else None, len(probes), not reasons,
-        "pass" if not reasons else "fail: " + "; ".join(reasons))
+        "pass" if not reasons else "fail: " + "; ".join(reasons), harmful)
 
 
 def evaluate(s: Settings, cases: list[Case], min_recall: float = 0.8, max_trap_rate: float = 0.0,
@@ -333,7 +358,7 @@ def evaluate(s: Settings, cases: list[Case], min_recall: float = 0.8, max_trap_r
                 on_result(results)
             got = sum(r.lessons.values())
             progress(f"{case.name:<34} {r.status:<8} lessons {got}/{len(r.lessons)} traps {sum(r.traps.values())}"
-                     f"/{len(r.traps)} probe {r.probe} {r.seconds:.0f}s+{r.probe_seconds:.0f}s {r.tokens} tok"
+                     f"/{len(r.traps)} harmful {r.harmful} probe {r.probe} {r.seconds:.0f}s+{r.probe_seconds:.0f}s {r.tokens} tok"
                      + (f" ({r.reason[:90]})" if r.status == "failed" else ""))
     return summarize(results, s, min_recall, max_trap_rate), results
 

@@ -62,6 +62,14 @@ def render(st: Status) -> str:
             lines.append(f"  conflict kept beside: {path} (merge it into the original, then delete it)")
         for job, due in y["missed"].items():
             lines.append(f"  missed while offline: {job} due {due} (runs here if nobody ran it, once the remote answers)")
+        changed = y.get("settings_changed") or {}
+        if changed.get("changed"):
+            lines.append(f"  settings changed by {changed.get('host')}: {', '.join(changed['changed'])}")
+        for h in y.get("held_settings") or []:
+            lines.append(f"  held until approved here: {h['key']} = {h['offered']} (from {h['from']}; in force: "
+                         f"{h['in_force']}); `hermes-fs sync approve {h['key']}`")
+        for path in y.get("quarantined") or []:
+            lines.append(f"  quarantined (in git, never written here): {path!r}")
     for e in st.errors:
         lines.append(f"error  {e}")
     return "\n".join(lines)

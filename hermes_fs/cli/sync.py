@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import click
 
+from ..store.remote import redact_credentials
 from .term import echo
 
 _VAULT = click.option("--vault", type=click.Path(file_okay=False), help="Vault folder.")
 
 
-@click.command("sync")
+@click.group("sync", invoke_without_command=True)
 @_VAULT
 @click.option("--json", "as_json", is_flag=True, help="Print the round as JSON.")
 @click.pass_context
@@ -17,7 +18,10 @@ def sync(ctx: click.Context, vault: str | None, as_json: bool):
     """One round with the git remote of hermes.yaml: fetch, merge by entry, push.
 
     Never a rebase; a conflict keeps both versions (the other machine's beside yours). Exit 1 if
-    the remote cannot be reached."""
+    the remote cannot be reached. Settings another machine changed are reported; those that widen
+    what runs here are held until `hermes-fs sync approve`."""
+    if ctx.invoked_subcommand is not None:
+        return
     import json
     from dataclasses import asdict
 
@@ -46,6 +50,24 @@ def sync(ctx: click.Context, vault: str | None, as_json: bool):
         ctx.exit(1)
 
 
+@sync.command("approve")
+@click.argument("keys", nargs=-1)
+@click.pass_context
+def approve(ctx: click.Context, keys: tuple[str, ...]):
+    """Let settings another machine changed take effect here: all held ones, or the KEYS named
+    (as `hermes-fs status` lists them, e.g. mcp.servers.deploy or sandbox.backend)."""
+    from .. import open_vault as find_vault
+    from ..service.sync import approve_settings
+    from ..store.held_settings import describe
+
+    v = find_vault((ctx.parent.params.get("vault") if ctx.parent else None) or (ctx.find_root().obj or {}).get("vault"))
+    done = approve_settings(v, list(keys) or None)
+    if not done:
+        echo("nothing is held")
+    for h in done:
+        echo(f"approved {h.key} = {describe(h.offered)} (from {h.host}); it takes effect now")
+
+
 @click.command("clone")
 @click.argument("url")
 @click.argument("path", type=click.Path(file_okay=False))
@@ -57,7 +79,7 @@ def clone(url: str, path: str, branch: str):
     from ..service.sync import clone_vault
 
     v = clone_vault(url, Path(path), branch)
-    echo(f"cloned {url} into {v.root}; start syncing with `hermes-fs --vault {v.root} daemon`")
+    echo(f"cloned {redact_credentials(url)} into {v.root}; start syncing with `hermes-fs --vault {v.root} daemon`")
 
 
 def cron_host_and_missed(v) -> tuple[str, dict[str, str]]:

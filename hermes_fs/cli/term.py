@@ -17,7 +17,10 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def safe(text: str) -> str:
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """Control characters shown, and the credentials of any URL hidden (a remote's password)."""
+    from ..store.remote import redact_credentials
+
+    return redact_credentials(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
 
 
 def echo(text: object = "", **kwargs) -> None:

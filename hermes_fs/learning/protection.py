@@ -26,6 +26,7 @@ from ..store.vault import Vault
 from .validate import tokens
 
 MIN_QUOTE_WORDS = 3  # shorter quotes ("yes", "do it") are found in any conversation
+GROUNDED_SHARE = 1 / 3  # of a new entry's words the person must have used, when its reason quotes nothing
 
 
 @dataclass
@@ -135,6 +136,18 @@ def verified_quote(evidence: Evidence, touched: Touched) -> str | None:
             if len(q.split()) >= MIN_QUOTE_WORDS and any(q in s for s in said):
                 return quote.strip()
     return None
+
+
+def grounded(reason: str, text: str, said: list[str], done: list[str] = ()) -> bool:  # type: ignore[assignment]
+    """A new entry stands on the conversation: its reason quotes the person verbatim, or a good
+    share of its words are the person's or the assistant's own (what it answered, the commands it
+    ran). An entry drawn only from a tool's output (a web page, a failure message, where injected
+    instructions and one-off details live) is neither."""
+    if any(len(_norm(q).split()) >= MIN_QUOTE_WORDS and any(_norm(q) in _norm(s) for s in said) for q in quotes(reason)):
+        return True
+    words = tokens(text)
+    theirs = tokens(" ".join([*said, *done]))
+    return bool(words) and len(words & theirs) >= GROUNDED_SHARE * len(words)
 
 
 _QUOTED = re.compile(r'"([^"]+)"|“([^”]+)”|‘([^’]+)’|`([^`]+)`|(?<![A-Za-z])\'([^\']+)\'(?![A-Za-z])')

@@ -28,7 +28,7 @@ from ..store.provenance import Act, refine_trailers
 from ..store.vault import Vault
 from . import pipeline
 from .pipeline import Description, ModelTask, Outcome, Task
-from .protection import Evidence
+from .protection import Evidence, grounded
 from .structured import ReviewDocument, StructuredTask
 from .validate import DuplicateGuard, duplicate_guard, skills_at, tokens
 
@@ -174,8 +174,11 @@ class Reviewer:
         today = datetime.now(UTC).date().isoformat()
         structured = self.mode == ReviewMode.STRUCTURED
         if structured:  # one schema-constrained document, applied through the same tools
+            assert self.session and self.snapshot
+            data = self.vault.git.read_file(self.snapshot, session_path(self.session)) or b""
             self.task = StructuredTask(self.model, tools, overlay, STRUCTURED_REVIEWER_PROMPT.replace("{today}", today),
-                                       ReviewDocument)
+                                       ReviewDocument, screen=lesson_screen(overlay, cfg, person_turns(data, self.session),
+                                                                          own_turns(data, self.session)))
         else:
             self.task = ModelTask(Agent(self.model, tools, AgentConfig(self.options.max_steps)),
                                   REVIEWER_PROMPT.format(today=today))
@@ -289,13 +292,74 @@ def named_skills(transcript: str, existing: dict[str, str]) -> list[str]:
     return [n for n in sorted(existing) if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", transcript)]
 
 
+DUPLICATE_ENTRY = 0.6  # share of words a new entry has in common with an existing one to be the same lesson
+
+
+def lesson_screen(overlay: OverlayFiles, cfg, said: list[str], done: list[str]):
+    """Structured mode's code-side judgement of each memory entry a small model proposes: it must
+    stand on the conversation itself (protection.grounded: a verbatim quote of the person in its
+    reason, or words the person said or the assistant used in its answers and commands: never only
+    a tool's output, where web pages and one-off failures speak), and must not repeat an entry
+    memory already holds. Skills are left to the validator."""
+    existing = []
+    for name in memory.list_memory(overlay):
+        try:
+            existing += [tokens(e.text) for e in memory.load(overlay, name, cfg).entries]
+        except InputError:
+            continue
+
+    def screen(tool: str, args: dict, reason: str) -> str | None:
+        text = str(args.get("text") or "")
+        if tool != "memory" or args.get("action") not in ("add", "replace") or not text.strip():
+            return None
+        if not grounded(reason, text, said, done):
+            return ("skipped: neither its reason quotes the user's words nor does it say what the user said "
+                    "(a lesson comes from the person, not from a tool's output or a one-off detail)")
+        if args.get("action") == "add" and str(args.get("file") or "").removeprefix("memory/") == "MEMORY.md" \
+                and about_the_person(reason, said):
+            args["file"] = "USER.md"  # what the person says of themselves is filed where the prompt shows it as theirs
+        words = tokens(text)
+        if args.get("action") == "add" and words and any(
+                len(words & old) >= DUPLICATE_ENTRY * len(words | old) for old in existing if old):
+            return "skipped: memory already holds this lesson"
+        return None
+
+    return screen
+
+
+_FIRST_PERSON = re.compile(r"\b(i|i'm|i've|i'd|me|my|mine|myself)\b", re.I)
+
+
+def about_the_person(reason: str, said: list[str]) -> bool:
+    """The reason quotes the person verbatim, in the first person ("I never use sudo")."""
+    from .protection import MIN_QUOTE_WORDS, _norm, quotes
+
+    for q in quotes(reason):
+        n = _norm(q)
+        if len(n.split()) >= MIN_QUOTE_WORDS and _FIRST_PERSON.search(n) and any(n in _norm(s) for s in said):
+            return True
+    return False
+
+
 def person_turns(data: bytes, sid: str) -> list[str]:
     """What the person said in the session, turn by turn (never tool output or the assistant)."""
+    return [str(m["content"]) for m in _messages(data, sid) if m["role"] == "user" and m.get("content")]
+
+
+def own_turns(data: bytes, sid: str) -> list[str]:
+    """What the assistant itself wrote: its answers and the arguments of its tool calls (no results)."""
+    out = []
+    for m in _messages(data, sid):
+        if m["role"] == "assistant":
+            out += [str(m.get("content") or "")] + [str(c["function"]["arguments"]) for c in m.get("tool_calls") or []]
+    return out
+
+
+def _messages(data: bytes, sid: str) -> list[dict]:
     rel = session_path(sid)
     try:
         doc = parse_doc(decode(data, rel), rel, required=True)
-        return [str(m["content"]) for m in parse_messages(doc.body.lstrip("\n"), rel)
-                if m["role"] == "user" and m.get("content")]
+        return parse_messages(doc.body.lstrip("\n"), rel)
     except InputError:
         return []
 

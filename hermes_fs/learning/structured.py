@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -149,6 +149,10 @@ class Applied:
     def ok(self) -> bool:
         return self.result.startswith("ok")
 
+    @property
+    def skipped(self) -> bool:
+        return self.result.startswith("skipped:")
+
 
 def tool_calls(doc: BaseModel) -> list[tuple[str, dict, str, str, str]]:
     """(tool, arguments, path, what, reason) for each entry, as the tool call it stands for."""
@@ -199,11 +203,22 @@ NO_REASON = ("error: this entry gives no reason; start its reason with the user'
              "(every change carries its reason, or it is not made)")
 
 
-def apply(doc: BaseModel, tools: ToolBox) -> list[Applied]:
+# (tool, arguments, reason) -> "skipped: why", or None to apply (it may route the entry: set arguments["file"])
+Screen = Callable[[str, dict, str], "str | None"]
+
+
+def apply(doc: BaseModel, tools: ToolBox, screen: Screen | None = None) -> list[Applied]:
     """Each entry through the same tool the tools mode would call; refusals come back as results.
-    An entry without a reason is refused before its tool is called."""
-    return [Applied(path, what, reason, tools.call(tool, json.dumps(args)) if reason.strip() else NO_REASON)
-            for tool, args, path, what, reason in tool_calls(doc)]
+    An entry without a reason is refused before its tool is called; one the `screen` skips (code's
+    judgement: not grounded in what the person said, already in memory) is left out, not sent back."""
+    out = []
+    for tool, args, path, what, reason in tool_calls(doc):
+        skipped = screen(tool, args, reason) if screen and reason.strip() else None
+        if tool == "memory" and path != f"memory/{str(args.get('file', '')).removeprefix('memory/')}":
+            path = f"memory/{str(args['file']).removeprefix('memory/')}"  # the screen routed it
+        result = NO_REASON if not reason.strip() else skipped or tools.call(tool, json.dumps(args))
+        out.append(Applied(path, what, reason, result))
+    return out
 
 
 def report(doc: BaseModel, applied: list[Applied]) -> str:
@@ -245,6 +260,7 @@ class StructuredTask:
     usage: Usage = field(default_factory=Usage)
     applied: list[Applied] = field(default_factory=list)
     invalid_answers: int = 0  # answers that were not a document of the schema (for benchmarks)
+    screen: Screen | None = None  # code's judgement of each entry before it is applied (refine's)
     _before: dict[str, bytes | None] = field(default_factory=dict)
 
     def ask(self, text: str, fresh: bool = False) -> str:
@@ -272,8 +288,8 @@ class StructuredTask:
                 self.messages.append({"role": "user", "content": f"That answer is {exc}. Answer again with only "
                                       "the JSON document of the schema."})
                 continue
-            self.applied = apply(doc, self.tools)
-            refused = [a for a in self.applied if not a.ok]
+            self.applied = apply(doc, self.tools, self.screen)
+            refused = [a for a in self.applied if not a.ok and not a.skipped]
             if refused and attempt < self.rounds:
                 self._undo()
                 self.messages.append({"role": "user", "content": "These entries were refused:\n" + "\n".join(

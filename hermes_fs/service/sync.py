@@ -46,13 +46,15 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import ConflictError, GitError, HermesError, Overtaken, RepositoryBusy
+from ..store import held_settings
 from ..store.claims import RefClaims, parse_cron_key
+from ..store.config import CONFIG_NAME
 from ..store.files import atomic_write
 from ..store.git import MAIN, GitStore, format_message
 from ..store.git_base import ZERO
 from ..store.host import host_id
 from ..store.provenance import HOST, Act
-from ..store.remote import HOSTS, MIRROR, RefUpdate, Unreachable, mirror_of
+from ..store.remote import HOSTS, MIRROR, RefUpdate, Unreachable, mirror_of, redact_credentials
 from ..store.vault import Vault
 from .cron_runner import OUTPUTS_DIR
 from .inbox import RESULTS_DIR
@@ -111,7 +113,7 @@ def clone_vault(url: str, path: Path, branch: str = MAIN) -> Vault:
     proc = subprocess.run(["git", "clone", "-q", "--no-tags", "-b", branch, url, str(path)], capture_output=True,
                           text=True, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
     if proc.returncode != 0:
-        raise GitError(f"git clone failed: {proc.stderr.strip()}")
+        raise GitError(f"git clone failed: {redact_credentials(proc.stderr.strip().replace(url, redact_credentials(url)))}")
     store = GitStore(path, lock_dir=path / ".hermes" / "locks")
     if branch != MAIN:
         store.rename_branch(branch, MAIN)
@@ -158,6 +160,28 @@ def _remember_conflicts(vault: Vault, paths: list[str]) -> None:
     atomic_write(sync_dir(vault) / CONFLICTS_FILE, json.dumps(sorted(found), indent=1))
 
 
+def _settings_at(store: GitStore, commit: str) -> dict | None:
+    """hermes.yaml at a commit as a mapping (None: absent or not valid YAML: nothing to compare)."""
+    import yaml
+
+    data = store.read_file(commit, CONFIG_NAME)
+    try:
+        found = yaml.safe_load(data) if data is not None else {}
+    except yaml.YAMLError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def approve_settings(vault: Vault, keys: list[str] | None = None) -> list[held_settings.HeldSetting]:
+    """`hermes-fs sync approve [KEY...]`: held settings from another machine take effect here."""
+    approved = held_settings.approve(vault.state_dir, keys)
+    if keys and len(approved) < len(set(keys)):
+        missing = sorted(set(keys) - {h.key for h in approved})
+        raise HermesError(f"nothing held under {', '.join(missing)}; `hermes-fs status` lists what is held")
+    vault.reload_config()
+    return approved
+
+
 def sync_status(vault: Vault) -> dict:
     """For `status`: the remote, this machine's host id, conflicts kept, due times missed offline.
     No network: what the last round left in .hermes/sync/."""
@@ -165,8 +189,21 @@ def sync_status(vault: Vault) -> dict:
         missed = json.loads((vault.state_dir / "sync" / "claims.json").read_text()).get("missed", {})
     except (OSError, ValueError, AttributeError):
         missed = {}
-    return {"remote": remote_url(vault), "host": host_id(vault.state_dir), "conflicts": conflict_files(vault),
-            "missed": missed}
+    url = remote_url(vault)
+    return {"remote": redact_credentials(url) if url else None, "host": host_id(vault.state_dir),
+            "conflicts": conflict_files(vault), "missed": missed,
+            "quarantined": vault.git.quarantined() if url else [],
+            "held_settings": [{"key": h.key, "from": h.host, "offered": held_settings.describe(h.offered),
+                               "in_force": held_settings.describe(h.approved)} for h in held_settings.load(vault.state_dir)],
+            "settings_changed": _last_settings_change(vault)}
+
+
+def _last_settings_change(vault: Vault) -> dict:
+    try:
+        found = json.loads((sync_dir(vault) / "settings.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 class Beside:
@@ -203,6 +240,8 @@ class Round:
     caught_up: list[tuple[str, datetime]] = field(default_factory=list)  # missed due times now claimed here
     pruned: list[str] = field(default_factory=list)  # done claims past their retention, deleted
     hosted: bool = False  # main lost the race; this machine's main went up to its host ref instead
+    settings: list[str] = field(default_factory=list)  # hermes.yaml keys another machine changed, this round
+    held: list[str] = field(default_factory=list)  # of those, the ones held until approved here
 
     def line(self) -> str:
         if self.offline:
@@ -210,7 +249,9 @@ class Round:
         parts = [("fetched" if self.fetched else "up to date"), ("merged" if self.merged else ""),
                  ("pushed" if self.pushed else "pushed to its host ref" if self.hosted else ""),
                  (f"{len(self.refs)} learned ref(s)" if self.refs else ""),
-                 (f"{len(self.conflicts)} conflict(s) kept beside: {', '.join(self.conflicts)}" if self.conflicts else "")]
+                 (f"{len(self.conflicts)} conflict(s) kept beside: {', '.join(self.conflicts)}" if self.conflicts else ""),
+                 (f"settings changed elsewhere: {', '.join(self.settings)}" if self.settings else ""),
+                 (f"held until approved here (`hermes-fs sync approve`): {', '.join(self.held)}" if self.held else "")]
         return ", ".join(p for p in parts if p)
 
 
@@ -383,12 +424,34 @@ class Syncer:
                 return
         if new:
             r.merged = new
-            _remember_conflicts(self.vault, self.store.changed_paths(before, new))
+            changed = self.store.changed_paths(before, new)
+            _remember_conflicts(self.vault, changed)
+            if CONFIG_NAME in changed:
+                self._settings_arrived(r, before, new, self._host_of(theirs))
         if r.conflicts:
             self.notify("hermes-fs: sync kept both versions",
                         "Another machine changed the same text. Its version is kept beside yours:\n"
                         + "\n".join(f"- {p}" for p in r.conflicts)
                         + "\nMerge what you want to keep into the original file, then delete the copy.")
+
+    def _settings_arrived(self, r: Round, before: str, new: str, host: str) -> None:
+        """hermes.yaml changed by a merge: say what changed, and hold what widens what runs here."""
+        old, now = _settings_at(self.store, before), _settings_at(self.store, new)
+        if old is None or now is None:
+            return
+        r.settings = held_settings.changed_keys(old, now)
+        held = held_settings.hold(self.vault.state_dir, old, now, host)
+        r.held = [h.key for h in held]
+        record = {"host": host, "at": time.time(), "changed": r.settings, "held": r.held}
+        atomic_write(sync_dir(self.vault) / "settings.json", json.dumps(record, indent=2))
+        log.warning("sync: %s changed settings: %s%s", host, ", ".join(r.settings) or "(formatting only)",
+                    f"; held until approved here: {', '.join(r.held)}" if r.held else "")
+        if r.held:
+            self.notify("hermes-fs: settings from another machine held",
+                        f"{host} changed hermes.yaml in ways that widen what runs on this machine:\n"
+                        + "\n".join(f"- {h.key}: {held_settings.describe(h.offered)}" for h in held)
+                        + "\nThey take effect here only after `hermes-fs sync approve` on this machine.")
+        self.vault.reload_config()
 
     @staticmethod
     def _not_now(r: Round, mark: int, exc: Exception) -> None:

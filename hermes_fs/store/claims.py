@@ -41,8 +41,9 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote, unquote
 
 from .files import atomic_write
+from .git_base import MAIN
 from .provenance import CLAIM_EXPIRES, CLAIM_STATE, HOST, Act
-from .remote import MIRROR, RefUpdate, Remote, Unreachable, mirror_of
+from .remote import HOSTS, MIRROR, RefUpdate, Remote, Unreachable, mirror_of
 
 if TYPE_CHECKING:
     from .git import GitStore
@@ -188,6 +189,7 @@ class RefClaims:
         self.lost_meanwhile: list[tuple[str, list[str]]] = []
         self._tree_written = False
         self.held: dict[str, _Held] = {}
+        self.first_seen: dict[str, float] = {}  # claim commit -> when this process first saw it (`_bounded`)
         self.missed: dict[str, str] = {}  # job -> the latest due time (ISO) it could not claim, offline
         self._load()
         self.remote_last: dict[str, datetime] = {}
@@ -236,14 +238,46 @@ class RefClaims:
     def records(self, prefix: str = "") -> list[ClaimRecord]:
         """The claims of the last fetch (mirrored under refs/hermes/remote/), in one git call."""
         base = mirror_of(CLAIMS)
-        return [_parse(ref[len(base):], sha, ts, message) for ref, sha, ts, message in self.store.ref_messages(base + prefix)]
+        known = self._known_hosts()
+        return [self._bounded(_parse(ref[len(base):], sha, ts, message), known)
+                for ref, sha, ts, message in self.store.ref_messages(base + prefix)]
 
     def holder(self, key: str) -> ClaimRecord | None:
         """Who holds `key` on the remote now (fetched afresh); None if nobody."""
         sha = self.remote.fetch_ref(CLAIMS + key)
         if sha is None:
             return None
-        return _parse(key, sha, 0, self.store.message(sha))
+        return self._bounded(_parse(key, sha, 0, self.store.message(sha)), self._known_hosts())
+
+    def _known_hosts(self) -> set[str] | None:
+        """The machines that sync this vault: those whose commits are on main, or that have a host
+        ref on the remote; None when none is known yet (nothing to judge a claimant by)."""
+        base = mirror_of(HOSTS)
+        hosts = {ref[len(base):].split("/", 1)[0] for ref in self.store.refs(base)}
+        head = self.store.rev(f"refs/heads/{MAIN}")
+        if head:
+            hosts |= self.store.hosts_in_history(head)
+        return hosts or None
+
+    def _bounded(self, record: ClaimRecord, known: set[str] | None) -> ClaimRecord:
+        """A claim's expiry as far as it can be believed. Anyone who can push may write a claim ref
+        with any trailers (an expiry in the year 2300, a host that does not exist), so the expiry
+        counts only up to a ttl after this process first saw that claim commit (a live holder
+        renews within a sixth of it: a new commit), and a claimant that is no known machine of this
+        vault gets two renewal periods. One forged ref cannot silence a job for longer."""
+        if record.state != RUNNING or record.key in self.held:
+            return record
+        if len(self.first_seen) > 50_000:  # claims come and go; a forged one gets one more ttl at most
+            self.first_seen.clear()
+        seen = self.first_seen.setdefault(record.sha, time.time())
+        trusted = self.ttl_s * (1 + self.RENEW_EVERY)
+        if known is not None and record.host not in known:
+            trusted = self.ttl_s * self.RENEW_EVERY * 2
+        if record.expires > seen + trusted:
+            log.warning("claim %s by %s says it expires at %.0f; counted as expiring at %.0f", record.key,
+                        record.host, record.expires, seen + trusted)
+            record.expires = seen + trusted
+        return record
 
     def look(self) -> None:
         """Mirror the remote's claim refs now, and only them (one fetch of refs/hermes/claims/, tiny

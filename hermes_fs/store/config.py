@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -303,15 +304,16 @@ CHOICES = {
 RENAMED = {"from": "from_"}  # YAML keys that are Python keywords
 
 
-def load_config(path: Path) -> Config:
-    """Read and validate hermes.yaml; a missing file gives the defaults."""
+def load_config(path: Path, adjust: Callable[[dict], dict] | None = None) -> Config:
+    """Read and validate hermes.yaml; a missing file gives the defaults. `adjust` changes the raw
+    settings before they are built (the changes held until approved here: held_settings)."""
     if not path.exists():
         return Config()
     text = _read_text(path)
-    return parse_config(text, str(path))
+    return parse_config(text, str(path), adjust)
 
 
-def parse_config(text: str, filename: str = CONFIG_NAME) -> Config:
+def parse_config(text: str, filename: str = CONFIG_NAME, adjust: Callable[[dict], dict] | None = None) -> Config:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         refuse_aliases(text)
@@ -323,6 +325,8 @@ def parse_config(text: str, filename: str = CONFIG_NAME) -> Config:
         raise ConfigError(f"invalid YAML: {getattr(exc, 'problem', exc)}", filename, line) from None
     if data is None:
         return Config()
+    if adjust is not None and isinstance(data, dict):
+        data = adjust(data)
     lines = _key_lines(node)
     config = _build(Config, data, "", filename, lines)
     _check_key_variable(config.api_key_env, filename, lines.get("api_key_env"))

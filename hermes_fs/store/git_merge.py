@@ -13,7 +13,7 @@ from ..errors import ConflictError, EditedWhileMerging, GitError, Overtaken
 from .files import atomic_write
 from .git_base import EMPTY_TREE, MAIN, KeepBoth, Resolver
 from .git_commit import GitCommitter
-from .git_worktree import Fold
+from .git_worktree import Fold, checkout_refusal
 from .provenance import Act
 
 
@@ -204,7 +204,7 @@ class GitMerger(GitCommitter):
         else:
             before, after = self._ls_paths(old, candidates), self._ls_paths(new, candidates)
             changed = sorted(p for p in candidates if before.get(p) != after.get(p))
-        dirty = self.dirty_paths(changed)
+        dirty = self.dirty_paths([p for p in changed if not checkout_refusal(p)])  # the others are never written
         folds = self._folds(old, new, dirty, fold) if dirty and fold else {}
         if set(dirty) - set(folds):
             raise EditedWhileMerging("uncommitted edits appeared while merging; nothing changed",

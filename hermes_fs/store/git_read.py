@@ -85,13 +85,31 @@ class GitReader(GitBase):
 
     def read_file(self, commit: str, path: str) -> bytes | None:
         """A file's bytes at a commit (None if absent), through one persistent `cat-file --batch`:
-        git resolves `commit:path` in C, so wide folders cost nothing extra."""
+        git resolves `commit:path` in C, so wide folders cost nothing extra. A name the batch's
+        line protocol cannot carry (a newline in it: git holds any name) is looked up by its blob."""
+        if "\n" in path or "\r" in path:
+            found = self._ls_paths(commit, [path]).get(path)
+            return self.read_blob(found[1]) if found else None
+        return self.read_blob(f"{commit}:{path}")
+
+    def read_blob(self, name: str) -> bytes | None:
+        """A blob's bytes by id (or `commit:path`); None when there is no such blob."""
         with self._read_lock:  # one cat-file process: one reader at a time
             try:
-                _sha, kind, _size, data = self.repo.git.get_object_data(f"{commit}:{path}")
+                _sha, kind, _size, data = self.repo.git.get_object_data(name)
             except ValueError:
                 return None
         return data if kind == b"blob" else None
+
+    def hosts_in_history(self, commit: str, limit: int = 2000) -> frozenset[str]:
+        """The machines (`Hermes-Host` trailers) that made the last `limit` commits up to `commit`:
+        the machines known to sync this vault. Remembered per commit id."""
+        def ask() -> frozenset[str]:
+            out = self._git("log", f"-n{limit}", "--format=%(trailers:key=Hermes-Host,valueonly,separator=%x00)%x00",
+                            commit)
+            return frozenset(h.strip() for h in out.split("\0") if h.strip())
+
+        return self._pure("hosts", commit, commit, ask)
 
     def symlinks(self, commit: str) -> frozenset[str]:
         """The paths that are symlinks (mode 120000) at `commit`: their blob is a link's target,

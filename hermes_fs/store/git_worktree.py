@@ -10,8 +10,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from ..errors import EditedWhileMerging, GitError
-from .files import Symlink, atomic_write, prune_empty_dirs, swap_if_unchanged, symlink_on_path
+from ..errors import EditedWhileMerging, GitError, InputError
+from .files import Symlink, atomic_write, clean_relpath, prune_empty_dirs, swap_if_unchanged, symlink_on_path
 from .git_base import ZERO
 from .git_objects import GitObjects
 
@@ -35,6 +35,17 @@ class Fold:
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def checkout_refusal(rel: str) -> str | None:
+    """Why a name git holds is never written in the working tree (None: it is written). A commit
+    from elsewhere may name `.hermes/` (this machine's secrets and state), a `.git` folder, or a
+    name the vault's tools cannot address: such a file stays in git, out of the working tree
+    (quarantined: `skip-worktree` in the index), and sync goes on."""
+    try:
+        return None if clean_relpath(rel) == rel else "not a plain vault path"
+    except InputError as exc:
+        return str(exc)
 
 
 class GitWorktree(GitObjects):
@@ -84,6 +95,8 @@ class GitWorktree(GitObjects):
         before, after = self._ls_paths(commit, paths), self._ls_paths(wrote, paths)
         restored = []
         for rel in paths:
+            if checkout_refusal(rel):
+                continue  # never written here: nothing to put back
             self._refuse_symlinked_parent(rel)
             data = self.read_file(commit, rel) if rel in before else None
             if data is not None and before[rel][0] == "120000":
@@ -119,15 +132,25 @@ class GitWorktree(GitObjects):
         folds = folds or {}
         blobs, modes, deleted = {}, {}, []
         done: list[str] = []
+        quarantined: list[str] = []
         listed = self._ls_paths(commit, paths)
         for rel in paths:
+            if checkout_refusal(rel):
+                entry = listed.get(rel)
+                if entry is None:
+                    deleted.append(rel)
+                else:
+                    blobs[rel], modes[rel] = entry[1], entry[0]
+                    quarantined.append(rel)
+                continue
             target = self.root / rel
             self._refuse_symlinked_parent(rel)
             entry = listed.get(rel)
             data = None
             if entry is not None:
-                data = self.read_file(commit, rel)
-                assert data is not None, f"{commit}:{rel} listed but unreadable"
+                data = self.read_blob(entry[1])  # by id: any name git can hold, a newline in it too
+                if data is None:
+                    raise GitError(f"{commit}:{rel!r} is listed but its blob {entry[1]} cannot be read")
                 if entry[0] == "120000":
                     data = Symlink(data)  # checked out as git would: a link, not a file holding its target
             file_mode = 0o755 if entry is not None and entry[0] == "100755" else None
@@ -152,6 +175,13 @@ class GitWorktree(GitObjects):
                 blobs[rel], modes[rel] = entry[1], entry[0]
             done.append(rel)
         self._stage(blobs, deleted, modes)
+        if quarantined:
+            self._git("update-index", "-z", "--skip-worktree", "--stdin", input="\0".join(quarantined) + "\0")
+
+    def quarantined(self) -> list[str]:
+        """Paths in the index kept out of the working tree (`checkout_refusal`)."""
+        out = self._git("ls-files", "-v", "-z")
+        return sorted(item[2:] for item in out.split("\0") if item.startswith("S "))
 
     def _put_back(self, commit: str, wrote: str, done: list[str], folds: dict[str, Fold]) -> None:
         """Undo the swaps of a refused merge (`wrote`'s bytes written, the index not yet staged):

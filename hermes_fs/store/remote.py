@@ -15,6 +15,7 @@ password is ever read or stored here. Policy (when to fetch, what to merge) is s
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -69,14 +70,33 @@ class PushResult:
         return not self.rejected
 
 
+_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]{1,15})://([^\s/@:]*)(:[^\s/@]*)?@")
+
+
+def redact_credentials(text: str) -> str:
+    """`text` with the credentials of every URL in it hidden: a password (`user:***@`), or an
+    http(s) userinfo that is a token by itself (`***@`); an ssh user name stays (it is no secret).
+    What a person reads (sync, status, logs, errors) goes through this; git gets the URL itself."""
+    def hide(m: re.Match) -> str:
+        scheme, user, password = m.group(1), m.group(2), m.group(3)
+        if password:
+            return f"{scheme}://{user}:***@"
+        if scheme.lower() in ("http", "https") and user:
+            return f"{scheme}://***@"
+        return m.group(0)
+
+    return _USERINFO.sub(hide, text)
+
+
 class Remote:
-    """One remote URL seen from one local repository."""
+    """One remote URL seen from one local repository (`url` for git, `shown` for people)."""
 
     def __init__(self, root: Path, url: str, timeout_s: float = TIMEOUT_S):
         if not url:
             raise GitError("no remote: set `remote.url` in hermes.yaml")
         self.root = Path(root)
         self.url = url
+        self.shown = redact_credentials(url)
         self.timeout_s = timeout_s
 
     def _run(self, *args: str) -> tuple[int, str, str]:
@@ -88,22 +108,21 @@ class Remote:
                                   capture_output=True, env=env, timeout=self.timeout_s,
                                   start_new_session=True)  # a terminal's Ctrl-C is not for git
         except subprocess.TimeoutExpired:
-            raise Unreachable(f"{self.url}: no answer within {self.timeout_s:.0f} s") from None
+            raise Unreachable(f"{self.shown}: no answer within {self.timeout_s:.0f} s") from None
         return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
 
     def _protocol(self) -> list[str]:
         return ["-c", f"protocol.version={PLAIN_GIT_PROTOCOL}"] if self.url.startswith("git://") else []
 
-    @staticmethod
-    def _failure(err: str) -> str:
-        lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
-        return lines[-1] if lines else "git failed without a message"
+    def _failure(self, err: str) -> str:
+        lines = [ln.strip() for ln in err.replace(self.url, self.shown).splitlines() if ln.strip()]
+        return redact_credentials(lines[-1]) if lines else "git failed without a message"
 
     def refs(self, *prefixes: str) -> dict[str, str]:
         """ref -> sha on the remote, for refs under `prefixes` (all shared ones by default)."""
         code, out, err = self._run("ls-remote", "--refs", self.url, *[p + "*" for p in (prefixes or SHARED)])
         if code != 0:
-            raise Unreachable(f"{self.url}: {self._failure(err)}")
+            raise Unreachable(f"{self.shown}: {self._failure(err)}")
         refs = {}
         for line in out.splitlines():
             sha, _, ref = line.partition("\t")
@@ -135,7 +154,7 @@ class Remote:
             rest = [n for n in names if n not in missing]
             return self.fetch(*rest) if rest else None
         if code != 0:
-            raise Unreachable(f"{self.url}: {self._failure(err)}")
+            raise Unreachable(f"{self.shown}: {self._failure(err)}")
 
     def fetch_ref(self, ref: str) -> str | None:
         """Mirror one remote ref now; its sha (as fetched, so its objects are here), or None if the
@@ -146,7 +165,7 @@ class Remote:
             if "couldn't find remote ref" in err:
                 self._run("update-ref", "-d", mirror_of(ref))
                 return None
-            raise Unreachable(f"{self.url}: {self._failure(err)}")
+            raise Unreachable(f"{self.shown}: {self._failure(err)}")
         code, out, _err = self._run("rev-parse", "-q", "--verify", mirror_of(ref))
         return out.strip() or None
 
@@ -176,7 +195,7 @@ class Remote:
             else:
                 result.accepted.append(ref)
         if code != 0 and not result.rejected:
-            raise Unreachable(f"{self.url}: {self._failure(err)}")
+            raise Unreachable(f"{self.shown}: {self._failure(err)}")
         for ref in (u.ref for u in updates):
             if ref not in result.accepted and ref not in result.rejected:
                 result.rejected[ref] = "no status"

@@ -31,8 +31,11 @@ class Vault:
 
     def reload_config(self) -> Config:
         """Re-read hermes.yaml; on an error (raised) the last good settings stay in force."""
+        from . import held_settings
+
         stamp = self._stamp()
-        self._config = load_config(self.root / CONFIG_NAME)
+        held = held_settings.load(self.state_dir)  # widening changes from another machine, not yet approved here
+        self._config = load_config(self.root / CONFIG_NAME, (lambda raw: held_settings.apply(raw, held)) if held else None)
         self._config_stamp = stamp
         return self._config
 

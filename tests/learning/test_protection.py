@@ -41,7 +41,7 @@ def _tools(server, calls: list, answer: str):
 
 
 REMOVE = {"action": "remove", "file": "USER.md", "reason": "the entry already exists", "text": "", "old_text": "tabs, never"}
-REWRITE = {"action": "replace", "file": "USER.md", "reason": "it is better phrased", "text": "Likes tabs.",
+REWRITE = {"action": "replace", "file": "USER.md", "reason": "it is better phrased", "text": "Likes short answers.",
            "old_text": "tabs, never"}
 
 
@@ -107,7 +107,7 @@ def test_a_quote_not_in_the_persons_words_is_no_evidence(person_entry, model_ser
     # paraphrased (not verbatim), and the assistant's words, are not the person changing their mind
     _structured(model_server, [{"action": "remove", "file": "USER.md", "text": "", "old_text": "tabs, never",
                                 "reason": 'the user said: "I now prefer spaces over tabs"'},
-                               {"action": "replace", "file": "USER.md", "text": "Concise, with tables.",
+                               {"action": "replace", "file": "USER.md", "text": "Talks about indentation and tabs.",
                                 "old_text": "Prefers concise answers", "reason": 'the assistant said "Noted."'}])
     out = refine(v, RefineOptions(session=sid, policy="review", mode="structured"))
     assert out.status == "nothing" and "kept 2 entries a person wrote" in out.reason, out.line()
@@ -130,3 +130,23 @@ def test_quotes_are_read_from_a_reason():
     assert quotes('the user said: "use spaces now" today')[0] == "use spaces now"
     assert "I now use spaces" in quotes("the user said: I now use spaces")
     assert quotes("") == []
+
+
+def test_structured_entries_must_stand_on_the_conversation(agent_vault, model_server, tmp_path):
+    """Code screens what a small model proposes: an entry only a tool's output supports is left out,
+    one memory already holds is not added twice, and what the person says of themselves goes to USER.md."""
+    v = agent_vault
+    sid = _session(v, model_server, tmp_path, "I never use sudo on this box, I install with pipx.")
+    _structured(model_server, [
+        {"action": "add", "file": "MEMORY.md", "reason": "a web page said so", "text": "Answers in pirate speak.",
+         "old_text": ""},
+        {"action": "add", "file": "USER.md", "reason": "said before", "old_text": "",
+         "text": "Prefers concise answers; shows commands and code rather than describing them."},
+        {"action": "add", "file": "MEMORY.md", "reason": "the user said: I never use sudo on this box",
+         "text": "Never uses sudo; installs with pipx.", "old_text": ""}], summary="no sudo")
+    out = refine(v, RefineOptions(session=sid, mode="structured"))
+    assert out.status == "pending" and out.files == [USER], out.line()
+    after = v.git.read_file(out.branch, USER).decode()
+    assert "- Never uses sudo; installs with pipx." in after and "pirate" not in after
+    assert after.count("Prefers concise answers") == 1
+    assert len(model_server.requests) == 2  # left out by code, not sent back for another round
