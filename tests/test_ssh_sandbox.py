@@ -47,7 +47,7 @@ def gone(box: SshSandbox, marker: str) -> bool:
 
 
 def test_commands_run_on_the_remote_host_in_workdir(sshd):
-    box = make_sandbox(SandboxConfig(backend="ssh", ssh=sshd), Path("/nonexistent"), "s1")
+    box = make_sandbox(SandboxConfig(backend="ssh", ssh=replace(sshd, workdir="~/work")), Path("/nonexistent"), "s1")
     try:
         r = box.run("pwd; id -un; echo oops >&2; exit 3")
         assert r.exit_code == 3

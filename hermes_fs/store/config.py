@@ -93,7 +93,7 @@ class SshConfig:
     user: str = "agent"  # the account commands run as there (one of its own, never root)
     identity_file: str = "~/.ssh/id_ed25519"  # used when it exists; the ssh agent's keys too
     known_hosts: str = "~/.ssh/known_hosts"  # the host's key must be here already (checked, never added)
-    workdir: str = "/home/agent/work"  # commands run here; read_file/write_file reach files under it
+    workdir: str = "~/work"  # commands run here (~: the user's home there); read_file/write_file reach files under it
     connect_timeout_s: int = 15  # seconds to connect, exchange keys and log in
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import posixpath
 import select
 import shlex
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -35,11 +34,18 @@ class SshSandbox:
         self.client: Any = None  # paramiko.SSHClient, once connected
         self.pgid: str | None = None  # the remote process group of the command running now
         self.interrupted = False
-        self.lock = threading.Lock()
+        self._workdir: str | None = None
 
     @property
     def workdir(self) -> str:
-        return posixpath.normpath(self.config.workdir)
+        """`sandbox.ssh.workdir`, a leading `~` being the remote user's home (asked once)."""
+        if self._workdir is None:
+            wd = self.config.workdir
+            if wd == "~" or wd.startswith("~/"):
+                with self.connect().open_sftp() as sftp:
+                    wd = sftp.normalize(".") + wd[1:]
+            self._workdir = posixpath.normpath(wd)
+        return self._workdir
 
     # -- the connection --------------------------------------------------------------------------
     def connect(self):
