@@ -3,8 +3,20 @@
 # Playwright drives it by executable path; no browser is ever downloaded. Idempotent: with
 # /usr/bin/chromium present it does nothing. Fails loudly when it cannot install (the browser
 # tests are required, not optional).
+# Also axe-core (the accessibility checker the browser tests inject into each page), from the npm
+# registry into tests/.npm (gitignored), pinned; never fetched at test time.
 set -u
 say() { echo "browser-test-env: $*"; }
+AXE_VERSION=4.14.1
+npm_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/.npm"
+if [ ! -f "$npm_dir/node_modules/axe-core/axe.min.js" ] \
+   || ! grep -q "\"version\": \"$AXE_VERSION\"" "$npm_dir/node_modules/axe-core/package.json"; then
+  command -v npm >/dev/null 2>&1 || { say "npm is missing (apt-get install npm): it installs axe-core"; exit 1; }
+  say "installing axe-core $AXE_VERSION into $npm_dir"
+  mkdir -p "$npm_dir"
+  npm install --prefix "$npm_dir" --no-save --no-audit --no-fund --ignore-scripts "axe-core@$AXE_VERSION" >/tmp/browser-test-env-npm.log 2>&1 \
+    || { cat /tmp/browser-test-env-npm.log; say "npm install axe-core failed"; exit 1; }
+fi
 if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
   exit 0
 fi

@@ -105,3 +105,40 @@ def browser_context(playwright, **kwargs):
     return playwright.chromium.launch_persistent_context(
         tempfile.mkdtemp(prefix="hermes-chromium-"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
         viewport={"width": 1200, "height": 900}, **kwargs)
+
+
+AXE = Path(__file__).resolve().parent / ".npm" / "node_modules" / "axe-core" / "axe.min.js"
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1200, "height": 900}
+ALWAYS = {"empty-table-header", "target-size"}  # fail at any impact: a header read as nothing, a target too small
+TARGETS = "input[type=checkbox], input[type=radio], button, nav a"
+
+
+def small_targets(page) -> list[str]:
+    """Controls shown smaller than 24 x 24 px (WCAG 2.2's minimum target size)."""
+    boxes = page.eval_on_selector_all(TARGETS, """els => els.filter(e => e.offsetParent !== null).map(e => {
+        const b = e.getBoundingClientRect();
+        return [e.outerHTML.slice(0, 80), Math.round(b.width), Math.round(b.height)]; })""")
+    return [f"{html}: {w} x {h} px" for html, w, h in boxes if w < 24 or h < 24]
+
+
+def axe_problems(page) -> list[str]:
+    """The serious and critical accessibility violations axe-core finds on the page as shown now
+    (axe-core installed by scripts/browser-test-env.sh; never fetched at test time)."""
+    if not AXE.is_file():
+        raise AssertionError(f"{AXE} is missing: run scripts/browser-test-env.sh (make test does)")
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.add_script_tag(content=AXE.read_text(encoding="utf-8"))
+    found = page.evaluate("""async () => {
+        const r = await axe.run(document, {resultTypes: ["violations"],
+            rules: {"target-size": {enabled: true}, "empty-table-header": {enabled: true}}});
+        return r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
+                                       nodes: v.nodes.map(n => n.target.join(" ") + ": " + n.failureSummary)}));
+    }""")
+    return [f"{v['impact']} {v['id']} ({v['help']}): " + "; ".join(v["nodes"][:3])
+            for v in found if v["impact"] in ("serious", "critical") or v["id"] in ALWAYS]
+
+
+def overflow(page) -> int:
+    """How many pixels the page is wider than the window (0: no sideways scrolling)."""
+    return int(page.evaluate("document.documentElement.scrollWidth - window.innerWidth"))

@@ -45,7 +45,7 @@ class Bisection:
         if self.culprit:
             head = f"check {self.check} first fails after {self.culprit}"
             tail = ("it was reverted since" if self.reverted
-                    else f"to undo it: hermes-fs review revert {self.culprit}")
+                    else f"to undo it: hermes-fs revert {self.culprit}")
             return "\n".join([head, *lines, tail])
         return "\n".join([f"check {self.check}: {self.note}", *lines])
 

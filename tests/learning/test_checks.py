@@ -127,7 +127,7 @@ def test_learn_bisect_names_the_change_that_broke_a_check(agent_vault, model_ser
     model_server.responder = answer_from_prompt
     found = bisect(v, "node-pm")
     assert found.culprit == branches[1], found.text()
-    assert not found.reverted and f"hermes-fs review revert {branches[1]}" in found.text()
+    assert not found.reverted and f"hermes-fs revert {branches[1]}" in found.text()
     assert [s.passed for s in found.steps][:2] == [False, True]  # main fails, before any learned change passes
     review.revert(v.git, branches[1])
     again = bisect(v, "node-pm")
@@ -157,7 +157,7 @@ def test_cli_check_review_and_learn_bisect(agent_vault, model_server, tmp_path, 
     run_cli(*cli, "review", "merge", out.branch)
     found = run_cli(*cli, "learn", "bisect", "node-pm")
     assert found.returncode == 0 and f"first fails after {out.branch}" in found.stdout, found.stdout + found.stderr
-    assert f"hermes-fs review revert {out.branch}" in found.stdout
+    assert f"hermes-fs revert {out.branch}" in found.stdout
     missing = run_cli(*cli, "learn", "bisect", "nope")
     assert missing.returncode == 2 and "no check 'nope'" in missing.stderr  # bad input
 

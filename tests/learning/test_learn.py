@@ -55,7 +55,8 @@ def test_short_guide_gives_one_valid_skill_on_a_branch(agent_vault, model_server
     assert r.line().startswith("learn: learn/")
     assert agent_vault.git.head() == head  # main untouched
     info = agent_vault.git.commit_info(r.branch)
-    assert info.trailers == {"Learn-Source": str(src), "Learn-Model": "openai/test-model"}
+    assert info.trailers == {"Learn-Source": str(src), "Learn-Model": "openai/test-model",
+                             "Learning-Tokens": "36 (22 in, 14 out)", "Learning-Cost": "unknown (no price for this model)"}
     from skills_ref.parser import parse_frontmatter
     from skills_ref.validator import validate_metadata
     meta, _ = parse_frontmatter(agent_vault.git.read_file(r.branch, "skills/deploy-fly/SKILL.md").decode())

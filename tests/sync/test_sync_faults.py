@@ -570,7 +570,8 @@ def test_a_dead_machines_requests_are_taken_over_in_one_push(synced, tmp_path, m
     v.git.commit_all("edit: requests from the phone", Act.human_edit())
     keys = [request_key(v, f"inbox/{name}") for name in names]
     dead = claims(v, server, "dead", 20.0, tmp_path / "dead.json")  # claimed them at once, then died
-    made = {key: dead._commit(key, "running")[0] for key in keys}
+    # one expiry for all three (made one by one, the last could expire a renewer's tick later)
+    made = {key: sha for key, (sha, _) in dead._commits({key: ("running", "", None, None) for key in keys}).items()}
     assert dead.remote.push([RefUpdate(CLAIMS + key, sha, None) for key, sha in made.items()]).ok
     v.reload_config()
     assert Syncer(v).round(work=False).pushed
