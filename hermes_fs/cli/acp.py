@@ -15,6 +15,7 @@ from .options import vault_option
 def acp_serve(ctx: click.Context):
     """Serve the agent to an editor over the Agent Client Protocol (stdio); each editor session is a
     session in sessions/, and every file edit or command is put to the editor first."""
+    from .. import __version__
     from ..service.acp import serve_stdio
 
-    serve_stdio(vault_for(ctx))
+    serve_stdio(vault_for(ctx), __version__)

@@ -18,15 +18,14 @@ import json
 import logging
 import os
 import sys
-import threading
 from concurrent.futures import CancelledError as FutureCancelled
 from dataclasses import dataclass, field
 from typing import Any
 
 import acp
 from acp import schema
+from acp.helpers import update_available_commands
 
-from .. import __version__
 from ..agent.conversation import Conversation, ConversationOptions, describe_call
 from ..agent.model import TurnCancelled
 from ..agent.tools import READ_ONLY_TOOLS, ToolRequest
@@ -48,11 +47,12 @@ COMMANDS = [schema.AvailableCommand(
     input=schema.AvailableCommandInput(root=schema.UnstructuredCommandInput(hint="focus (optional)")))]
 
 
-def tool_kind(name: str) -> str:
+def tool_kind(name: str) -> schema.ToolKind:
     """The ACP kind of a hermes tool, for the editor's icons (what it may do is decided elsewhere)."""
     if name in READ_ONLY_TOOLS:
         return "search" if name.endswith("_search") else "read"
-    return {"shell": "execute", "write_file": "edit", "memory": "edit", "skill_manage": "edit"}.get(name, "other")
+    kinds: dict[str, schema.ToolKind] = {"shell": "execute", "write_file": "edit", "memory": "edit", "skill_manage": "edit"}
+    return kinds.get(name, "other")
 
 
 @dataclass
@@ -74,7 +74,15 @@ class EditorSession:
 
     # -- from the turn's thread ----------------------------------------------------------------------
     def send(self, update: Any) -> None:
-        self.loop.call_soon_threadsafe(self.updates.put_nowait, update)
+        """Queue an update for the editor, from the turn's thread or from the loop itself."""
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is self.loop:
+            self.updates.put_nowait(update)
+        else:
+            self.loop.call_soon_threadsafe(self.updates.put_nowait, update)
 
     def on_text(self, text: str) -> None:
         self.send(acp.update_agent_message_text(text))
@@ -121,7 +129,7 @@ class EditorSession:
     async def _ask(self, call_id: str, request: ToolRequest) -> bool:
         await self.updates.join()  # the editor has the tool call before it is asked about it
         locations = [schema.ToolCallLocation(path=p) for p in request.paths if os.path.isabs(p)]
-        content = ([acp.tool_diff_content(request.paths[0], request.content)]
+        content: list[Any] | None = ([acp.tool_diff_content(request.paths[0], request.content)]
                    if request.content is not None and locations else None)
         update = schema.ToolCallUpdate(tool_call_id=call_id, title=request.title, kind=request.kind,  # type: ignore[arg-type]
                                        status="pending", locations=locations or None, content=content)
@@ -171,8 +179,9 @@ def prompt_text(blocks: list) -> str:
 class HermesAgent:
     """acp.Agent: the editor's requests, each session a Conversation on the vault."""
 
-    def __init__(self, vault: Vault):
+    def __init__(self, vault: Vault, version: str):
         self.vault = vault
+        self.version = version  # the package's, told to the editor
         self.conn: Any = None
         self.sessions: dict[str, EditorSession] = {}
         self.pumps: list[asyncio.Task] = []
@@ -187,7 +196,7 @@ class HermesAgent:
             protocol_version=min(protocol_version, acp.PROTOCOL_VERSION),
             agent_capabilities=schema.AgentCapabilities(
                 load_session=False, prompt_capabilities=schema.PromptCapabilities(embedded_context=True)),
-            agent_info=schema.Implementation(name="hermes-fs", title="hermes-fs", version=__version__))
+            agent_info=schema.Implementation(name="hermes-fs", title="hermes-fs", version=self.version))
 
     async def authenticate(self, method_id: str, **kwargs: Any) -> None:
         return None  # model keys come from the vault's settings and environment, as in chat
@@ -207,7 +216,7 @@ class HermesAgent:
         session = EditorSession(conversation, loop, self.conn)
         self.sessions[session.id] = session
         self.pumps.append(asyncio.create_task(session.pump()))
-        session.send(acp.update_available_commands(COMMANDS))
+        session.send(update_available_commands(COMMANDS))
         return schema.NewSessionResponse(session_id=session.id)
 
     async def prompt(self, session_id: str, prompt: list, **kwargs: Any) -> schema.PromptResponse:
@@ -321,12 +330,12 @@ def _folder(cwd: str):
     return Path(cwd) if cwd and os.path.isabs(cwd) else None
 
 
-def serve_stdio(vault: Vault) -> None:
+def serve_stdio(vault: Vault, version: str) -> None:
     """Serve ACP on this process's stdin/stdout until the editor closes them."""
     protocol_out = os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print can never corrupt the protocol
     sys.stdout = sys.stderr
-    agent = HermesAgent(vault)
+    agent = HermesAgent(vault, version)
     try:
         asyncio.run(_serve(agent, protocol_out))
     finally:
@@ -340,4 +349,4 @@ async def _serve(agent: HermesAgent, protocol_out: int) -> None:
     transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
                                                         os.fdopen(protocol_out, "wb", buffering=0))
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    await acp.run_agent(agent, writer, reader)
+    await acp.run_agent(agent, writer, reader)  # type: ignore[arg-type]  # HermesAgent implements what it serves
