@@ -279,6 +279,7 @@ def test_reply_all_storm_runs_each_proven_mail_once_in_order(gateway, env, keys,
     assert outgoing == [[ME]] * 4  # nothing went to anyone else
 
 
+@pytest.mark.slow
 def test_daemon_killed_mail_meanwhile_is_answered_once(agent_vault, model_server, env, keys, daemon):
     """The real daemon (gateway.email in hermes.yaml, the pinned MX's verdict as proof): kill -9,
     mail sent while it is down, restart: each mail is answered exactly once, none is lost."""
