@@ -281,7 +281,8 @@ class ToolBox:
 
     def _t_read_file(self, path: str) -> str:
         where, target = self._resolve(path)
-        data = self.files.read(target) if where == "vault" else _read_host(target)
+        data = self.files.read(target) if where == "vault" else \
+            self._remote().read_file(target, READ_LIMIT) if where == "remote" else _read_host(target)
         if data is None:
             raise InputError("no such file", path)
         text = decode(data[:READ_LIMIT], path)
@@ -292,6 +293,11 @@ class ToolBox:
         if where == "vault":
             self._write([target], f"write: {target}", lambda f: f.write(target, content.encode("utf-8")),
                         "write_file", content)
+        elif where == "remote":
+            if len(content.encode("utf-8")) > MAX_VAULT_WRITE:
+                raise InputError(f"over the {MAX_VAULT_WRITE} bytes a tool may write", path)
+            self._allowed(ToolRequest("write_file", "edit", f"write: {target}", (target,), content=content))
+            self._remote().write_file(target, content.encode("utf-8"))
         else:
             assert self.workspace is not None
             check_workspace_write(target, self.workspace)
@@ -299,6 +305,11 @@ class ToolBox:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
             Path(target).write_text(content, encoding="utf-8")
         return f"ok: wrote {len(content)} characters to {path}"
+
+    def _remote(self):
+        """The sandbox whose host holds the workspace files (`sandbox.backend: ssh`)."""
+        assert self.sandbox is not None and hasattr(self.sandbox, "owns")
+        return self.sandbox
 
     def _t_shell(self, command: str, timeout_s: float | None = None) -> str:
         if self.sandbox is None:
@@ -316,11 +327,15 @@ class ToolBox:
 
     # -- paths ---------------------------------------------------------------------------------
     def _resolve(self, path: str) -> tuple[str, str]:
-        """('vault', clean relative path) or ('workspace', absolute path); anything else is refused."""
+        """('vault', clean relative path), ('workspace', absolute path) or ('remote', a path under a
+        remote sandbox's workdir, checked there); anything else is refused."""
         if not isinstance(path, str) or not path.strip():
             raise ValueError("path is empty")
         if not os.path.isabs(path):
             return "vault", clean_relpath(path)
+        owns = getattr(self.sandbox, "owns", None)  # a remote sandbox (ssh): its workdir's files are there
+        if owns is not None and owns(path):
+            return "remote", path
         real = os.path.realpath(path)
         if self.vault_root is not None:
             root = os.path.realpath(self.vault_root)
