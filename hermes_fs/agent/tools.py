@@ -21,6 +21,7 @@ from ..store.docs import decode
 from ..store.edit import edit
 from ..store.files import DiskFiles, FileStore, clean_relpath
 from ..store.provenance import Act
+from . import delegate
 from .boundary import check_vault_write, check_workspace_write
 from .model import parse_arguments
 
@@ -126,11 +127,18 @@ class ToolBox:
     created_by: str | None = None  # metadata.created-by of new skills (default: session, or refine on an overlay)
     mcp: McpHub | None = None  # the session's MCP servers: tools named <server>__<tool>
     changed: list[str] = field(default_factory=list)  # every vault path written, in order
+    delegator: Callable[[object], str] | None = None  # the `delegate` tool (a Conversation above max_depth)
 
     def schemas(self) -> list[dict]:
-        return [SCHEMAS[n] for n in self.enabled] + (self.mcp.schemas() if self.mcp else [])
+        return ([SCHEMAS[n] for n in self.enabled] + ([delegate.SCHEMA] if self.delegator else [])
+                + (self.mcp.schemas() if self.mcp else []))
 
     def call(self, name: str, raw_arguments: str) -> str:
+        if name == delegate.NAME and self.delegator is not None:
+            try:
+                return self.delegator(parse_arguments(raw_arguments).get("tasks"))
+            except (ValueError, HermesError) as exc:
+                return f"error: {exc}"
         if self.mcp is not None and name not in self.enabled and self.mcp.owns(name):
             try:
                 return self.mcp.call(name, parse_arguments(raw_arguments))
