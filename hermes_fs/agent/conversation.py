@@ -25,7 +25,7 @@ from .model import LiteLLMModel, Model, ModelError, ModelSettings, OnText
 from .prompt import current_project, system_prompt
 from .sandbox import make_sandbox
 from .text_calls import TextCallModel
-from .tools import ToolBox, VaultCommitter
+from .tools import Permission, ToolBox, VaultCommitter
 
 MODEL_ROLES = ("user", "assistant", "tool")
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ConversationOptions:
-    source: str = "cli"  # a boundary.Source: cli | run | cron | inbox | mcp | gateway (unknown = unattended)
+    source: str = "cli"  # a boundary.Source: cli | run | acp | cron | inbox | mcp | gateway (unknown = unattended)
     task: str | None = None  # picks a per-task model (refine, cron, learn)
     model: str | None = None  # explicit model override
     workspace: Path | None = None
@@ -42,6 +42,8 @@ class ConversationOptions:
     max_steps: int = AgentConfig.max_steps  # the one default: the agent loop's
     resume: str | None = None  # a session id to continue
     on_tool: Callable[[str], None] | None = None  # told of each tool call as it is made (the chat screen)
+    on_message: Callable[[dict], None] | None = None  # each message as recorded: calls before they run, results after
+    permission: Permission | None = None  # asked before each change a tool makes (an editor); None: never asked
     commit_on_end: bool = True  # False: the caller commits the transcript with its own files (a cron run)
     cwd: Path | None = None  # the person's current folder (a daemon serving a CLI is elsewhere)
     mcp_servers: list[str] | None = None  # which of hermes.yaml's mcp.servers (None: all of them)
@@ -81,6 +83,7 @@ class Conversation:
             files=vault.files, config=vault.config, committer=VaultCommitter(vault.git, Act.session(self.transcript.id)),
             vault_root=vault.root, workspace=self.workspace,
             sandbox=self.sandbox, searcher=partial(search, vault.root), mcp=self._mcp_hub(),
+            permission=self.options.permission,
         )
         if self.options.tools is not None:  # a sub-agent: never more than its parent chose for it
             self.tools.enabled = [t for t in self.tools.enabled if t in self.options.tools]
@@ -162,6 +165,8 @@ class Conversation:
 
     def _record(self, message: dict) -> None:
         self.transcript.append(message)
+        if self.options.on_message:
+            self.options.on_message(message)
         if self.options.on_tool:
             for call in message.get("tool_calls") or []:
                 self.options.on_tool(describe_call(call["function"]["name"], call["function"]["arguments"]))
