@@ -99,3 +99,19 @@ def test_the_timeout_stops_every_sub_agent(agent_vault, model_server, tmp_path):
         hold.set()
     assert result.answer == "stopped them"
     assert "FAILED" in tool_result and "stopped" in tool_result and "too late" not in tool_result
+
+
+def test_refine_sees_the_sub_agents_sessions(agent_vault, model_server, tmp_path):
+    from hermes_fs import RefineOptions, refine
+
+    model_server.add({"tool_calls": [("delegate", {"tasks": [{"goal": "check the deploy notes"}]})]},
+                     {"content": "the deploy uses blue-green switching"}, {"content": "done"})
+    with Conversation(agent_vault, ConversationOptions(source="run", workspace=tmp_path)) as c:
+        c.ask("look into the deploy")
+        parent = c.id
+    seen = len(model_server.requests)
+    model_server.add({"content": "Summary: nothing to keep"})
+    refine(agent_vault, RefineOptions(session=parent))
+    brief = "\n".join(str(m.get("content")) for m in model_server.requests[seen]["messages"])
+    assert "A sub-agent's session" in brief and "blue-green switching" in brief
+    assert "TASK: check the deploy notes" in brief and "USER: check the deploy notes" not in brief
