@@ -1,10 +1,11 @@
 """Do tool-needing requests run their tool on a real (small, local) model? Each task is one agent turn
-(up to 3 model calls) in a fresh vault, once with `tools.text_calls: off` (before: a call the model
+cut after its first model call (the call that should use the tool; the tools it asks for still run)
+in a fresh vault, once with `tools.text_calls: off` (before: a call the model
 writes as text is printed as the answer) and once with `auto` (after: it is read and run). A task
 counts as done when the tool it needs ran without an error. Each first reply's raw text is kept in
 the JSON, so what the model wrote can be read (and replayed by tests/test_text_calls.py).
 
-Usage: python bench/text_calls.py [--model M] [--api-base URL] [--limit N] [--out FILE]
+Usage: python bench/text_calls.py [--model M] [--api-base URL] [--limit N] [--steps N] [--out FILE]
 Defaults: the local Qwen2.5-Coder-1.5B on llama.cpp (tools/local-model.sh in the shared tools).
 """
 
@@ -67,7 +68,8 @@ def make_vault(root: Path, model: str, api_base: str, mode: str):
     return vault
 
 
-def one_task(vault, request: str, tool: str, word: str, mode: str, model: str, api_base: str, ws: Path) -> Row:
+def one_task(vault, request: str, tool: str, word: str, mode: str, model: str, api_base: str, ws: Path,
+             steps: int = 1) -> Row:
     from hermes_fs.agent.conversation import Conversation, ConversationOptions
     from hermes_fs.agent.model import LiteLLMModel, ModelSettings
 
@@ -85,7 +87,7 @@ def one_task(vault, request: str, tool: str, word: str, mode: str, model: str, a
     model_obj = Recording(ModelSettings(model, api_base, timeout_s=600, max_tokens=200))
     model_obj.replies = []
     try:
-        with Conversation(vault, ConversationOptions(source="run", workspace=ws, max_steps=3), model=model_obj) as c:
+        with Conversation(vault, ConversationOptions(source="run", workspace=ws, max_steps=steps), model=model_obj) as c:
             row.answer = c.ask(request).answer[:400]
             results = {m.get("tool_call_id"): m["content"] for m in c.transcript.messages if m["role"] == "tool"}
             for msg in c.transcript.messages:
@@ -106,6 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--model", default="openai/qwen2.5-coder-1.5b-instruct")
     p.add_argument("--api-base", default="http://127.0.0.1:8090/v1")
     p.add_argument("--limit", type=int, default=len(TASKS))
+    p.add_argument("--steps", type=int, default=1, help="model calls per task (1: the call that should use the tool)")
     p.add_argument("--out", default=str(HERE / "results" / "text_calls.json"))
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("OPENAI_API_KEY", "local")
@@ -127,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
                 vault = make_vault(root, a.model, a.api_base, mode)
                 ws = Path(tmp) / f"ws-{mode}-{i}"
                 ws.mkdir()
-                row = one_task(vault, request, tool, word, mode, a.model, a.api_base, ws)
+                row = one_task(vault, request, tool, word, mode, a.model, a.api_base, ws, a.steps)
                 rows.append(row)
                 print(f"  {mode:<4} {tool:<14} ran={row.ran!s:<5} {row.seconds:>6}s {row.calls[:2]} {row.error[:80]}",
                       flush=True)
