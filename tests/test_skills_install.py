@@ -16,6 +16,7 @@ from hermes_fs.learning import changes, install
 from hermes_fs.learning.install import InstallError, Source
 from hermes_fs.store.provenance import SKILL_SOURCE
 
+pytestmark = pytest.mark.gitdaemon
 DATA = Path(__file__).parent / "data" / "skills_repo"
 GOOD_SKILL = b"---\nname: %s\ndescription: Says how to do %s. Use when the user asks about %s.\n---\n# %s\n\nDo it.\n"
 

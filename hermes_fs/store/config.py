@@ -83,15 +83,42 @@ class ToolsConfig:
 
 
 @dataclass
+class DelegationConfig:
+    """The `delegate` tool: sub-agents with their own session, step budget and tool subset."""
+
+    max_parallel: int = 3  # sub-agents running at once (more tasks wait their turn)
+    max_depth: int = 1  # how deep sub-agents may delegate again (1: only the session you talk to)
+    max_tasks: int = 8  # tasks one delegate call may hand out
+    max_steps: int = 15  # model calls each sub-agent may make
+    timeout_s: int = 600  # a delegate call running longer stops all its sub-agents
+
+
+@dataclass
+class SshConfig:
+    """The remote host of `sandbox.backend: ssh`. Its host key must already be in `known_hosts`
+    (never accepted on first sight); the key comes from `identity_file` or the ssh agent, never a
+    password."""
+
+    host: str = "127.0.0.1"  # the remote host's name or address
+    port: int = 22  # its SSH port
+    user: str = "agent"  # the account commands run as there (one of its own, never root)
+    identity_file: str = "~/.ssh/id_ed25519"  # used when it exists; the ssh agent's keys too
+    known_hosts: str = "~/.ssh/known_hosts"  # the host's key must be here already (checked, never added)
+    workdir: str = "~/work"  # commands run here (~: the user's home there); read_file/write_file reach files under it
+    connect_timeout_s: int = 15  # seconds to connect, exchange keys and log in
+
+
+@dataclass
 class SandboxConfig:
     """Where the agent's `shell` tool runs."""
 
-    backend: str = "docker"  # docker: a locked-down container; local: this machine (explicit opt-in); none: no shell
+    backend: str = "docker"  # docker | ssh (a remote host, sandbox.ssh) | local: this machine (explicit opt-in) | none
     image: str = "python:3.12-slim"  # the container image (`hermes-fs sandbox build-image` makes one offline)
     network: bool = False  # give the container a network
     memory: str = "1g"  # the container's memory limit (Docker's notation)
     cpus: float = 1.0  # the container's CPU limit
     timeout_s: int = 120  # a command running longer is killed, with every process it started
+    ssh: SshConfig = field(default_factory=SshConfig)  # backend ssh: where, as whom, verified how
 
 
 @dataclass
@@ -276,6 +303,7 @@ class Config:
     skills: SkillsConfig = field(default_factory=SkillsConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    delegation: DelegationConfig = field(default_factory=DelegationConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     cron: CronConfig = field(default_factory=CronConfig)
     git: GitConfig = field(default_factory=GitConfig)
@@ -294,7 +322,7 @@ class Config:
 
 CHOICES = {
     "refine.policy": {p.value for p in Policy},
-    "sandbox.backend": {"docker", "local", "none"},
+    "sandbox.backend": {"docker", "ssh", "local", "none"},
     "notify.events": {"refine_pending", "refine_failed", "cron_output", "cron_failure", "sync_conflict"},
     "refine.mode": {m.value for m in ReviewMode},
     "learn.mode": {m.value for m in ReviewMode},

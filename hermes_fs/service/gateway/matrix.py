@@ -10,7 +10,7 @@ Ignored: the agent's own messages, edits (`m.replace`), non-text messages, malfo
 everything in encrypted rooms (end-to-end encryption is not supported: the agent cannot read
 them, and answers nothing there; `gateway status` names them and says why), invites from senders
 who may not talk to the agent. The first start ever reads no history: only messages that arrive
-from then on.
+from then on; and a room joined reads none of what was said before the agent joined.
 
 A thread's first message in a thread with no session yet brings the thread's root along, as
 untrusted context (the root may be anyone's, and the agent may never have seen it). While a
@@ -228,7 +228,9 @@ class MatrixChannel:
         first = since is None
         delay = 1.0
         while not self.stopping.is_set():
-            resp = await self.client.sync(timeout=0 if first else SYNC_TIMEOUT_MS, since=since, full_state=first)
+            # the first sync of a start returns at once: the daemon's start waits for it (ready), never a long poll
+            poll = 0 if first or not self.ready.is_set() else SYNC_TIMEOUT_MS
+            resp = await self.client.sync(timeout=poll, since=since, full_state=first)
             if self.stopping.is_set():
                 return
             if not hasattr(resp, "next_batch"):
@@ -306,7 +308,8 @@ class MatrixChannel:
         if history:
             return  # the first start ever: what was said before is not a request
         for room_id, info in resp.rooms.join.items():
-            for event in info.timeline.events:
+            events = list(info.timeline.events)
+            for event in events[self._after_own_join(events):]:
                 try:
                     message = self._inbound(room_id, event)
                 except Exception:  # a malformed event is skipped, never the end of the channel
@@ -315,15 +318,34 @@ class MatrixChannel:
                 if message is not None:
                     await self._submit(message)
 
+    def _after_own_join(self, events: list) -> int:
+        """Where the room's news starts: after the agent's own join, when this batch has it. A room
+        just joined comes with what was said before (its visible history): that is context for a
+        thread (its root), never a request."""
+        start = 0
+        for i, event in enumerate(events):
+            source = getattr(event, "source", None)
+            if not isinstance(source, dict) or source.get("type") != "m.room.member" \
+                    or source.get("state_key") != self.settings.user_id:
+                continue
+            membership = getattr(event, "membership", None)  # nio's RoomMemberEvent
+            before = getattr(event, "prev_membership", None)
+            if membership == "join" and before != "join":  # a join, not a profile change
+                start = i + 1
+        return start
+
     async def _submit(self, message: Inbound) -> None:
         assert self.gateway
         if message.origin.thread:
             await self._with_root(message)
         rid = await asyncio.to_thread(self.gateway.submit, message)
         status = getattr(self.gateway, "request_status", None)
-        if status is not None and (await asyncio.to_thread(status, rid) or ("",))[0] == "pending":
-            self.typing.setdefault(message.origin.chat, set()).add(rid)
-            await self._type(message.origin.chat, True)
+        try:
+            if status is not None and (await asyncio.to_thread(status, rid) or ("",))[0] == "pending":
+                self.typing.setdefault(message.origin.chat, set()).add(rid)
+                await self._type(message.origin.chat, True)
+        except Exception:  # a notice is a courtesy: never the end of the channel
+            log.warning("matrix: typing notice failed", exc_info=True)
 
     # -- a thread's root --------------------------------------------------------------------------
     async def _with_root(self, message: Inbound) -> None:
