@@ -184,17 +184,28 @@ def test_cancel_stops_the_turn_at_once_and_refine_works_on_the_session(agent_vau
     assert "turn interrupted by the user" in (agent_vault.root / session_path(sid)).read_text()
 
 
-def test_unknown_session_and_bad_prompts_are_clear_errors(agent_vault, model_server, tmp_path):
-    editor = Editor()
+def test_bad_requests_are_clear_errors_and_sub_agents_ask_the_same_editor(agent_vault, model_server, tmp_path):
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    model_server.add(
+        {"tool_calls": [("delegate", {"tasks": [{"goal": "make a file", "tools": ["shell"]}]})]},
+        {"tool_calls": [("shell", {"command": "touch sub.txt"})]},  # the sub-agent
+        {"content": "I was not allowed to."},
+        {"content": "The sub-agent was refused."})
+    editor = Editor(answers=["reject"])
 
     async def scenario():
         async with await start(editor, agent_vault, cwd=tmp_path) as (conn, _proc):
             await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
             with pytest.raises(acp.RequestError):
                 await conn.prompt(session_id="no-such-session", prompt=text("hi"))
-            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
             done = await conn.prompt(session_id=sid, prompt=[])
             assert done.stop_reason == "end_turn" and "empty" in "".join(editor.chunks(sid))
+            assert model_server.requests == []  # nothing reached the model
+            done = await conn.prompt(session_id=sid, prompt=text("delegate it"))
+            assert done.stop_reason == "end_turn" and "".join(editor.chunks(sid)).endswith("The sub-agent was refused.")
 
     run(scenario())
-    assert model_server.requests == []  # nothing reached the model
+    assert [a.kind for a in editor.asked] == ["execute"] and "touch sub.txt" in editor.asked[0].title
+    assert not (workspace / "sub.txt").exists()

@@ -21,6 +21,7 @@ from ..store.docs import decode
 from ..store.edit import edit
 from ..store.files import DiskFiles, FileStore, clean_relpath
 from ..store.provenance import Act
+from . import delegate
 from .boundary import check_vault_write, check_workspace_write
 from .model import parse_arguments
 
@@ -151,11 +152,18 @@ class ToolBox:
     mcp: McpHub | None = None  # the session's MCP servers: tools named <server>__<tool>
     permission: Permission | None = None  # asked before each change (an editor's person); None: not asked
     changed: list[str] = field(default_factory=list)  # every vault path written, in order
+    delegator: Callable[[object], str] | None = None  # the `delegate` tool (a Conversation above max_depth)
 
     def schemas(self) -> list[dict]:
-        return [SCHEMAS[n] for n in self.enabled] + (self.mcp.schemas() if self.mcp else [])
+        return ([SCHEMAS[n] for n in self.enabled] + ([delegate.SCHEMA] if self.delegator else [])
+                + (self.mcp.schemas() if self.mcp else []))
 
     def call(self, name: str, raw_arguments: str) -> str:
+        if name == delegate.NAME and self.delegator is not None:
+            try:
+                return self.delegator(parse_arguments(raw_arguments).get("tasks"))
+            except (ValueError, HermesError) as exc:
+                return f"error: {exc}"
         if self.mcp is not None and name not in self.enabled and self.mcp.owns(name):
             try:
                 args = parse_arguments(raw_arguments)

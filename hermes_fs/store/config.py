@@ -83,6 +83,17 @@ class ToolsConfig:
 
 
 @dataclass
+class DelegationConfig:
+    """The `delegate` tool: sub-agents with their own session, step budget and tool subset."""
+
+    max_parallel: int = 3  # sub-agents running at once (more tasks wait their turn)
+    max_depth: int = 1  # how deep sub-agents may delegate again (1: only the session you talk to)
+    max_tasks: int = 8  # tasks one delegate call may hand out
+    max_steps: int = 15  # model calls each sub-agent may make
+    timeout_s: int = 600  # a delegate call running longer stops all its sub-agents
+
+
+@dataclass
 class SshConfig:
     """The remote host of `sandbox.backend: ssh`. Its host key must already be in `known_hosts`
     (never accepted on first sight); the key comes from `identity_file` or the ssh agent, never a
@@ -292,6 +303,7 @@ class Config:
     skills: SkillsConfig = field(default_factory=SkillsConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    delegation: DelegationConfig = field(default_factory=DelegationConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     cron: CronConfig = field(default_factory=CronConfig)
     git: GitConfig = field(default_factory=GitConfig)
