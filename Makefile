@@ -32,9 +32,10 @@ lint: install
 	$(BIN)/ruff check hermes_fs tests bench
 	$(BIN)/mypy
 
-# two pytest workers, each test file on one worker (its module fixtures, servers and ports its own):
-# most of the suite waits on processes and servers, so two workers on two cores take about 0.6 of
-# the serial time (docs/benchmarks/notes/2026-12-03-test-time.md). PARALLEL= runs it serially.
+# two pytest workers, each test file on one worker (its module-scoped servers start once, as
+# serially); every test's files are in its own temp folder and every server binds a free port.
+# Most of the suite waits on processes and servers: two workers took 0.6 of the serial time
+# (docs/benchmarks/notes/2026-12-03-test-time.md). `make test PARALLEL=` runs it serially.
 PARALLEL ?= -n 2 --dist loadfile
 
 test: install lint

@@ -36,6 +36,9 @@ if [ "$(id -u)" = 0 ]; then
     USER_NAME=hermes-ssh-test
     id "$USER_NAME" >/dev/null 2>&1 || useradd --create-home --shell /bin/sh "$USER_NAME"
     usermod -p "*" "$USER_NAME"  # no password, but not locked (sshd refuses a locked account)
+    # Docker on a remote host (DOCKER_HOST=ssh://) is tested through this account: it may use the
+    # local engine (as good as root here; the account has no password and only the test key)
+    getent group docker >/dev/null && usermod -aG docker "$USER_NAME"
     mkdir -p /run/sshd && chmod 755 /run/sshd
 fi
 HOME_DIR=$(getent passwd "$USER_NAME" | cut -d: -f6)

@@ -120,6 +120,7 @@ def test_template_suggests_ollama_chat(vault):
 
 
 # 5. daemon status right after --detach ---------------------------------------------------------------
+@pytest.mark.slow
 def test_daemon_status_right_after_detach_names_this_daemon(vault, run_cli):
     v = ["--vault", str(vault.root)]
     try:
@@ -230,6 +231,7 @@ def test_a_cron_run_is_one_commit(agent_vault, model_server):
     assert meta.status == "ok"
 
 
+@pytest.mark.slow
 def test_doctor_checks_the_model_with_one_tiny_call(agent_vault, model_server, run_cli):
     (agent_vault.root / "hermes.yaml").write_text((agent_vault.root / "hermes.yaml").read_text().replace(
         "backend: local", "backend: none"))

@@ -125,3 +125,38 @@ def test_doctor_checks_the_connection(vault, sshd, run_cli):
     (vault.root / "hermes.yaml").write_text(yaml.safe_dump(cfg))
     r = run_cli("doctor", "--no-model", "--vault", str(vault.root))
     assert "BAD ssh sandbox" in r.stdout and r.returncode == 1
+
+
+@pytest.mark.docker
+def test_docker_on_a_remote_host_over_ssh(sshd, tmp_path, monkeypatch):
+    """DOCKER_HOST=ssh://user@host: the docker SDK reaches the engine through sshd (host key from
+    ~/.ssh/known_hosts, refused when unknown), and the docker sandbox runs there unchanged."""
+    from hermes_fs.agent.sandbox.docker import DockerSandbox
+
+    image = "hermes-fs-test:busybox"
+    if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
+        pytest.skip(f"no local Docker engine with {image} (scripts/docker-test-env.sh)")
+    box = SshSandbox(sshd, 20)
+    try:
+        if "docker" not in box.run("id -Gn").stdout.split():
+            pytest.skip(f"{sshd.user} may not use the Docker engine (not in the docker group)")
+    finally:
+        box.close()
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(f"Host 127.0.0.1\n  IdentityFile {sshd.identity_file}\n")
+    (home / ".ssh" / "known_hosts").write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("DOCKER_HOST", f"ssh://{sshd.user}@127.0.0.1:{sshd.port}")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    config = SandboxConfig(backend="docker", image=image)
+    with pytest.raises(SandboxError, match="no reachable Docker engine"):  # host key unknown: refused
+        DockerSandbox(config, workspace, "s-remote").run("true")
+    (home / ".ssh" / "known_hosts").write_text(Path(sshd.known_hosts).read_text())
+    remote = DockerSandbox(config, workspace, "s-remote")
+    try:
+        r = remote.run("echo hello from the container; cat /etc/hostname")
+    finally:
+        remote.close()
+    assert r.exit_code == 0 and r.stdout.startswith("hello from the container")

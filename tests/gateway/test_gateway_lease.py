@@ -400,6 +400,7 @@ def _gateway_state(v) -> dict:
 
 
 @pytest.mark.mail
+@pytest.mark.slow
 def test_two_daemons_one_mailbox_kill_the_holder_every_mail_answered_once(tmp_path, server, model_server):
     from test_email_gateway import AGENT, ME, mail, send
 
