@@ -115,3 +115,35 @@ def test_refine_sees_the_sub_agents_sessions(agent_vault, model_server, tmp_path
     brief = "\n".join(str(m.get("content")) for m in model_server.requests[seen]["messages"])
     assert "A sub-agent's session" in brief and "blue-green switching" in brief
     assert "TASK: check the deploy notes" in brief and "USER: check the deploy notes" not in brief
+
+
+def test_interrupting_the_parent_stops_its_sub_agents(agent_vault, model_server, tmp_path):
+    hold = threading.Event()
+    model_server.add({"tool_calls": [("delegate", {"tasks": [{"goal": "slow one"}, {"goal": "slow two"}]})]},
+                     {"content": "too late", "wait": hold}, {"content": "too late", "wait": hold})
+    outcome: list = []
+    try:
+        with Conversation(agent_vault, ConversationOptions(source="run", workspace=tmp_path)) as c:
+            worker = threading.Thread(target=lambda: outcome.append(_ask(c, "go")))
+            worker.start()
+            for _ in range(400):  # both sub-agents are waiting on the model
+                if len(model_server.requests) >= 3:
+                    break
+                threading.Event().wait(0.05)
+            c.interrupt()
+            worker.join(60)
+            tool_result = next(m for m in c.transcript.messages if m["role"] == "tool")["content"]
+    finally:
+        hold.set()
+    assert not worker.is_alive() and outcome == ["cancelled"]
+    assert tool_result.count("FAILED") == 2 and "too late" not in tool_result
+
+
+def _ask(c, text):
+    from hermes_fs.agent.loop import TurnCancelled
+
+    try:
+        c.ask(text)
+        return "answered"
+    except TurnCancelled:
+        return "cancelled"

@@ -9,7 +9,7 @@ from .context import vault_for
 from .options import vault_option
 
 
-@click.command("acp")
+@click.command("acp", short_help="Serve the agent to an editor over the Agent Client Protocol (stdio).")
 @vault_option
 @click.pass_context
 def acp_serve(ctx: click.Context):

@@ -10,7 +10,7 @@ from .options import vault_option
 from .term import Spinner, echo
 
 
-@click.command()
+@click.command(short_help="Check the setup: the model, review mode, MCP servers, gateway and sandbox.")
 @vault_option
 @click.pass_context
 @click.option("--no-model", is_flag=True, help="Skip the one tiny model call.")
