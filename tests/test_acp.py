@@ -82,9 +82,15 @@ def test_an_editor_session_streams_asks_before_changes_and_keeps_its_transcript(
         {"content": "I wrote notes.txt."},
         {"tool_calls": [("shell", {"command": "touch refused.txt"})]},
         {"content": "You said no, so I did not run it."},
+        {"tool_calls": [("write_file", {"path": "hermes.yaml", "content": "model: evil\n"}),
+                        ("memory", {"action": "add", "file": "USER.md", "text": "Uses Zed."})]},
+        {"content": "Noted."},
+        {"tool_calls": [("memory", {"action": "add", "file": "USER.md", "text": "Likes dark themes."})]},
+        {"content": "Noted again."},
         {"content": "A second session answers."},
     )
-    editor = Editor(answers=["allow", "reject"])
+    settings = (agent_vault.root / "hermes.yaml").read_text()
+    editor = Editor(answers=["allow", "reject", "allow-always"])
 
     async def scenario():
         async with await start(editor, agent_vault, cwd=tmp_path) as (conn, _proc):
@@ -114,6 +120,14 @@ def test_an_editor_session_streams_asks_before_changes_and_keeps_its_transcript(
             assert editor.asked[1].kind == "execute" and "touch refused.txt" in editor.asked[1].title
             assert [p.status for p in editor.of_kind(first, schema.ToolCallProgress)] == ["failed"]
             assert "".join(editor.chunks(first)) == "You said no, so I did not run it."
+            editor.take()
+
+            await conn.prompt(session_id=first, prompt=text("remember I use Zed"))
+            assert len(editor.asked) == 3 and "memory/USER.md" in editor.asked[2].title  # hermes.yaml: never asked
+            assert [p.status for p in editor.of_kind(first, schema.ToolCallProgress)] == ["failed", "completed"]
+            await conn.prompt(session_id=first, prompt=text("and dark themes"))
+            assert len(editor.asked) == 3  # "allow for this session": edits are not asked about again
+            assert [p.status for p in editor.of_kind(first, schema.ToolCallProgress)][-1] == "completed"
 
             second = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
             assert second != first
@@ -123,6 +137,9 @@ def test_an_editor_session_streams_asks_before_changes_and_keeps_its_transcript(
 
     first, second = run(scenario())
     assert not (workspace / "refused.txt").exists()  # the shell never ran it
+    assert (agent_vault.root / "hermes.yaml").read_text() == settings  # the boundary refused it first
+    assert "Uses Zed." in (agent_vault.root / "memory" / "USER.md").read_text()
+    assert "Likes dark themes." in (agent_vault.root / "memory" / "USER.md").read_text()
     refused = model_server.requests[4]["messages"][-1]
     assert refused["role"] == "tool" and refused["content"].startswith("error: the person did not allow")
     assert "Prefers tabs over spaces." in model_server.requests[0]["messages"][0]["content"]  # memory, as in chat
@@ -167,17 +184,28 @@ def test_cancel_stops_the_turn_at_once_and_refine_works_on_the_session(agent_vau
     assert "turn interrupted by the user" in (agent_vault.root / session_path(sid)).read_text()
 
 
-def test_unknown_session_and_bad_prompts_are_clear_errors(agent_vault, model_server, tmp_path):
-    editor = Editor()
+def test_bad_requests_are_clear_errors_and_sub_agents_ask_the_same_editor(agent_vault, model_server, tmp_path):
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    model_server.add(
+        {"tool_calls": [("delegate", {"tasks": [{"goal": "make a file", "tools": ["shell"]}]})]},
+        {"tool_calls": [("shell", {"command": "touch sub.txt"})]},  # the sub-agent
+        {"content": "I was not allowed to."},
+        {"content": "The sub-agent was refused."})
+    editor = Editor(answers=["reject"])
 
     async def scenario():
         async with await start(editor, agent_vault, cwd=tmp_path) as (conn, _proc):
             await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
             with pytest.raises(acp.RequestError):
                 await conn.prompt(session_id="no-such-session", prompt=text("hi"))
-            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
             done = await conn.prompt(session_id=sid, prompt=[])
             assert done.stop_reason == "end_turn" and "empty" in "".join(editor.chunks(sid))
+            assert model_server.requests == []  # nothing reached the model
+            done = await conn.prompt(session_id=sid, prompt=text("delegate it"))
+            assert done.stop_reason == "end_turn" and "".join(editor.chunks(sid)).endswith("The sub-agent was refused.")
 
     run(scenario())
-    assert model_server.requests == []  # nothing reached the model
+    assert [a.kind for a in editor.asked] == ["execute"] and "touch sub.txt" in editor.asked[0].title
+    assert not (workspace / "sub.txt").exists()

@@ -105,7 +105,8 @@ class Conversation:
         child = Conversation(self.vault, ConversationOptions(
             source=o.source, task=o.task, model=o.model, workspace=self.workspace, project=self.project,
             max_steps=self.vault.config.delegation.max_steps, cwd=o.cwd, mcp_servers=[], environ=o.environ,
-            depth=o.depth + 1, tools=list(task.tools), parent=self.id))
+            depth=o.depth + 1, tools=list(task.tools), parent=self.id,
+            permission=o.permission))  # a sub-agent's changes are put to the same person
         self.note(f"delegated to session {child.id} ({', '.join(task.tools) or 'no tools'}): {task.goal[:200]}")
         return child
 

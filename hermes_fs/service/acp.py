@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import os
+import stat
 import sys
 from concurrent.futures import CancelledError as FutureCancelled
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from acp.helpers import update_available_commands
 from ..agent.conversation import Conversation, ConversationOptions, describe_call
 from ..agent.model import TurnCancelled
 from ..agent.tools import READ_ONLY_TOOLS, ToolRequest
-from ..errors import HermesError
+from ..errors import HermesError, InputError
 from ..store.vault import Vault
 from .auto_review import AutoReview
 
@@ -332,6 +333,11 @@ def _folder(cwd: str):
 
 def serve_stdio(vault: Vault, version: str) -> None:
     """Serve ACP on this process's stdin/stdout until the editor closes them."""
+    for stream in (sys.stdin, sys.stdout):
+        mode = os.fstat(stream.fileno()).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+            raise InputError("hermes-fs acp talks to an editor over a pipe: start it from the editor "
+                             "(docs: the editors guide), not with a file as its input or output")
     protocol_out = os.dup(sys.stdout.fileno())
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print can never corrupt the protocol
     sys.stdout = sys.stderr
