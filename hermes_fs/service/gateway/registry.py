@@ -23,6 +23,7 @@ CHANNELS = {
     "webhook": "hermes_fs.service.gateway.webhook:WebhookChannel",
     "matrix": "hermes_fs.service.gateway.matrix:MatrixChannel",
     "email": "hermes_fs.service.gateway.email:EmailChannel",
+    "telegram": "hermes_fs.service.gateway.telegram:TelegramChannel",
 }
 
 

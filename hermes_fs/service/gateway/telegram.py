@@ -1,0 +1,535 @@
+"""Telegram as a gateway channel, with python-telegram-bot: long polling (`getUpdates`, no public
+URL needed), private chats and groups, replies in the same chat as replies to the message.
+
+One asyncio loop in its own thread long-polls `getUpdates`. Each update is handed to the core
+(`Sink.submit`, which returns once the message is a durable request), and only then is its
+`update_id` saved as the channel's cursor (in the gateway ledger); the next `getUpdates` asks for
+the updates after it, which is what tells Telegram the earlier ones were received. A crash before
+the cursor is saved gets the same update again, and its message id makes that submit a no-op: so
+nothing is lost or answered twice. Telegram keeps unconfirmed updates for 24 hours, so messages
+sent while the daemon was down are read when it starts.
+
+Who is who: `allow` and `admins` are numeric Telegram user ids (the `from.id` Telegram puts on
+every message), never usernames, which their owners change and others can then take.
+
+Groups: the bot takes a message addressed to it (a command, `/command@thisbot`, a mention of
+@thisbot, or a reply to one of its messages); the others are remembered as the room's recent lines
+and reach the model only as untrusted context. A command addressed to another bot is not ours.
+
+Replies: Markdown rendered as Telegram's HTML subset (bold, italic, strikethrough, code, pre,
+links, block quotes; lists and headings as text), escaped, then checked by a sanitiser so only
+those tags reach Telegram; a reply Telegram cannot parse is sent again as plain text. A reply
+longer than a message holds is cut with a note. Telegram has no idempotency key for sends, so a
+send cut short by a crash is marked failed rather than risk a second copy (`idempotent_send`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import logging
+import re
+import threading
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+from urllib.parse import urlsplit
+
+from ...errors import ConfigError, HermesError
+from ...store.vault import Vault
+from .access import AccessRules
+from .channel import ChannelBase, ChatSettings, Inbound, Origin, Outbound, Sink, room_context
+from .ledger import CLAIMED
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "telegram"
+POLL_S = 25  # long polling: Telegram holds getUpdates this long when there is nothing new
+MAX_SOURCE = 3800  # characters of a reply's Markdown sent; a message holds 4096 after formatting
+CONTEXT_LINES = 10  # a group's recent lines kept (in the ledger) for untrusted context
+USER_ID = re.compile(r"[1-9]\d{0,19}")
+ALLOWED_TAGS = {"b", "i", "s", "u", "code", "pre", "a", "blockquote"}  # a subset of Telegram's HTML
+LINK_SCHEMES = {"http", "https", "mailto", "tg"}
+
+
+@dataclass
+class TelegramSettings(ChatSettings):
+    """`gateway.telegram` in hermes.yaml. `allow` / `admins`: numeric user ids (quoted or not)."""
+
+    token_env: str | None = None  # the variable holding the bot token from BotFather (.hermes/secrets.env)
+    api_base: str = "https://api.telegram.org"  # a Bot API server (a local one, or a test emulator)
+    allow: list[str | int] = field(default_factory=list)  # type: ignore[assignment]  # YAML writes ids as numbers
+    admins: list[str | int] = field(default_factory=list)  # type: ignore[assignment]
+    pairing: bool = True
+    per_sender_in_rooms: bool = True  # groups: one session per sender
+
+
+# -- Markdown -> Telegram HTML ---------------------------------------------------------------------
+
+@cache
+def _markdown():
+    from markdown_it import MarkdownIt
+
+    # html: False: raw HTML in a reply (the model's text is not trusted) is text, never markup
+    return MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
+
+
+INLINE = {"strong_open": "<b>", "strong_close": "</b>", "em_open": "<i>", "em_close": "</i>",
+          "s_open": "<s>", "s_close": "</s>"}
+
+
+def to_telegram_html(markdown: str) -> str:
+    """Markdown as Telegram's HTML parse mode takes it: the tags it knows for what it can show,
+    text for the rest (headings bold, list items with bullets, tables as rows), every character
+    escaped, and a sanitiser's pass so nothing outside ALLOWED_TAGS gets through."""
+    md = _markdown()
+    tokens = md.parse(markdown)
+    if _deepest(tokens) >= md.options["maxNesting"] - 2:  # past this markdown-it drops text: send it as text
+        return html.escape(markdown.strip(), quote=False)
+    out: list[str] = []
+    lists: list[list[int]] = []  # per open list: [next number] (0: bullets)
+    for tok in tokens:
+        kind = tok.type
+        if kind == "inline":
+            out.append(_inline(tok.children or []))
+        elif kind == "heading_open":
+            out.append("<b>")
+        elif kind == "heading_close":
+            out.append("</b>\n\n")
+        elif kind == "paragraph_close":
+            out.append("\n" if lists else "\n\n")
+        elif kind == "bullet_list_open":
+            lists.append([0])
+        elif kind == "ordered_list_open":
+            lists.append([int(tok.attrs.get("start", 1) or 1)])
+        elif kind in ("bullet_list_close", "ordered_list_close"):
+            lists.pop()
+            if not lists:
+                out.append("\n")
+        elif kind == "list_item_open":
+            counter = lists[-1]
+            out.append("  " * (len(lists) - 1) + ("• " if counter[0] == 0 else f"{counter[0]}. "))
+            if counter[0]:
+                counter[0] += 1
+        elif kind in ("fence", "code_block"):
+            lang = tok.info.strip().split(" ")[0] if tok.info else ""
+            cls = f' class="language-{html.escape(lang)}"' if re.fullmatch(r"[\w+#.-]{1,30}", lang) else ""
+            out.append(f"<pre><code{cls}>{html.escape(tok.content.rstrip(chr(10)), quote=False)}</code></pre>\n\n")
+        elif kind == "blockquote_open":
+            out.append("<blockquote>")
+        elif kind == "blockquote_close":
+            _trim(out)
+            out.append("</blockquote>\n\n")
+        elif kind == "hr":
+            out.append("——————\n\n")
+        elif kind in ("th_close", "td_close"):
+            out.append(" | ")
+        elif kind == "tr_close":
+            if out and out[-1] == " | ":
+                out[-1] = "\n"
+        elif kind == "table_close":
+            out.append("\n")
+    _trim(out)
+    return _sanitise("".join(out))
+
+
+def _deepest(tokens) -> int:
+    return max((max(t.level, _deepest(t.children or []) + t.level) for t in tokens), default=0)
+
+
+def _inline(children) -> str:
+    parts: list[str] = []
+    links: list[bool] = []  # per open link: whether an <a> was written
+    for c in children:
+        if c.type == "text":
+            parts.append(html.escape(c.content, quote=False))
+        elif c.type == "code_inline":
+            parts.append(f"<code>{html.escape(c.content, quote=False)}</code>")
+        elif c.type in INLINE:
+            parts.append(INLINE[c.type])
+        elif c.type in ("softbreak", "hardbreak"):
+            parts.append("\n")
+        elif c.type == "link_open":
+            href = str(c.attrs.get("href") or "")
+            ok = urlsplit(href).scheme.lower() in LINK_SCHEMES
+            links.append(ok)
+            if ok:
+                parts.append(f'<a href="{html.escape(href, quote=True)}">')
+        elif c.type == "link_close":
+            if links.pop():
+                parts.append("</a>")
+        elif c.type == "image":
+            parts.append(html.escape(c.content or str(c.attrs.get("alt") or ""), quote=False))
+        else:
+            parts.append(html.escape(c.content, quote=False))
+    return "".join(parts)
+
+
+def _trim(out: list[str]) -> None:
+    while out and not out[-1].strip():
+        out.pop()
+    if out:
+        out[-1] = out[-1].rstrip()
+
+
+def _sanitise(text: str) -> str:
+    import nh3
+
+    return nh3.clean(text, tags=ALLOWED_TAGS, attributes={"a": {"href"}, "code": {"class"}},
+                     url_schemes=LINK_SCHEMES, link_rel=None, strip_comments=True)
+
+
+def cut(markdown: str, limit: int = MAX_SOURCE) -> str:
+    if len(markdown) <= limit:
+        return markdown
+    return markdown[:limit] + f"\n\n[... cut: {len(markdown) - limit} more characters]"
+
+
+# -- reading an update -----------------------------------------------------------------------------
+
+@dataclass
+class Update:
+    """What the channel needs of one `getUpdates` entry (read from the JSON, type-checked)."""
+
+    update_id: int
+    message: dict[str, Any] | None
+
+
+def read_update(raw: Any) -> Update | None:
+    if not isinstance(raw, dict) or not isinstance(raw.get("update_id"), int) or isinstance(raw["update_id"], bool):
+        return None
+    message = raw.get("message")
+    return Update(raw["update_id"], message if isinstance(message, dict) else None)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class TelegramChannel(ChannelBase):
+    name = PLATFORM
+    Settings = TelegramSettings
+    idempotent_send = False  # the Bot API has no idempotency key: a send cut short is not repeated
+
+    def __init__(self, vault: Vault, settings: TelegramSettings):
+        super().__init__(vault, settings)
+        self.settings: TelegramSettings = settings
+        self.allow = _user_ids(settings.allow, "allow")
+        self.admins = _user_ids(settings.admins, "admins")
+        _check_api_base(settings.api_base)
+        self.sink: Sink | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.task: asyncio.Task | None = None
+        self.bot: Any = None
+        self.me: dict[str, Any] = {}
+        self.thread: threading.Thread | None = None
+        self.ready = threading.Event()
+        self.failure: str | None = None
+        self.stopping = threading.Event()
+
+    # -- settings ---------------------------------------------------------------------------------
+    def _token(self) -> str:
+        if not self.settings.token_env:
+            raise HermesError("gateway.telegram.token_env is not set (the variable holding the bot token from BotFather)")
+        token = self.secret(self.settings.token_env)
+        if not token:
+            raise HermesError(f"{self.settings.token_env} is not set in .hermes/secrets.env")
+        if not re.fullmatch(r"\d{1,20}:[\w-]{20,}", token.strip()):
+            raise HermesError(f"{self.settings.token_env} does not look like a bot token (digits, a colon, then the secret)")
+        return token.strip()
+
+    @property
+    def account(self) -> str:
+        """The bot's id (the public part of its token): what one machine at a time consumes."""
+        try:
+            return self._token().split(":")[0]
+        except HermesError:
+            return "default"
+
+    @property
+    def cursor_key(self) -> str:
+        return f"telegram:{self.account}"
+
+    def access(self) -> AccessRules:
+        return AccessRules(self.allow, self.admins, self.settings.pairing)
+
+    def per_sender(self, origin: Origin) -> bool:
+        return self.settings.per_sender_in_rooms
+
+    def progress(self, sink: Sink) -> str | None:
+        """The last update id handled, for the next holder of the channel (holder.py)."""
+        return sink.cursor(self.cursor_key)
+
+    def resume(self, sink: Sink, cursor: str) -> None:
+        if cursor.isdigit():
+            sink.set_cursor(self.cursor_key, cursor)
+
+    def should_retry(self, exc: Exception) -> bool:
+        """A refusal by Telegram (the chat is gone, the bot was blocked or removed, a bad request)
+        will be refused again; network errors, time-outs and flood waits are worth another try."""
+        from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken
+
+        return not isinstance(exc, (BadRequest, Forbidden, ChatMigrated, InvalidToken))
+
+    # -- the channel interface --------------------------------------------------------------------
+    def start(self, sink: Sink) -> None:
+        self._token()
+        self.sink = sink
+        self.thread = threading.Thread(target=self._run, name="gateway-telegram", daemon=True)
+        self.thread.start()
+        if not self.ready.wait(60) or self.failure:
+            self.stopping.set()
+            raise HermesError(self.failure or f"no answer from {self.settings.api_base} within 60 s")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.loop is not None and self.task is not None:
+            try:
+                self.loop.call_soon_threadsafe(self.task.cancel)
+            except RuntimeError:  # the loop is already closed
+                pass
+        if self.thread:
+            self.thread.join(15)
+
+    def send(self, reply: Outbound) -> str:
+        if self.loop is None or self.bot is None or self.stopping.is_set():
+            raise HermesError("not connected to the Bot API")
+        return asyncio.run_coroutine_threadsafe(self._send(reply), self.loop).result(60)
+
+    def check(self) -> str:
+        """`gateway test telegram` / `doctor`: the token works (getMe)."""
+        return asyncio.run(self._check())
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def _bot(self):
+        from telegram.request import HTTPXRequest
+
+        base = self.settings.api_base.rstrip("/")
+        return _bot_class()(self._token(), base_url=f"{base}/bot", base_file_url=f"{base}/file/bot",
+                            request=HTTPXRequest(connection_pool_size=4, read_timeout=30, write_timeout=30),
+                            get_updates_request=HTTPXRequest(read_timeout=POLL_S + 15))
+
+    def _run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        try:
+            self.task = self.loop.create_task(self._main())
+            self.loop.run_until_complete(self.task)
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:  # a bug or a library failure: reported, never a silent dead thread
+            log.exception("telegram channel stopped")
+            self.failure = self.failure or f"{type(exc).__name__}: {exc}"
+            self._report("error", self.failure)
+        finally:
+            self.ready.set()
+            self.loop.close()
+
+    def _report(self, state: str, detail: str = "") -> None:
+        if self.sink is not None:
+            self.sink.channel_state(PLATFORM, state, detail)
+
+    async def _main(self) -> None:
+        from telegram.error import InvalidToken, NetworkError, RetryAfter
+
+        self.bot = self._bot()
+        try:
+            await self.bot.initialize()  # getMe: who the bot is (its username names it in groups)
+            self.me = {"id": self.bot.bot.id, "username": (self.bot.bot.username or "").lower()}
+        except InvalidToken:
+            self.failure = "the bot token was refused (InvalidToken): check it with BotFather"
+            return
+        except NetworkError as exc:
+            self.failure = f"cannot reach {self.settings.api_base}: {exc}"
+            return
+        assert self.sink is not None
+        delay = 1.0
+        try:
+            while not self.stopping.is_set():
+                cursor = self.sink.cursor(self.cursor_key)
+                try:
+                    batch = await self.bot.raw_updates(int(cursor) + 1 if cursor else None, POLL_S)
+                except RetryAfter as exc:
+                    await asyncio.sleep(_seconds(exc.retry_after))
+                    continue
+                except InvalidToken:
+                    self._report("error", "the bot token was refused (InvalidToken)")
+                    self.ready.set()
+                    await asyncio.sleep(60)
+                    continue
+                except NetworkError as exc:  # TimedOut included
+                    self._report("error", f"getUpdates failed: {exc}")
+                    self.ready.set()
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 60.0)
+                    continue
+                delay = 1.0
+                self._report("connected")
+                self.ready.set()
+                await self._handle(batch if isinstance(batch, list) else [])
+        finally:
+            try:
+                await self.bot.shutdown()
+            except Exception:
+                pass
+
+    async def _handle(self, batch: list) -> None:
+        assert self.sink is not None
+        for raw in batch:
+            update = read_update(raw)
+            if update is None:
+                log.warning("telegram: skipped a malformed update")
+                continue
+            try:
+                message = self._inbound(update.message) if update.message is not None else None
+            except Exception:  # a malformed message is skipped, never the end of the channel
+                log.warning("telegram: skipped a malformed message in update %d", update.update_id, exc_info=True)
+                message = None
+            if message is not None:
+                await asyncio.to_thread(self.sink.submit, message)
+                await self._typing(message)
+            # after the message is durable (or was not a request): the next getUpdates confirms it
+            self.sink.set_cursor(self.cursor_key, str(update.update_id))
+
+    async def _typing(self, message: Inbound) -> None:
+        """"typing…" in the chat while the request runs (Telegram shows it for 5 s or until the
+        reply), for a message that became a request to run."""
+        assert self.sink is not None
+        row = self.sink.lookup(message.origin)
+        if row is None or row.state != CLAIMED:
+            return
+        o = message.origin
+        try:
+            await self.bot.send_chat_action(int(o.chat), "typing",
+                                            message_thread_id=int(o.thread) if o.thread else None)
+        except Exception as exc:  # only a courtesy
+            log.info("telegram: typing notice not sent: %s", exc)
+
+    def _inbound(self, m: dict[str, Any]) -> Inbound | None:
+        chat, sender, mid = m.get("chat"), m.get("from"), _int(m.get("message_id"))
+        if not isinstance(chat, dict) or not isinstance(sender, dict) or mid is None:
+            return None  # channel posts and anonymous group admins have no `from`
+        chat_id, user_id = _int(chat.get("id")), _int(sender.get("id"))
+        if chat_id is None or user_id is None or sender.get("is_bot") is True:
+            return None
+        text = m.get("text") if isinstance(m.get("text"), str) else m.get("caption")
+        if not isinstance(text, str):
+            return None  # stickers, photos without a caption, voice notes: not requests here
+        text = text.replace("\x00", "")  # a NUL would make the request file binary (unreadable)
+        direct = chat.get("type") == "private"
+        thread = _int(m.get("message_thread_id")) if m.get("is_topic_message") is True else None
+        origin = Origin(PLATFORM, str(chat_id), str(user_id), str(mid), str(thread) if thread else None)
+        if not direct:
+            addressed, text = self._addressed(m, text)
+            assert self.sink is not None
+            context = room_context(self.sink, f"telegram:{chat_id}", f"telegram:{chat_id}:{mid}", str(user_id),
+                                   text, CONTEXT_LINES)
+            if not addressed:
+                return None
+            return Inbound(origin, text, direct=False, context=context)
+        text, _ = self._command(text)
+        return Inbound(origin, text, direct=True)
+
+    def _addressed(self, m: dict[str, Any], text: str) -> tuple[bool, str]:
+        """Whether a group message is for this bot, and its text without the bot's @name."""
+        text, for_us = self._command(text)
+        if for_us is not None:
+            return for_us, text
+        name = self.me.get("username") or ""
+        mention = re.compile(rf"(?<![\w@])@{re.escape(name)}\b", re.I) if name else None
+        if mention is not None and mention.search(text):
+            return True, mention.sub("", text, count=1).strip()
+        replied = m.get("reply_to_message")
+        if isinstance(replied, dict) and isinstance(replied.get("from"), dict):
+            return _int(replied["from"].get("id")) == self.me.get("id"), text
+        return False, text
+
+    def _command(self, text: str) -> tuple[str, bool | None]:
+        """`/cmd@thisbot args` -> `/cmd args` (and Telegram's `/start` -> `/help`). The second
+        value: None for a message that is not a command; for a command, whether it is this bot's
+        (`/cmd@otherbot` is not)."""
+        m = re.match(r"^(/[A-Za-z]\w*)@(\w+)(.*)$", text, re.S)
+        if m:
+            text, ours = m.group(1) + m.group(3), m.group(2).lower() == (self.me.get("username") or "")
+        elif re.match(r"^/[A-Za-z]", text):  # Telegram's bot commands; `!cmd` in a group needs a mention
+            ours = True
+        else:
+            return text, None
+        return re.sub(r"^/start\b", "/help", text), ours  # Telegram's first message to a bot asks what it does
+
+    async def _send(self, reply: Outbound) -> str:
+        from telegram import ReplyParameters
+        from telegram.error import BadRequest
+
+        o = reply.origin
+        source = cut(reply.text)
+        kwargs: dict[str, Any] = {"chat_id": int(o.chat)}
+        if o.thread:
+            kwargs["message_thread_id"] = int(o.thread)
+        if o.message.isdigit():  # a reply to the message (notes such as an automatic review are not)
+            kwargs["reply_parameters"] = ReplyParameters(message_id=int(o.message), allow_sending_without_reply=True)
+        try:
+            sent = await self.bot.send_message(text=to_telegram_html(source) or html.escape(source), parse_mode="HTML",
+                                               **kwargs)
+        except BadRequest as exc:
+            if "parse entities" not in str(exc).lower():
+                raise
+            log.warning("telegram: the reply's formatting was refused (%s); sent as plain text", exc)
+            sent = await self.bot.send_message(text=source, **kwargs)
+        return str(sent.message_id)
+
+    async def _check(self) -> str:
+        from telegram.error import InvalidToken, NetworkError
+
+        bot = self._bot()
+        try:
+            async with bot:
+                me = bot.bot
+                return f"logged in to {self.settings.api_base} as @{me.username} (bot id {me.id})"
+        except InvalidToken:
+            raise HermesError("the bot token was refused (InvalidToken): check it with BotFather") from None
+        except NetworkError as exc:
+            raise HermesError(f"cannot reach {self.settings.api_base}: {exc}") from None
+
+
+@cache
+def _bot_class():
+    """python-telegram-bot's Bot, with `getUpdates` read as raw JSON: each update is then checked
+    on its own, so one the library cannot parse is skipped instead of stopping the channel."""
+    from telegram import Bot
+
+    class RawUpdatesBot(Bot):
+        async def raw_updates(self, offset: int | None, timeout: int) -> list:
+            data: dict[str, Any] = {"timeout": timeout, "allowed_updates": ["message"]}
+            if offset is not None:
+                data["offset"] = offset
+            return await self._post("getUpdates", data, read_timeout=timeout + 15)
+
+    return RawUpdatesBot
+
+
+def _user_ids(values: list[str | int], key: str) -> list[str]:
+    out = []
+    for v in values:
+        text = str(v).strip()
+        if not USER_ID.fullmatch(text):
+            raise ConfigError(f"'gateway.telegram.{key}' must hold numeric Telegram user ids, got {text!r} "
+                              "(usernames change hands; a bot such as @userinfobot tells a person their id)")
+        out.append(text)
+    return out
+
+
+def _check_api_base(url: str) -> None:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme not in ("http", "https") or not host:
+        raise ConfigError(f"'gateway.telegram.api_base' must be an http(s) URL, got {url!r}")
+    if parts.scheme == "http" and host not in ("localhost", "::1") and not host.startswith("127."):
+        raise ConfigError("'gateway.telegram.api_base' sends the bot token in every URL: use https "
+                          f"(http only to this machine), got {url!r}")
+
+
+def _seconds(value: Any) -> float:
+    return float(value.total_seconds()) if hasattr(value, "total_seconds") else float(value)
+
+
+__all__ = ["TelegramChannel", "TelegramSettings", "to_telegram_html"]
