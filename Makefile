@@ -32,17 +32,24 @@ lint: install
 	$(BIN)/ruff check hermes_fs tests bench
 	$(BIN)/mypy
 
+# two pytest workers, each test file on one worker (its module-scoped servers start once, as
+# serially); every test's files are in its own temp folder and every server binds a free port.
+# Most of the suite waits on processes and servers: two workers took 0.6 of the serial time
+# (docs/benchmarks/notes/2026-12-03-test-time.md). `make test PARALLEL=` runs it serially.
+PARALLEL ?= -n 2 --dist loadfile
+
 test: install lint
 	bash scripts/docker-test-env.sh
 	bash scripts/mail-test-env.sh
 	bash scripts/browser-test-env.sh
 	bash scripts/synapse-test-env.sh
 	bash scripts/embeddings-test-env.sh
-	$(BIN)/python -m pytest -q
+	sh scripts/sshd-test-env.sh --install
+	$(BIN)/python -m pytest -q $(PARALLEL)
 
 # the quick half while developing: no real servers (Docker, Synapse, Dovecot, Chromium, git daemon), no slow tests
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not server and not slow"
+	$(BIN)/python -m pytest -q $(PARALLEL) -m "not server and not slow"
 
 bench: install
 	$(BIN)/python bench/run_all.py

@@ -231,11 +231,24 @@ def _curate(results: Path) -> list[str]:
             ])]
 
 
+def _text_calls(results: Path) -> list[str]:
+    t = _load(results, "text_calls")
+    if not t:
+        return []
+    return ["## Tool calls written as text", "",
+            f"`{t['command']}` ({t['date']}): {t['tasks']} tool-needing requests to `{t['model']}`, each reply "
+            "judged with `tools.text_calls` off and auto ([lab note](notes/2026-12-03-text-calls.md)).", "",
+            *_table(("text_calls", "ran their tool"), [
+                ("off (before)", f"{t['ran_their_tool']['off']} / {t['tasks']}"),
+                ("auto (after)", f"{t['ran_their_tool']['auto']} / {t['tasks']}"),
+            ])]
+
+
 def results_page(results: Path) -> str:
     out = [HEADER, "", "# Latest benchmark results", "",
            "The latest figures of each benchmark, from `bench/results/*.json`. Each benchmark prints its figures and "
            "writes its JSON there; runs, the commands that made them and what each change bought are in the "
            "[lab notes](notes/index.md). The machine is shared and small (2 cores), so figures move from run to run.", ""]
-    for part in (_run_all, _warm, _sync, _gateway_lease, _routing, _learning, _curate):
+    for part in (_run_all, _warm, _sync, _gateway_lease, _routing, _learning, _curate, _text_calls):
         out += part(results)
     return "\n".join(out).rstrip("\n") + "\n"

@@ -54,6 +54,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "decide": ("hermes_fs.service.decisions", "decide"),
     "Decision": ("hermes_fs.service.decisions", "Decision"),
     "DecidedElsewhere": ("hermes_fs.service.decisions", "DecidedElsewhere"),
+    "install_skills": ("hermes_fs.learning.install", "install"),  # skills from a git repository, to review
+    "update_skills": ("hermes_fs.learning.install", "update"),
     "run_job": ("hermes_fs.service.cron_runner", "run_job"),
     "CronRun": ("hermes_fs.service.cron_runner", "CronRun"),
 }
@@ -62,7 +64,7 @@ __all__ = [  # spelled out (not built from _LAZY) so linters and readers see the
     "__version__", "HermesError", "InputError", "ConflictError", "GitError", "SecretError",
     "Vault", "open_vault", "init_vault", "setup_model", "Act", "Conversation", "ConversationOptions",
     "refine", "RefineOptions", "learn", "LearnOptions", "curate", "CurateOptions", "Outcome", "review",
-    "checks", "bisect", "spend", "decide", "Decision", "DecidedElsewhere", "run_job", "CronRun",
+    "checks", "bisect", "spend", "decide", "Decision", "DecidedElsewhere", "install_skills", "update_skills", "run_job", "CronRun",
 ]
 
 

@@ -26,7 +26,7 @@ def test_answer_and_what_the_model_was_sent(agent_vault, model_server, tmp_path)
     assert "Dates in memory are absolute" in system["content"]  # MEMORY.md
     assert "- writing-skills:" in system["content"] and "- reviewing-learned-changes:" in system["content"]
     assert req["messages"][-1] == {"role": "user", "content": "Hi, who are you?"}
-    assert sorted(t["function"]["name"] for t in req["tools"]) == sorted(SCHEMAS)
+    assert sorted(t["function"]["name"] for t in req["tools"]) == sorted([*SCHEMAS, "delegate"])  # delegate: max_depth 1
 
 
 def test_memory_tool_writes_and_commits_with_session_trailer(agent_vault, model_server, tmp_path):

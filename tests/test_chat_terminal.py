@@ -32,6 +32,7 @@ def spawn(vault, tmp_path, *args: str, env: dict | None = None):
 
 
 @pytest.mark.parametrize("path", ["cold", "warm"])
+@pytest.mark.slow
 def test_streamed_answer_then_ctrl_c_closes_the_request_and_the_chat_goes_on(agent_vault, model_server, tmp_path,
                                                                                path):
     model_server.stream_delay = 0.02
@@ -80,6 +81,7 @@ def test_streamed_answer_then_ctrl_c_closes_the_request_and_the_chat_goes_on(age
     assert len(model_server.requests) == 7  # the interrupted turn made no further model call
 
 
+@pytest.mark.slow
 def test_run_on_a_terminal_streams_and_piped_run_prints_the_answer_plain(agent_vault, model_server, tmp_path):
     model_server.stream_delay = 0.05
     model_server.add({"content": "Use `git log` — **twice**."}, {"content": "Use `git log` — **twice**."})
@@ -99,6 +101,7 @@ def test_run_on_a_terminal_streams_and_piped_run_prints_the_answer_plain(agent_v
     assert not model_server.requests[1].get("stream")
 
 
+@pytest.mark.slow
 def test_a_text_call_streamed_is_run_not_shown(agent_vault, model_server, tmp_path):
     call = '<tool_call>\n{"name": "memory", "arguments": {"action": "add", "file": "USER.md", "text": "Uses vim."}}\n</tool_call>'
     model_server.add({"content": f"I'll remember that.\n{call}"}, {"content": "Remembered: you use vim."})

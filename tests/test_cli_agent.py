@@ -1,8 +1,11 @@
 """`hermes-fs run` and `hermes-fs chat` as real processes against the scripted model server."""
 
+import pytest
 from conftest import git
 
 from hermes_fs.mind.sessions import Transcript
+
+pytestmark = pytest.mark.slow  # each test starts real CLI processes that import litellm
 
 
 def test_run_prints_answer_and_commits_session(agent_vault, model_server, run_cli, tmp_path):

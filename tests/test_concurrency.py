@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import git
 
 WORKER = r"""
@@ -42,6 +43,7 @@ print(i)
 """
 
 
+@pytest.mark.slow
 def test_mcp_writers_and_a_person_typing_lose_no_line(vault):
     import json
 
@@ -112,6 +114,7 @@ def test_a_change_redone_on_text_written_meanwhile(vault):
     assert "- Typed while the agent was thinking.\n" in text and "- Added by the agent.\n" in text
 
 
+@pytest.mark.slow
 def test_saves_from_the_web_page_and_a_person_typing_lose_no_line(vault):
     """The page's save (compare-and-swap against what it loaded) while an editor appends lines
     without taking our lock: each save is either refused (the page shows both) or lands, and no

@@ -271,6 +271,7 @@ def test_an_unexpected_error_keeps_its_traceback_then_writes_the_error_result(cr
     assert "failed" in receiver.received[0]["body"]["title"]
 
 
+@pytest.mark.slow
 def test_one_shot_in_the_real_daemon_delivers_and_disables_itself(cron_vault, model_server, receiver):
     from conftest import DaemonProc, wait_for
 
@@ -290,6 +291,7 @@ def test_one_shot_in_the_real_daemon_delivers_and_disables_itself(cron_vault, mo
     assert len(receiver.received) == 1
 
 
+@pytest.mark.slow
 def test_cli_cron_list_and_run(cron_vault, model_server, receiver, run_cli):
     write_job(cron_vault, "brief", "0 7 * * 1-5")
     (cron_vault.root / "cron" / "bad.md").write_text("---\nschedule: nope\n---\nx\n")

@@ -78,6 +78,7 @@ def test_secret_edit_stays_uncommitted_and_is_reported(vault, daemon):
     assert "sk-ant" in (vault.root / "memory/MEMORY.md").read_text()
 
 
+@pytest.mark.slow
 def test_dropped_run_request_gets_result_and_commit(agent_vault, model_server, daemon):
     vault = agent_vault
     model_server.add({"content": "Paris is the capital of France."})
@@ -96,6 +97,7 @@ def test_dropped_run_request_gets_result_and_commit(agent_vault, model_server, d
     assert info.trailers == {"Hermes-Job": "inbox/capital.md"}
 
 
+@pytest.mark.slow
 def test_a_request_runs_nicer_than_the_daemon_and_its_commands_too(agent_vault, model_server, daemon):
     """Agent work yields the CPU to sync rounds and the watcher (service/priority.py): the
     request's shell command reports the niceness it inherited from the request's thread."""
@@ -204,6 +206,7 @@ def test_folders_moved_in_made_later_or_made_again_are_watched(agent_vault, daem
     assert wait_for(lambda: tracked("later/two.md"), 60), d.output()
 
 
+@pytest.mark.slow
 def test_what_an_inotify_overflow_lost_is_found_again(agent_vault, model_server, daemon):
     """A burst of more file events than the kernel queues (16,384 by default) loses events; a
     request dropped meanwhile was never taken (the sync chaos bench). The daemon's inotify queue is
@@ -289,6 +292,7 @@ def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_daemon_goes_on(va
     assert d.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_second_sigterm_while_stopping_exits_at_once_and_the_request_resumes(agent_vault, model_server,
                                                                               daemon):
     """The first signal waits for running jobs (here a turn the model takes 60 s over); a second
@@ -310,6 +314,7 @@ def test_a_second_sigterm_while_stopping_exits_at_once_and_the_request_resumes(a
     assert len(results) == 1 and "second try answer" in results[0].read_text()
 
 
+@pytest.mark.slow
 def test_kill_9_mid_request_then_restart_answers_exactly_once(agent_vault, model_server, daemon):
     vault = agent_vault
     model_server.add({"content": "slow answer", "delay": 30}, {"content": "second try answer"})

@@ -31,6 +31,7 @@ def cli(vault, *args, env=None, input=None, cwd=None, drop=()):
 
 
 # -- 21.1: every way of dropping a request is taken, once --------------------------------------------
+@pytest.mark.slow
 def test_requests_moved_or_linked_in_from_outside_the_vault_run_once(agent_vault, model_server, daemon, tmp_path):
     vault = agent_vault
     model_server.add({"content": "answer one"}, {"content": "answer two"})
@@ -50,6 +51,7 @@ def test_requests_moved_or_linked_in_from_outside_the_vault_run_once(agent_vault
     assert len(results(vault)) == 2 and len(model_server.requests) == 2
 
 
+@pytest.mark.slow
 def test_a_file_created_and_held_open_is_not_taken_before_its_writer_is_done(agent_vault, model_server, daemon):
     vault = agent_vault
     model_server.add({"content": "done"})
@@ -162,6 +164,7 @@ def test_the_daemon_rereads_a_changed_hermes_yaml_before_a_warm_turn(agent_vault
 
 
 # -- 21.9: refine --wait, learn and doctor are served warm too ---------------------------------------
+@pytest.mark.slow
 def test_doctor_refine_and_learn_run_in_the_daemon_with_the_callers_key(agent_vault, model_server, warm_daemon,
                                                                           no_litellm, tmp_path):
     text = (agent_vault.root / "hermes.yaml").read_text().replace("backend: local", "backend: none")
@@ -222,6 +225,7 @@ def set_model(vault, model: str, api_base: str) -> None:
     (vault.root / "hermes.yaml").write_text("\n".join(lines) + "\n")
 
 
+@pytest.mark.slow
 def test_an_error_inside_litellm_is_not_reported_as_an_unreachable_server(agent_vault, model_server, tmp_path):
     set_model(agent_vault, "custom/test-model", model_server.api_base)  # litellm's custom-handler route
     model_server.add({"content": "the server answers"})
@@ -231,6 +235,7 @@ def test_an_error_inside_litellm_is_not_reported_as_an_unreachable_server(agent_
     assert "litellm said: litellm.APIConnectionError" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_a_refused_connection_is_unreachable_and_an_answering_server_is_not(agent_vault, model_server, tmp_path):
     import socket
 
@@ -299,6 +304,7 @@ def test_the_inbox_readme_does_not_promise_absolute_learn_sources(vault):
     assert "absolute path" not in text and "inside this vault" in text
 
 
+@pytest.mark.slow
 def test_a_past_one_shot_job_is_due_in_cron_list_and_the_daemon_runs_it(agent_vault, model_server, daemon, run_cli):
     """What `import hermes-agent` makes of a `once in 30m` job imported after its time."""
     import json
@@ -334,6 +340,7 @@ def test_cron_list_columns_hold_for_long_names_and_errors_exit_1(vault, run_cli)
 
 
 # -- 21.8: say what was refused, never echo a key ------------------------------------------------------
+@pytest.mark.slow
 def test_learn_says_which_skill_was_refused_as_a_near_duplicate(agent_vault, model_server, tmp_path):
     src = tmp_path / "review.md"
     src.write_text("# Reviewing\n\nHow to review, merge, reject or revert learned changes.\n")
@@ -392,6 +399,7 @@ def test_a_second_daemon_says_nothing_but_that_it_is_refused(vault, daemon, run_
     assert r.returncode == 1 and "already running" in r.stderr and "watching" not in r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_a_learned_change_is_notified_as_learn_not_refine(agent_vault, model_server, receiver, tmp_path):
     cfg = (agent_vault.root / "hermes.yaml").read_text() + f"notify:\n  targets: {{desk: '{receiver.url('desk')}'}}\n"
     (agent_vault.root / "hermes.yaml").write_text(cfg)
@@ -537,6 +545,7 @@ def sleeping(tag: str) -> bool:
 
 
 @pytest.mark.parametrize("path", ["warm", "cold"])
+@pytest.mark.slow
 def test_ctrl_c_during_a_long_shell_command_kills_it_and_the_chat_goes_on(agent_vault, model_server, no_litellm,
                                                                            tmp_path, path):
     import random

@@ -55,6 +55,7 @@ def with_embeddings(root, extra: str = "") -> None:
 
 
 @needs_model
+@pytest.mark.slow
 def test_a_request_sharing_no_word_finds_its_skill(vault):
     total = library(vault.root)
     assert fill_vectors(vault.root) == total
@@ -65,6 +66,7 @@ def test_a_request_sharing_no_word_finds_its_skill(vault):
 
 
 @needs_model
+@pytest.mark.slow
 def test_a_turn_with_a_cold_cache_does_not_wait_for_encoding(agent_vault, model_server, tmp_path, caplog):
     total = library(agent_vault.root)
     with_embeddings(agent_vault.root)
@@ -84,6 +86,7 @@ def test_a_turn_with_a_cold_cache_does_not_wait_for_encoding(agent_vault, model_
 
 
 @needs_model
+@pytest.mark.slow
 def test_the_daemon_builds_the_vectors_in_the_background_and_refreshes_a_changed_skill(vault):
     total = library(vault.root)
     with_embeddings(vault.root)
@@ -104,6 +107,7 @@ def test_the_daemon_builds_the_vectors_in_the_background_and_refreshes_a_changed
 
 
 @needs_model
+@pytest.mark.slow
 def test_a_cli_turn_without_a_daemon_builds_the_vectors_in_a_background_process(agent_vault, model_server):
     total = library(agent_vault.root)
     with_embeddings(agent_vault.root)

@@ -87,6 +87,7 @@ class NotAnLLM:
 
 
 @pytest.mark.parametrize("status", [200, 501])
+@pytest.mark.slow
 def test_a_server_that_is_not_an_llm_is_named_and_not_retried(vault, run_cli, status):
     bad = NotAnLLM(status)
     (vault.root / "hermes.yaml").write_text(f"model: openai/m\napi_base: {bad.api_base}\napi_key_env: HERMES_TEST_KEY\n")
@@ -96,6 +97,7 @@ def test_a_server_that_is_not_an_llm_is_named_and_not_retried(vault, run_cli, st
     bad.server.shutdown()
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_is_named_after_one_retry(vault, run_cli):
     (vault.root / "hermes.yaml").write_text("model: openai/m\napi_base: http://127.0.0.1:9/v1\napi_key_env: HERMES_TEST_KEY\n")
     r = run_cli("--vault", str(vault.root), "run", "hello")
@@ -118,6 +120,7 @@ def test_template_suggests_ollama_chat(vault):
 
 
 # 5. daemon status right after --detach ---------------------------------------------------------------
+@pytest.mark.slow
 def test_daemon_status_right_after_detach_names_this_daemon(vault, run_cli):
     v = ["--vault", str(vault.root)]
     try:
@@ -135,6 +138,7 @@ def test_daemon_status_right_after_detach_names_this_daemon(vault, run_cli):
 
 
 # 6. the chat screen --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_chat_screen_shows_tool_calls_and_redraws_the_prompt(agent_vault, model_server, tmp_path):
     model_server.add({"tool_calls": [("memory", {"action": "add", "file": "USER.md", "text": "Prefers tabs."})]},
                      {"content": "Noted: tabs."},
@@ -227,6 +231,7 @@ def test_a_cron_run_is_one_commit(agent_vault, model_server):
     assert meta.status == "ok"
 
 
+@pytest.mark.slow
 def test_doctor_checks_the_model_with_one_tiny_call(agent_vault, model_server, run_cli):
     (agent_vault.root / "hermes.yaml").write_text((agent_vault.root / "hermes.yaml").read_text().replace(
         "backend: local", "backend: none"))

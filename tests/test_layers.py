@@ -5,6 +5,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 PKG = Path(__file__).resolve().parent.parent / "hermes_fs"
 LAYERS = ["errors", "store", "mind", "agent", "learning", "service", "cli", "__main__"]  # bottom first
 
@@ -127,6 +129,7 @@ def imports_of(module: str) -> set[str]:
 SYNC = {"hermes_fs.service.sync", "hermes_fs.service.sync_service"}
 
 
+@pytest.mark.slow
 def test_the_parts_that_take_shared_work_do_not_import_the_sync_round():
     """Which machine does a piece of work is service/work.py's (the claims, built once by the daemon
     and passed in): the inbox, the scheduler and the gateway take work without knowing the round."""

@@ -13,6 +13,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
 from conftest import git, wait_for
 
 from hermes_fs.agent.conversation import Conversation, ConversationOptions
@@ -73,6 +74,7 @@ def test_server_over_stdio_tools_resources_and_commits(vault):
     assert "sk-ant" not in git(vault, "log", "-p", "--all")
 
 
+@pytest.mark.slow
 def test_server_refine_makes_a_branch_naming_the_client(agent_vault, model_server):
     model_server.add({"tool_calls": [("memory", {"action": "add", "file": "USER.md", "text": "Deploys on Fridays are banned."})]},
                      {"content": "Summary: remember the deploy rule\n- memory/USER.md: no Friday deploys (because the user said so)"})

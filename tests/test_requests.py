@@ -87,6 +87,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_the_daemon_runs_the_gateway_and_a_kill_loses_nothing(agent_vault, model_server, run_cli, daemons):
     port = free_port()
     configure(agent_vault, model_server)
@@ -135,6 +136,7 @@ def test_the_daemon_runs_the_gateway_and_a_kill_loses_nothing(agent_vault, model
     assert git(agent_vault, "status", "--porcelain") == ""
 
 
+@pytest.mark.slow
 def test_run_is_reviewed_every_turn_when_every_turns_is_1(agent_vault, model_server, run_cli, tmp_path):
     """refine.every_turns applies to `run` too (it used to exist only in the terminal chat), and
     reviews exactly the run's own session."""
@@ -173,6 +175,7 @@ def test_a_file_dropped_in_the_inbox_cannot_claim_to_come_from_a_chat():
     assert inbox.parse_request(text, "gateway/x.md", chat=True).origin.sender == "@boss:x"
 
 
+@pytest.mark.slow
 def test_inbox_files_continuing_one_session_run_in_order_one_at_a_time(agent_vault, model_server, tmp_path):
     """Three files dropped at once, each continuing one session, with two workers: each turn sees
     the ones before it (2, 3, 4 user turns), as a chat's messages do; in parallel two would both

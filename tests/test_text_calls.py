@@ -44,6 +44,7 @@ def tool_messages(request: dict) -> list[dict]:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("name", CALLS + RECORDED)
+@pytest.mark.slow
 def test_a_text_call_runs_its_tool_and_is_not_the_answer(notes, model_server, tmp_path, name, stream):
     model_server.add({"content": raw(name)}, {"content": "Your todo list says: buy oat milk."})
     answer, pieces = ask(notes, "what is on my todo list?", tmp_path, stream)

@@ -43,6 +43,7 @@ def ask(vault, model_server, tmp_path, *calls, source="run"):
     ("skills/x/.gitattributes", "x\n"),
     ("sessions/2099/12/20991231-000000-beef.md", "---\nid: x\n---\n"),
 ])
+@pytest.mark.slow
 def test_agent_cannot_write_settings_jobs_requests_or_git_files(agent_vault, model_server, tmp_path, path, content):
     before = (agent_vault.root / path).read_bytes() if (agent_vault.root / path).exists() else None
     [result] = ask(agent_vault, model_server, tmp_path, ("write_file", {"path": path, "content": content}))
@@ -469,6 +470,7 @@ def test_merge_never_writes_through_a_symlinked_folder(vault, tmp_path):
     assert list(outside.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_huge_reference_file_is_refused(agent_vault, model_server, tmp_path):
     [result] = ask(agent_vault, model_server, tmp_path, ("skill_manage", {
         "action": "write_file", "name": "writing-skills", "file": "references/huge.md", "content": "x" * 10_000_000}))

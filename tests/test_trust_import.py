@@ -209,6 +209,7 @@ def run_after_import(run_cli, vault, model_server, answer: str) -> str:
     return out.stdout
 
 
+@pytest.mark.slow
 def test_custom_provider_imports_a_route_that_runs(vault, home, run_cli, model_server):
     key = "sk-local-" + "9f8e7d6c5b4a" * 3
     config(home, {"default": "qwen3:8b", "provider": "custom", "base_url": model_server.api_base, "api_key": key})
@@ -225,6 +226,7 @@ def test_custom_provider_imports_a_route_that_runs(vault, home, run_cli, model_s
     assert headers.get("authorization") == f"Bearer {key}"
 
 
+@pytest.mark.slow
 def test_named_custom_provider_and_a_keyless_local_server(vault, home, run_cli, model_server):
     config(home, {"default": "llama3.1", "provider": "custom:local"},
            providers={"local": {"api": model_server.api_base, "transport": "chat_completions"}})

@@ -46,6 +46,7 @@ def shape(vault):
 
 
 @pytest.mark.parametrize("path", ["warm", "cold"])
+@pytest.mark.slow
 def test_run_is_the_same_either_way(agent_vault, model_server, tmp_path, path, request):
     if path == "warm":
         request.getfixturevalue("warm")
@@ -59,6 +60,7 @@ def test_run_is_the_same_either_way(agent_vault, model_server, tmp_path, path, r
 
 
 @pytest.mark.parametrize("path", ["warm", "cold"])
+@pytest.mark.slow
 def test_errors_and_exit_codes_are_the_same_either_way(agent_vault, model_server, tmp_path, path, request):
     if path == "warm":
         request.getfixturevalue("warm")
@@ -70,6 +72,7 @@ def test_errors_and_exit_codes_are_the_same_either_way(agent_vault, model_server
     assert git(agent_vault, "rev-list", "--count", "HEAD") == n  # no commit for a failed session
 
 
+@pytest.mark.slow
 def test_warm_run_needs_no_litellm_in_the_cli_process(agent_vault, model_server, warm, tmp_path):
     """The CLI cannot import litellm; the daemon can: the turn ran there. Without a daemon it cannot."""
     model_server.add({"content": "warm hello"})
@@ -79,6 +82,7 @@ def test_warm_run_needs_no_litellm_in_the_cli_process(agent_vault, model_server,
     assert r.returncode != 0 and "litellm imported in the CLI process" in r.stderr
 
 
+@pytest.mark.slow
 def test_piped_chat_through_the_daemon(agent_vault, model_server, warm, tmp_path):
     model_server.add({"content": "one"}, {"content": "two"})
     r = cli(agent_vault, "chat", input="first\nsecond\n", cwd=tmp_path)
@@ -117,6 +121,7 @@ def test_a_second_user_is_refused(agent_vault, warm):
             os.chmod(folder, mode)
 
 
+@pytest.mark.slow
 def test_a_stale_socket_falls_back_silently(agent_vault, model_server, tmp_path):
     s = socket.socket(socket.AF_UNIX)
     s.bind(str(agent_vault.root / ".hermes" / "daemon.sock"))  # nobody listens: what a kill -9 leaves
@@ -128,6 +133,7 @@ def test_a_stale_socket_falls_back_silently(agent_vault, model_server, tmp_path)
     assert (r.returncode, r.stdout, r.stderr) == (0, "local\n", "")
 
 
+@pytest.mark.slow
 def test_daemon_restart_mid_chat_keeps_the_session(agent_vault, model_server, tmp_path):
     import threading
 
@@ -155,6 +161,7 @@ def test_daemon_restart_mid_chat_keeps_the_session(agent_vault, model_server, tm
     assert "one" in text and "three" in text and "third answer" in text
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_warm_chat_stops_the_turn_in_the_daemon(agent_vault, model_server, warm, tmp_path):
     import pexpect
 
@@ -182,6 +189,7 @@ def test_ctrl_c_in_a_warm_chat_stops_the_turn_in_the_daemon(agent_vault, model_s
         child.close(force=True)
 
 
+@pytest.mark.slow
 def test_doctor_probes_the_review_mode_through_the_daemon(agent_vault, model_server, warm):
     """The daemon `make run` starts answers doctor's model check, and probes the review mode too:
     the advice a small model's user needs appears without HERMES_NO_DAEMON (the CLI cannot import

@@ -26,6 +26,7 @@ class Source(StrEnum):
 
     CLI = "cli"  # `hermes-fs chat`
     RUN = "run"  # `hermes-fs run`
+    ACP = "acp"  # an editor on this machine (`hermes-fs acp`), which is asked before each change
     CRON = "cron"
     INBOX = "inbox"
     MCP = "mcp"
@@ -33,7 +34,7 @@ class Source(StrEnum):
 
     @property
     def attended(self) -> bool:
-        return self in (Source.CLI, Source.RUN)
+        return self in (Source.CLI, Source.RUN, Source.ACP)
 
     @property
     def remote(self) -> bool:

@@ -19,12 +19,13 @@ from ..mind.sessions import Transcript
 from ..store.provenance import Act
 from ..store.vault import Vault
 from .boundary import choose_workspace, sandbox_for
+from .delegate import Delegator, SubTask
 from .loop import Agent, AgentConfig, TurnCancelled, TurnResult
 from .model import LiteLLMModel, Model, ModelError, ModelSettings, OnText
 from .prompt import current_project, system_prompt
 from .sandbox import make_sandbox
 from .text_calls import TextCallModel
-from .tools import ToolBox, VaultCommitter
+from .tools import Permission, ToolBox, VaultCommitter
 
 MODEL_ROLES = ("user", "assistant", "tool")
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ConversationOptions:
-    source: str = "cli"  # a boundary.Source: cli | run | cron | inbox | mcp | gateway (unknown = unattended)
+    source: str = "cli"  # a boundary.Source: cli | run | acp | cron | inbox | mcp | gateway (unknown = unattended)
     task: str | None = None  # picks a per-task model (refine, cron, learn)
     model: str | None = None  # explicit model override
     workspace: Path | None = None
@@ -41,10 +42,15 @@ class ConversationOptions:
     max_steps: int = AgentConfig.max_steps  # the one default: the agent loop's
     resume: str | None = None  # a session id to continue
     on_tool: Callable[[str], None] | None = None  # told of each tool call as it is made (the chat screen)
+    on_message: Callable[[dict], None] | None = None  # each message as recorded: calls before they run, results after
+    permission: Permission | None = None  # asked before each change a tool makes (an editor); None: never asked
     commit_on_end: bool = True  # False: the caller commits the transcript with its own files (a cron run)
     cwd: Path | None = None  # the person's current folder (a daemon serving a CLI is elsewhere)
     mcp_servers: list[str] | None = None  # which of hermes.yaml's mcp.servers (None: all of them)
     environ: dict[str, str] | None = None  # model key variables of a CLI served by the daemon (None: ours)
+    depth: int = 0  # 0: the session a person or job started; n: a sub-agent n `delegate` calls below it
+    tools: list[str] | None = None  # only these of the agent's tools (a sub-agent's subset); None: all
+    parent: str | None = None  # the session that delegated this one (a sub-agent's)
 
 
 def describe_call(name: str, arguments: str) -> str:
@@ -77,10 +83,32 @@ class Conversation:
             files=vault.files, config=vault.config, committer=VaultCommitter(vault.git, Act.session(self.transcript.id)),
             vault_root=vault.root, workspace=self.workspace,
             sandbox=self.sandbox, searcher=partial(search, vault.root), mcp=self._mcp_hub(),
+            permission=self.options.permission,
         )
+        if self.options.tools is not None:  # a sub-agent: never more than its parent chose for it
+            self.tools.enabled = [t for t in self.tools.enabled if t in self.options.tools]
+        if self.options.parent:
+            self.transcript.set_parent(self.options.parent)
+        self._note_lock = threading.Lock()  # sub-agents' threads note into this transcript too
+        self.delegator: Delegator | None = None
+        if self.options.depth < vault.config.delegation.max_depth:
+            self.delegator = Delegator(vault.config.delegation, lambda: list(self.tools.enabled), self._start_child)
+            self.tools.delegator = self.delegator
         asked: Model = TextCallModel(self.model) if vault.config.tools.read_text_calls else self.model
         self.agent = Agent(asked, self.tools, AgentConfig(self.options.max_steps), self._record, self.cancel)
         self.ended = False
+
+    def _start_child(self, task: SubTask) -> Conversation:
+        """A sub-agent for one delegated task: a session of its own linked both ways, the parent's
+        model, sandbox kind and workspace, its own step budget, the task's tools, no MCP servers."""
+        o = self.options
+        child = Conversation(self.vault, ConversationOptions(
+            source=o.source, task=o.task, model=o.model, workspace=self.workspace, project=self.project,
+            max_steps=self.vault.config.delegation.max_steps, cwd=o.cwd, mcp_servers=[], environ=o.environ,
+            depth=o.depth + 1, tools=list(task.tools), parent=self.id,
+            permission=o.permission))  # a sub-agent's changes are put to the same person
+        self.note(f"delegated to session {child.id} ({', '.join(task.tools) or 'no tools'}): {task.goal[:200]}")
+        return child
 
     def _mcp_hub(self):
         """The session's MCP servers (started on first use, stopped when the session ends)."""
@@ -129,6 +157,8 @@ class Conversation:
         """From another thread (Ctrl-C in a warm chat): stop the turn before its next step and kill
         the command it is running now, so the person is not kept waiting for it."""
         self.cancel.set()
+        if self.delegator is not None:
+            self.delegator.stop()  # every sub-agent stops too
         try:
             self.sandbox.interrupt()
         except Exception:  # the turn still stops at its next step
@@ -136,13 +166,16 @@ class Conversation:
 
     def _record(self, message: dict) -> None:
         self.transcript.append(message)
+        if self.options.on_message:
+            self.options.on_message(message)
         if self.options.on_tool:
             for call in message.get("tool_calls") or []:
                 self.options.on_tool(describe_call(call["function"]["name"], call["function"]["arguments"]))
 
     def note(self, text: str) -> None:
         """A line for people reading the transcript; never sent to the model."""
-        self.transcript.append({"role": "note", "content": text})
+        with self._note_lock:
+            self.transcript.append({"role": "note", "content": text})
 
     def _close_open_calls(self, reason: str) -> None:
         """Answer tool calls left without a result, so the history stays valid for the next turn."""

@@ -44,7 +44,6 @@ class Found:
     start: int
     end: int
     calls: list[ToolCall]
-    strict: bool  # a tagged form: whatever it names is a call
 
 
 def read(content: str | None, tools: list[dict]) -> tuple[str | None, list[ToolCall]]:
@@ -71,14 +70,14 @@ def _tagged(content: str, offered: dict[str, dict]) -> list[Found]:
     found = []
     for m in _TAGGED.finditer(content):
         values = _json_values(m.group(1)) or [_Unreadable()]
-        found.append(Found(m.start(), m.end(), _calls(values, offered, strict=True), True))
+        found.append(Found(m.start(), m.end(), _calls(values, offered, strict=True)))
     for m in _PYTHON_TAG.finditer(content):
         body = m.group(1).strip()
         values = _json_values(body.replace(";", "\n")) or [_Unreadable()]  # Llama 3.1 separates calls with `;`
-        found.append(Found(m.start(), m.end(), _calls(values, offered, strict=True), True))
+        found.append(Found(m.start(), m.end(), _calls(values, offered, strict=True)))
     for m in _MISTRAL.finditer(content):
         end, values = _mistral(content, m.end())
-        found.append(Found(m.start(), end, _calls(values, offered, strict=True), True))
+        found.append(Found(m.start(), end, _calls(values, offered, strict=True)))
     return [f for f in found if f.calls]
 
 
@@ -112,7 +111,7 @@ def _loose(content: str, offered: dict[str, dict], taken: list[tuple[int, int]])
     for m in _FENCE.finditer(content):
         values = _json_values(m.group(1))
         if free(m.start(), m.end()) and values and all(_shaped(v) for v in values):
-            found.append(Found(m.start(), m.end(), _calls(values, offered, strict=False), False))
+            found.append(Found(m.start(), m.end(), _calls(values, offered, strict=False)))
     decoder = json.JSONDecoder()
     for m in re.finditer(r"(?m)^[ \t]*([{\[])", content):  # JSON starting a line (or the message)
         start = m.start(1)
@@ -124,7 +123,7 @@ def _loose(content: str, offered: dict[str, dict], taken: list[tuple[int, int]])
             continue
         values = value if isinstance(value, list) else [value]
         if values and all(_shaped(v) for v in values) and free(start, end):
-            found.append(Found(start, end, _calls(values, offered, strict=False), False))
+            found.append(Found(start, end, _calls(values, offered, strict=False)))
     return [f for f in found if f.calls]
 
 

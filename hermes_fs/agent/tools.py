@@ -21,6 +21,7 @@ from ..store.docs import decode
 from ..store.edit import edit
 from ..store.files import DiskFiles, FileStore, clean_relpath
 from ..store.provenance import Act
+from . import delegate
 from .boundary import check_vault_write, check_workspace_write
 from .model import parse_arguments
 
@@ -78,6 +79,30 @@ READ_ONLY_TOOLS = frozenset({"skill_view", "skill_search", "read_file", "session
 REVIEW_TOOLS = ["memory", "skill_view", "skill_manage", "read_file"]  # on an overlay: vault paths only
 
 
+@dataclass(frozen=True)
+class ToolRequest:
+    """A change a tool is about to make, once the trust boundary has let it through: what a
+    person is asked to allow (kind: edit | execute | other, as the editor protocols name them)."""
+
+    tool: str
+    kind: str
+    title: str
+    paths: tuple[str, ...] = ()  # the files it writes (vault-relative, or absolute in the workspace)
+    command: str | None = None  # what the shell runs
+    content: str | None = None  # a whole file's new text (write_file), for a diff
+
+
+class Permission(Protocol):
+    """Asked before a tool changes anything (writes a file, runs a command, calls an MCP tool).
+    Only ever narrows what the boundary allows: a False is refused as a tool error the model sees."""
+
+    def allow(self, request: ToolRequest) -> bool: ...
+
+
+class Refused(InputError):
+    """The person said no to a change (tools.Permission)."""
+
+
 class Committer(Protocol):
     @property
     def lock(self) -> VaultLock: ...  # held from the first read of a write to its commit
@@ -125,16 +150,26 @@ class ToolBox:
     skill_names: tuple[str, ...] | None = None  # restrict which skills skill_manage may touch
     created_by: str | None = None  # metadata.created-by of new skills (default: session, or refine on an overlay)
     mcp: McpHub | None = None  # the session's MCP servers: tools named <server>__<tool>
+    permission: Permission | None = None  # asked before each change (an editor's person); None: not asked
     changed: list[str] = field(default_factory=list)  # every vault path written, in order
+    delegator: Callable[[object], str] | None = None  # the `delegate` tool (a Conversation above max_depth)
 
     def schemas(self) -> list[dict]:
-        return [SCHEMAS[n] for n in self.enabled] + (self.mcp.schemas() if self.mcp else [])
+        return ([SCHEMAS[n] for n in self.enabled] + ([delegate.SCHEMA] if self.delegator else [])
+                + (self.mcp.schemas() if self.mcp else []))
 
     def call(self, name: str, raw_arguments: str) -> str:
+        if name == delegate.NAME and self.delegator is not None:
+            try:
+                return self.delegator(parse_arguments(raw_arguments).get("tasks"))
+            except (ValueError, HermesError) as exc:
+                return f"error: {exc}"
         if self.mcp is not None and name not in self.enabled and self.mcp.owns(name):
             try:
-                return self.mcp.call(name, parse_arguments(raw_arguments))
-            except ValueError as exc:
+                args = parse_arguments(raw_arguments)
+                self._allowed(ToolRequest(name, "other", f"{name} (MCP tool)"))
+                return self.mcp.call(name, args)
+            except (ValueError, Refused) as exc:
                 return f"error: {exc}"
         if name not in self.enabled:
             return f"error: unknown tool {name!r}; available: {', '.join(self.enabled)}"
@@ -150,7 +185,12 @@ class ToolBox:
             return f"error: {exc.strerror or exc}"
 
     # -- writing with commits ------------------------------------------------------------------
-    def _write(self, paths: list[str], message: str, action: Callable[[FileStore], object]):
+    def _allowed(self, request: ToolRequest) -> None:
+        if self.permission is not None and not self.permission.allow(request):
+            raise Refused(f"the person did not allow this ({request.title}); do not retry it, ask them instead")
+
+    def _write(self, paths: list[str], message: str, action: Callable[[FileStore], object], tool: str = "",
+               content: str | None = None):
         """Every vault write of a tool: on an overlay, just the change (checked at its commit); live,
         under the vault's lock from the first read to the commit, checked before anything is written
         (size, secrets), swapped in so that no concurrent writer's text is lost, and put back if the
@@ -162,6 +202,7 @@ class ToolBox:
                 raise InputError("live writes need the vault's working tree")
             for p in paths:
                 check_vault_write(self.vault_root, p)
+            self._allowed(ToolRequest(tool, "edit", message, tuple(paths), content=content))
             with self.committer.lock.hold():
                 self.committer.before_write(paths)
                 done = edit(self.files, self.committer.lock, action, check_writes)
@@ -191,7 +232,7 @@ class ToolBox:
             raise ValueError("action must be add, replace or remove")
         if action != "remove" and not text.strip():
             raise ValueError(f"text is required for {action}")
-        m = self._write([path], f"memory: {action} in {path}", op)
+        m = self._write([path], f"memory: {action} in {path}", op, "memory")
         n = len(m.entries)
         return f"ok: {action} in {path} ({m.size}/{m.budget} chars, {n} {'entry' if n == 1 else 'entries'})"
 
@@ -222,33 +263,34 @@ class ToolBox:
                 self.skill_guard(name, content)
             meta = {"created-by": self.created_by or ("session" if self.committer else "refine"), "version": "1"}
             self._write([skills.skill_path(name)], f"skill: create {name}",
-                        lambda f: skills.create(f, name, content, metadata=meta))
+                        lambda f: skills.create(f, name, content, metadata=meta), "skill_manage")
             return f"ok: created skill {name}"
         if action == "patch":
             rel = skills.skill_path(name, file) if file else skills.skill_path(name)
-            self._write([rel], f"skill: patch {name}", lambda f: skills.patch(f, name, old_text, new_text, file))
+            self._write([rel], f"skill: patch {name}", lambda f: skills.patch(f, name, old_text, new_text, file), "skill_manage")
             return f"ok: patched {rel}"
         if action == "write_file":
             if not file:
                 raise ValueError("file is required for write_file")
             rel = skills.support_path(name, file)
-            self._write([rel], f"skill: write {rel}", lambda f: skills.write_file(f, name, file, content))
+            self._write([rel], f"skill: write {rel}", lambda f: skills.write_file(f, name, file, content), "skill_manage")
             return f"ok: wrote {rel}"
         if action == "remove_file":
             if not file:
                 raise ValueError("file is required for remove_file")
             rel = skills.support_path(name, file)
-            self._write([rel], f"skill: remove {rel}", lambda f: skills.remove_file(f, name, file))
+            self._write([rel], f"skill: remove {rel}", lambda f: skills.remove_file(f, name, file), "skill_manage")
             return f"ok: removed {rel}"
         if action == "delete":
             paths = self.files.list(folder)
-            self._write(paths, f"skill: delete {name}", lambda f: skills.delete(f, name, merged_into))
+            self._write(paths, f"skill: delete {name}", lambda f: skills.delete(f, name, merged_into), "skill_manage")
             return f"ok: deleted skill {name}" + (f" (merged into {merged_into})" if merged_into else "")
         raise ValueError("action must be create, patch, write_file, remove_file or delete")
 
     def _t_read_file(self, path: str) -> str:
         where, target = self._resolve(path)
-        data = self.files.read(target) if where == "vault" else _read_host(target)
+        data = self.files.read(target) if where == "vault" else \
+            self._remote().read_file(target, READ_LIMIT) if where == "remote" else _read_host(target)
         if data is None:
             raise InputError("no such file", path)
         text = decode(data[:READ_LIMIT], path)
@@ -257,19 +299,32 @@ class ToolBox:
     def _t_write_file(self, path: str, content: str) -> str:
         where, target = self._resolve(path)
         if where == "vault":
-            self._write([target], f"write: {target}", lambda f: f.write(target, content.encode("utf-8")))
+            self._write([target], f"write: {target}", lambda f: f.write(target, content.encode("utf-8")),
+                        "write_file", content)
+        elif where == "remote":
+            if len(content.encode("utf-8")) > MAX_VAULT_WRITE:
+                raise InputError(f"over the {MAX_VAULT_WRITE} bytes a tool may write", path)
+            self._allowed(ToolRequest("write_file", "edit", f"write: {target}", (target,), content=content))
+            self._remote().write_file(target, content.encode("utf-8"))
         else:
             assert self.workspace is not None
             check_workspace_write(target, self.workspace)
+            self._allowed(ToolRequest("write_file", "edit", f"write: {target}", (target,), content=content))
             Path(target).parent.mkdir(parents=True, exist_ok=True)
             Path(target).write_text(content, encoding="utf-8")
         return f"ok: wrote {len(content)} characters to {path}"
+
+    def _remote(self):
+        """The sandbox whose host holds the workspace files (`sandbox.backend: ssh`)."""
+        assert self.sandbox is not None and hasattr(self.sandbox, "owns")
+        return self.sandbox
 
     def _t_shell(self, command: str, timeout_s: float | None = None) -> str:
         if self.sandbox is None:
             raise InputError("the shell tool is not available here")
         if not command.strip():
             raise ValueError("command is empty")
+        self._allowed(ToolRequest("shell", "execute", command, command=command))
         return self.sandbox.run(command, timeout_s).render()
 
     def _t_session_search(self, query: str) -> str:
@@ -280,11 +335,15 @@ class ToolBox:
 
     # -- paths ---------------------------------------------------------------------------------
     def _resolve(self, path: str) -> tuple[str, str]:
-        """('vault', clean relative path) or ('workspace', absolute path); anything else is refused."""
+        """('vault', clean relative path), ('workspace', absolute path) or ('remote', a path under a
+        remote sandbox's workdir, checked there); anything else is refused."""
         if not isinstance(path, str) or not path.strip():
             raise ValueError("path is empty")
         if not os.path.isabs(path):
             return "vault", clean_relpath(path)
+        owns = getattr(self.sandbox, "owns", None)  # a remote sandbox (ssh): its workdir's files are there
+        if owns is not None and owns(path):
+            return "remote", path
         real = os.path.realpath(path)
         if self.vault_root is not None:
             root = os.path.realpath(self.vault_root)

@@ -47,7 +47,8 @@ class Repl:
         self.terminal = terminal  # a person at a screen: streamed Markdown, tool lines, prompt redrawn
         self.failed = 0  # turns that ended in an error (piped chat exits 1 when any did)
         self.status: Any = None  # the "thinking…" spinner while a turn runs on a terminal
-        self.view: AnswerView | None = AnswerView() if terminal else None
+        # streamed Markdown only when a person sees stdout too (`chat > log` prints answers whole)
+        self.view: AnswerView | None = AnswerView() if terminal and sys.stdout.isatty() else None
         self.busy = False  # a turn is running: background lines wait for its end
         self.deferred: list[str] = []
         self._announce_lock = threading.Lock()

@@ -10,12 +10,13 @@ from .options import vault_option
 from .term import Spinner, echo
 
 
-@click.command()
+@click.command(short_help="Check the setup: the model, review mode, MCP servers, gateway and sandbox.")
 @vault_option
 @click.pass_context
 @click.option("--no-model", is_flag=True, help="Skip the one tiny model call.")
 def doctor(ctx: click.Context, no_model: bool):
-    """Check the setup: the model (one tiny call), and the sandbox (Docker engine and image)."""
+    """Check the setup: the model (one tiny call), and the sandbox (Docker engine and image, or
+    the ssh host: its key verified, our login, the workdir)."""
     v = vault_for(ctx)
     checks = [] if no_model else _check_model(v)
     if v.config.skills.embeddings:
@@ -26,7 +27,11 @@ def doctor(ctx: click.Context, no_model: bool):
     checks += _check_mcp(v)
     checks += gateway_checks(v)
     cfg = v.config.sandbox
-    if cfg.backend != "docker":
+    if cfg.backend == "ssh":
+        from ..agent.sandbox.ssh import doctor as check_ssh
+
+        checks += check_ssh(cfg.ssh)
+    elif cfg.backend != "docker":
         checks.append(("sandbox", True, f"backend {cfg.backend}" + (
             " (commands run on this machine)" if cfg.backend == "local" else " (shell disabled)")))
     else:

@@ -13,6 +13,7 @@ import sys
 import click
 
 from ..errors import HermesError
+from .acp import acp_serve
 from .check import check
 from .cron import cron_group
 from .curate import curate as curate_command
@@ -69,7 +70,7 @@ def main(ctx: click.Context, vault: str | None, verbose: bool):
 
 for command in (init, status, sessions, memory, skills, sandbox, mcp_serve, import_group, notify, refine, learn, review,
                 revert, daemon, cron_group, log, doctor, run, chat, web_command, sync_command, clone_command,
-                curate_command, gateway_command, check):
+                curate_command, gateway_command, check, acp_serve):
     main.add_command(command)
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""`hermes-fs skills`: list, show, validate and embed the skills of the vault."""
+"""`hermes-fs skills`: list, show, validate and embed the skills of the vault; install and update
+skills from a git repository (as an install/ branch to review: `learning.install`)."""
 
 from __future__ import annotations
 
@@ -112,6 +113,40 @@ def skills_embed(ctx: click.Context, background: bool):
         echo("another process is building the skill vectors")
         return
     echo(f"encoded {done} skill(s) in {time.monotonic() - t0:.1f} s; {vectors_missing(v.root)} without vectors")
+
+
+@skills.command("install", short_help="Skills from a git repository, as a branch to review.")
+@vault_option
+@click.argument("url")
+@click.option("--ref", help="A branch, tag or commit (default: the repository's HEAD).")
+@click.option("--path", "folder", help="Only the skills under this folder of the repository.")
+@click.pass_context
+def skills_install(ctx: click.Context, url: str, ref: str | None, folder: str | None):
+    """Copy the skills of a git repository (every folder with a SKILL.md, or those under --path)
+    onto an install/<stamp>-<name> branch; nothing reaches main until `hermes-fs review merge`.
+    Symlinks, nested repositories, big files and names that leave the skill are left out."""
+    from .. import install_skills
+    from ..learning.install import Source
+
+    _report([install_skills(vault_for(ctx), Source(url, ref, folder))])
+
+
+@skills.command("update", short_help="Propose what changed at the installed skills' source.")
+@vault_option
+@click.argument("names", nargs=-1)
+@click.pass_context
+def skills_update(ctx: click.Context, names: tuple[str, ...]):
+    """Fetch again the source each installed skill came from (its Skill-Source) and propose what
+    changed there as a new install/ branch to review (all installed skills, or NAMES)."""
+    from .. import update_skills
+
+    _report(update_skills(vault_for(ctx), list(names) or None))
+
+
+def _report(results) -> None:
+    for result in results:
+        for line in result.lines():
+            echo(line)
 
 
 skills.add_command(skills_restore)

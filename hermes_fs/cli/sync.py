@@ -50,7 +50,7 @@ def sync(ctx: click.Context, vault: str | None, as_json: bool):
         ctx.exit(1)
 
 
-@sync.command("approve")
+@sync.command("approve", short_help="Let settings another machine changed take effect here.")
 @click.argument("keys", nargs=-1)
 @click.pass_context
 def approve(ctx: click.Context, keys: tuple[str, ...]):

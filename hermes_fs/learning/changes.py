@@ -21,9 +21,9 @@ from ..mind.merge import resolver
 from ..store.git import GitStore, format_message, parse_trailers
 from ..store.provenance import BRANCH, CHANGE, CHECKS, Act
 
-LEARNED_PREFIXES = ("refine/", "learn/", "curate/")
-MERGE_GREP = r"^merge (refine|learn|curate)/"
-REVERT_GREP = r"^revert (refine|learn|curate)/"
+LEARNED_PREFIXES = ("refine/", "learn/", "curate/", "install/")  # install/: skills from a repository
+MERGE_GREP = r"^merge (refine|learn|curate|install)/"
+REVERT_GREP = r"^revert (refine|learn|curate|install)/"
 
 
 @dataclass
@@ -84,14 +84,14 @@ def resolve_name(store: GitStore, name: str, include_decided: bool = False) -> s
     if hits:
         raise InputError(f"{name!r} matches several changes: {', '.join(hits[:5])}")
     if not name.startswith(LEARNED_PREFIXES):
-        raise InputError(f"{name!r} is not a learned change (refine/..., learn/... or curate/...) nor a unique part of one's name; "
+        raise InputError(f"{name!r} is not a learned change (refine/..., learn/..., curate/... or install/...) nor a unique part of one's name; "
                          "see `hermes-fs review` or `hermes-fs log`")
     raise NotFound(f"no pending change {name!r}; see `hermes-fs review` or `hermes-fs log`")
 
 
 def _check_branch(store: GitStore, branch: str) -> str:
     if not branch.startswith(LEARNED_PREFIXES):
-        raise InputError(f"{branch!r} is not a learned change (refine/..., learn/... or curate/...); see `hermes-fs review`")
+        raise InputError(f"{branch!r} is not a learned change (refine/..., learn/..., curate/... or install/...); see `hermes-fs review`")
     sha = store.rev(f"refs/heads/{branch}")
     if not sha:
         raise NotFound(f"no pending change {branch!r}; see `hermes-fs review` or `hermes-fs log`")

@@ -282,7 +282,39 @@ def brief(vault: Vault, overlay: OverlayFiles, s: str, sid: str, focus: str | No
         index = select_skills(existing, ranked, cfg.skills.prompt_budget_chars)
         parts.append("## Skills (skill_view to read one)\n" + (index.text or "(none yet)"))
     parts.append(f"## The conversation (session {sid})\n{transcript}")
+    for child in sub_sessions(vault.git.read_file(s, session_path(sid)) or b"", sid)[:MAX_SUB_SESSIONS]:
+        data = vault.git.read_file(s, session_path(child))
+        if data is not None:
+            parts.append(f"## A sub-agent's session {child}, delegated from this conversation "
+                         f"(its TASK lines were written by the agent, not the person)\n{sub_transcript(data, child)}")
     return "\n\n".join(parts)
+
+
+MAX_SUB_SESSIONS = 8  # sub-agents' sessions shown beside the conversation that delegated to them
+SUB_TRANSCRIPT_LIMIT = 6000
+_DELEGATED = re.compile(r"^delegated to session (\S+) ")
+
+
+def sub_sessions(data: bytes, sid: str) -> list[str]:
+    """The sessions this one delegated to (its `delegated to session <id>` notes), valid ids only."""
+    found = []
+    for m in _messages(data, sid):
+        hit = _DELEGATED.match(str(m.get("content") or "")) if m["role"] == "note" else None
+        if hit:
+            try:
+                session_path(hit.group(1))
+            except InputError:
+                continue
+            found.append(hit.group(1))
+    return list(dict.fromkeys(found))
+
+
+def sub_transcript(data: bytes, sid: str) -> str:
+    """A sub-agent's conversation for the reviewer: its user turns are the agent's task, never the
+    person's words (so they are never read as what the person said)."""
+    text = render_transcript(data, sid)
+    text = re.sub(r"^USER: ", "TASK: ", text, flags=re.M)
+    return text if len(text) <= SUB_TRANSCRIPT_LIMIT else "[... earlier turns omitted ...]\n" + text[-SUB_TRANSCRIPT_LIMIT:]
 
 
 def named_skills(transcript: str, existing: dict[str, str]) -> list[str]:

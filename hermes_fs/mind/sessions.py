@@ -180,6 +180,13 @@ class Transcript:
         doc = parse_doc(self.path.read_text(encoding="utf-8"), self.rel, required=True)
         atomic_write(self.path, dump_doc(self.meta, doc.body))
 
+    def set_parent(self, parent_id: str) -> None:
+        """Mark this session as a sub-agent's, started by `parent_id` (frontmatter `parent`)."""
+        session_path(parent_id)  # refuses what is not a session id
+        self.meta["parent"] = parent_id
+        doc = parse_doc(self.path.read_text(encoding="utf-8"), self.rel, required=True)
+        atomic_write(self.path, dump_doc(self.meta, doc.body))
+
     @property
     def user_turns(self) -> int:
         return sum(1 for m in self.messages if m["role"] == "user")

@@ -83,15 +83,42 @@ class ToolsConfig:
 
 
 @dataclass
+class DelegationConfig:
+    """The `delegate` tool: sub-agents with their own session, step budget and tool subset."""
+
+    max_parallel: int = 3  # sub-agents running at once (more tasks wait their turn)
+    max_depth: int = 1  # how deep sub-agents may delegate again (1: only the session you talk to)
+    max_tasks: int = 8  # tasks one delegate call may hand out
+    max_steps: int = 15  # model calls each sub-agent may make
+    timeout_s: int = 600  # a delegate call running longer stops all its sub-agents
+
+
+@dataclass
+class SshConfig:
+    """The remote host of `sandbox.backend: ssh`. Its host key must already be in `known_hosts`
+    (never accepted on first sight); the key comes from `identity_file` or the ssh agent, never a
+    password."""
+
+    host: str = "127.0.0.1"  # the remote host's name or address
+    port: int = 22  # its SSH port
+    user: str = "agent"  # the account commands run as there (one of its own, never root)
+    identity_file: str = "~/.ssh/id_ed25519"  # used when it exists; the ssh agent's keys too
+    known_hosts: str = "~/.ssh/known_hosts"  # the host's key must be here already (checked, never added)
+    workdir: str = "~/work"  # commands run here (~: the user's home there); read_file/write_file reach files under it
+    connect_timeout_s: int = 15  # seconds to connect, exchange keys and log in
+
+
+@dataclass
 class SandboxConfig:
     """Where the agent's `shell` tool runs."""
 
-    backend: str = "docker"  # docker: a locked-down container; local: this machine (explicit opt-in); none: no shell
+    backend: str = "docker"  # docker | ssh (a remote host, sandbox.ssh) | local: this machine (explicit opt-in) | none
     image: str = "python:3.12-slim"  # the container image (`hermes-fs sandbox build-image` makes one offline)
     network: bool = False  # give the container a network
     memory: str = "1g"  # the container's memory limit (Docker's notation)
     cpus: float = 1.0  # the container's CPU limit
     timeout_s: int = 120  # a command running longer is killed, with every process it started
+    ssh: SshConfig = field(default_factory=SshConfig)  # backend ssh: where, as whom, verified how
 
 
 @dataclass
@@ -143,80 +170,35 @@ class McpConfig:
 
 
 @dataclass
-class WebhookRouteConfig:
-    secret_env: str | None = None  # no secret configured: the route answers 403 (there is no insecure mode)
-    scheme: str = "standard"  # standard (Standard Webhooks) | github (X-Hub-Signature-256)
-    prompt: str | None = None  # "{payload}" is replaced by the body; default: the payload is the message
-    reply_to: str | None = None  # a notify target name that receives the answer
-    rate_per_min: int = 60  # more requests a minute are answered 429
+class Section:
+    """A part of hermes.yaml validated later by its owner (a gateway channel's settings, declared by
+    its adapter): the raw mapping, kept with its dotted prefix and the file's line numbers so the
+    owner's errors name the key and line as a setting of this file does (`build_section`)."""
+
+    name: str
+    data: dict[str, Any]
+    prefix: str  # "gateway.<name>."
+    filename: str
+    lines: dict[str, int]
+
+    @property
+    def line(self) -> int | None:
+        return self.lines.get(self.prefix.rstrip("."))
 
 
-@dataclass
-class WebhookConfig:
-    """Signed webhooks: POST /hooks/<route>."""
-
-    listen: str = "127.0.0.1:8787"  # host:port the webhook server binds
-    routes: dict[str, WebhookRouteConfig] = field(default_factory=dict)  # route name -> its secret and prompt
-
-
-@dataclass
-class MatrixConfig:
-    """The Matrix channel: the agent's own account on a homeserver."""
-
-    homeserver: str = "http://127.0.0.1:8008"  # the homeserver's URL
-    user_id: str = ""  # the agent's account, @hermes:example.org
-    password_env: str | None = None  # the variable holding its password (or access_token_env)
-    access_token_env: str | None = None  # the variable holding an access token
-    allow: list[str] = field(default_factory=list)  # empty = nobody (plus approved pairings)
-    admins: list[str] = field(default_factory=list)  # user ids who may /merge and /reject
-    pairing: bool = True  # with no allow list, a stranger in a DM gets a pairing code to approve
-    per_sender_in_rooms: bool = True  # group rooms: one session per sender
-
-
-@dataclass
-class ImapConfig:
-    """Where the agent's mail is read (one IMAP connection in IDLE)."""
-
-    host: str = ""  # the IMAP server
-    port: int = 993  # its port
-    tls: bool = True  # TLS from the start (IMAPS)
-    user: str = ""  # the login
-    password_env: str | None = None  # the variable holding the password (an app password)
-    mailbox: str = "INBOX"  # the folder read; mail is never deleted or moved
-
-
-@dataclass
-class SmtpConfig:
-    """How replies are sent."""
-
-    host: str = ""  # the SMTP server
-    port: int = 587  # its port
-    starttls: bool = True  # upgrade the connection with STARTTLS
-    tls: bool = False  # TLS from the start (port 465) instead
-    user: str = ""  # the login
-    password_env: str | None = None  # the variable holding the password
-    from_: str = ""  # written `from:` in hermes.yaml
-
-
-@dataclass
-class EmailConfig:
-    """The e-mail channel: a mailbox of the agent's own."""
-
-    imap: ImapConfig = field(default_factory=ImapConfig)  # reading
-    smtp: SmtpConfig = field(default_factory=SmtpConfig)  # replying
-    allow: list[str] = field(default_factory=list)  # addresses that may write to the agent (proven by DKIM/DMARC); empty = nobody
-    admins: list[str] = field(default_factory=list)  # addresses that may /merge and /reject
-    authserv_id: str | None = None  # Authentication-Results from this host are trusted
-    max_attachment_bytes: int = 10_000_000  # larger attachments are refused by name
+def build_section(cls: type, section: Section):
+    """`section` as the dataclass `cls` (strict, as every setting: an unknown key or a wrong type is
+    a ConfigError naming the dotted key and its line)."""
+    return _build(cls, section.data, section.prefix, section.filename, section.lines)
 
 
 @dataclass
 class GatewayConfig:
     """Chat and events from outside, run by the daemon; a channel is on when its key is set."""
 
-    webhook: WebhookConfig | None = None  # signed webhooks
-    matrix: MatrixConfig | None = None  # Matrix
-    email: EmailConfig | None = None  # e-mail
+    # every other key under `gateway:` is a channel's section, validated by that channel's adapter
+    # (service/gateway/registry.py); a section set to null is off
+    channels: dict[str, Section] = field(default_factory=dict, metadata={"rest": True})
     allow_local_shell: bool = False  # gateway sessions never get the host shell unless this says so
     workers: int = 2  # chats answered at once (each chat's messages run one at a time, in order)
     sender_rate_per_min: int = 20  # messages a minute from one sender; more are answered once, not run
@@ -276,6 +258,7 @@ class Config:
     skills: SkillsConfig = field(default_factory=SkillsConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    delegation: DelegationConfig = field(default_factory=DelegationConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     cron: CronConfig = field(default_factory=CronConfig)
     git: GitConfig = field(default_factory=GitConfig)
@@ -294,7 +277,7 @@ class Config:
 
 CHOICES = {
     "refine.policy": {p.value for p in Policy},
-    "sandbox.backend": {"docker", "local", "none"},
+    "sandbox.backend": {"docker", "ssh", "local", "none"},
     "notify.events": {"refine_pending", "refine_failed", "cron_output", "cron_failure", "sync_conflict"},
     "refine.mode": {m.value for m in ReviewMode},
     "learn.mode": {m.value for m in ReviewMode},
@@ -371,11 +354,19 @@ def _build(cls: type, data: Any, prefix: str, filename: str, lines: dict[str, in
             f"'{prefix.rstrip('.') or 'top level'}' must be a mapping", filename, lines.get(prefix.rstrip("."))
         )
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
+    fields = dataclasses.fields(cls)
+    names = {f.name for f in fields if not f.metadata.get("rest")}
+    rest = next((f.name for f in fields if f.metadata.get("rest")), None)
+    kwargs: dict[str, Any] = {rest: {}} if rest else {}
     for key, value in data.items():
         dotted = f"{prefix}{key}"
         key = RENAMED.get(key, key) if RENAMED.get(key) in names else key
+        if key not in names and rest is not None:  # a section its owner validates (build_section)
+            if value is not None:
+                if not isinstance(value, dict):
+                    raise ConfigError(f"'{dotted}' must be a mapping", filename, lines.get(dotted))
+                kwargs[rest][str(key)] = Section(str(key), value, dotted + ".", filename, lines)
+            continue
         if key not in names:
             raise ConfigError(
                 f"unknown key '{dotted}' (known: {', '.join(sorted(n.rstrip('_') for n in names))})", filename, lines.get(dotted)

@@ -15,6 +15,7 @@ Every commit GitStore makes passes through `Provenance.seal` (in `GitStore._comm
 | a session saved after a crash            | the agent  | Hermes-Change: recovered              |
 | a learned change on its branch           | the agent  | Refine-* / Learn-* / Curate-*, Checks,|
 |                                          |            | Learning-Tokens, Learning-Cost        |
+| skills installed from a git repository   | the person | Skill-Source (+ Skill-Ref, Skill-Path)|
 | a merge made by policy                   | the agent  | Hermes-Change: merge, Hermes-Branch   |
 | sync's merge of another machine's main   | the agent  | Hermes-Change: sync, Hermes-Host      |
 | a claim of a job run (refs/hermes/claims)| the agent  | Hermes-Host, Claim-State, -Expires    |
@@ -55,6 +56,9 @@ CLAIM_TOOK_OVER = "Claim-Took-Over"
 LEASE_EXPIRES = "Lease-Expires"
 CURATE_POLICY = "Curate-Policy"
 CURATE_MODEL = "Curate-Model"
+SKILL_SOURCE = "Skill-Source"  # installed skills: "<url> <commit>" they were copied from
+SKILL_REF = "Skill-Ref"  # the --ref the person asked for (what `skills update` fetches again)
+SKILL_PATH = "Skill-Path"  # the --path folder of the repository the skills were taken from
 CHECKS = "Checks"  # on a learned change: its checks' results ("2/3 passed; failed: node-pm")
 LEARNING_TOKENS = "Learning-Tokens"  # what the review that made a learned change used: "1234 (1000 in, 234 out)"
 LEARNING_COST = "Learning-Cost"  # and cost, in USD as litellm prices it ("0.000321 USD", or "unknown")
@@ -143,6 +147,12 @@ class Act:
         return cls(By.AGENT, dict(trailers or {}))
 
     @classmethod
+    def installed(cls, trailers: dict[str, str]) -> Act:
+        """Skills a person installed from a repository, on their install/ branch: the person asked
+        for them (so the person authors the commit), the trailers say from where."""
+        return cls(By.PERSON, dict(trailers))
+
+    @classmethod
     def policy_merge(cls) -> Act:
         """A merge the policy made (auto / additions): the agent's act, not the person's."""
         return cls(By.AGENT)
@@ -164,6 +174,18 @@ def learn_trailers(sources: list[str], model: str | None) -> dict[str, str]:
 
 def curate_trailers(policy: str, model: str | None) -> dict[str, str]:
     return {CURATE_POLICY: policy, CURATE_MODEL: model or ""}
+
+
+def install_trailers(url: str, commit: str, ref: str | None, path: str | None) -> dict[str, str]:
+    return {SKILL_SOURCE: f"{url} {commit}", SKILL_REF: ref or "", SKILL_PATH: path or ""}
+
+
+def parse_install_trailers(trailers: dict[str, str]) -> tuple[str, str, str | None, str | None] | None:
+    """(url, commit, ref, path) of an install commit's trailers; None when it has no Skill-Source."""
+    url, _, commit = trailers.get(SKILL_SOURCE, "").strip().partition(" ")
+    if not url:
+        return None
+    return url, commit.strip(), trailers.get(SKILL_REF) or None, trailers.get(SKILL_PATH) or None
 
 
 def cost_trailers(usage) -> dict[str, str]:

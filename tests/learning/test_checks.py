@@ -136,6 +136,7 @@ def test_learn_bisect_names_the_change_that_broke_a_check(agent_vault, model_ser
         bisect(v, "nope")
 
 
+@pytest.mark.slow
 def test_cli_check_review_and_learn_bisect(agent_vault, model_server, tmp_path, run_cli):
     v = agent_vault
     commit_check(v)

@@ -188,6 +188,7 @@ def test_chapters_respect_the_limit():
         assert len(c.text) <= 1000
 
 
+@pytest.mark.slow
 def test_cli_learn_and_inbox_learn(agent_vault, model_server, tmp_path, run_cli):
     src = tmp_path / "deploy.md"
     src.write_text(GUIDE)

@@ -25,6 +25,7 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_a_model_that_answers_in_words_gets_structured_mode(tmp_path, model_server, run_cli):
     model_server.add({"content": "I have noted 'ok'."})
     root = tmp_path / "v"

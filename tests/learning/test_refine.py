@@ -302,6 +302,7 @@ def test_refine_pending_is_notified(agent_vault, model_server, session, receiver
     assert "refine failed" in receiver.received[-1]["body"]["message"]
 
 
+@pytest.mark.slow
 def test_cli_refine_review_show_merge_log(agent_vault, model_server, session, run_cli):
     v = ["--vault", str(agent_vault.root)]
     good_review(model_server)
@@ -322,6 +323,7 @@ def test_cli_refine_review_show_merge_log(agent_vault, model_server, session, ru
     assert "tabs" not in (agent_vault.root / USER).read_text()
 
 
+@pytest.mark.slow
 def test_cli_refine_in_background(agent_vault, model_server, session, run_cli):
     good_review(model_server)
     r = run_cli("--vault", str(agent_vault.root), "refine")

@@ -170,6 +170,7 @@ def test_parse_document_tolerates_a_fence_only():
         parse_document(doc()[:-1] + ', "shell": "rm -rf /"}', ReviewDocument)
 
 
+@pytest.mark.slow
 def test_doctor_says_which_mode_suits_the_model(agent_vault, model_server, run_cli):
     """One tiny tool-call probe: a model that answers in words is pointed at structured mode."""
     (agent_vault.root / "hermes.yaml").write_text((agent_vault.root / "hermes.yaml").read_text().replace(
@@ -253,6 +254,7 @@ def test_a_skill_named_by_its_path_means_its_folder():
     assert [c[1]["name"] for c in tool_calls(doc)] == ["thumbs", "thumbs", "../etc"]  # the last: skill_manage refuses
 
 
+@pytest.mark.slow
 def test_background_reviews_say_once_what_to_set_for_a_model_doctor_found_unsuited(agent_vault, model_server, run_cli,
                                                                                     tmp_path):
     from hermes_fs.agent.conversation import Conversation, ConversationOptions

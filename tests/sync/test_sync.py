@@ -136,6 +136,7 @@ def test_a_persons_uncommitted_text_is_never_touched(tmp_path, server):
     assert r.merged
 
 
+@pytest.mark.slow
 def test_three_racing_claims_have_exactly_one_winner(tmp_path, server):
     a = first_machine(tmp_path, server)
     vaults = [a] + [machine(tmp_path, server, n) for n in ("b", "c")]
@@ -448,6 +449,7 @@ def test_one_fetch_mirrors_a_named_ref_and_a_namespace_and_a_ref_the_remote_lack
     assert a.git.rev(mirror_of("refs/heads/gone")) is None
 
 
+@pytest.mark.slow
 def test_an_edit_reaches_the_others_while_its_machine_keeps_losing_the_race_for_main(tmp_path, server):
     """Three machines and a phone committing every second lose the race for main most of the time
     (the chaos bench: an edit took 30 s at the median to reach the others). A machine that loses

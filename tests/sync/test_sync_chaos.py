@@ -18,6 +18,7 @@ import sync as chaos  # noqa: E402  (bench/sync.py)
 pytestmark = pytest.mark.gitdaemon
 
 
+@pytest.mark.slow
 def test_chaos_short(tmp_path):
     r = chaos.run(duration_s=40, jobs=5, requests=8, interval_s=1.0, ttl_s=20.0, seed=7, settle_s=240,
                   kill_every=(4, 8), cut_every=(5, 10), cut_for=(2, 6), work=tmp_path, say=lambda line: None)

@@ -57,6 +57,7 @@ def outputs(v: Vault, job: str) -> list[str]:
     return [p for p in v.git.list_files(v.git.head(), f"outputs/cron/{job}/")]
 
 
+@pytest.mark.slow
 def test_an_edit_on_one_machine_reaches_every_other(machines):
     vaults, procs = machines
     procs += [DaemonProc(v.root) for v in vaults]
@@ -73,6 +74,7 @@ def test_an_edit_on_one_machine_reaches_every_other(machines):
     assert all(c.trailers.get("Hermes-Host") for c in merges)
 
 
+@pytest.mark.slow
 def test_a_one_shot_job_runs_once_on_three_machines(machines, server):
     vaults, procs = machines
     a = vaults[0]
@@ -104,6 +106,7 @@ def test_a_one_shot_job_runs_once_on_three_machines(machines, server):
     subprocess.run(["git", "fsck", "--no-progress"], cwd=server.base / "vault.git", check=True)
 
 
+@pytest.mark.slow
 def test_a_killed_machines_claim_is_taken_over(machines, model_server):
     """A machine that claimed a due time and died (kill -9) mid-run: after the claim's expiry
     another machine takes it over and the job runs there, once."""
@@ -157,6 +160,7 @@ def phone_push(tmp_path, url: str, rel: str, text: str) -> None:
     raise AssertionError("the phone could not push")
 
 
+@pytest.mark.slow
 def test_a_request_pushed_by_a_phone_is_answered_once(machines, tmp_path, server):
     vaults, procs = machines
     procs += [DaemonProc(v.root) for v in vaults]
@@ -169,6 +173,7 @@ def test_a_request_pushed_by_a_phone_is_answered_once(machines, tmp_path, server
     assert sum("request taken: ask.md" in d.output() for d in procs) == 1
 
 
+@pytest.mark.slow
 def test_a_restarted_machine_works_after_it_has_caught_up_and_a_silent_remote_delays_it_little(
         machines, server, model_server):
     """Agent work waits for sync's first round (service/catch_up.py), so a machine back from a

@@ -159,6 +159,7 @@ def claim_hosts(server: GitDaemon, jobs: list[str], due) -> list[str | None]:
     return hosts
 
 
+@pytest.mark.slow
 def test_a_busy_machine_takes_over_every_dead_claim_and_runs_four_at_once(synced, tmp_path, model_server):
     """Taking every dead claim over and starting all their runs at once started 96 agent runs on
     one machine of the chaos run; then a machine took over only as many claims as it had free
@@ -223,6 +224,7 @@ def a_late_job_and_slow_rounds(v: Vault, server: GitDaemon, model_server):
     return due
 
 
+@pytest.mark.slow
 def test_the_renewer_sees_a_dead_claim_without_waiting_for_a_round(synced, tmp_path, model_server):
     """Dead claims were found in the mirror of the last round's fetch only; a round is slow when
     machines race for main (it retries its push up to PUSH_TRIES times), so an expired claim
@@ -246,6 +248,7 @@ def test_the_renewer_sees_a_dead_claim_without_waiting_for_a_round(synced, tmp_p
         d.stop()
 
 
+@pytest.mark.slow
 def test_the_renewer_takes_over_while_the_last_round_said_offline(synced, tmp_path, model_server):
     """The renewer looked for dead claims only while the last finished round had reached the
     remote; a round that lost the race for main kept retrying for many seconds before it said
@@ -548,6 +551,7 @@ def pushes_logged(server: GitDaemon):
     return lambda: log.read_text().splitlines() if log.exists() else []
 
 
+@pytest.mark.slow
 def test_a_dead_machines_requests_are_taken_over_in_one_push(synced, tmp_path, model_server):
     """The renewer took a dead machine's cron claims over in one push, but its requests only
     through the inbox: written again, each claim then taken over on its own, three network calls

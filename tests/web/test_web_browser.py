@@ -89,6 +89,7 @@ def test_merge_ticked_file_only_keeps_the_rest_pending(agent_vault, model_server
     assert [f.strip() for f in page.locator("section.file h2 code").all_inner_texts()] == ["skills/deploy-fly/SKILL.md"]
 
 
+@pytest.mark.slow
 def test_reject_then_revert_from_the_log(agent_vault, model_server, tmp_path, web, page):
     rejected = refine_change(agent_vault, model_server, tmp_path, summary="first idea", skill=False, focus="first")
     merged = refine_change(agent_vault, model_server, tmp_path, summary="second idea", entry="Works in UTC.",
@@ -105,7 +106,7 @@ def test_reject_then_revert_from_the_log(agent_vault, model_server, tmp_path, we
     assert "Works in UTC." in (agent_vault.root / USER).read_text()
     page.click("nav a[href='/log']")
     page.wait_for_url(f"{w.base}log")  # count() does not wait: on the page before, it counted 0 rows (a CI run)
-    rows = page.locator("table.list tbody tr")
+    rows = page.locator("table.list").first.locator("tbody tr")  # the changes, not the spend table below
     rows.first.wait_for()
     assert rows.count() == 2
     assert "merged" in rows.nth(0).inner_text() and "second idea" in rows.nth(0).inner_text()  # newest first
@@ -114,7 +115,7 @@ def test_reject_then_revert_from_the_log(agent_vault, model_server, tmp_path, we
     assert f"reverted {merged}" in page.inner_text(".flash")
     assert "Works in UTC." not in (agent_vault.root / USER).read_text()
     assert git(agent_vault, "log", "-1", "--format=%s", "main").strip() == f"revert {merged}"
-    assert "reverted" in page.locator("table.list tbody tr").nth(0).inner_text()
+    assert "reverted" in page.locator("table.list").first.locator("tbody tr").nth(0).inner_text()
 
 
 def test_edit_user_md_while_it_changed_on_disk_loses_nothing(agent_vault, web, page):
@@ -214,6 +215,7 @@ def test_page_updates_itself_when_a_change_arrives(agent_vault, model_server, tm
     assert page.locator("nav .count").inner_text() == "1"
 
 
+@pytest.mark.slow
 def test_run_a_job_now_and_see_its_output(agent_vault, model_server, web, page):
     (agent_vault.root / "cron").mkdir(exist_ok=True)
     (agent_vault.root / "cron/brief.md").write_text("---\nschedule: every day at 07:00\n---\nSay good morning.\n")
@@ -231,6 +233,7 @@ def test_run_a_job_now_and_see_its_output(agent_vault, model_server, web, page):
     assert wait_for(lambda: "cron: brief (ok)" in git(agent_vault, "log", "--format=%s", "main"), 30)
 
 
+@pytest.mark.slow
 def test_search_a_session_and_refine_it(agent_vault, model_server, tmp_path, web, page):
     from web_helpers import make_session
 

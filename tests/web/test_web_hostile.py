@@ -120,6 +120,7 @@ def test_a_percent_in_a_branch_name_opens_and_acts_on_that_branch(agent_vault, m
     assert "rejected" in page and html.escape(tricky) in page
 
 
+@pytest.mark.slow
 def test_the_editor_saves_up_to_its_own_limit_and_says_why_beyond(vault, web):
     w = web()
     path = vault.root / "memory/USER.md"

@@ -1,5 +1,6 @@
-"""Where the `shell` tool runs commands. Backends: `docker` (sandbox.docker), `local` (this
-machine, only when chosen explicitly) and `none` (no shell at all)."""
+"""Where the `shell` tool runs commands. Backends: `docker` (sandbox.docker), `ssh` (a remote
+host, sandbox.ssh: its workdir's files too), `local` (this machine, only when chosen explicitly)
+and `none` (no shell at all)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ def make_sandbox(config: SandboxConfig, workspace: Path, session_id: str) -> San
         return NoSandbox()
     if config.backend == "local":
         return LocalSandbox(workspace, config)
+    if config.backend == "ssh":
+        from .ssh import SshSandbox
+
+        return SshSandbox(config.ssh, config.timeout_s)
     from .docker import DockerSandbox
 
     return DockerSandbox(config, workspace, session_id)

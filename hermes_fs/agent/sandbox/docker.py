@@ -40,6 +40,12 @@ def _client(timeout: int = 10) -> Any:
             f"({str(exc).splitlines()[0][:160]}): start Docker (e.g. `sudo systemctl start docker`), "
             "or set sandbox.backend to local or none in hermes.yaml"
         ) from None
+    except Exception as exc:  # DOCKER_HOST=ssh://: paramiko's refusals (an unknown host key, a refused key)
+        if not type(exc).__module__.startswith("paramiko"):
+            raise
+        raise SandboxError(f"no reachable Docker engine over ssh ({os.environ.get('DOCKER_HOST', '')}): {exc}; "
+                           "the host's key must be in ~/.ssh/known_hosts and your key in its authorized_keys "
+                           "(try `ssh` to it once)") from None
 
 
 NOBODY = "65534:65534"
