@@ -34,7 +34,7 @@ from model_server import ModelServer, configure_vault  # noqa: E402
 from synapse_server import Person, Synapse, available  # noqa: E402
 
 from hermes_fs.service.gateway.channel import Origin  # noqa: E402
-from hermes_fs.service.gateway.ledger import Ledger, ledger_path, message_key  # noqa: E402
+from hermes_fs.service.gateway.ledger import GatewayLedger, ledger_path, message_key  # noqa: E402
 from hermes_fs.store.provenance import Act  # noqa: E402
 from hermes_fs.store.vault import init_vault  # noqa: E402
 
@@ -105,7 +105,7 @@ def wait_joined(person: Person, room: str, bot: str, timeout: float = 60) -> Non
 
 
 def latency(vault, person: Person, room: str, bot: str, n: int) -> dict:
-    ledger = Ledger(ledger_path(vault.state_dir))
+    ledger = GatewayLedger(ledger_path(vault.state_dir))
     durable, visible = [], []
     for i in range(n):
         t0 = time.time()

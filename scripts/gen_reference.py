@@ -44,8 +44,18 @@ class Key:
 
 
 def _comments(cls: type) -> dict[str, str]:
-    """Field name -> its comment in the class's source: on the field's own line, else the comment
-    lines right above it."""
+    """Field name -> its comment in the class's source (or a base dataclass's, for a field the
+    class inherits): on the field's own line, else the comment lines right above it."""
+    found: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            for name, text in _own_comments(klass).items():
+                if text or name not in found:  # a field re-declared without a comment keeps its base's
+                    found[name] = text
+    return found
+
+
+def _own_comments(cls: type) -> dict[str, str]:
     source = textwrap.dedent(inspect.getsource(cls))
     by_line: dict[int, str] = {}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -111,6 +121,9 @@ def config_keys(cls=None, prefix: str = "", instance=None) -> list[Key]:
     notes = _comments(cls)
     keys: list[Key] = []
     for f in dataclasses.fields(cls):
+        if f.metadata.get("rest"):  # `gateway:`: each channel's section, declared by its adapter
+            keys += _channel_keys(prefix)
+            continue
         name = f.name.rstrip("_")
         dotted = prefix + name
         hint = hints[f.name]
@@ -130,6 +143,17 @@ def config_keys(cls=None, prefix: str = "", instance=None) -> list[Key]:
             keys += config_keys(sub, dotted + ".", value if value is not None else sub())
         else:
             keys.append(Key(dotted, _type_name(hint), _show(value), meaning))
+    return keys
+
+
+def _channel_keys(prefix: str) -> list[Key]:
+    from hermes_fs.service.gateway import registry
+
+    keys: list[Key] = []
+    for name in registry.CHANNELS:
+        settings = registry.channel_class(name).Settings
+        keys.append(Key(prefix + name, "mapping or null", "not set", _doc(settings)))
+        keys += config_keys(settings, f"{prefix}{name}.", settings())
     return keys
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hermes_fs.service.gateway import registry
 from hermes_fs.store.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,8 +82,13 @@ def _yaml_keys(text: str) -> set[str]:
         if not isinstance(data, dict) or not dataclasses.is_dataclass(cls):
             return
         hints = typing.get_type_hints(cls)
-        fields = {f.name.rstrip("_"): f.name for f in dataclasses.fields(cls)}
+        fields = {f.name.rstrip("_"): f.name for f in dataclasses.fields(cls) if not f.metadata.get("rest")}
+        sections = any(f.metadata.get("rest") for f in dataclasses.fields(cls))  # gateway: channels' own
         for key, value in data.items():
+            if key not in fields and sections and key in registry.CHANNELS:
+                keys.add(prefix + key)
+                walk(registry.channel_class(key).Settings, value, prefix + key + ".")
+                continue
             if key not in fields:
                 continue
             dotted = prefix + key

@@ -36,7 +36,9 @@ def gateway_status(ctx: click.Context, as_json: bool):
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        echo("no gateway channels in hermes.yaml (gateway: {matrix: ..., webhook: ...})")
+        from ..service.gateway.registry import CHANNELS
+
+        echo(f"no gateway channels in hermes.yaml (gateway: {{NAME: ...}}; channels: {', '.join(CHANNELS)})")
         return
     for r in rows:
         echo(render_row(r))
@@ -69,9 +71,9 @@ def pair():
 def pair_list(ctx: click.Context):
     """Senders waiting for approval (codes are never shown: the sender has theirs)."""
     from ..service.gateway.access import CODE_TTL_S
-    from ..service.gateway.ledger import Ledger, ledger_path
+    from ..service.gateway.ledger import GatewayLedger, ledger_path
 
-    ledger = Ledger(ledger_path(_vault(ctx).state_dir))
+    ledger = GatewayLedger(ledger_path(_vault(ctx).state_dir))
     waiting = ledger.pairings(time.time() - CODE_TTL_S)
     for p in waiting:
         echo(f"{p.platform:<8} {p.sender}  asked {_ago(p.created)}, expires in {int(p.created + CODE_TTL_S - time.time()) // 60} min")
@@ -103,12 +105,12 @@ def pair_deny(ctx: click.Context, code: str):
 def _decide(ctx: click.Context, code: str, approved: bool) -> None:
     from ..errors import InputError
     from ..service.gateway.access import approve, deny
-    from ..service.gateway.ledger import Ledger, ledger_path
+    from ..service.gateway.ledger import GatewayLedger, ledger_path
     from ..service.work import remote_url
 
     v = _vault(ctx)
     try:
-        found = (approve if approved else deny)(Ledger(ledger_path(v.state_dir)), code)
+        found = (approve if approved else deny)(GatewayLedger(ledger_path(v.state_dir)), code)
     except InputError as exc:
         if remote_url(v) is None:
             raise
@@ -124,35 +126,29 @@ def _decide(ctx: click.Context, code: str, approved: bool) -> None:
 @click.pass_context
 def gateway_test(ctx: click.Context, channel: str):
     """Connect CHANNEL with the settings of hermes.yaml and say whether it works."""
-    from ..service.gateway.core import CHANNELS, configured, load_channel
+    from ..service.gateway.registry import CHANNELS, configured, load_channel
 
     v = _vault(ctx)
     if channel not in CHANNELS:
         raise InputError(f"unknown channel {channel!r} (known: {', '.join(CHANNELS)})")
     if channel not in configured(v):
         raise InputError(f"gateway.{channel} is not set in hermes.yaml")
-    adapter = load_channel(v, channel, getattr(v.config.gateway, channel))
-    check = getattr(adapter, "check", None)
-    if check is None:
-        raise InputError(f"the {channel} channel has no test")
-    echo(f"ok {channel}: {check()}")
+    echo(f"ok {channel}: {load_channel(v, channel).check()}")
 
 
 def doctor_checks(v) -> list[tuple[str, bool, str]]:
-    """`doctor`: each configured channel's own test (a Matrix login, the webhook routes' secrets)."""
+    """`doctor`: each configured channel's own test (a login, a listener, the secrets it needs)."""
     from ..errors import HermesError
 
     cfg = v.config.gateway
-    if not (cfg.webhook or cfg.matrix or cfg.email):
+    if not cfg.channels:
         return []
-    from ..service.gateway.core import configured, load_channel
+    from ..service.gateway.registry import configured, load_channel
 
     out = []
     for name in configured(v):
         try:
-            adapter = load_channel(v, name, getattr(cfg, name))
-            check = getattr(adapter, "check", None)
-            out.append((f"gateway {name}", True, check() if check else "configured (no test for this channel)"))
+            out.append((f"gateway {name}", True, load_channel(v, name).check()))
         except HermesError as exc:
             out.append((f"gateway {name}", False, str(exc)))
         except Exception as exc:  # a channel's library failing (network, TLS): a check result, not a crash

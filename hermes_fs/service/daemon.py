@@ -270,13 +270,16 @@ class Daemon:
         from .services import services_for
 
         for service in services_for(self, early):
-            try:
-                service.start()
-                self.services.append(service)
-                self.note(f"{service.name} started")
-            except Exception as exc:
-                self.log.exception(f"{service.name}: could not start")
-                self.error(f"{service.name} not started: {exc}")
+            self._start_service(service)
+
+    def _start_service(self, service) -> None:
+        try:
+            service.start()
+            self.services.append(service)
+            self.note(f"{service.name} started")
+        except Exception as exc:
+            self.log.exception(f"{service.name}: could not start")
+            self.error(f"{service.name} not started: {exc}")
 
     def _tell_services(self, event: str) -> None:
         """Call `event()` on the parts that listen for it (the skill vectors: `skills_changed`)."""
@@ -406,6 +409,18 @@ class Daemon:
             self.state.resolved("hermes.yaml is invalid")
         except HermesError as exc:
             self.error(f"hermes.yaml is invalid, keeping the last good settings: {exc}")
+            return
+        self._tell_services("settings_changed")
+        self._start_new_services()
+
+    def _start_new_services(self) -> None:
+        """Parts hermes.yaml turns on since the daemon started (a first gateway channel)."""
+        from .services import started_on_reload
+
+        if self.stop_event.is_set():
+            return
+        for service in started_on_reload(self, {s.name for s in self.services}):
+            self._start_service(service)
 
     def _reload_jobs(self) -> None:
         """Re-read cron/*.md; a bad file is reported and the other jobs stay loaded."""

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from .host import DaemonHost  # what a part may use of the daemon (a protocol: parts never import the daemon)
 
-__all__ = ["DaemonHost", "DaemonService", "services_for"]
+__all__ = ["DaemonHost", "DaemonService", "services_for", "started_on_reload"]
 
 
 class DaemonService(Protocol):
@@ -49,10 +49,23 @@ def services_for(daemon: DaemonHost, early: bool = False) -> list[DaemonService]
         from .skill_vectors import SkillVectorsService
 
         found.append(SkillVectorsService(daemon))
-    from .gateway.core import configured
+    from .gateway.registry import configured
 
     if configured(daemon.vault):
         from .gateway.core import Gateway
 
         found.append(Gateway(daemon.vault, note=daemon.note, error=daemon.error, claims=daemon.claims))
     return found
+
+
+def started_on_reload(daemon: DaemonHost, running: set[str]) -> list[DaemonService]:
+    """The parts a reload of hermes.yaml starts, given the names of those `running`: the gateway,
+    once hermes.yaml names a channel (a running gateway follows its channels itself:
+    `Gateway.settings_changed`). The others start with the daemon."""
+    from .gateway.registry import configured
+
+    if "gateway" in running or not configured(daemon.vault):
+        return []
+    from .gateway.core import Gateway
+
+    return [Gateway(daemon.vault, note=daemon.note, error=daemon.error)]

@@ -60,8 +60,7 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
         from .sync import sync_status
 
         st.sync = sync_status(vault)
-    gw = vault.config.gateway
-    if gw.webhook or gw.matrix or gw.email:  # the gateway's modules load only when it is configured
+    if vault.config.gateway.channels:  # the gateway's modules load only when it is configured
         from .gateway.status import collect as gateway_status
 
         st.gateway = gateway_status(vault)

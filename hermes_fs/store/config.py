@@ -170,80 +170,35 @@ class McpConfig:
 
 
 @dataclass
-class WebhookRouteConfig:
-    secret_env: str | None = None  # no secret configured: the route answers 403 (there is no insecure mode)
-    scheme: str = "standard"  # standard (Standard Webhooks) | github (X-Hub-Signature-256)
-    prompt: str | None = None  # "{payload}" is replaced by the body; default: the payload is the message
-    reply_to: str | None = None  # a notify target name that receives the answer
-    rate_per_min: int = 60  # more requests a minute are answered 429
+class Section:
+    """A part of hermes.yaml validated later by its owner (a gateway channel's settings, declared by
+    its adapter): the raw mapping, kept with its dotted prefix and the file's line numbers so the
+    owner's errors name the key and line as a setting of this file does (`build_section`)."""
+
+    name: str
+    data: dict[str, Any]
+    prefix: str  # "gateway.<name>."
+    filename: str
+    lines: dict[str, int]
+
+    @property
+    def line(self) -> int | None:
+        return self.lines.get(self.prefix.rstrip("."))
 
 
-@dataclass
-class WebhookConfig:
-    """Signed webhooks: POST /hooks/<route>."""
-
-    listen: str = "127.0.0.1:8787"  # host:port the webhook server binds
-    routes: dict[str, WebhookRouteConfig] = field(default_factory=dict)  # route name -> its secret and prompt
-
-
-@dataclass
-class MatrixConfig:
-    """The Matrix channel: the agent's own account on a homeserver."""
-
-    homeserver: str = "http://127.0.0.1:8008"  # the homeserver's URL
-    user_id: str = ""  # the agent's account, @hermes:example.org
-    password_env: str | None = None  # the variable holding its password (or access_token_env)
-    access_token_env: str | None = None  # the variable holding an access token
-    allow: list[str] = field(default_factory=list)  # empty = nobody (plus approved pairings)
-    admins: list[str] = field(default_factory=list)  # user ids who may /merge and /reject
-    pairing: bool = True  # with no allow list, a stranger in a DM gets a pairing code to approve
-    per_sender_in_rooms: bool = True  # group rooms: one session per sender
-
-
-@dataclass
-class ImapConfig:
-    """Where the agent's mail is read (one IMAP connection in IDLE)."""
-
-    host: str = ""  # the IMAP server
-    port: int = 993  # its port
-    tls: bool = True  # TLS from the start (IMAPS)
-    user: str = ""  # the login
-    password_env: str | None = None  # the variable holding the password (an app password)
-    mailbox: str = "INBOX"  # the folder read; mail is never deleted or moved
-
-
-@dataclass
-class SmtpConfig:
-    """How replies are sent."""
-
-    host: str = ""  # the SMTP server
-    port: int = 587  # its port
-    starttls: bool = True  # upgrade the connection with STARTTLS
-    tls: bool = False  # TLS from the start (port 465) instead
-    user: str = ""  # the login
-    password_env: str | None = None  # the variable holding the password
-    from_: str = ""  # written `from:` in hermes.yaml
-
-
-@dataclass
-class EmailConfig:
-    """The e-mail channel: a mailbox of the agent's own."""
-
-    imap: ImapConfig = field(default_factory=ImapConfig)  # reading
-    smtp: SmtpConfig = field(default_factory=SmtpConfig)  # replying
-    allow: list[str] = field(default_factory=list)  # addresses that may write to the agent (proven by DKIM/DMARC); empty = nobody
-    admins: list[str] = field(default_factory=list)  # addresses that may /merge and /reject
-    authserv_id: str | None = None  # Authentication-Results from this host are trusted
-    max_attachment_bytes: int = 10_000_000  # larger attachments are refused by name
+def build_section(cls: type, section: Section):
+    """`section` as the dataclass `cls` (strict, as every setting: an unknown key or a wrong type is
+    a ConfigError naming the dotted key and its line)."""
+    return _build(cls, section.data, section.prefix, section.filename, section.lines)
 
 
 @dataclass
 class GatewayConfig:
     """Chat and events from outside, run by the daemon; a channel is on when its key is set."""
 
-    webhook: WebhookConfig | None = None  # signed webhooks
-    matrix: MatrixConfig | None = None  # Matrix
-    email: EmailConfig | None = None  # e-mail
+    # every other key under `gateway:` is a channel's section, validated by that channel's adapter
+    # (service/gateway/registry.py); a section set to null is off
+    channels: dict[str, Section] = field(default_factory=dict, metadata={"rest": True})
     allow_local_shell: bool = False  # gateway sessions never get the host shell unless this says so
     workers: int = 2  # chats answered at once (each chat's messages run one at a time, in order)
     sender_rate_per_min: int = 20  # messages a minute from one sender; more are answered once, not run
@@ -399,11 +354,19 @@ def _build(cls: type, data: Any, prefix: str, filename: str, lines: dict[str, in
             f"'{prefix.rstrip('.') or 'top level'}' must be a mapping", filename, lines.get(prefix.rstrip("."))
         )
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
+    fields = dataclasses.fields(cls)
+    names = {f.name for f in fields if not f.metadata.get("rest")}
+    rest = next((f.name for f in fields if f.metadata.get("rest")), None)
+    kwargs: dict[str, Any] = {rest: {}} if rest else {}
     for key, value in data.items():
         dotted = f"{prefix}{key}"
         key = RENAMED.get(key, key) if RENAMED.get(key) in names else key
+        if key not in names and rest is not None:  # a section its owner validates (build_section)
+            if value is not None:
+                if not isinstance(value, dict):
+                    raise ConfigError(f"'{dotted}' must be a mapping", filename, lines.get(dotted))
+                kwargs[rest][str(key)] = Section(str(key), value, dotted + ".", filename, lines)
+            continue
         if key not in names:
             raise ConfigError(
                 f"unknown key '{dotted}' (known: {', '.join(sorted(n.rstrip('_') for n in names))})", filename, lines.get(dotted)

@@ -21,12 +21,14 @@ from hermes_fs.service.gateway.channel import Inbound, Origin, Outbound
 from hermes_fs.service.gateway.email import (
     Cursor,
     EmailChannel,
+    EmailSettings,
+    ImapSettings,
+    SmtpSettings,
     automated,
     command_text,
     parse_mail,
 )
 from hermes_fs.service.gateway.mailauth import prove_sender
-from hermes_fs.store.config import EmailConfig, ImapConfig, SmtpConfig
 from tests.mailenv import AUTHSERV, PASSWORD, DkimKey, MailEnv, dovecot_missing
 
 AGENT = "agent@test.example"
@@ -73,10 +75,10 @@ class RecordingSink:
             return list(self.got)
 
 
-def config(env: MailEnv, **kw) -> EmailConfig:
-    return EmailConfig(imap=ImapConfig(host="127.0.0.1", port=env.imap_port, tls=False, user=AGENT,
+def config(env: MailEnv, **kw) -> EmailSettings:
+    return EmailSettings(imap=ImapSettings(host="127.0.0.1", port=env.imap_port, tls=False, user=AGENT,
                                        password_env="MAIL_PASSWORD"),
-                       smtp=SmtpConfig(host="127.0.0.1", port=env.smtp_port, starttls=False, from_=AGENT),
+                       smtp=SmtpSettings(host="127.0.0.1", port=env.smtp_port, starttls=False, from_=AGENT),
                        allow=[ME], admins=[ME], authserv_id=AUTHSERV, **kw)
 
 

@@ -12,6 +12,7 @@ from email.message import EmailMessage
 import pytest
 from conftest import git, wait_for
 
+from hermes_fs.service.gateway import registry
 from hermes_fs.service.gateway.core import Gateway
 from hermes_fs.service.gateway.email import EmailChannel
 from hermes_fs.store.provenance import Act
@@ -71,7 +72,7 @@ gateway:
         agent_vault.secrets_env.write_text(f"MAIL_PASSWORD={PASSWORD}\n")
         agent_vault.git.commit_paths(["hermes.yaml"], "test: e-mail gateway settings", Act.person())
         vault = Vault(agent_vault.root)
-        channel = EmailChannel(vault, vault.config.gateway.email, dns=env.zone)
+        channel = EmailChannel(vault, registry.settings(vault, "email"), dns=env.zone)
         gw = Gateway(vault, channels=[channel])
         gw.start()
         assert wait_for(lambda: channel.state.cursor(channel.mailbox_key), 20), channel.status.error
@@ -302,8 +303,8 @@ gateway:
     agent_vault.secrets_env.write_text(f"MAIL_PASSWORD={PASSWORD}\n")
     agent_vault.git.commit_paths(["hermes.yaml"], "test: e-mail gateway settings", Act.person())
     d = daemon()
-    assert wait_for(lambda: (agent_vault.root / ".hermes" / "gateway" / "email.sqlite").exists(), 30)
-    time.sleep(1.0)  # the channel's first start records the mailbox's position
+    # the channel's first start records the mailbox's position: mail from before is history
+    assert wait_for(lambda: "email: first start on" in d.output(), 60), d.output()
     send(env, keys, mail(subject="one", body="first"))
     assert [r.text.strip() for r in env.wait_for(ME, 1)] == ["re: first"]
     d.stop(signal.SIGKILL)

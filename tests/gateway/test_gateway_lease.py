@@ -15,7 +15,7 @@ from conftest import DaemonProc, wait_for
 from gitserver import GitDaemon, Proxy
 from test_sync import first_machine
 
-from hermes_fs.service.gateway.holder import DONE, SENDING, TAKEN, ChannelHolder, Journal, NotHeld
+from hermes_fs.service.gateway.holder import DONE, SENDING, TAKEN, ChannelHolder, LeaseJournal, NotHeld
 from hermes_fs.store.lease import RefLease, lease_ref
 from hermes_fs.store.remote import RefUpdate, Remote, Unreachable
 
@@ -36,11 +36,11 @@ class Consumer:
         self.name = name
         self.cursor = "0"
         self.acquired: list[float] = []
-        self.journals: list[Journal] = []
+        self.journals: list[LeaseJournal] = []
         self.released: list[str] = []
         self.consuming = threading.Event()
 
-    def on_acquire(self, journal: Journal) -> None:
+    def on_acquire(self, journal: LeaseJournal) -> None:
         if journal.cursor is not None:
             self.cursor = journal.cursor
         self.journals.append(journal)
@@ -106,7 +106,7 @@ def test_a_lease_read_racing_the_sync_fetch_for_the_mirror_ref_is_no_network_fai
 
 
 def test_journal_watermark_and_pruning():
-    j = Journal()
+    j = LeaseJournal()
     j.entries.update({f"r{i}": _entry(DONE, str(i)) for i in range(300)})
     j.entries["open"] = _entry(TAKEN, "300")
     j.entries["after"] = _entry(SENDING, "301")
@@ -116,7 +116,7 @@ def test_journal_watermark_and_pruning():
     assert kept[-2:] == ["open", "after"] and len(kept) == 202  # 200 settled ones before it stay
     j.entries["open"].state = DONE
     assert j.data("305")["cursor"] == "305"
-    assert Journal({"cursor": 5, "entries": [["x", "bogus", None, "h"], "junk", ["y", TAKEN, "1", "h"]]}).entries.keys() == {"y"}
+    assert LeaseJournal({"cursor": 5, "entries": [["x", "bogus", None, "h"], "junk", ["y", TAKEN, "1", "h"]]}).entries.keys() == {"y"}
 
 
 def _entry(state, cursor):
@@ -241,17 +241,17 @@ def test_a_clean_stop_hands_over_at_once(tmp_path, server):
 def test_the_next_holder_takes_in_chat_sessions_approvals_and_pairing_codes(tmp_path, server):
     """What a chat needs to go on, carried in the lease journal: on the machine taking over, a
     chat continues its session, an approved sender stays approved, a pending code can be approved."""
-    from hermes_fs.service.gateway.ledger import Ledger
+    from hermes_fs.service.gateway.ledger import GatewayLedger
 
     a = first_machine(tmp_path, server)
     lease_s = 2.0
-    ledgers = {h: Ledger(tmp_path / h / "gateway.db") for h in ("a", "b")}
+    ledgers = {h: GatewayLedger(tmp_path / h / "gateway.db") for h in ("a", "b")}
     consumers = {h: Consumer(h) for h in ("a", "b")}
 
     def start(h: str) -> ChannelHolder:
         c, ledger = consumers[h], ledgers[h]
 
-        def acquire(journal: Journal) -> None:
+        def acquire(journal: LeaseJournal) -> None:
             ledger.merge_shared("matrix", journal.shared)
             c.on_acquire(journal)
 
@@ -294,9 +294,9 @@ def test_the_next_holder_takes_in_chat_sessions_approvals_and_pairing_codes(tmp_
 def test_shared_state_from_the_remote_is_checked_row_by_row(tmp_path):
     """The journal is read from the remote, which anyone with push access writes: malformed rows
     are skipped, other platforms' rows ignored, and nothing else in the ledger is touched."""
-    from hermes_fs.service.gateway.ledger import Ledger
+    from hermes_fs.service.gateway.ledger import GatewayLedger
 
-    ledger = Ledger(tmp_path / "gateway.db")
+    ledger = GatewayLedger(tmp_path / "gateway.db")
     try:
         assert ledger.merge_shared("matrix", "not a dict") == 0
         assert ledger.merge_shared("matrix", {"sessions": "x", "approved": [1, 2], "pairings": None}) == 0

@@ -11,7 +11,7 @@ import pytest
 from conftest import git, wait_for
 
 from hermes_fs.service.gateway.core import Gateway
-from hermes_fs.service.gateway.ledger import Ledger, ledger_path
+from hermes_fs.service.gateway.ledger import GatewayLedger, ledger_path
 from hermes_fs.service.gateway.webhook import MAX_BODY, sign_github, sign_standard
 from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault
@@ -145,7 +145,7 @@ def test_github_scheme_and_the_route_rate(hook, agent_vault, model_server):
     codes = [post(base, "deploys", b"n%d" % i, signed(b"n%d" % i, f"rate_{i}")).status_code for i in range(7)]
     assert codes == [202] * 5 + [429, 429]  # rate_per_min: 5
     assert gw.wait_idle(120)
-    rows = Ledger(ledger_path(agent_vault.state_dir))
+    rows = GatewayLedger(ledger_path(agent_vault.state_dir))
     assert rows.count_messages("webhook") == 6
 
 

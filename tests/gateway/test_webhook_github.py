@@ -16,7 +16,7 @@ import pytest
 from test_gateway_webhook import GITHUB_SECRET, configure, post
 
 from hermes_fs.service.gateway.core import Gateway
-from hermes_fs.service.gateway.ledger import Ledger, ledger_path
+from hermes_fs.service.gateway.ledger import GatewayLedger, ledger_path
 from hermes_fs.service.gateway.webhook import sign_github
 from hermes_fs.store.vault import Vault
 
@@ -168,5 +168,5 @@ def test_a_delivery_the_core_refuses_is_never_answered_202_nor_retried(hook, age
     assert "not run" in answers[2]["error"] and "2 messages a minute" in answers[2]["error"]
     assert gw.wait_idle(60)
     assert len(model_server.requests) == 2
-    ledger = Ledger(ledger_path(agent_vault.state_dir))
+    ledger = GatewayLedger(ledger_path(agent_vault.state_dir))
     assert ledger.db.execute("SELECT COUNT(*) FROM deliveries").fetchone()[0] == 0  # no notice with nowhere to go

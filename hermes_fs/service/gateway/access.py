@@ -17,10 +17,13 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from ...errors import InputError
-from .channel import Inbound
-from .ledger import Ledger, Pairing, PairingRules
+
+if TYPE_CHECKING:  # only for the types: the channel interface imports this module
+    from .channel import ChatSettings, Inbound
+    from .ledger import GatewayLedger, Pairing
 
 ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
 CODE_LENGTH = 8
@@ -41,9 +44,18 @@ class AccessRules:
     authenticated: bool = False  # the channel proved the sender itself (signed webhooks): allowed, never admin
 
     @classmethod
-    def from_config(cls, section) -> AccessRules:
-        return cls(list(getattr(section, "allow", None) or []), list(getattr(section, "admins", None) or []),
-                   bool(getattr(section, "pairing", False)))
+    def from_settings(cls, settings: ChatSettings) -> AccessRules:
+        return cls(list(settings.allow), list(settings.admins), settings.pairing)
+
+
+@dataclass(frozen=True)
+class PairingRules:
+    code_ttl_s: float  # a code older than this is no code
+    max_failures: int  # this many failed attempts within lock_s lock approving
+    lock_s: float
+
+
+RULES = PairingRules(code_ttl_s=CODE_TTL_S, max_failures=MAX_FAILURES, lock_s=LOCK_S)
 
 
 class Verdict(Enum):
@@ -57,7 +69,7 @@ def normal(sender: str) -> str:
     return sender.strip().lower()
 
 
-def decide(rules: AccessRules, ledger: Ledger, message: Inbound) -> Verdict:
+def decide(rules: AccessRules, ledger: GatewayLedger, message: Inbound) -> Verdict:
     sender = normal(message.origin.sender)
     if not sender:
         return Verdict.SILENCE
@@ -76,7 +88,7 @@ def hash_code(code: str) -> str:
     return hashlib.sha256(code.strip().upper().encode()).hexdigest()
 
 
-def new_code(ledger: Ledger, platform: str, sender: str, now: float | None = None) -> str | None:
+def new_code(ledger: GatewayLedger, platform: str, sender: str, now: float | None = None) -> str | None:
     """A fresh pairing code for this sender, or None when the limits say silence."""
     now = now or time.time()
     sender = normal(sender)
@@ -97,7 +109,7 @@ def pairing_text(code: str) -> str:
             f"this agent to approve it on their machine with: hermes-fs gateway pair approve {code}")
 
 
-def locked_until(ledger: Ledger, now: float | None = None) -> float | None:
+def locked_until(ledger: GatewayLedger, now: float | None = None) -> float | None:
     now = now or time.time()
     failures = ledger.pair_failures(now - LOCK_S)
     if len(failures) >= MAX_FAILURES:
@@ -105,18 +117,15 @@ def locked_until(ledger: Ledger, now: float | None = None) -> float | None:
     return None
 
 
-RULES = PairingRules(code_ttl_s=CODE_TTL_S, max_failures=MAX_FAILURES, lock_s=LOCK_S)
-
-
-def approve(ledger: Ledger, code: str, now: float | None = None) -> Pairing:
+def approve(ledger: GatewayLedger, code: str, now: float | None = None) -> Pairing:
     return _decide(ledger, code, True, now)
 
 
-def deny(ledger: Ledger, code: str, now: float | None = None) -> Pairing:
+def deny(ledger: GatewayLedger, code: str, now: float | None = None) -> Pairing:
     return _decide(ledger, code, False, now)
 
 
-def _decide(ledger: Ledger, code: str, approved: bool, now: float | None) -> Pairing:
+def _decide(ledger: GatewayLedger, code: str, approved: bool, now: float | None) -> Pairing:
     """Approvals and denials count alike against the lock-out: both try a code."""
     now = now or time.time()
     attempt = ledger.decide_pairing(hash_code(code), approved, RULES, now)

@@ -1,18 +1,32 @@
-"""The one interface every gateway channel implements (Matrix, webhook, e-mail, ...).
+"""The one interface every gateway channel implements, and the one the core offers it back.
 
 A channel turns what its platform delivers into `Inbound` messages and hands each to the core's
 `Sink`; `Sink.submit` returns only once the message is durably a request (committed or claimed in
-the vault), so a channel saves its own cursor (a Matrix sync token, an IMAP UID) *after* that
-call: nothing is lost across a crash, and the message id makes a second submit a no-op. Replies
-come back through `Channel.send`, addressed by the same `Origin`.
+the vault), so a channel saves its own cursor (a sync token, a mailbox UID, an update id) *after*
+that call: nothing is lost across a crash, and the message id makes a second submit a no-op.
+Replies come back through `ChannelBase.send`, addressed by the same `Origin`.
+
+Every behaviour the core may ask of a channel is declared on `ChannelBase` with its default, so a
+channel overrides by name (a typo is a new attribute mypy and the base's tests see, never a silent
+default), and everything a channel may ask of the core is on `Sink` (a channel never touches the
+core's ledger). The contract in prose: README.md next to this file.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from ...errors import InputError
+from .access import AccessRules, Verdict
+
+if TYPE_CHECKING:
+    from ...store.vault import Vault
+    from .ledger import Message
 
 
 @dataclass(frozen=True)
@@ -20,8 +34,8 @@ class Origin:
     """Where a message came from, and so where its reply goes. `sender` is a stable,
     server-authenticated id (a Matrix user id, a proven mail address), never a display name."""
 
-    platform: str  # the channel's name: matrix, webhook, email
-    chat: str  # room id, mailbox thread root, webhook route
+    platform: str  # the channel's name (its registry key)
+    chat: str  # a room, a chat, a mailbox thread root, a route
     sender: str
     message: str  # the platform's message id: the idempotency key
     thread: str | None = None  # m.thread root, mail thread root
@@ -61,22 +75,180 @@ class Outbound:
     reply_id: str  # stable id of this reply (the request id): a channel may use it to avoid double sends
 
 
+@dataclass
+class ChatSettings:
+    """The access part of a chat channel's settings (its adapter's `Settings` extends it): who may
+    talk to the agent and who may decide on learned changes, by the platform's own stable,
+    server-authenticated id. An empty allow list is nobody (plus approved pairings)."""
+
+    allow: list[str] = field(default_factory=list)  # who may talk to the agent; empty = nobody (plus approved pairings)
+    admins: list[str] = field(default_factory=list)  # who may also /merge and /reject
+    pairing: bool = False  # with no allow list, a stranger in a direct chat gets a pairing code to approve
+
+
+def secret_value(vault: Vault, name: str | None) -> str | None:
+    """A channel's secret (a token, a password): from .hermes/secrets.env (never hermes.yaml),
+    else the environment; None when not set."""
+    if not name:
+        return None
+    return vault.secrets().get(name) or os.environ.get(name) or None
+
+
+def others_since(lines: list[tuple[str, str, str]], sender: str, message: str) -> str | None:
+    """What others said in a shared room since `sender` last spoke (before `message`: a message
+    re-read after a crash sees what it saw the first time, not the lines after it)."""
+    ids = [m for m, _, _ in lines]
+    if message in ids:
+        lines = lines[: ids.index(message)]
+    mine = [i for i, (_, who, _) in enumerate(lines) if who == sender]
+    since = lines[mine[-1] + 1 :] if mine else lines
+    return "\n".join(f"{who}: {continued(text)}" for _, who, text in since) or None
+
+
+def continued(text: str) -> str:
+    """A message's later lines indented: a line break in someone's text never starts a line that
+    reads as another person speaking."""
+    return "\n    ".join(text.splitlines()) if text else text
+
+
+def room_context(sink: Sink, room: str, message: str, sender: str, text: str, keep: int) -> str | None:
+    """A shared room's line: remembered (its last `keep` lines are kept), and the others' lines
+    since the sender last spoke returned, as untrusted context for the sender's request."""
+    context = others_since(sink.room_lines(room), sender, message)
+    sink.add_room_line(room, message, sender, text[:500], keep)
+    return context
+
+
 class Sink(Protocol):
+    """What the core offers a channel (the core's `Gateway` implements it). A channel uses these
+    and nothing else of the core."""
+
     def submit(self, message: Inbound) -> str:
-        """Make the message a durable request; returns its request id (the same id for a duplicate)."""
+        """Make the message a durable request; its request id (the same id for a duplicate).
+        Save the channel's cursor only after this returns."""
+        ...
+
+    def lookup(self, origin: Origin) -> Message | None:
+        """The record of a message already submitted (None: never seen), to answer "duplicate"."""
+        ...
+
+    def verdict(self, message: Inbound) -> Verdict:
+        """What the access rules say of this sender now (e.g. whether to accept a room invite)."""
+        ...
+
+    def channel_state(self, name: str, state: str, detail: str = "") -> None:
+        """Report "connected" or "error" (with the reason), shown by `gateway status`; replies
+        waiting for the channel go once it says connected."""
+        ...
+
+    def cursor(self, key: str) -> str | None:
+        """A durable position of the channel (in the gateway's ledger), None before the first."""
+        ...
+
+    def set_cursor(self, key: str, value: str) -> None: ...
+
+    def room_lines(self, room: str) -> list[tuple[str, str, str]]:
+        """(message, sender, text) of a shared room's remembered lines, oldest first."""
+        ...
+
+    def add_room_line(self, room: str, message: str, sender: str, text: str, keep: int) -> None:
+        """Remember a shared room's line (once per message id; the room keeps its last `keep`)."""
+        ...
+
+    def earlier_message(self, origin: Origin, digest: str, window_s: float) -> str | None:
+        """Remember that this message carried the body `digest`; the id of an earlier, other
+        message of the same chat with the same body within `window_s` (a replay under a new id, on
+        a platform that signs the body but not the id), else None."""
+        ...
+
+    def session(self, session_key: str) -> str | None:
+        """The session a chat (its session key) continues, None before its first answer."""
+        ...
+
+    def request_status(self, rid: str, platform: str | None = None, chat: str | None = None) -> tuple[str, str] | None:
+        """("pending" | "ok" | "error", answer) of a request (made from `platform`/`chat` when they
+        are given: also one answered on another machine, once its result is synced here); None: no
+        such request (there)."""
         ...
 
 
-class Channel(Protocol):
-    name: str
+class ChannelBase(ABC):
+    """A gateway channel: one file under service/gateway/ with one subclass, named in registry.py.
 
+    Built as `Class(vault, settings)`, `settings` being its `Settings` dataclass read from
+    `gateway.<name>` in hermes.yaml (strictly: an unknown key is an error naming the key and line).
+    The class attributes and methods below are everything the core asks of a channel; the
+    defaults are what a channel gets by not saying."""
+
+    name: ClassVar[str]  # the platform: Origin.platform, the `gateway.<name>` section, the ledger's key
+    Settings: ClassVar[type]  # the dataclass of its `gateway.<name>` section
+    # True when sending the same `Outbound.reply_id` twice yields one message (a transaction id):
+    # a send cut short by a crash is then sent again; otherwise it is marked failed, never doubled
+    idempotent_send: ClassVar[bool] = False
+    # False for channels whose messages are pushed to whichever machine the sender reached (a
+    # webhook): nothing to consume once, so no lease across machines (holder.py)
+    leased: ClassVar[bool] = True
+
+    def __init__(self, vault: Vault, settings: Any):
+        self.vault = vault
+        self.settings = settings
+
+    # -- what every channel implements ------------------------------------------------------------
+    @abstractmethod
     def start(self, sink: Sink) -> None:
-        """Connect and begin delivering messages to `sink` (from the channel's own thread)."""
-        ...
+        """Connect and begin delivering messages to `sink` (from the channel's own threads).
+        Raising marks the channel `error`; the other channels run."""
 
-    def stop(self) -> None: ...
+    @abstractmethod
+    def stop(self) -> None:
+        """Disconnect; called before the core stops its workers (also on a settings reload)."""
 
+    @abstractmethod
     def send(self, reply: Outbound) -> str:
-        """Deliver a reply in the same chat and thread; returns the platform's message id.
-        Raises on failure (the core records the reason and retries later)."""
-        ...
+        """Deliver a reply in the same chat and thread; the platform's message id. Raises on
+        failure: the core records the reason and retries with backoff (see `should_retry`)."""
+
+    # -- what a channel may change -----------------------------------------------------------------
+    @property
+    def account(self) -> str:
+        """What one machine at a time consumes when several share the vault (the lease's name,
+        with the channel's): a bot, a user, a mailbox."""
+        return "default"
+
+    def access(self) -> AccessRules:
+        """Who may talk to the agent through this channel: the `allow` / `admins` / `pairing` of
+        its settings (ChatSettings); a channel without them admits nobody unless it says otherwise
+        (a signed webhook: whoever holds the route's secret)."""
+        if isinstance(self.settings, ChatSettings):
+            return AccessRules.from_settings(self.settings)
+        return AccessRules()
+
+    def per_sender(self, origin: Origin) -> bool:
+        """One session per sender in this shared chat, rather than one for the chat (asked only
+        of messages that are not direct)."""
+        return False
+
+    def replies_to(self, origin: Origin) -> bool:
+        """False: no reply is queued for this message (a webhook route without `reply_to`)."""
+        return True
+
+    def progress(self, sink: Sink) -> str | None:
+        """The channel's cursor now, published for the next machine to hold it (holder.py)."""
+        return None
+
+    def resume(self, sink: Sink, cursor: str) -> None:
+        """Go on from the cursor the channel's last holder published (before `start`); a channel
+        without a cursor has nothing to do."""
+        return None
+
+    def check(self) -> str:
+        """`hermes-fs gateway test NAME` and `doctor`: a one-line "ok" or raise HermesError."""
+        raise InputError(f"the {self.name} channel has no test")
+
+    def should_retry(self, exc: Exception) -> bool:
+        """Whether a failed send is worth another try (False: marked failed at once, e.g. the
+        platform said the chat is gone or the bot was blocked)."""
+        return True
+
+    def secret(self, name: str | None) -> str | None:
+        return secret_value(self.vault, name)

@@ -34,11 +34,10 @@ from email.parser import BytesParser
 from pathlib import Path
 
 from ...errors import ConfigError, HermesError
-from ...store.config import EmailConfig
 from ...store.files import atomic_write
 from ...store.private import connect_private
 from ...store.vault import Vault
-from .channel import Inbound, Origin, Outbound, Sink, attachments_dir
+from .channel import ChannelBase, ChatSettings, Inbound, Origin, Outbound, Sink, attachments_dir
 from .mailauth import DnsFunc, claimed_from, prove_sender
 from .render import html_document, render
 
@@ -54,6 +53,46 @@ AUTO_LOCALPARTS = re.compile(r"^(mailer-daemon|postmaster|no-?reply|do-?not-?rep
                              r"noreply-.*|.*-noreply|.*\+bounces?)$", re.I)
 REPLY_PREFIX = re.compile(r"^\s*((re|aw|sv|fwd?|wg)\s*(\[\d+\])?\s*:\s*)+", re.I)
 COMMAND_START = re.compile(r"^\s*(/|!|learn:)", re.I)
+
+
+# --- settings -------------------------------------------------------------------------------------
+
+@dataclass
+class ImapSettings:
+    """Where the agent's mail is read (one IMAP connection in IDLE)."""
+
+    host: str = ""  # the IMAP server
+    port: int = 993  # its port
+    tls: bool = True  # TLS from the start (IMAPS)
+    user: str = ""  # the login
+    password_env: str | None = None  # the variable holding the password (an app password)
+    mailbox: str = "INBOX"  # the folder read; mail is never deleted or moved
+
+
+@dataclass
+class SmtpSettings:
+    """How replies are sent."""
+
+    host: str = ""  # the SMTP server
+    port: int = 587  # its port
+    starttls: bool = True  # upgrade the connection with STARTTLS
+    tls: bool = False  # TLS from the start (port 465) instead
+    user: str = ""  # the login
+    password_env: str | None = None  # the variable holding the password
+    from_: str = ""  # written `from:` in hermes.yaml
+
+
+@dataclass
+class EmailSettings(ChatSettings):
+    """The e-mail channel: a mailbox of the agent's own."""
+
+    imap: ImapSettings = field(default_factory=ImapSettings)  # reading
+    smtp: SmtpSettings = field(default_factory=SmtpSettings)  # replying
+    # addresses that may write to the agent (proven by DKIM/DMARC); empty = nobody
+    allow: list[str] = field(default_factory=list)
+    admins: list[str] = field(default_factory=list)  # addresses that may /merge and /reject
+    authserv_id: str | None = None  # Authentication-Results from this host are trusted
+    max_attachment_bytes: int = 10_000_000  # larger attachments are refused by name
 
 
 # --- reading a mail ------------------------------------------------------------------------------
@@ -419,14 +458,15 @@ def _is_loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
-class EmailChannel:
+class EmailChannel(ChannelBase):
     """The e-mail channel: `start(sink)` runs the IMAP IDLE loop in a thread; `send` answers."""
 
     name = PLATFORM
+    Settings = EmailSettings
 
-    def __init__(self, vault: Vault, config: EmailConfig, dns: DnsFunc | None = None,
+    def __init__(self, vault: Vault, config: EmailSettings, dns: DnsFunc | None = None,
                  secrets: dict[str, str] | None = None):
-        self.vault = vault
+        super().__init__(vault, config)
         self.config = config
         self.dns = dns
         self._secrets = secrets
@@ -457,14 +497,14 @@ class EmailChannel:
         """What one machine at a time consumes when several share the vault (holder.py)."""
         return self.mailbox_key
 
-    def progress(self, _ledger=None) -> str | None:
+    def progress(self, sink: Sink) -> str | None:
         """The cursor as `UIDVALIDITY:UID`, for the next holder of the channel (holder.py)."""
         c = self.state.cursor(self.mailbox_key)
         return f"{c.uidvalidity}:{c.last_uid}" if c else None
 
-    def resume(self, _ledger, value: str) -> None:
+    def resume(self, sink: Sink, cursor: str) -> None:
         """Go on from the cursor the channel's last holder published (holder.py)."""
-        validity, _, uid = value.partition(":")
+        validity, _, uid = cursor.partition(":")
         if validity.isdigit() and uid.isdigit():
             self.state.finish(self.mailbox_key, Cursor(int(validity), int(uid)))
 
@@ -563,10 +603,9 @@ class EmailChannel:
 
     def _report(self, state: str, detail: str = "") -> None:
         """Tell the core (its `gateway status`) whether the mailbox is connected."""
-        report = getattr(self._sink, "channel_state", None)
-        if report is not None:
+        if self._sink is not None:
             try:
-                report(self.name, state, detail)
+                self._sink.channel_state(self.name, state, detail)
             except Exception:
                 log.exception("email: could not report the channel state")
 

@@ -56,7 +56,7 @@ class Entry:
     host: str
 
 
-class Journal:
+class LeaseJournal:
     """The shared record of a channel's holder (see the module docstring), in take order."""
 
     def __init__(self, data: dict[str, Any] | None = None):
@@ -100,7 +100,7 @@ class ChannelHolder:
     channel's cursor now, `shared()` the state the next holder takes in (published with each write)."""
 
     def __init__(self, lease: RefLease, lease_s: float, progress: Callable[[], str | None],
-                 on_acquire: Callable[[Journal], None], on_release: Callable[[str], None],
+                 on_acquire: Callable[[LeaseJournal], None], on_release: Callable[[str], None],
                  shared: Callable[[], dict[str, Any] | None] = lambda: None):
         self.lease = lease
         self.host = lease.host
@@ -115,7 +115,7 @@ class ChannelHolder:
         # an acquire during a slow stop was undone by the stop's end, leaving the lease renewed here
         # with the channel stopped, so no machine consumed
         self.transition = threading.Lock()
-        self.journal = Journal()
+        self.journal = LeaseJournal()
         self.held = False
         self.sha: str | None = None
         self.expires = 0.0
@@ -205,7 +205,7 @@ class ChannelHolder:
         if rec is not None and rec.host != self.host and not rec.expired(now):
             self.seen = rec  # held elsewhere: look again just after it would run out
             return min(self.lease_s / 3, max(0.1, rec.expires - now + 0.1))
-        journal = Journal(rec.journal if rec is not None else None)
+        journal = LeaseJournal(rec.journal if rec is not None else None)
         with self.transition, self.lock:
             expires = time.time() + self.lease_s
             try:
@@ -225,7 +225,7 @@ class ChannelHolder:
         self.starter.start()
         return self.lease_s / 3
 
-    def _start_channel(self, journal: Journal) -> None:
+    def _start_channel(self, journal: LeaseJournal) -> None:
         try:
             self.on_acquire(journal)
         except Exception as exc:
@@ -355,4 +355,4 @@ def lease_for(vault, account: str) -> RefLease | None:
     return RefLease(vault.git, remote, account, host_id(vault.state_dir))
 
 
-__all__ = ["DONE", "SENDING", "TAKEN", "ChannelHolder", "Entry", "Journal", "NotHeld"]
+__all__ = ["DONE", "SENDING", "TAKEN", "ChannelHolder", "Entry", "LeaseJournal", "NotHeld"]

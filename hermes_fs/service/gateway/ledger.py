@@ -27,9 +27,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...store.private import connect_private
 from .channel import Origin
+
+if TYPE_CHECKING:
+    from .access import PairingRules
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -45,8 +49,9 @@ CREATE TABLE IF NOT EXISTS pairing (
 CREATE TABLE IF NOT EXISTS pair_asked (platform TEXT, sender TEXT, at REAL NOT NULL, PRIMARY KEY (platform, sender));
 CREATE TABLE IF NOT EXISTS approved (platform TEXT, sender TEXT, at REAL NOT NULL, PRIMARY KEY (platform, sender));
 CREATE TABLE IF NOT EXISTS pair_failures (at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS webhook_bodies (
-  route TEXT NOT NULL, digest TEXT NOT NULL, delivery TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (route, digest));
+CREATE TABLE IF NOT EXISTS bodies (
+  platform TEXT NOT NULL, chat TEXT NOT NULL, digest TEXT NOT NULL, message TEXT NOT NULL, at REAL NOT NULL,
+  PRIMARY KEY (platform, chat, digest));
 CREATE TABLE IF NOT EXISTS cursors (channel TEXT PRIMARY KEY, value TEXT NOT NULL, updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS room_lines (
   event TEXT PRIMARY KEY, room TEXT NOT NULL, sender TEXT NOT NULL, text TEXT NOT NULL, at REAL NOT NULL);
@@ -56,8 +61,9 @@ CREATE TABLE IF NOT EXISTS room_lines (
 CLAIMED = "claimed"  # a request file waits in .hermes/gateway/requests/
 DONE = "done"  # its result is written
 IGNORED = "ignored"  # access denied: nothing run, nothing said
-ANSWERED = "answered"  # refused with a reply (pairing code, too long, too many), nothing run
-# why a message was refused (its status while ANSWERED)
+REFUSED = "refused"  # refused (a pairing code, too long, too many, empty), with or without a reply; nothing run
+ANSWERED_ELSEWHERE = "elsewhere"  # taken and answered by the channel's last holder, on another machine
+# why a message was refused (its status while REFUSED)
 EMPTY, TOO_LONG, TOO_MANY = "empty", "too long", "too many"
 
 # delivery states
@@ -117,20 +123,13 @@ class Pairing:
     created: float
 
 
-@dataclass(frozen=True)
-class PairingRules:
-    code_ttl_s: float  # a code older than this is no code
-    max_failures: int  # this many failed attempts within lock_s lock approving
-    lock_s: float
-
-
 @dataclass
 class PairingAttempt:
     pairing: Pairing | None  # the code's pairing, taken (None: no such code, or locked)
     locked_until: float | None = None  # refused without looking at the code
 
 
-class Ledger:
+class GatewayLedger:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
@@ -346,23 +345,24 @@ class Ledger:
                 raise
         return PairingAttempt(Pairing(*row) if row else None, None)
 
-    def earlier_delivery(self, route: str, digest: str, delivery: str, now: float, window_s: float) -> str | None:
-        """Remember that `delivery` carried the body `digest` on `route`; the id of an earlier, other
-        delivery that carried the same body within `window_s` (a replay under a fresh id), else None."""
+    def earlier_message(self, origin: Origin, digest: str, now: float, window_s: float) -> str | None:
+        """Remember that `origin`'s message carried the body `digest` in its chat; the id of an
+        earlier, other message that carried the same body there within `window_s` (a replay under a
+        fresh id, on a platform that signs the body but not the id), else None."""
         with self.lock:
             self.db.execute("BEGIN IMMEDIATE")
             try:
-                self.db.execute("DELETE FROM webhook_bodies WHERE at < ?", (now - window_s,))
-                row = self.db.execute("SELECT delivery FROM webhook_bodies WHERE route = ? AND digest = ?",
-                                      (route, digest)).fetchone()
+                self.db.execute("DELETE FROM bodies WHERE at < ?", (now - window_s,))
+                row = self.db.execute("SELECT message FROM bodies WHERE platform = ? AND chat = ? AND digest = ?",
+                                      (origin.platform, origin.chat, digest)).fetchone()
                 if row is None:
-                    self.db.execute("INSERT INTO webhook_bodies (route, digest, delivery, at) VALUES (?, ?, ?, ?)",
-                                    (route, digest, delivery, now))
+                    self.db.execute("INSERT INTO bodies (platform, chat, digest, message, at) VALUES (?, ?, ?, ?, ?)",
+                                    (origin.platform, origin.chat, digest, origin.message, now))
                 self.db.execute("COMMIT")
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise
-        return row[0] if row is not None and row[0] != delivery else None
+        return row[0] if row is not None and row[0] != origin.message else None
 
     def add_pair_failure(self) -> None:
         self._do("INSERT INTO pair_failures (at) VALUES (?)", time.time())

@@ -25,19 +25,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from ...errors import HermesError
-from ...store.config import MatrixConfig
 from ...store.vault import Vault
-from .access import Verdict, decide
-from .channel import Inbound, Origin, Outbound
-from .ledger import message_key
-from .render import MATRIX_FORMAT, render
-from .webhook import secret_value
-
-if TYPE_CHECKING:
-    from .core import Gateway
+from .access import Verdict
+from .channel import ChannelBase, ChatSettings, Inbound, Origin, Outbound, Sink, continued, room_context
+from .render import render
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +40,7 @@ PLATFORM = "matrix"
 SYNC_TIMEOUT_MS = 30_000
 MAX_BODY_BYTES = 32_000  # a Matrix event is at most 64 KiB; a longer reply is cut with a note
 MAX_EVENT_TEXT = 60_000  # body + formatted_body; past this the reply goes as plain text only
+MATRIX_FORMAT = "org.matrix.custom.html"  # formatted_body's format
 CONTEXT_LINES = 10  # a shared room's recent lines kept (in the ledger) for untrusted context
 ROOT_CHARS = 2_000  # of a thread's root message, given with the thread's first request
 TYPING_TIMEOUT_MS = 30_000  # a typing notice lapses by itself after this (a crash leaves none behind)
@@ -52,6 +48,20 @@ TYPING_RENEW_S = 20.0
 TYPING_CHECK_S = 1.0  # how often running requests are looked at, to end a notice once answered
 ENCRYPTED_REASON = ("end-to-end encrypted, which hermes-fs does not support: nothing there is read or answered; "
                     "talk to the agent in an unencrypted room")
+
+
+@dataclass
+class MatrixSettings(ChatSettings):
+    """The Matrix channel: the agent's own account on a homeserver."""
+
+    homeserver: str = "http://127.0.0.1:8008"  # the homeserver's URL
+    user_id: str = ""  # the agent's account, @hermes:example.org
+    password_env: str | None = None  # the variable holding its password (or access_token_env)
+    access_token_env: str | None = None  # the variable holding an access token
+    allow: list[str] = field(default_factory=list)  # Matrix user ids; empty = nobody (plus approved pairings)
+    admins: list[str] = field(default_factory=list)  # user ids who may /merge and /reject
+    pairing: bool = True  # with no allow list, a stranger in a DM gets a pairing code to approve
+    per_sender_in_rooms: bool = True  # group rooms: one session per sender
 
 
 def strip_reply_fallback(body: str) -> str:
@@ -91,31 +101,15 @@ def reply_content(reply: Outbound) -> dict[str, Any]:
     return content
 
 
-def others_since(lines: list[tuple[str, str, str]], sender: str, event: str) -> str | None:
-    """What others said in the room since `sender` last spoke (before `event`: a message re-read
-    after a crash sees what it saw the first time, not the lines after it)."""
-    ids = [e for e, _, _ in lines]
-    if event in ids:
-        lines = lines[: ids.index(event)]
-    mine = [i for i, (_, who, _) in enumerate(lines) if who == sender]
-    since = lines[mine[-1] + 1 :] if mine else lines
-    return "\n".join(f"{who}: {_continued(text)}" for _, who, text in since) or None
-
-
-def _continued(text: str) -> str:
-    """A message's later lines indented: a line break in someone's text never starts a line that
-    reads as another person speaking."""
-    return "\n    ".join(text.splitlines()) if text else text
-
-
-class MatrixChannel:
+class MatrixChannel(ChannelBase):
     name = PLATFORM
-    idempotent_send = True
+    Settings = MatrixSettings
+    idempotent_send = True  # the request id is the transaction id, on a device kept across restarts
 
-    def __init__(self, vault: Vault, settings: MatrixConfig):
-        self.vault = vault
-        self.settings = settings
-        self.gateway: Gateway | None = None
+    def __init__(self, vault: Vault, settings: MatrixSettings):
+        super().__init__(vault, settings)
+        self.settings: MatrixSettings = settings
+        self.sink: Sink | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.client: Any = None
         self.thread: threading.Thread | None = None
@@ -135,21 +129,24 @@ class MatrixChannel:
         """What one machine at a time consumes when several share the vault (holder.py)."""
         return self.settings.user_id or "default"
 
-    def progress(self, ledger) -> str | None:
-        """The since-token, for the next holder of the channel (holder.py)."""
-        return ledger.cursor(self.cursor_key)
+    def per_sender(self, origin: Origin) -> bool:
+        return self.settings.per_sender_in_rooms
 
-    def resume(self, ledger, value: str) -> None:
+    def progress(self, sink: Sink) -> str | None:
+        """The since-token, for the next holder of the channel (holder.py)."""
+        return sink.cursor(self.cursor_key)
+
+    def resume(self, sink: Sink, cursor: str) -> None:
         """Go on from the since-token the channel's last holder published (holder.py)."""
-        ledger.set_cursor(self.cursor_key, value)
+        sink.set_cursor(self.cursor_key, cursor)
 
     # -- settings ---------------------------------------------------------------------------------
     def _credentials(self) -> tuple[str | None, str | None]:
         s = self.settings
         if not s.user_id:
             raise HermesError("gateway.matrix.user_id is not set (the agent's account, e.g. @hermes:example.org)")
-        token = secret_value(self.vault, s.access_token_env)
-        password = secret_value(self.vault, s.password_env)
+        token = self.secret(s.access_token_env)
+        password = self.secret(s.password_env)
         if not token and not password:
             named = s.access_token_env or s.password_env
             raise HermesError(f"{named} is not set in .hermes/secrets.env" if named else
@@ -159,7 +156,7 @@ class MatrixChannel:
     # -- the channel interface --------------------------------------------------------------------
     def start(self, sink) -> None:
         self._credentials()
-        self.gateway = sink
+        self.sink = sink
         self.thread = threading.Thread(target=self._run, name="gateway-matrix", daemon=True)
         self.thread.start()
         if not self.ready.wait(60) or self.failure:
@@ -201,9 +198,8 @@ class MatrixChannel:
             self.loop.close()
 
     def _report(self, state: str, detail: str = "") -> None:
-        report = getattr(self.gateway, "channel_state", None)
-        if report:
-            report(PLATFORM, state, detail)
+        if self.sink is not None:
+            self.sink.channel_state(PLATFORM, state, detail)
 
     async def _main(self) -> None:
         from nio import AsyncClient, AsyncClientConfig
@@ -215,16 +211,15 @@ class MatrixChannel:
         except HermesError as exc:
             self.failure = str(exc)
             return
-        assert self.gateway and self.gateway.ledger
-        ledger = self.gateway.ledger
+        assert self.sink is not None
         typing = asyncio.create_task(self._keep_typing())
         try:
-            await self._sync_loop(ledger)
+            await self._sync_loop(self.sink)
         finally:
             typing.cancel()
 
-    async def _sync_loop(self, ledger) -> None:
-        since = ledger.cursor(self.cursor_key)
+    async def _sync_loop(self, sink: Sink) -> None:
+        since = sink.cursor(self.cursor_key)
         first = since is None
         delay = 1.0
         while not self.stopping.is_set():
@@ -248,17 +243,17 @@ class MatrixChannel:
                 continue
             delay = 1.0
             await self._handle(resp, history=first)
-            ledger.set_cursor(self.cursor_key, resp.next_batch)  # after every message of the batch is durable
+            sink.set_cursor(self.cursor_key, resp.next_batch)  # after every message of the batch is durable
             since, first = resp.next_batch, False
             self._note_encrypted_rooms()
             self._report("connected", self.notes())
             self.ready.set()
 
     async def _login(self) -> None:
-        assert self.gateway and self.gateway.ledger
-        ledger = self.gateway.ledger
+        assert self.sink is not None
+        sink = self.sink
         token, password = self._credentials()
-        device = ledger.cursor(f"{self.cursor_key}:device")
+        device = sink.cursor(f"{self.cursor_key}:device")
         if token:
             self.client.access_token = token
             who = await self.client.whoami()
@@ -275,7 +270,7 @@ class MatrixChannel:
             if not hasattr(resp, "access_token"):
                 raise HermesError(f"login as {self.settings.user_id} failed: {getattr(resp, 'message', resp)}")
         if self.client.device_id:
-            ledger.set_cursor(f"{self.cursor_key}:device", self.client.device_id)
+            sink.set_cursor(f"{self.cursor_key}:device", self.client.device_id)
 
     async def _check(self) -> str:
         from nio import AsyncClient, AsyncClientConfig
@@ -335,13 +330,12 @@ class MatrixChannel:
         return start
 
     async def _submit(self, message: Inbound) -> None:
-        assert self.gateway
+        assert self.sink is not None
         if message.origin.thread:
             await self._with_root(message)
-        rid = await asyncio.to_thread(self.gateway.submit, message)
-        status = getattr(self.gateway, "request_status", None)
+        rid = await asyncio.to_thread(self.sink.submit, message)
         try:
-            if status is not None and (await asyncio.to_thread(status, rid) or ("",))[0] == "pending":
+            if (await asyncio.to_thread(self.sink.request_status, rid) or ("",))[0] == "pending":
                 self.typing.setdefault(message.origin.chat, set()).add(rid)
                 await self._type(message.origin.chat, True)
         except Exception:  # a notice is a courtesy: never the end of the channel
@@ -351,11 +345,10 @@ class MatrixChannel:
     async def _with_root(self, message: Inbound) -> None:
         """Give the thread's root with the first request of a thread that has no session yet."""
         o = message.origin
-        assert o.thread and self.gateway and self.gateway.ledger
-        ledger = self.gateway.ledger
+        assert o.thread and self.sink is not None
         key = (o.chat, o.thread)
-        skey = o.session_key(per_sender=not message.direct and self.settings.per_sender_in_rooms)
-        if key in self.rooted or ledger.session(skey) or ledger.message(message_key(o)) is not None:
+        skey = o.session_key(per_sender=not message.direct and self.per_sender(o))
+        if key in self.rooted or self.sink.session(skey) or self.sink.lookup(o) is not None:
             return
         self.rooted.add(key)
         try:
@@ -378,7 +371,7 @@ class MatrixChannel:
             return None
         text = strip_reply_fallback(body)[:ROOT_CHARS]
         who = "you (the agent)" if sender == self.settings.user_id else sender
-        return f"{who} (the thread's first message): {_continued(text)}"
+        return f"{who} (the thread's first message): {continued(text)}"
 
     # -- typing notices ---------------------------------------------------------------------------
     async def _keep_typing(self) -> None:
@@ -393,9 +386,8 @@ class MatrixChannel:
                 log.warning("matrix: typing notice failed", exc_info=True)
 
     async def _typing_round(self, renewed: dict[str, float]) -> None:
-        status = getattr(self.gateway, "request_status", None)
-        if status is None:
-            return
+        assert self.sink is not None
+        status = self.sink.request_status
         now = asyncio.get_running_loop().time()
         for room, rids in list(self.typing.items()):
             for rid in list(rids):
@@ -425,10 +417,9 @@ class MatrixChannel:
                 inviter = source.get("sender")
                 content = getattr(ev, "content", None) or source.get("content") or {}  # nio moves it out of source
                 direct = isinstance(content, dict) and content.get("is_direct") is True
-        if not inviter or self.gateway is None or self.gateway.ledger is None:
+        if not inviter or self.sink is None:
             return
-        verdict = decide(self.gateway.rules(PLATFORM), self.gateway.ledger,
-                         Inbound(Origin(PLATFORM, room_id, inviter, f"invite:{room_id}"), "", direct=direct))
+        verdict = self.sink.verdict(Inbound(Origin(PLATFORM, room_id, inviter, f"invite:{room_id}"), "", direct=direct))
         if verdict is Verdict.SILENCE:
             log.info("matrix: ignored an invite from a sender who may not talk to the agent")
             return
@@ -465,10 +456,8 @@ class MatrixChannel:
         text = strip_reply_fallback(body) if "m.in_reply_to" in relates and not thread else body
         direct = room is not None and (room.member_count or 0) <= 2
         context = None
-        if not direct and self.gateway is not None and self.gateway.ledger is not None:
-            lines = self.gateway.ledger.room_lines(room_id)
-            context = others_since(lines, sender, event_id)
-            self.gateway.ledger.add_room_line(room_id, event_id, sender, text[:500], CONTEXT_LINES)
+        if not direct and self.sink is not None:
+            context = room_context(self.sink, room_id, event_id, sender, text, CONTEXT_LINES)
         origin = Origin(PLATFORM, room_id, sender, event_id, thread if isinstance(thread, str) else None)
         return Inbound(origin, text, direct=direct, context=context)
 

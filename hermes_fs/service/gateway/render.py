@@ -25,7 +25,6 @@ TAGS = {"del", "h1", "h2", "h3", "h4", "h5", "h6", "blockquote", "p", "a", "ul",
 ATTRIBUTES = {"a": {"href", "target"}, "ol": {"start"}, "code": {"class"}}
 URL_SCHEMES = {"http", "https", "ftp", "mailto", "magnet"}
 LANGUAGE_CLASS = re.compile(r"language-[A-Za-z0-9_+#.-]{1,40}")
-MATRIX_FORMAT = "org.matrix.custom.html"
 
 
 @dataclass(frozen=True)
@@ -96,4 +95,4 @@ def html_document(fragment: str) -> str:
             f"<body>\n{fragment}\n</body></html>\n")
 
 
-__all__ = ["MATRIX_FORMAT", "TAGS", "Rendered", "html_document", "render", "sanitise"]
+__all__ = ["TAGS", "Rendered", "html_document", "render", "sanitise"]

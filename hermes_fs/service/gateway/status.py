@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 
 from ...store.vault import Vault
-from .core import configured, state_path
-from .ledger import Ledger, ledger_path
+from .core import state_path
+from .ledger import GatewayLedger, ledger_path
+from .registry import configured
 
 
 def collect(vault: Vault) -> list[dict]:
@@ -25,7 +26,7 @@ def collect(vault: Vault) -> list[dict]:
         state = {}
     channels = state.get("channels", {}) if running and state.get("running") else {}
     path = ledger_path(vault.state_dir)
-    ledger = Ledger(path) if path.exists() else None
+    ledger = GatewayLedger(path) if path.exists() else None
     rows = []
     for name in names:
         s = channels.get(name) or {}

@@ -39,25 +39,20 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs
 
 from ...errors import HermesError
-from ...store.config import WebhookConfig, WebhookRouteConfig
 from ...store.files import atomic_write
 from ...store.vault import Vault
 from .access import AccessRules
-from .channel import Inbound, Origin, Outbound, attachments_dir
-from .ledger import ANSWERED, TOO_LONG, TOO_MANY, Message
-
-if TYPE_CHECKING:
-    from .core import Gateway
+from .channel import ChannelBase, Inbound, Origin, Outbound, Sink, attachments_dir, secret_value
+from .ledger import REFUSED, TOO_LONG, TOO_MANY, Message
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +65,23 @@ INLINE_CHARS = 4_000  # a body up to this long is given to the model in the mess
 FIELD_CHARS = 300  # one field of the summary, at most
 
 
-def secret_value(vault: Vault, name: str | None) -> str | None:
-    """A gateway secret: from .hermes/secrets.env (never hermes.yaml), else the environment."""
-    if not name:
-        return None
-    return vault.secrets().get(name) or os.environ.get(name) or None
+@dataclass
+class WebhookRoute:
+    """One route: POST /hooks/<name>, with its secret and prompt."""
+
+    secret_env: str | None = None  # no secret configured: the route answers 403 (there is no insecure mode)
+    scheme: str = "standard"  # standard (Standard Webhooks) | github (X-Hub-Signature-256)
+    prompt: str | None = None  # "{payload}" is replaced by the body; default: the payload is the message
+    reply_to: str | None = None  # a notify target name that receives the answer
+    rate_per_min: int = 60  # more requests a minute are answered 429
+
+
+@dataclass
+class WebhookSettings:
+    """Signed webhooks: POST /hooks/<route>."""
+
+    listen: str = "127.0.0.1:8787"  # host:port the webhook server binds
+    routes: dict[str, WebhookRoute] = field(default_factory=dict)  # route name -> its secret and prompt
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -88,7 +95,7 @@ class BadSignature(Exception):
     pass
 
 
-def verify(route: WebhookRouteConfig, secret: str, body: bytes, headers) -> str:
+def verify(route: WebhookRoute, secret: str, body: bytes, headers) -> str:
     """Check the delivery's signature; its delivery id. Raises BadSignature with the reason."""
     if route.scheme == "github":
         given = headers.get("x-hub-signature-256") or ""
@@ -209,29 +216,32 @@ def valid_delivery_id(delivery: str) -> str | None:
     return None
 
 
-class WebhookChannel:
+class WebhookChannel(ChannelBase):
     name = PLATFORM
+    Settings = WebhookSettings
     idempotent_send = False  # replies go through Apprise, which cannot tell a resend
-    access = AccessRules(authenticated=True)  # the route's secret is the proof; no one is an admin
     # pushed to the machine its sender's URL names, so there is nothing to consume once: every
     # machine with the gateway listens (holder.py leases only the channels that pull)
     leased = False
 
-    def __init__(self, vault: Vault, settings: WebhookConfig):
-        self.vault = vault
-        self.settings = settings
+    def __init__(self, vault: Vault, settings: WebhookSettings):
+        super().__init__(vault, settings)
+        self.settings: WebhookSettings = settings
         self.host, self.port = parse_listen(settings.listen)
         self.server: Any = None
         self.thread: threading.Thread | None = None
-        self.gateway: Gateway | None = None
+        self.sink: Sink | None = None
         self.accepted: dict[str, deque[float]] = {}
         self.rate_lock = threading.Lock()
 
     # -- the channel interface --------------------------------------------------------------------
-    def start(self, sink) -> None:
+    def access(self) -> AccessRules:
+        return AccessRules(authenticated=True)  # the route's secret is the proof; no one is an admin
+
+    def start(self, sink: Sink) -> None:
         import uvicorn
 
-        self.gateway = sink
+        self.sink = sink
         # log_config=None: uvicorn's own dictConfig would close every handler of the process,
         # the daemon's log file among them
         config = uvicorn.Config(self.app(), host=self.host, port=self.port, log_level="warning",
@@ -354,14 +364,13 @@ class WebhookChannel:
         if event.event == "ping":  # the hook was made (or its settings saved): nothing to run
             return JSONResponse({"status": "pong", "zen": _short((event.data or {}).get("zen", ""))
                                  if isinstance(event.data, dict) else ""}, 200)
-        assert self.gateway is not None
+        assert self.sink is not None
         origin = Origin(PLATFORM, name, f"route:{name}", delivery, thread=delivery)
-        seen = self.gateway.lookup(origin)
+        seen = self.sink.lookup(origin)
         if seen is not None:
             return _refused(seen) or JSONResponse({"status": "duplicate", "id": _rid(origin)}, 200)
-        if route.scheme == "github" and self.gateway.ledger is not None:
-            earlier = self.gateway.ledger.earlier_delivery(name, hashlib.sha256(body).hexdigest(), delivery,
-                                                           time.time(), REPLAY_WINDOW_S)
+        if route.scheme == "github":
+            earlier = self.sink.earlier_message(origin, hashlib.sha256(body).hexdigest(), REPLAY_WINDOW_S)
             if earlier is not None:
                 log.warning("webhook %s: a replayed body under a new delivery id, refused", name)
                 return JSONResponse({"error": f"this body was delivered before (delivery {earlier}): a replay "
@@ -369,12 +378,12 @@ class WebhookChannel:
         if not self._within_rate(name, route.rate_per_min):
             return JSONResponse({"error": f"more than {route.rate_per_min} deliveries a minute on this route"}, 429)
         text, files = self._message(route, origin, event)
-        rid = await run_in_threadpool(self.gateway.submit, Inbound(origin, text, direct=True, attachments=files))
-        taken = self.gateway.lookup(origin)
+        rid = await run_in_threadpool(self.sink.submit, Inbound(origin, text, direct=True, attachments=files))
+        taken = self.sink.lookup(origin)
         refused = _refused(taken) if taken is not None else None
         return refused or JSONResponse({"id": rid}, 202)
 
-    def _message(self, route: WebhookRouteConfig, origin: Origin, event: Payload) -> tuple[str, list[Path]]:
+    def _message(self, route: WebhookRoute, origin: Origin, event: Payload) -> tuple[str, list[Path]]:
         """The text the model gets, and the files beside it: the event and its fields, then the
         body inline when it is short, else whole in a file of the run's workspace."""
         files: list[Path] = []
@@ -404,14 +413,8 @@ class WebhookChannel:
             verify(route, secret, b"", request.headers)
         except BadSignature as exc:
             return JSONResponse({"error": str(exc)}, 401)
-        assert self.gateway is not None
-        row = self.gateway.ledger.message_by_id(rid) if self.gateway.ledger else None
-        if row is not None:
-            state = self.gateway.request_status(rid) if row.key.startswith(f"{PLATFORM}|{name}|") else None
-        else:  # posted to another machine of this vault: its synced result says
-            state = await run_in_threadpool(self.gateway.status_elsewhere, rid,
-                                            lambda o: o.platform == PLATFORM and o.chat == name
-                                            and _rid(o) == rid)
+        assert self.sink is not None
+        state = await run_in_threadpool(self.sink.request_status, rid, PLATFORM, name)
         if state is None:
             return JSONResponse({"error": "no such request on this route"}, 404)
         return JSONResponse({"status": state[0], "answer": state[1]}, 200)
@@ -441,7 +444,7 @@ def _refused(row: Message):
     """The answer for a delivery the core refused (never a 202: it will not run), or None."""
     from starlette.responses import JSONResponse
 
-    if row.state != ANSWERED:
+    if row.state != REFUSED:
         return None
     code = {TOO_MANY: 429, TOO_LONG: 413}.get(row.status or "", 422)
     return JSONResponse({"error": f"not run: {row.answer or 'refused'}"}, code)

@@ -44,7 +44,7 @@ SESSION_LIST = 100  # newest sessions listed without a query
 RUNS_SHOWN = 5  # last runs per job
 REQUESTS_SHOWN = 100  # newest request results listed
 FAILED_LOOKBACK = 20  # the Status page's errors include failures among the newest request results
-_PARTS = re.compile(r"gateway|web page|sync|curat|matrix|email|webhook", re.I)  # the daemon's optional parts
+_PARTS = re.compile(r"gateway|web page|sync|curat", re.I)  # the daemon's optional parts (channels say "gateway NAME")
 
 
 def age(seconds: float) -> str:
