@@ -69,6 +69,7 @@ def text(words: str) -> list:
     return [acp.text_block(words)]
 
 
+@pytest.mark.slow
 def test_an_editor_session_streams_asks_before_changes_and_keeps_its_transcript(agent_vault, model_server, tmp_path):
     workspace = tmp_path / "project"
     workspace.mkdir()
@@ -149,6 +150,7 @@ def test_an_editor_session_streams_asks_before_changes_and_keeps_its_transcript(
     assert "write notes.txt" in transcript and "did not allow" in transcript
 
 
+@pytest.mark.slow
 def test_cancel_stops_the_turn_at_once_and_refine_works_on_the_session(agent_vault, model_server, tmp_path):
     workspace = tmp_path / "project"
     workspace.mkdir()

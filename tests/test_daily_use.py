@@ -172,21 +172,21 @@ def test_doctor_refine_and_learn_run_in_the_daemon_with_the_callers_key(agent_va
     agent_vault.git.commit_paths(["hermes.yaml"], "test: no sandbox", Act.person())
     warm_daemon(**{KEY: "sk-the-daemons-own"})
     env = {KEY: "sk-the-callers", **no_litellm}
-    model_server.add({"content": "ok"})
+    model_server.add({"content": "ok"}, {"tool_calls": [("note", {"text": "ok"})]})  # the check, then the review-mode probe
     r = cli(agent_vault, "doctor", env=env, cwd=tmp_path)
     assert r.returncode == 0 and "ok  model: openai/test-model answered ('ok')" in r.stdout, r.stdout + r.stderr
     # a conversation to refine, then the review itself
     model_server.add({"content": "Noted."})
     assert cli(agent_vault, "run", "I prefer ISO dates", env=env, cwd=tmp_path).returncode == 0
     model_server.add({"tool_calls": [("memory", {"action": "add", "file": "USER.md", "text": "Wants ISO 8601 dates."})]},
-                     {"content": "Summary: ISO dates\n- memory/USER.md: the person asked for ISO dates"})
+                     {"content": "Summary: ISO dates\n- memory/USER.md: ISO dates (because the person asked for them)"})
     r = cli(agent_vault, "refine", "--wait", env=env, cwd=tmp_path)
     assert r.returncode == 0 and "refine/" in r.stdout, r.stdout + r.stderr
     doc = tmp_path / "deploy.md"
     doc.write_text("# Deploying\n\nRun `fly deploy` from the project folder, then check `fly status`.\n")
     skill = "---\nname: fly-deploy\ndescription: Deploy with fly.io. Use when deploying.\n---\n# Deploy\n\n1. fly deploy\n"
     model_server.add({"tool_calls": [("skill_manage", {"action": "create", "name": "fly-deploy", "content": skill})]},
-                     {"content": "Summary: fly-deploy skill"})
+                     {"content": "Summary: fly-deploy skill\n- skills/fly-deploy/SKILL.md: new skill (because the document says how)"})
     r = cli(agent_vault, "learn", str(doc), env=env, cwd=tmp_path)
     assert r.returncode == 0 and "learn/" in r.stdout, r.stdout + r.stderr
     assert set(model_server.authorizations) == {"Bearer sk-the-callers"}
@@ -408,7 +408,7 @@ def test_a_learned_change_is_notified_as_learn_not_refine(agent_vault, model_ser
     doc.write_text("# Deploying\n\nRun `fly deploy`.\n")
     skill = "---\nname: fly-deploy\ndescription: Deploy with fly.io. Use when deploying.\n---\n# Deploy\n\n1. fly deploy\n"
     model_server.add({"tool_calls": [("skill_manage", {"action": "create", "name": "fly-deploy", "content": skill})]},
-                     {"content": "Summary: fly-deploy skill"})
+                     {"content": "Summary: fly-deploy skill\n- skills/fly-deploy/SKILL.md: new skill (because the document says how)"})
     r = cli(agent_vault, "learn", str(doc), env={"HERMES_NO_DAEMON": "1"}, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     titles = [m["body"].get("title") for m in receiver.received]

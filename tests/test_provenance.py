@@ -60,7 +60,7 @@ def test_one_host_hook_reaches_every_commit_with_the_right_author(agent_vault, m
     model_server.add(
         {"tool_calls": [("memory", {"action": "add", "file": "USER.md", "text": "Prefers tabs over spaces."}),
                         ("memory", {"action": "add", "file": "MEMORY.md", "text": "Deploys on Fridays."})]},
-        {"content": "Summary: tabs and deploys\n- memory/USER.md: tabs\n- memory/MEMORY.md: deploys"},
+        {"content": "Summary: tabs and deploys\n- memory/USER.md: tabs (because asked)\n- memory/MEMORY.md: deploys (because said)"},
     )
     r = refine(v, RefineOptions())
     assert r.status == "pending", r.reason

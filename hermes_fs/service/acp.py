@@ -355,4 +355,8 @@ async def _serve(agent: HermesAgent, protocol_out: int) -> None:
     transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
                                                         os.fdopen(protocol_out, "wb", buffering=0))
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    await acp.run_agent(agent, writer, reader)  # type: ignore[arg-type]  # HermesAgent implements what it serves
+    try:
+        await acp.run_agent(agent, writer, reader)  # type: ignore[arg-type]  # HermesAgent implements what it serves
+    finally:  # the editor hung up: turns still running stop now (asyncio.run waits for their threads)
+        for session in agent.sessions.values():
+            session.conversation.interrupt()
