@@ -200,7 +200,10 @@ class TelegramEmulator:
                 if entities:
                     message["entities"] = entities
             if reply_to is not None:
-                message["reply_to_message"] = self._message_json(chat, reply_to)
+                replied = self._message_json(chat, reply_to)
+                if any(s.chat_id == chat.id and s.message_id == reply_to for s in self.sent):
+                    replied["from"] = self._bot_json()  # a reply to one of the bot's own messages
+                message["reply_to_message"] = replied
             if thread is not None:
                 message["message_thread_id"] = thread
                 message["is_topic_message"] = True
