@@ -4,11 +4,12 @@
 # /usr/bin/chromium present it does nothing. Fails loudly when it cannot install (the browser
 # tests are required, not optional).
 # Also axe-core (the accessibility checker the browser tests inject into each page), from the npm
-# registry into tests/.npm (gitignored), pinned; never fetched at test time.
+# registry into tests/.npm-axe (gitignored; its own prefix: an npm install into another prefix prunes
+# what its package.json does not list), pinned; never fetched at test time.
 set -u
 say() { echo "browser-test-env: $*"; }
 AXE_VERSION=4.14.1
-npm_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/.npm"
+npm_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/.npm-axe"
 if [ ! -f "$npm_dir/node_modules/axe-core/axe.min.js" ] \
    || ! grep -q "\"version\": \"$AXE_VERSION\"" "$npm_dir/node_modules/axe-core/package.json"; then
   command -v npm >/dev/null 2>&1 || { say "npm is missing (apt-get install npm): it installs axe-core"; exit 1; }

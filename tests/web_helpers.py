@@ -107,7 +107,7 @@ def browser_context(playwright, **kwargs):
         viewport={"width": 1200, "height": 900}, **kwargs)
 
 
-AXE = Path(__file__).resolve().parent / ".npm" / "node_modules" / "axe-core" / "axe.min.js"
+AXE = Path(__file__).resolve().parent / ".npm-axe" / "node_modules" / "axe-core" / "axe.min.js"
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1200, "height": 900}
 ALWAYS = {"empty-table-header", "target-size"}  # fail at any impact: a header read as nothing, a target too small
