@@ -27,13 +27,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ...store.private import connect_private
-from .channel import Origin
-
-if TYPE_CHECKING:
-    from .access import PairingRules
+from .message import Origin
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -114,6 +110,15 @@ class Delivery:
     reason: str | None
     platform_id: str | None
     updated: float
+
+
+@dataclass(frozen=True)
+class PairingRules:
+    """The limits `decide_pairing` applies in one transaction (their values: access.py)."""
+
+    code_ttl_s: float  # a code older than this is no code
+    max_failures: int  # this many failed attempts within lock_s lock approving
+    lock_s: float
 
 
 @dataclass
