@@ -5,6 +5,7 @@ channel interface; the platforms' own uploads are tested with each platform."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -133,7 +134,7 @@ def test_send_file_takes_workspace_and_outputs_files_and_stages_a_copy(box, vaul
     (ws / "report.txt").write_text("the numbers\n")
     (vault.root / "outputs" / "cron" / "daily").mkdir(parents=True)
     (vault.root / "outputs" / "cron" / "daily" / "run.md").write_text("yesterday\n")
-    assert box.call("send_file", '{"path": "%s", "caption": "here"}' % (ws / "report.txt")).startswith("ok: report.txt")
+    assert box.call("send_file", json.dumps({"path": str(ws / "report.txt"), "caption": "here"})).startswith("ok: report.txt")
     assert box.call("send_file", '{"path": "/workspace/report.txt"}').startswith("ok:")  # the sandbox's name for it
     assert box.call("send_file", '{"path": "outputs/cron/daily/run.md"}').startswith("ok: run.md")
     (ws / "report.txt").write_text("changed after the call\n")
@@ -162,7 +163,7 @@ def test_send_file_takes_workspace_and_outputs_files_and_stages_a_copy(box, vaul
 ])
 def test_send_file_refuses_everything_else_with_a_tool_error(box, vault, make, path, why):
     make(box.workspace, vault.root)
-    answer = box.call("send_file", '{"path": "%s"}' % path.format(ws=box.workspace))
+    answer = box.call("send_file", json.dumps({"path": path.format(ws=box.workspace)}))
     assert answer.startswith("error:") and why in answer, answer
     assert box.take_outgoing() == []
     assert not (vault.state_dir / "outbox" / "s1").exists() or not any((vault.state_dir / "outbox" / "s1").rglob("*.*"))
@@ -172,13 +173,13 @@ def test_send_file_bounds_size_and_count_and_needs_somewhere_to_send(box, vault,
     ws = box.workspace
     (ws / "big.bin").write_bytes(b"\0" * 2000)
     monkeypatch.setattr(outgoing, "MAX_STAGED_BYTES", 1000)
-    assert "over the 1000 bytes" in box.call("send_file", '{"path": "%s"}' % (ws / "big.bin"))
+    assert "over the 1000 bytes" in box.call("send_file", json.dumps({"path": str(ws / "big.bin")}))
     (ws / "a.txt").write_text("a")
     for _ in range(outgoing.MAX_FILES_PER_TURN):
-        assert box.call("send_file", '{"path": "%s"}' % (ws / "a.txt")).startswith("ok")
-    assert "at most" in box.call("send_file", '{"path": "%s"}' % (ws / "a.txt"))
+        assert box.call("send_file", json.dumps({"path": str(ws / "a.txt")})).startswith("ok")
+    assert "at most" in box.call("send_file", json.dumps({"path": str(ws / "a.txt")}))
     box.outbox = None
-    assert "cannot be sent from here" in box.call("send_file", '{"path": "%s"}' % (ws / "a.txt"))
+    assert "cannot be sent from here" in box.call("send_file", json.dumps({"path": str(ws / "a.txt")}))
 
 
 def test_a_hostile_name_is_made_safe():

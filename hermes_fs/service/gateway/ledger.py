@@ -27,14 +27,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ...agent.outgoing import OutgoingFile
 from ...store.private import connect_private
-from .channel import Origin
-
-if TYPE_CHECKING:
-    from .access import PairingRules
+from .message import Origin
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -139,6 +135,15 @@ def files_loads(text: str | None) -> list[OutgoingFile]:
         return []
     return [OutgoingFile(Path(d["path"]), d["name"], d["size"], d.get("mime") or "application/octet-stream",
                          d.get("caption") or "") for d in json.loads(text)]
+
+
+@dataclass(frozen=True)
+class PairingRules:
+    """The limits `decide_pairing` applies in one transaction (their values: access.py)."""
+
+    code_ttl_s: float  # a code older than this is no code
+    max_failures: int  # this many failed attempts within lock_s lock approving
+    lock_s: float
 
 
 @dataclass
