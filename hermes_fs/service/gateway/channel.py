@@ -150,6 +150,13 @@ class ChannelBase(ABC):
     # False for channels whose messages are pushed to whichever machine the sender reached (a
     # webhook): nothing to consume once, so no lease across machines (holder.py)
     leased: ClassVar[bool] = True
+    # the largest file the platform takes from this bot/account, in bytes; None: the channel sends
+    # no files (the reply then says which files were not sent, and why)
+    max_file_bytes: ClassVar[int | None] = None
+    # True: files travel in the reply itself (`send` gets `Outbound.files`, one e-mail with its
+    # attachments; `max_file_bytes` is then their total); False: each file is its own delivery
+    # through `send_file`, after the text
+    files_in_reply: ClassVar[bool] = False
 
     def __init__(self, vault: Vault, settings: Any):
         self.vault = vault
@@ -169,6 +176,13 @@ class ChannelBase(ABC):
     def send(self, reply: Outbound) -> str:
         """Deliver a reply in the same chat and thread; the platform's message id. Raises on
         failure: the core records the reason and retries with backoff (see `should_retry`)."""
+
+    def send_file(self, reply: Outbound) -> str:
+        """Deliver `reply.files[0]` (with `reply.text` as its caption) in the same chat and thread;
+        the platform's message id. Only called when `max_file_bytes` is set and `files_in_reply`
+        is False; raises like `send` (the core retries, records, and never sends it twice unless
+        `idempotent_send`)."""
+        raise InputError(f"the {self.name} channel does not send files")
 
     # -- what a channel may change -----------------------------------------------------------------
     @property

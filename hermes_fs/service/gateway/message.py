@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...agent.outgoing import OutgoingFile
+
 
 @dataclass(frozen=True)
 class Origin:
@@ -40,11 +42,14 @@ class Inbound:
 
 @dataclass
 class Outbound:
-    """A reply to send: the origin it answers and the text."""
+    """A reply to send: the origin it answers and the text, and the files the agent sent with it
+    (staged copies, each within the channel's `max_file_bytes`). On `send_file` it is one file,
+    and `text` is its caption."""
 
     origin: Origin
     text: str
     reply_id: str  # stable id of this reply (the request id): a channel may use it to avoid double sends
+    files: list[OutgoingFile] = field(default_factory=list)
 
 
 __all__ = ["Inbound", "Origin", "Outbound"]
