@@ -6,8 +6,8 @@ every candidate and writes the memory entries itself:
 - the quote must be found (normalised) in what the person said in their own words (never a tool's
   output, never a document they pasted), or in what the assistant said or ran when the person's
   reply to it endorses it ("always", "next time", "remember");
-- the person's turn must state something lasting (a habit, a rule, a correction, a request to
-  remember), and the words around the quote must not say it is for this one time only;
+- the person's words around the quote must state something lasting (a habit, a rule, a request to
+  remember), or the turn correct the assistant, and must not say it is for this one time only;
 - the lesson must not describe a failure (a timeout, a network or disk error), carry a one-off
   detail (a commit id, a PR number, a count, a clock time) or a credential, and most of its words
   must be the conversation's own words (so an invented or injected lesson cannot ride on a good
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -125,8 +126,8 @@ def said(messages: list[dict]) -> Said:
 LASTING = re.compile(
     r"\b(always|never|every ?(time|one)?|whenever|from now on|next time|in future|in the future|in general|by default|"
     r"remember|note that|keep in mind|don'?t forget|keep doing|rule|no exceptions|the way to|how we should|"
-    r"i use|i prefer|i like|i want|i live|i'?m in|we use|uses|our|my|don'?t|do not|not|no|instead|still|wait|actually|"
-    r"only)\b", re.I)
+    r"i use|i prefer|i like|i want|i live|i'?m in|we use|uses|don'?t|do not|not|no|instead|still|only)\b", re.I)
+CORRECTION = re.compile(r"^\W*(no|not|nope|wait|actually|oops)\b", re.I)  # a turn correcting the assistant
 ENDORSES = re.compile(r"\b(always|every time|next time|from now on|in future|remember|the way to|how we should|"
                       r"keep doing)\b", re.I)
 ONE_TIME = re.compile(r"\b(this one only|for this one|just this once|this time only|only this time|for now|"
@@ -175,7 +176,7 @@ def judge(c: Candidate, conv: Said) -> Verdict:
         return v
     turn, i = where
     v.speaker = turn.role
-    if turn.role == "person" and not LASTING.search(turn.text):
+    if turn.role == "person" and not (LASTING.search(sentence_around(turn.text, quote)) or CORRECTION.match(turn.text)):
         v.why = "the person's words state nothing lasting (a request for this task only)"
     elif turn.role == "assistant" and not ENDORSES.search(conv.reply_to(i)):
         v.why = "the assistant's words, and the person's reply to them did not ask to keep them"
@@ -230,9 +231,13 @@ def similar(a: str, b: str, share: float) -> bool:
 
 
 def agreed(samples: list[list[Verdict]], need: int) -> list[tuple[Verdict, int]]:
+    """The lessons at least `need` samples share (see `grouped`)."""
+    return [(v, n) for v, n in grouped(samples) if n >= need]
+
+
+def grouped(samples: list[list[Verdict]]) -> list[tuple[Verdict, int]]:
     """Kept lessons with how many samples proposed each (one per sample at most), in the
-    shortest wording proposed (whatever order the samples came in); only those at least `need`
-    samples share."""
+    shortest wording proposed (whatever order the samples came in)."""
     groups: list[tuple[list[Verdict], set[int]]] = []
     for n, sample in enumerate(samples):
         for v in sample:
@@ -246,8 +251,7 @@ def agreed(samples: list[list[Verdict]], need: int) -> list[tuple[Verdict, int]]
                     break
             else:
                 groups.append(([v], {n}))
-    return [(min(members, key=lambda m: (len(m.lesson), m.lesson)), len(seen))
-            for members, seen in groups if len(seen) >= need]
+    return [(min(members, key=lambda m: (len(m.lesson), m.lesson)), len(seen)) for members, seen in groups]
 
 
 def held(overlay: OverlayFiles, cfg) -> list[str]:
@@ -347,6 +351,17 @@ class LessonTask:
         summary = "learn: " + "; ".join(a.what.removeprefix("add ").strip("'\"") for a in done)
         self.answer = "\n".join([f"Summary: {summary[:120]}",
                                  *[f"- {a.path}: {a.what} (because {a.reason})" for a in done]])
+
+    def left_out(self) -> str:
+        """What code left out, counted by why (the review's explanation of an empty result)."""
+        why = Counter(v.why for sample in self.verdicts for v in sample if not v.kept)
+        lone = sum(n < self.agree for _v, n in grouped(self.verdicts))
+        if lone:
+            why[f"proposed by fewer than {self.agree} of the {self.samples} answers"] += lone
+        if not why:
+            return ""
+        return "code left out the lessons the model proposed: " + "; ".join(
+            f"{n} because {w}" if n > 1 else w for w, n in why.most_common())
 
     def rejected(self) -> list[str]:
         """Each candidate code left out, and why (for the bench and the review)."""

@@ -198,6 +198,11 @@ class Reviewer:
         if not structured:  # structured mode refuses an entry without a reason itself (structured.apply)
             self._reasons(overlay)
 
+    @property
+    def left_out(self) -> str:
+        """Lessons mode: the lessons the model proposed that code did not keep, and why."""
+        return self.task.left_out() if isinstance(getattr(self, "task", None), LessonTask) else ""
+
     def _reasons(self, overlay: OverlayFiles) -> None:
         """Every change carries its reason: ask once more for what is missing, then take out the
         changes still without one (they are named in the outcome, not committed unexplained)."""

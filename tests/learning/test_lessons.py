@@ -130,9 +130,11 @@ def test_refine_keeps_the_agreed_grounded_lesson_and_drops_the_rest(agent_vault,
 
 
 def test_one_sample_alone_is_not_enough(agent_vault, model_server, session):
-    model_server.add(answer(TABS), answer(), answer())
+    model_server.add(answer(TABS), answer(NAME), answer())
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "nothing", out.reason
+    assert out.reason == ("code left out the lessons the model proposed: the person's words state nothing lasting "
+                          "(a request for this task only); proposed by fewer than 2 of the 3 answers")
     model_server.add(answer(TABS))
     out = refine(agent_vault, RefineOptions(mode="structured", samples=1))  # one sample: it is its own agreement
     assert out.status == "pending", out.reason
