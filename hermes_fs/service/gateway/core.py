@@ -58,7 +58,7 @@ from ..requests import ExecOptions, Handler, Request, Result, SerialExecutor, ru
 from . import commands, registry
 from .access import AccessRules, Verdict, decide, new_code, pairing_text
 from .channel import ChannelBase, Inbound, Origin, attachments_dir
-from .delivery import CommitCadence, Deliverer, set_reply_state
+from .delivery import STOP_WAIT_S, CommitCadence, Deliverer, set_reply_state
 from .leased import LeasedChannels, Parked
 from .ledger import (
     ANSWERED_ELSEWHERE,
@@ -242,7 +242,9 @@ class Gateway:
         except Exception:
             log.exception("gateway channel %s: error while stopping", ch.name)
 
-    def stop(self) -> None:
+    def stop(self, send_wait_s: float = STOP_WAIT_S) -> None:
+        """Stop in order: channels, the turns, the delivery thread (waiting `send_wait_s` for the send
+        under way), the final commit, and the ledger last."""
         self.stopped.set()
         self.leased.stop()
         for ch in list(self.channels.values()):
@@ -250,7 +252,8 @@ class Gateway:
                 self._stop_one(ch)
             self.states[ch.name] = ChannelState("stopped", since=time.time())
         self.executor.shutdown(wait=True)  # the running turn finishes; queued ones stay claimed on disk
-        self.deliverer.stop()
+        if not self.deliverer.stop(send_wait_s):
+            log.warning("gateway: a reply was still being sent at stop; the next start recovers it")
         self.cadence.flush(final=True)
         self.reviews.join(60)
         self.leased.hand_over()

@@ -27,7 +27,7 @@ from ...store.files import atomic_write
 from ...store.provenance import Act
 from ...store.vault import Vault
 from .channel import ChannelBase, Origin, Outbound
-from .ledger import DELIVERED, PENDING, SENDING, Delivery, GatewayLedger
+from .ledger import DELIVERED, PENDING, SENDING, Delivery, GatewayLedger, LedgerClosed
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ COMMIT_BATCH = 20
 DELIVERY_TRIES = 8
 MAX_BACKOFF_S = 300.0
 IDLE_WAKE_S = 30.0  # the delivery thread looks at the ledger at least this often
+STOP_WAIT_S = 30.0  # how long a stop waits for the send under way
 
 GO, WAIT, ANSWERED_ELSEWHERE = "go", "wait", "answered"  # what `may_send` says of a reply
 
@@ -63,11 +64,15 @@ class Deliverer:
         self.thread = threading.Thread(target=self._loop, name="gateway-delivery", daemon=True)
         self.thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = STOP_WAIT_S) -> bool:
+        """Stop after the send under way; False when that send outlives `wait_s` (the thread then
+        ends when it next uses the ledger, closed by then: see `_loop`)."""
         self.stopped.set()
         self.wake.set()
         if self.thread:
-            self.thread.join(30)
+            self.thread.join(wait_s)
+            return not self.thread.is_alive()
+        return True
 
     def queue(self, rid: str, origin: Origin, text: str, keep_text: bool = True,
               files: list[OutgoingFile] | None = None) -> None:
@@ -99,14 +104,17 @@ class Deliverer:
                    for p in platforms)
 
     def _loop(self) -> None:
-        while not self.stopped.is_set():
-            self.wake.clear()
-            for d in self.ledger.due_deliveries(self.connected()):
-                if self.stopped.is_set():
-                    return
-                self._deliver(d)
-            nxt = self.ledger.next_try()
-            self.wake.wait(IDLE_WAKE_S if nxt is None else min(IDLE_WAKE_S, max(0.05, nxt - time.time())))
+        try:
+            while not self.stopped.is_set():
+                self.wake.clear()
+                for d in self.ledger.due_deliveries(self.connected()):
+                    if self.stopped.is_set():
+                        return
+                    self._deliver(d)
+                nxt = self.ledger.next_try()
+                self.wake.wait(IDLE_WAKE_S if nxt is None else min(IDLE_WAKE_S, max(0.05, nxt - time.time())))
+        except LedgerClosed:  # a send outlived the stop: its reply stays `sending`, for the next start's recovery
+            log.info("gateway: the delivery thread ended after the stop")
 
     def _deliver(self, d: Delivery) -> None:
         ch = self.channels.get(d.platform)

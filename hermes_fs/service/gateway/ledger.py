@@ -25,10 +25,13 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...agent.outgoing import OutgoingFile
+from ...errors import HermesError
 from ...store.private import connect_private
 from .message import Origin
 
@@ -68,6 +71,10 @@ DELIVERY_COLUMNS = "id, platform, origin, text, state, attempts, reason, platfor
 
 # delivery states
 PENDING, SENDING, DELIVERED, FAILED = "pending", "sending", "delivered", "failed"
+
+
+class LedgerClosed(HermesError):
+    """The ledger was used after the gateway closed it (at stop)."""
 
 
 def message_key(origin: Origin) -> str:
@@ -171,22 +178,34 @@ class GatewayLedger:
         if "files" not in columns:  # a ledger made before replies carried files
             self.db.execute("ALTER TABLE deliveries ADD COLUMN files TEXT")
         self.lock = threading.RLock()
+        self.closed = False
 
     def close(self) -> None:
         with self.lock:
+            self.closed = True
             self.db.close()
 
+    @contextmanager
+    def _open(self) -> Iterator[None]:
+        """The connection, to one thread at a time, while the ledger is open: after `close` (the
+        gateway stopped) every use raises LedgerClosed, so a thread that outlived the stop (a
+        send that hung) ends cleanly, and what it did is recovered at the next start."""
+        with self.lock:
+            if self.closed:
+                raise LedgerClosed(f"{self.path.name} is closed: the gateway stopped")
+            yield
+
     def _one(self, sql: str, *args):
-        with self.lock:  # fetchall: a statement left open would pin this connection to an old snapshot
+        with self._open():  # fetchall: a statement left open would pin this connection to an old snapshot
             rows = self.db.execute(sql, args).fetchall()
         return rows[0] if rows else None
 
     def _all(self, sql: str, *args) -> list:
-        with self.lock:
+        with self._open():
             return self.db.execute(sql, args).fetchall()
 
     def _do(self, sql: str, *args) -> int:
-        with self.lock:
+        with self._open():
             return self.db.execute(sql, args).rowcount
 
     # -- messages ---------------------------------------------------------------------------------
@@ -314,7 +333,7 @@ class GatewayLedger:
     # -- pairing ----------------------------------------------------------------------------------
     def add_pairing(self, code_hash: str, platform: str, sender: str) -> None:
         now = time.time()
-        with self.lock:
+        with self._open():
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 self.db.execute("INSERT INTO pairing (code_hash, platform, sender, created) VALUES (?, ?, ?, ?)",
@@ -362,7 +381,7 @@ class GatewayLedger:
         """One approval or denial, whole, in one write transaction (`BEGIN IMMEDIATE`): the lock-out
         is read, the code looked up and a failure counted with no other attempt in between, in this
         process or another, so N attempts at once count N and the lock holds at its limit."""
-        with self.lock:
+        with self._open():
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 failures = [r[0] for r in self.db.execute(
@@ -389,7 +408,7 @@ class GatewayLedger:
         """Remember that `origin`'s message carried the body `digest` in its chat; the id of an
         earlier, other message that carried the same body there within `window_s` (a replay under a
         fresh id, on a platform that signs the body but not the id), else None."""
-        with self.lock:
+        with self._open():
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 self.db.execute("DELETE FROM bodies WHERE at < ?", (now - window_s,))
@@ -423,7 +442,7 @@ class GatewayLedger:
     def add_room_line(self, room: str, event: str, sender: str, text: str, keep: int) -> None:
         """Remember a line of a shared room (once per event: a replayed batch adds nothing); the
         room keeps its last `keep` lines, so the context survives a restart without growing."""
-        with self.lock:
+        with self._open():
             self.db.execute("INSERT OR IGNORE INTO room_lines (event, room, sender, text, at) VALUES (?, ?, ?, ?, ?)",
                             (event, room, sender, text, time.time()))
             self.db.execute("DELETE FROM room_lines WHERE room = ? AND event NOT IN (SELECT event FROM room_lines "
@@ -455,7 +474,7 @@ class GatewayLedger:
             return 0
         changed = 0
         prefix = f"{platform}|"
-        with self.lock:
+        with self._open():
             for row in _rows(data.get("sessions"), (str, (str, type(None)), (int, float)))[:SHARED_SESSIONS]:
                 key, session, updated = row
                 if key.startswith(prefix):
