@@ -412,8 +412,7 @@ def test_a_file_the_agent_sends_is_uploaded_and_arrives_as_m_file_after_the_answ
     assert file["body"] == "the summary" and file["filename"] == "summary.pdf"
     assert file["info"]["mimetype"] == "application/pdf" and file["url"].startswith("mxc://test.local/")
     assert file["m.relates_to"]["m.in_reply_to"]["event_id"] == asked
-    server, media = file["url"][len("mxc://"):].split("/", 1)
-    downloaded = me.run(me.client.download(server_name=server, media_id=media))
+    downloaded = me.run(me.client.download(mxc=file["url"]))
     assert downloaded.body.startswith(b"%PDF-") and len(downloaded.body) == file["info"]["size"]
     assert gw.wait_idle(30)
     gw.stop()
