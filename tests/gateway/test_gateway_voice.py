@@ -15,8 +15,8 @@ import pytest
 import speech
 from test_gateway_core import Loopback, setup
 
-from hermes_fs.service.gateway.channel import Audio, AudioTooLarge, Inbound, Origin
 from hermes_fs.service.gateway.core import Gateway
+from hermes_fs.service.gateway.message import Audio, AudioTooLarge, Inbound, Origin
 from hermes_fs.service.gateway.voice import VOICE_NOTE
 from hermes_fs.store.vault import Vault
 

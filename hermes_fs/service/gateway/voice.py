@@ -13,7 +13,7 @@ from __future__ import annotations
 from ...agent.transcription import VoiceOff, transcribe
 from ...errors import HermesError, InputError
 from ...store.vault import Vault
-from .channel import Audio, AudioTooLarge
+from .message import Audio, AudioTooLarge
 
 VOICE_NOTE = "(a voice message, transcribed automatically: a word may have been misheard)"
 QUOTE_CHARS = 1_000  # of the transcript quoted back in the reply
