@@ -188,7 +188,7 @@ def judge(c: Candidate, conv: Said) -> Verdict:
         v.why = "it carries a one-off detail (an id, a number, a count or a time)"
     elif CREDENTIAL.search(lesson) or scan_text("lesson", lesson) or scan_text("quote", quote):
         v.why = "it is about a credential"
-    elif not grounded(lesson, quote, conv):
+    elif not grounded(lesson, turn, conv):
         v.why = "its words are not the conversation's (invented, or taken from a tool's output)"
     if v.kept:
         v.file = "USER.md" if turn.role == "person" and FIRST_PERSON.search(sentence_around(turn.text, quote)) \
@@ -216,12 +216,20 @@ def sentence_around(text: str, quote: str) -> str:
     return " ".join(near) or text
 
 
-def grounded(lesson: str, quote: str, conv: Said) -> bool:
-    """The lesson shares words with its quote, and most of its words are the conversation's own."""
-    words = tokens(lesson)
-    if not words or not words & tokens(quote):
+def grounded(lesson: str, turn: Turn, conv: Said) -> bool:
+    """The lesson shares words with the turn it quotes, and most of its words are the
+    conversation's own (compared by stem: "installs" is "installations")."""
+    words = stems(lesson)
+    if not words or not words & stems(turn.text):
         return False
-    return len(words & tokens(conv.own_words())) >= GROUNDED_SHARE * len(words)
+    return len(words & stems(conv.own_words())) >= GROUNDED_SHARE * len(words)
+
+
+def stems(text: str) -> set[str]:
+    return {w[:STEM] for w in tokens(text)}
+
+
+STEM = 5  # letters that make two words one for `grounded` (a crude stem, enough for English inflections)
 
 
 # -- agreement and memory ------------------------------------------------------------------------------
@@ -236,8 +244,9 @@ def agreed(samples: list[list[Verdict]], need: int) -> list[tuple[Verdict, int]]
 
 
 def grouped(samples: list[list[Verdict]]) -> list[tuple[Verdict, int]]:
-    """Kept lessons with how many samples proposed each (one per sample at most), in the
-    shortest wording proposed (whatever order the samples came in)."""
+    """Kept lessons with how many samples proposed each (one per sample at most), each in the
+    wording that shares most words with the others' (then the fullest; whatever order the samples
+    came in)."""
     groups: list[tuple[list[Verdict], set[int]]] = []
     for n, sample in enumerate(samples):
         for v in sample:
@@ -251,7 +260,8 @@ def grouped(samples: list[list[Verdict]]) -> list[tuple[Verdict, int]]:
                     break
             else:
                 groups.append(([v], {n}))
-    return [(min(members, key=lambda m: (len(m.lesson), m.lesson)), len(seen)) for members, seen in groups]
+    return [(max(members, key=lambda m: (sum(len(stems(m.lesson) & stems(o.lesson)) for o in members if o is not m),
+                                         len(stems(m.lesson)), m.lesson)), len(seen)) for members, seen in groups]
 
 
 def held(overlay: OverlayFiles, cfg) -> list[str]:

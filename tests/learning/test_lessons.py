@@ -34,6 +34,13 @@ def test_a_quote_of_the_person_stating_something_lasting_is_kept_in_their_file()
     assert v.file == "USER.md" and v.speaker == "person"
 
 
+def test_a_lesson_may_word_another_part_of_the_quoted_turn():
+    assert verdict("No. I don't have root on this machine", "Never suggest sudo; no root access here.").kept
+    conv = Said([Turn("person", "No. I don't have root here. Use user-level installs (pipx).")])
+    v = judge(Candidate(quote="I don't have root here", lesson="Always use user-level installations."), conv)
+    assert v.kept, v.why
+
+
 def test_quotes_match_despite_case_spacing_markdown_and_an_ellipsis():
     assert verdict("i DON'T have   root ... never will", "Has no root; never suggest sudo.").kept
     assert verdict("Installed with pipx install jq", "Installs tools with pipx install into ~/.local/bin.").kept
@@ -84,7 +91,7 @@ def test_agreement_keeps_what_two_samples_propose_once_each():
     bad = verdict("Install jq for me", "Installs jq.")
     kept = agreed([[a, c], [b, a], [bad]], 2)
     assert [(v.lesson, n) for v, n in kept] == [(b.lesson, 2)]  # c once, `bad` rejected; a twice in one sample counts once
-    assert agreed([[b, c], [a, c]], 2) == agreed([[a, c], [c, b]], 2)  # the shortest wording, whatever the order
+    assert agreed([[b, c], [a, c]], 2) == agreed([[a, c], [c, b]], 2)  # the same wording, whatever the order
     assert [v.lesson for v, _n in agreed([[c]], 1)] == [c.lesson]
 
 
@@ -115,12 +122,12 @@ def test_refine_keeps_the_agreed_grounded_lesson_and_drops_the_rest(agent_vault,
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "pending", out.reason
     text = agent_vault.git.read_file(out.branch, USER).decode()
-    assert "- Uses tabs for indentation." in text  # the shorter of the two wordings
+    assert "- Indents with tabs, never spaces." in text and "Uses tabs" not in text  # the fuller of two wordings
     assert "notes" not in text and "disk" not in text.lower() and "Comic" not in text
     assert out.files == [USER]
     info = agent_vault.git.commit_info(out.branch)
-    assert info.summary == "learn: Uses tabs for indentation."
-    assert '(because the user said: "always use tabs" (2 of 3 samples))' in info.body
+    assert info.summary == "learn: Indents with tabs, never spaces."
+    assert '(because the user said: "I always use tabs, never spaces" (2 of 3 samples))' in info.body
     reqs = model_server.requests[-3:]
     assert all(r["temperature"] == lessons.TEMPERATURE and r["response_format"]["json_schema"]["name"] == "Lessons"
                for r in reqs)
