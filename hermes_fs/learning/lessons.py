@@ -50,12 +50,14 @@ MIN_QUOTE_WORDS = 3
 class Candidate(_Strict):
     """The quote comes first: written first under the grammar, it leads the model to the lesson."""
 
-    quote: str = Field(description="the exact words from a USER or ASSISTANT line that show the lesson")
-    lesson: str = Field(description="one short sentence to remember, true next month too")
+    quote: str = Field(max_length=240, description="the exact words from a USER or ASSISTANT line that show the lesson")
+    lesson: str = Field(max_length=160, description="one short sentence to remember, true next month too")
 
 
 class Lessons(_Strict):
-    lessons: list[Candidate] = Field(max_length=4)
+    """Bounded lengths: under the grammar a small model cannot ramble on for minutes."""
+
+    lessons: list[Candidate] = Field(max_length=3)
 
 
 LESSONS_PROMPT = """You read a conversation between a user and their assistant. List what the assistant must \
