@@ -157,6 +157,7 @@ class McpServerConfig:
     headers: dict[str, str] = field(default_factory=dict)  # the same ${NAME} expansion
     tools: list[str] | None = None  # allow-list of the server's tool names; null = all
     timeout_s: float = 30.0  # a call (or the start) taking longer is a tool error the model sees
+    unattended: bool = False  # true: gateway chats, cron jobs, inbox requests and webhooks get it too (default: only chat, run, acp)
 
 
 @dataclass
