@@ -109,7 +109,7 @@ class McpHub:
         info = Implementation(name="hermes-fs", version="0.1.0")
         if cfg.command:
             env = {**_base_env(), **{k: expand(v, self.secrets) for k, v in cfg.env.items()}}
-            target: Any = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=env)
+            target: Any = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=env, cwd=cfg.cwd)
         else:
             target = _http_transport(cfg, self.secrets)
         before = _children(os.getpid())
