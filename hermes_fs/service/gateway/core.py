@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...agent.boundary import Source
+from ...agent.outgoing import OutgoingFile, discard, human_size
 from ...errors import HermesError, InputError, SessionGone
 from ...store.docs import dump_doc
 from ...store.files import atomic_write
@@ -57,7 +58,7 @@ from ..requests import ExecOptions, Handler, Request, Result, SerialExecutor, ru
 from . import commands, registry
 from .access import AccessRules, Verdict, decide, new_code, pairing_text
 from .channel import ChannelBase, Inbound, Origin, attachments_dir
-from .delivery import CommitCadence, Deliverer, set_reply_state
+from .delivery import STOP_WAIT_S, CommitCadence, Deliverer, set_reply_state
 from .leased import LeasedChannels, Parked
 from .ledger import (
     ANSWERED_ELSEWHERE,
@@ -72,6 +73,7 @@ from .ledger import (
     TOO_MANY,
     GatewayLedger,
     Message,
+    file_delivery_id,
     ledger_path,
     message_key,
     request_id,
@@ -240,7 +242,9 @@ class Gateway:
         except Exception:
             log.exception("gateway channel %s: error while stopping", ch.name)
 
-    def stop(self) -> None:
+    def stop(self, send_wait_s: float = STOP_WAIT_S) -> None:
+        """Stop in order: channels, the turns, the delivery thread (waiting `send_wait_s` for the send
+        under way), the final commit, and the ledger last."""
         self.stopped.set()
         self.leased.stop()
         for ch in list(self.channels.values()):
@@ -248,7 +252,8 @@ class Gateway:
                 self._stop_one(ch)
             self.states[ch.name] = ChannelState("stopped", since=time.time())
         self.executor.shutdown(wait=True)  # the running turn finishes; queued ones stay claimed on disk
-        self.deliverer.stop()
+        if not self.deliverer.stop(send_wait_s):
+            log.warning("gateway: a reply was still being sent at stop; the next start recovers it")
         self.cadence.flush(final=True)
         self.reviews.join(60)
         self.leased.hand_over()
@@ -312,7 +317,7 @@ class Gateway:
         if left:
             for rel in left:
                 rid = inbox.request_of_result(rel)
-                set_reply_state(self.vault, rel, self.ledger.delivery(rid))
+                set_reply_state(self.vault, rel, self.ledger.delivery(rid), self.ledger.file_deliveries(rid))
             self.vault.git.commit_paths(left + self.vault.git.changed_under("sessions"),
                                         f"gateway: {len(left)} request(s) (after an interruption)",
                                         Act.gateway())
@@ -514,7 +519,8 @@ class Gateway:
             return  # stays claimed; run at the next start
         handlers: dict[str, Handler] = {"run": partial(self._run_chat, skey),
                                         "command": partial(self._run_command, skey)}
-        options = ExecOptions(source=Source.GATEWAY, commit_session=False, auto_review=self.reviews)
+        options = ExecOptions(source=Source.GATEWAY, commit_session=False, auto_review=self.reviews,
+                              send_files=self._sends_files(origin))
         try:
             inbox.process(self.vault, c, self.note, options, partial(self._done, c, skey, origin),
                           chat=True, commit=False, handlers=handlers)
@@ -558,10 +564,35 @@ class Gateway:
         if origin is not None and self._replies(origin):
             text = result.body if len(result.body) <= MAX_REPLY else \
                 result.body[:MAX_REPLY] + f"\n[... {len(result.body) - MAX_REPLY} more characters]"
-            self.deliverer.queue(rid, origin, text or "(no answer)")
-        elif origin is not None:
-            self.leased.settle(origin.platform, rid)
+            self._queue_reply(rid, origin, text or "(no answer)", result.files)
+        else:
+            for f in result.files:  # nowhere to send them
+                discard(f)
+            if origin is not None:
+                self.leased.settle(origin.platform, rid)
         self.cadence.add(rid, c.result_rel, [p for p in result.paths if p != c.result_rel])
+
+    def _queue_reply(self, rid: str, origin: Origin, text: str, files: list[OutgoingFile]) -> None:
+        """The answer, then its files: in the reply itself where the channel attaches them (e-mail),
+        else each as its own delivery (so a restart knows which arrived). A file the channel cannot
+        take (no file support, over its size limit) is not sent, and the reply says so."""
+        ch = self.channels.get(origin.platform)
+        fits, notes = files_that_fit(files, ch)
+        if notes:
+            text += "\n\n" + "\n".join(notes)
+        if ch is not None and ch.files_in_reply:
+            self.deliverer.queue(rid, origin, text, files=fits)
+            return
+        self.deliverer.queue(rid, origin, text)
+        for n, f in enumerate(fits, 1):
+            self.deliverer.queue(file_delivery_id(rid, n), origin, f.caption, files=[f])
+
+    def _sends_files(self, origin: Origin | None) -> bool:
+        """Whether the agent is offered send_file: its answer goes back to a chat that takes files."""
+        if origin is None:
+            return False
+        ch = self.channels.get(origin.platform)
+        return ch is not None and ch.max_file_bytes is not None and ch.replies_to(origin)
 
     def _replies(self, origin: Origin) -> bool:
         ch = self.channels.get(origin.platform)
@@ -593,6 +624,29 @@ class Gateway:
                 return True
             time.sleep(0.05)
         return False
+
+
+def files_that_fit(files: list[OutgoingFile], ch: ChannelBase | None) -> tuple[list[OutgoingFile], list[str]]:
+    """The files a channel can take (within `max_file_bytes`: each, or all together where they
+    travel in the reply), and a line for each one it cannot, saying why (its staged copy goes)."""
+    limit = ch.max_file_bytes if ch is not None else None
+    where = ch.name if ch is not None else "this channel"
+    fits: list[OutgoingFile] = []
+    notes: list[str] = []
+    total = 0
+    for f in files:
+        size = f.size + (total if ch is not None and ch.files_in_reply else 0)
+        if limit is None:
+            notes.append(f"({f.name} was not sent: {where} does not carry files here.)")
+        elif size > limit:
+            notes.append(f"({f.name} was not sent: {human_size(f.size)} is over the {human_size(limit)} "
+                         f"{where} takes{' in one message' if ch is not None and ch.files_in_reply else ''}.)")
+        else:
+            fits.append(f)
+            total += f.size
+            continue
+        discard(f)
+    return fits, notes
 
 
 def _fsync_dir(path: Path) -> None:
