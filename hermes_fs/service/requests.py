@@ -48,6 +48,7 @@ class Request:
     source: str | None = None  # learn: the document
     origin: Origin | None = None  # where a chat message came from; its reply goes back there
     context: str | None = None  # text from others in a shared room: shown to the model as untrusted
+    voice: bool = False  # the text is a voice message's transcript (the audio itself is never kept)
 
     def meta(self) -> dict[str, Any]:
         """The request's frontmatter (DESIGN §3 and §15: `origin:` for gateway messages)."""
@@ -57,6 +58,8 @@ class Request:
                 meta[key] = getattr(self, key)
         if self.origin:
             meta["origin"] = origin_meta(self.origin)
+        if self.voice:
+            meta["voice"] = True
         return meta
 
 

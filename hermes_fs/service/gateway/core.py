@@ -41,7 +41,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,7 +55,7 @@ from ...store.provenance import Act
 from ...store.vault import Vault
 from .. import inbox
 from ..requests import ExecOptions, Handler, Request, Result, SerialExecutor, run_request
-from . import commands, registry
+from . import commands, registry, voice
 from .access import AccessRules, Verdict, decide, new_code, pairing_text
 from .channel import ChannelBase, Inbound, Origin, attachments_dir
 from .delivery import STOP_WAIT_S, CommitCadence, Deliverer, set_reply_state
@@ -71,6 +71,7 @@ from .ledger import (
     REFUSED,
     TOO_LONG,
     TOO_MANY,
+    UNHEARD,
     GatewayLedger,
     Message,
     file_delivery_id,
@@ -96,9 +97,19 @@ class Refusal:
     """A message the core will not run: why (kept with the message: a channel that answers at once,
     such as a webhook, says it instead of accepting) and the reply to the chat ("" = none)."""
 
-    kind: str  # EMPTY, TOO_LONG, TOO_MANY
+    kind: str  # EMPTY, TOO_LONG, TOO_MANY, UNHEARD
     reason: str
     reply: str
+
+
+@dataclass(frozen=True)
+class Heard:
+    """A voice message after transcription: the message to take (its text the transcript), or
+    why not."""
+
+    message: Inbound
+    voice: bool  # the text is a transcript
+    refusal: Refusal | None = None
 
 
 def requests_dir(vault: Vault) -> Path:
@@ -393,6 +404,8 @@ class Gateway:
     def submit(self, message: Inbound) -> str:
         """Make the message a durable request (or a recorded refusal); its request id. A second
         submit of the same message returns the same id and does nothing."""
+        heard = self._hear(message) if message.audio is not None else Heard(message, False)
+        message = heard.message
         origin = message.origin
         rid = request_id(origin)
         ch = self.channels.get(origin.platform)
@@ -421,7 +434,7 @@ class Gateway:
                     self.leased.settle(origin.platform, rid)
                 return rid
             text = message.text.strip()
-            refusal = self._refusal(origin, text, message)
+            refusal = heard.refusal or self._refusal(origin, text, message)
             if refusal is not None:
                 self.ledger.add_message(origin, skey, REFUSED)
                 self.ledger.refuse_message(rid, refusal.kind, refusal.reason)  # the sender can ask why
@@ -430,10 +443,23 @@ class Gateway:
                 else:
                     self.leased.settle(origin.platform, rid)
                 return rid
-            claim = self._write_claim(rid, message, text)
+            claim = self._write_claim(rid, message, text, heard.voice)
             self.ledger.add_message(origin, skey, CLAIMED, claim.path.name)
         self.executor.submit(skey, partial(self._process, claim, skey, origin))
         return rid
+
+    def _hear(self, message: Inbound) -> Heard:
+        """Transcribe a voice message (outside the submit lock: it takes seconds), but only one
+        that would run: a duplicate, a stranger's or a pairing sender's audio is never fetched."""
+        assert message.audio is not None
+        bare = replace(message, audio=None)
+        if self.lookup(message.origin) is not None or self.verdict(message) in (Verdict.SILENCE, Verdict.PAIR):
+            return Heard(bare, False)
+        try:
+            transcript = voice.hear(self.vault, message.audio)
+        except voice.Unheard as exc:
+            return Heard(bare, False, Refusal(UNHEARD, str(exc), voice.refusal_reply(str(exc))))
+        return Heard(replace(bare, text=voice.request_text(message.text, transcript)), True)
 
     def _refusal(self, origin: Origin, text: str, message: Inbound) -> Refusal | None:
         """Why the message is not run (and what to reply, "" = nothing), or None to take it."""
@@ -450,11 +476,11 @@ class Gateway:
                                            "not run. Wait a minute.") if first else "")
         return None
 
-    def _write_claim(self, rid: str, message: Inbound, text: str) -> inbox.TakenRequest:
+    def _write_claim(self, rid: str, message: Inbound, text: str, heard: bool = False) -> inbox.TakenRequest:
         kind = "command" if commands.parse(text) else "run"
         if message.attachments and kind == "run":
             text += "\n\n(Attached files, saved in your workspace: " + ", ".join(p.name for p in message.attachments) + ")"
-        req = Request(kind, text, origin=message.origin, context=message.context or None)
+        req = Request(kind, text, origin=message.origin, context=message.context or None, voice=heard)
         stamp = inbox.new_stamp()
         name = f"{rid}.md"
         path = requests_dir(self.vault) / f"{stamp}--{name}"
@@ -542,6 +568,9 @@ class Gateway:
             result = run_request(vault, req, options)
         if result.session and req.origin:
             self.session_origins[result.session] = req.origin
+        transcript = voice.transcript_of(req.text) if req.voice else None
+        if transcript:  # the person sees what was heard, first
+            result.body = f"{voice.transcript_quote(transcript)}\n\n{result.body}"
         return result
 
     def _run_command(self, skey: str, vault: Vault, req: Request, options: ExecOptions) -> Result:
