@@ -31,13 +31,13 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
         options.max_steps = max_steps
     v = vault_for(ctx)
     from .answer import AnswerView
-    from .remote import RemoteConversation, options_for, vectors_in_background, warm_environment
+    from .remote import options_for, vectors_in_background, warm_conversation, warm_environment
 
     environ = warm_environment(v, model)
     view = AnswerView() if sys.stdout.isatty() else None  # a person watching: streamed Markdown
     on_tool = (lambda line: view.tool(f"  · {line}")) if view else None
-    remote = None if environ is None else RemoteConversation.connect(
-        v.state_dir, options_for("run", model, options.workspace, max_steps, environ=environ), on_tool)
+    remote = None if environ is None else warm_conversation(
+        v, options_for("run", model, options.workspace, max_steps, environ=environ), on_tool)
     if remote is not None:  # the daemon's warm process: no litellm import here
         try:
             _answer(view, lambda on_text: remote.ask(" ".join(prompt), on_text).answer)
