@@ -26,7 +26,7 @@ os.environ.setdefault("HERMES_NO_WARM_UP", "1")
 os.environ.setdefault("HERMES_NO_AUTOSTART", "1")
 
 
-SERVER_MARKS = ("docker", "synapse", "mail", "chromium", "gitdaemon", "sshd")
+SERVER_MARKS = ("docker", "synapse", "mail", "chromium", "gitdaemon", "sshd", "espeak")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: `-m "not server"` sees the mark added here

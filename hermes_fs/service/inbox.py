@@ -33,7 +33,8 @@ INBOX_DIR = "inbox"
 RESULTS_DIR = "outputs/requests"
 TYPES = JOB_TYPES
 FIELDS = {"type", "focus", "session", "source"}
-CHAT_FIELDS = FIELDS | {"origin", "context"}  # a gateway's request files also say where they came from
+# a gateway's request files also say where they came from (and whether from a voice message)
+CHAT_FIELDS = FIELDS | {"origin", "context", "voice"}
 log = logging.getLogger(__name__)
 
 
@@ -186,7 +187,7 @@ def parse_request(text: str, rel: str, types: tuple[str, ...] = TYPES, chat: boo
         raise InputError("a learn request needs a `source`", rel)
     origin = origin_from_meta(meta["origin"], rel) if "origin" in meta else None
     return Request(kind, body, meta.get("focus") or (body if kind == "refine" and body else None),
-                   meta.get("session"), meta.get("source"), origin, meta.get("context"))
+                   meta.get("session"), meta.get("source"), origin, meta.get("context"), meta.get("voice") is True)
 
 
 def write_result(vault: Vault, c: TakenRequest, original: str, result: Result, started: float,

@@ -48,6 +48,7 @@ class Request:
     source: str | None = None  # learn: the document
     origin: Origin | None = None  # where a chat message came from; its reply goes back there
     context: str | None = None  # text from others in a shared room: shown to the model as untrusted
+    voice: bool = False  # the text is a voice message's transcript (the audio itself is never kept)
 
     def meta(self) -> dict[str, Any]:
         """The request's frontmatter (DESIGN §3 and §15: `origin:` for gateway messages)."""
@@ -57,6 +58,8 @@ class Request:
                 meta[key] = getattr(self, key)
         if self.origin:
             meta["origin"] = origin_meta(self.origin)
+        if self.voice:
+            meta["voice"] = True
         return meta
 
 
@@ -123,6 +126,7 @@ class ExecOptions:
     commit_session: bool = True  # False: the transcript is committed with the result (Result.paths)
     auto_review: AutoReview | None = None  # refine.every_turns, applied to the exact session
     send_files: bool = False  # the answer goes where files can follow it: the agent may send_file
+    destinations: tuple[str, ...] = ()  # gateway.destinations the request's sender may send files to
 
 
 Handler = Callable[[Vault, Request, ExecOptions], Result]
@@ -150,7 +154,8 @@ def run_request(vault: Vault, req: Request, options: ExecOptions) -> Result:
     from ..agent.conversation import Conversation, ConversationOptions
 
     conv_options = ConversationOptions(source=options.source, resume=req.session,
-                                       commit_on_end=options.commit_session, send_files=options.send_files)
+                                       commit_on_end=options.commit_session, send_files=options.send_files,
+                                       destinations=options.destinations)
     with Conversation(vault, conv_options) as conv:
         turn = conv.ask(prompt_for(req))
         turns = conv.user_turns

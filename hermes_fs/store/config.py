@@ -40,6 +40,9 @@ class RefineConfig:
     every_turns: int = 10  # review a session automatically every N user turns; 0 = only when asked
     mode: str = ReviewMode.TOOLS  # tools: the reviewer calls edit tools; structured: one JSON document (small models)
     max_cost_per_day: float | None = None  # USD: past it, automatic (background) reviews stop until tomorrow (UTC)
+    # structured mode: answers drawn per review (lessons with their quotes, judged by code; a lesson
+    # is kept when 2 of them propose it, or the only one); 0 = one JSON document of memory and skill edits
+    samples: int = 3
 
 
 @dataclass
@@ -193,6 +196,17 @@ def build_section(cls: type, section: Section):
 
 
 @dataclass
+class DestinationConfig:
+    """A place, other than the chat a request came from, where the agent may send files: a chat of
+    a configured channel, named by you. Only the senders listed may direct files there."""
+
+    channel: str = ""  # a channel configured under gateway: (telegram, matrix, email, slack, ...)
+    chat: str = ""  # where on it: a chat or channel id, a room id, an e-mail address
+    thread: str | None = None  # optional: a thread in that chat
+    senders: list[str] = field(default_factory=list)  # "<channel>:<sender id>" who may send here; empty: nobody
+
+
+@dataclass
 class GatewayConfig:
     """Chat and events from outside, run by the daemon; a channel is on when its key is set."""
 
@@ -204,6 +218,29 @@ class GatewayConfig:
     sender_rate_per_min: int = 20  # messages a minute from one sender; more are answered once, not run
     commit_idle_s: float = 10.0  # chat results and transcripts are committed after this long without a message
     retry_base_s: float = 2.0  # first wait before a reply that could not be sent is tried again (doubling)
+    # name -> a chat where files may also be sent (send_file's `to`), e.g. your Slack channel or mailbox
+    destinations: dict[str, DestinationConfig] = field(default_factory=dict)
+
+
+@dataclass
+class VoiceConfig:
+    """Voice messages from the gateway's chats: transcribed, and the transcript is the message.
+    The audio itself is never stored: held in memory while it is transcribed, then dropped."""
+
+    # pocketsphinx: offline, with the English model its package ships (rough on free speech);
+    # api: a hosted model through litellm's transcription (accurate); off: voice messages are
+    # answered that voice is off. YAML reads an unquoted `off` as false, which means the same.
+    engine: str | bool = "pocketsphinx"
+    model: str = "whisper-1"  # api: the litellm transcription route (whisper-1, groq/whisper-large-v3, ...)
+    api_base: str | None = None  # api: the server's URL (null: the provider's own)
+    api_key_env: str | None = None  # api: the NAME of the variable holding its key (null: the provider's usual one)
+    language: str | None = None  # api: the language spoken (ISO 639-1, e.g. en), a hint; null: detected
+    max_seconds: int = 300  # longer voice messages are answered with the limit, not transcribed
+    max_bytes: int = 20_000_000  # larger audio files are answered with the limit, never downloaded
+
+    @property
+    def engine_name(self) -> str:
+        return "off" if self.engine is False else str(self.engine)
 
 
 @dataclass
@@ -273,6 +310,7 @@ class Config:
     mcp: McpConfig = field(default_factory=McpConfig)
     learn: LearnConfig = field(default_factory=LearnConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    voice: VoiceConfig = field(default_factory=VoiceConfig)
     remote: RemoteConfig | None = None
     sync: SyncConfig = field(default_factory=SyncConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
@@ -292,6 +330,7 @@ CHOICES = {
     "learn.mode": {m.value for m in ReviewMode},
     "curate.policy": {Policy.REVIEW.value, Policy.AUTO.value},
     "tools.text_calls": {"auto", "off"},
+    "voice.engine": {"pocketsphinx", "api", "off"},
 }
 RENAMED = {"from": "from_"}  # YAML keys that are Python keywords
 

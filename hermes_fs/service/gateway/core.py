@@ -41,13 +41,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...agent.boundary import Source
-from ...agent.outgoing import OutgoingFile, discard, human_size
+from ...agent.outgoing import OutgoingFile, copy_of, discard, human_size
 from ...errors import HermesError, InputError, SessionGone
 from ...store.docs import dump_doc
 from ...store.files import atomic_write
@@ -55,7 +55,7 @@ from ...store.provenance import Act
 from ...store.vault import Vault
 from .. import inbox
 from ..requests import ExecOptions, Handler, Request, Result, SerialExecutor, run_request
-from . import commands, registry
+from . import commands, registry, voice
 from .access import AccessRules, Verdict, decide, new_code, pairing_text
 from .channel import ChannelBase, Inbound, Origin, attachments_dir
 from .delivery import STOP_WAIT_S, CommitCadence, Deliverer, set_reply_state
@@ -71,6 +71,7 @@ from .ledger import (
     REFUSED,
     TOO_LONG,
     TOO_MANY,
+    UNHEARD,
     GatewayLedger,
     Message,
     file_delivery_id,
@@ -96,9 +97,19 @@ class Refusal:
     """A message the core will not run: why (kept with the message: a channel that answers at once,
     such as a webhook, says it instead of accepting) and the reply to the chat ("" = none)."""
 
-    kind: str  # EMPTY, TOO_LONG, TOO_MANY
+    kind: str  # EMPTY, TOO_LONG, TOO_MANY, UNHEARD
     reason: str
     reply: str
+
+
+@dataclass(frozen=True)
+class Heard:
+    """A voice message after transcription: the message to take (its text the transcript), or
+    why not."""
+
+    message: Inbound
+    voice: bool  # the text is a transcript
+    refusal: Refusal | None = None
 
 
 def requests_dir(vault: Vault) -> Path:
@@ -393,6 +404,8 @@ class Gateway:
     def submit(self, message: Inbound) -> str:
         """Make the message a durable request (or a recorded refusal); its request id. A second
         submit of the same message returns the same id and does nothing."""
+        heard = self._hear(message) if message.audio is not None else Heard(message, False)
+        message = heard.message
         origin = message.origin
         rid = request_id(origin)
         ch = self.channels.get(origin.platform)
@@ -421,7 +434,7 @@ class Gateway:
                     self.leased.settle(origin.platform, rid)
                 return rid
             text = message.text.strip()
-            refusal = self._refusal(origin, text, message)
+            refusal = heard.refusal or self._refusal(origin, text, message)
             if refusal is not None:
                 self.ledger.add_message(origin, skey, REFUSED)
                 self.ledger.refuse_message(rid, refusal.kind, refusal.reason)  # the sender can ask why
@@ -430,10 +443,23 @@ class Gateway:
                 else:
                     self.leased.settle(origin.platform, rid)
                 return rid
-            claim = self._write_claim(rid, message, text)
+            claim = self._write_claim(rid, message, text, heard.voice)
             self.ledger.add_message(origin, skey, CLAIMED, claim.path.name)
         self.executor.submit(skey, partial(self._process, claim, skey, origin))
         return rid
+
+    def _hear(self, message: Inbound) -> Heard:
+        """Transcribe a voice message (outside the submit lock: it takes seconds), but only one
+        that would run: a duplicate, a stranger's or a pairing sender's audio is never fetched."""
+        assert message.audio is not None
+        bare = replace(message, audio=None)
+        if self.lookup(message.origin) is not None or self.verdict(message) in (Verdict.SILENCE, Verdict.PAIR):
+            return Heard(bare, False)
+        try:
+            transcript = voice.hear(self.vault, message.audio)
+        except voice.Unheard as exc:
+            return Heard(bare, False, Refusal(UNHEARD, str(exc), voice.refusal_reply(str(exc))))
+        return Heard(replace(bare, text=voice.request_text(message.text, transcript)), True)
 
     def _refusal(self, origin: Origin, text: str, message: Inbound) -> Refusal | None:
         """Why the message is not run (and what to reply, "" = nothing), or None to take it."""
@@ -450,11 +476,11 @@ class Gateway:
                                            "not run. Wait a minute.") if first else "")
         return None
 
-    def _write_claim(self, rid: str, message: Inbound, text: str) -> inbox.TakenRequest:
+    def _write_claim(self, rid: str, message: Inbound, text: str, heard: bool = False) -> inbox.TakenRequest:
         kind = "command" if commands.parse(text) else "run"
         if message.attachments and kind == "run":
             text += "\n\n(Attached files, saved in your workspace: " + ", ".join(p.name for p in message.attachments) + ")"
-        req = Request(kind, text, origin=message.origin, context=message.context or None)
+        req = Request(kind, text, origin=message.origin, context=message.context or None, voice=heard)
         stamp = inbox.new_stamp()
         name = f"{rid}.md"
         path = requests_dir(self.vault) / f"{stamp}--{name}"
@@ -520,7 +546,7 @@ class Gateway:
         handlers: dict[str, Handler] = {"run": partial(self._run_chat, skey),
                                         "command": partial(self._run_command, skey)}
         options = ExecOptions(source=Source.GATEWAY, commit_session=False, auto_review=self.reviews,
-                              send_files=self._sends_files(origin))
+                              send_files=self._sends_files(origin), destinations=self.destinations(origin))
         try:
             inbox.process(self.vault, c, self.note, options, partial(self._done, c, skey, origin),
                           chat=True, commit=False, handlers=handlers)
@@ -542,6 +568,9 @@ class Gateway:
             result = run_request(vault, req, options)
         if result.session and req.origin:
             self.session_origins[result.session] = req.origin
+        transcript = voice.transcript_of(req.text) if req.voice else None
+        if transcript:  # the person sees what was heard, first
+            result.body = f"{voice.transcript_quote(transcript)}\n\n{result.body}"
         return result
 
     def _run_command(self, skey: str, vault: Vault, req: Request, options: ExecOptions) -> Result:
@@ -577,15 +606,55 @@ class Gateway:
         else each as its own delivery (so a restart knows which arrived). A file the channel cannot
         take (no file support, over its size limit) is not sent, and the reply says so."""
         ch = self.channels.get(origin.platform)
-        fits, notes = files_that_fit(files, ch)
+        numbered = list(enumerate(files, 1))
+        fits, notes = files_that_fit([f for _, f in numbered if not f.to], ch)
+        later = [(file_delivery_id(rid, n), f) for n, f in numbered if f in fits]
+        for n, f in numbered:
+            if f.to:
+                notes.append(self._queue_elsewhere(file_delivery_id(rid, n), origin, f))
         if notes:
             text += "\n\n" + "\n".join(notes)
         if ch is not None and ch.files_in_reply:
             self.deliverer.queue(rid, origin, text, files=fits)
             return
         self.deliverer.queue(rid, origin, text)
-        for n, f in enumerate(fits, 1):
-            self.deliverer.queue(file_delivery_id(rid, n), origin, f.caption, files=[f])
+        for fid, f in later:
+            self.deliverer.queue(fid, origin, f.caption, files=[f])
+
+    def _queue_elsewhere(self, fid: str, origin: Origin, f: OutgoingFile) -> str:
+        """A file the agent sent to named destinations (gateway.destinations): one delivery each,
+        on that destination's channel; checked again here (the settings now, the sender's right).
+        The line the answer gets about it."""
+        allowed = self.destinations(origin)
+        sent, refused = [], []
+        for name in f.to:
+            dest = self.config.destinations.get(name)
+            ch = self.channels.get(dest.channel) if dest is not None else None
+            if dest is None or ch is None or name not in allowed:
+                refused.append(f"{name}: not a destination this chat may send to")
+                continue
+            copy = copy_of(f)  # each delivery owns (and removes) its copy
+            if not files_that_fit([copy], ch)[0]:
+                refused.append(f"{name}: {human_size(f.size)} is over what {ch.name} takes")
+                continue
+            to = Origin(dest.channel, dest.chat, dest.chat, f"{fid}~{name}", dest.thread)
+            self.deliverer.queue(f"{fid}~{name}", to, f.caption, files=[copy])
+            sent.append(name)
+        discard(f)
+        line = f"({f.name} is sent to {', '.join(sent)}.)" if sent else ""
+        if refused:
+            line = (line + " " if line else "") + f"({f.name} was not sent to {'; '.join(refused)}.)"
+        return line
+
+    def destinations(self, origin: Origin | None) -> tuple[str, ...]:
+        """The named destinations this sender may send files to: listed in the destination's
+        `senders` as `<channel>:<sender id>`, on a channel that runs here and carries files."""
+        if origin is None:
+            return ()
+        me = f"{origin.platform}:{origin.sender}".lower()
+        return tuple(name for name, d in self.config.destinations.items()
+                     if me in {s.strip().lower() for s in d.senders}
+                     and (ch := self.channels.get(d.channel)) is not None and ch.max_file_bytes is not None)
 
     def _sends_files(self, origin: Origin | None) -> bool:
         """Whether the agent is offered send_file: its answer goes back to a chat that takes files."""

@@ -66,6 +66,7 @@ REFUSED = "refused"  # refused (a pairing code, too long, too many, empty), with
 ANSWERED_ELSEWHERE = "elsewhere"  # taken and answered by the channel's last holder, on another machine
 # why a message was refused (its status while REFUSED)
 EMPTY, TOO_LONG, TOO_MANY = "empty", "too long", "too many"
+UNHEARD = "voice not transcribed"  # a voice message refused: voice off, over a limit, not audio, no words
 
 DELIVERY_COLUMNS = "id, platform, origin, text, state, attempts, reason, platform_id, updated, files"
 

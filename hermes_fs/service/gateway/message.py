@@ -4,10 +4,12 @@ them, so none of those three needs another to describe a message."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...agent.outgoing import OutgoingFile
+from ...errors import InputError
 
 
 @dataclass(frozen=True)
@@ -29,15 +31,45 @@ class Origin:
         return "|".join(parts)
 
 
+class AudioTooLarge(InputError):
+    """Audio larger than the gateway takes (`voice.max_bytes`): not downloaded further."""
+
+
+@dataclass(frozen=True)
+class Audio:
+    """A voice note or audio file a message carries. The channel only says where it is: the core
+    fetches it, bounds it and transcribes it (service/gateway/voice.py), and only for a sender the
+    access rules let through. The bytes stay in memory: audio is never written in the vault."""
+
+    # the audio's bytes, at most `limit` of them: raises AudioTooLarge past the limit (a download
+    # stops there), any other exception when it cannot be fetched
+    fetch: Callable[[int], bytes]
+    mime: str = ""  # the platform's content type (audio/ogg, audio/mp4, ...); "" unknown
+    name: str = ""  # the platform's file name, if any (shown in refusals; the format is read from the bytes)
+    size: int | None = None  # bytes, as the platform declares it: over the limit is refused before fetching
+    duration_s: float | None = None  # seconds, as the platform declares it: likewise (the decoded length is checked too)
+
+    @classmethod
+    def of_bytes(cls, data: bytes, mime: str = "", name: str = "") -> Audio:
+        """Audio the channel already holds (a mail's attachment)."""
+        def fetch(limit: int) -> bytes:
+            if len(data) > limit:
+                raise AudioTooLarge(f"{len(data)} bytes, over the {limit} byte limit")
+            return data
+
+        return cls(fetch, mime, name, len(data))
+
+
 @dataclass
 class Inbound:
     """One message from a channel, before access control."""
 
     origin: Origin
-    text: str
+    text: str  # with `audio`: a caption (or ""); the transcript is added by the core
     direct: bool = True  # a DM (or a mail to the agent) rather than a shared room
     attachments: list[Path] = field(default_factory=list)  # already saved under the workspace
     context: str | None = None  # text from others in a shared room: untrusted context, not a request
+    audio: Audio | None = None  # a voice message: the core transcribes it, the transcript is the message
 
 
 @dataclass
@@ -52,4 +84,4 @@ class Outbound:
     files: list[OutgoingFile] = field(default_factory=list)
 
 
-__all__ = ["Inbound", "Origin", "Outbound"]
+__all__ = ["Audio", "AudioTooLarge", "Inbound", "Origin", "Outbound"]
