@@ -69,7 +69,7 @@ _decoder_lock = threading.Lock()  # a pocketsphinx Decoder holds one utterance a
 
 @cache
 def _decoder():
-    """One decoder per process: loading the shipped model takes about a second."""
+    """One decoder per process: the shipped model is loaded once, not per message."""
     from pocketsphinx import Config, Decoder
 
     config = Config()  # the package's own en-us model, its language model and dictionary
