@@ -102,3 +102,15 @@ def test_voice_settings():
         parse_config("voice:\n  engine: whisper\n")
     with pytest.raises(ConfigError, match="voice.max_bytes"):
         parse_config("voice:\n  max_bytes: lots\n")
+
+
+def test_doctor_says_whether_voice_messages_can_be_transcribed(vault, run_cli):
+    gateway = "sandbox:\n  backend: none\ngateway:\n  webhook:\n    routes: {}\n"
+    (vault.root / "hermes.yaml").write_text(gateway)
+    r = run_cli("--vault", str(vault.root), "doctor", "--no-model")
+    assert "ok  voice: pocketsphinx, offline, with the English model its package ships" in r.stdout, r.stdout + r.stderr
+    (vault.root / "hermes.yaml").write_text(gateway + "voice:\n  engine: api\n  api_key_env: VOICE_KEY_NOT_SET\n")
+    r = run_cli("--vault", str(vault.root), "doctor", "--no-model")
+    assert "BAD voice: model whisper-1: no API key: VOICE_KEY_NOT_SET" in r.stdout and r.returncode == 1, r.stdout
+    (vault.root / "hermes.yaml").write_text("sandbox:\n  backend: none\nvoice:\n  engine: api\n")
+    assert "voice:" not in run_cli("--vault", str(vault.root), "doctor", "--no-model").stdout  # no chats, no voice
