@@ -774,16 +774,19 @@ class EmailChannel(ChannelBase):
         msg = EmailMessage()
         msg["From"] = sender
         msg["To"] = reply.origin.sender
+        answering = info is not None or reply.origin.message.startswith("<")  # else: files sent to an address
         subject = REPLY_PREFIX.sub("", info.subject if info else "").strip() or "your message"
-        msg["Subject"] = f"Re: {subject}"
+        first = (reply.text or "").strip().splitlines()[:1]
+        msg["Subject"] = f"Re: {subject}" if answering else \
+            (first[0][:120] if first else "Files from hermes-fs: " + ", ".join(f.name for f in reply.files))
         msg["Date"] = email.utils.formatdate(localtime=False)
         msg["Message-ID"] = f"<hermes.{token}@{domain}>"
-        if info is None or info.has_message_id:
+        if answering and (info is None or info.has_message_id):
             parent = reply.origin.message
             refs = ((info.references if info else []) + [parent])[-MAX_REFERENCES:]
             msg["In-Reply-To"] = parent
             msg["References"] = " ".join(refs)
-        msg["Auto-Submitted"] = "auto-replied"
+        msg["Auto-Submitted"] = "auto-replied" if answering else "auto-generated"
         msg["X-Auto-Response-Suppress"] = "All"
         text = reply.text or "(no answer)"
         msg.set_content(text)
