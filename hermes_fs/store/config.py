@@ -266,6 +266,14 @@ class SyncConfig:
 
 
 @dataclass
+class DaemonConfig:
+    """The daemon that `run` and `chat` start by themselves when none is running."""
+
+    autostart: bool = True  # run/chat start a daemon that serves turns only (no watcher, cron, gateway, sync)
+    idle_stop_min: float = 30.0  # that daemon stops after this many minutes without a turn; 0: it stays
+
+
+@dataclass
 class WebConfig:
     """The web page."""
 
@@ -305,6 +313,7 @@ class Config:
     voice: VoiceConfig = field(default_factory=VoiceConfig)
     remote: RemoteConfig | None = None
     sync: SyncConfig = field(default_factory=SyncConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
     web: WebConfig = field(default_factory=WebConfig)
     curate: CurateConfig = field(default_factory=CurateConfig)
 
