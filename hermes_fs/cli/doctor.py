@@ -26,6 +26,10 @@ def doctor(ctx: click.Context, no_model: bool):
                        if embeddings.available() else f"skills.embeddings is on but not installed: {embeddings.EXTRA}"))
     checks += _check_mcp(v)
     checks += gateway_checks(v)
+    if v.config.gateway.channels:  # voice messages come only through the gateway's chats
+        from ..agent.transcription import check as check_voice
+
+        checks.append(("voice", *check_voice(v.config.voice, v.secrets())))
     cfg = v.config.sandbox
     if cfg.backend == "ssh":
         from ..agent.sandbox.ssh import doctor as check_ssh
