@@ -49,16 +49,19 @@ def doctor(ctx: click.Context, no_model: bool):
 
 
 def _check_mcp(v) -> list[tuple[str, bool, str]]:
-    """Each MCP server of hermes.yaml: does it start, and how many tools does it give."""
+    """Each MCP server of hermes.yaml: does it start, and how many tools does it give; a browser
+    (`mcp add browser`) also opens a page, so Node and its Chromium are checked for real."""
     servers = v.config.mcp.servers
     if not servers:
         return []
+    from ..agent import browser
     from ..agent.mcp_client import McpHub
 
     hub = McpHub(servers, v.secrets())
     try:
         with Spinner("starting MCP servers"):
-            return [(f"mcp server {name}", ok, detail) for name, ok, detail in hub.status()]
+            rows = [(f"mcp server {name}", ok, detail) for name, ok, detail in hub.status()]
+            return rows + browser.doctor(hub, servers)
     finally:
         hub.stop()
 
