@@ -137,7 +137,8 @@ ENDORSES = re.compile(r"\b(always|every time|next time|from now on|in future|rem
                       r"keep doing)\b", re.I)
 ONE_TIME = re.compile(r"\b(this one only|for this one|just this once|this time only|only this time|for now|"
                       r"for today|just for today)\b", re.I)
-TRANSIENT = re.compile(r"(?<![-\w])(time[sd]? ?out|timeouts?|retry|retries|re-?run|dns|name resolution|"
+TRANSIENT = re.compile(r"(?<![-\w])(timed out|times out|timing out|timeouts? (error|exceeded)|retry|retries|re-?run|dns|"
+                       r"name resolution|"
                        r"50[234]|outage|unavailable|flaky|blip|no space|disk (is )?full|out of disk|"
                        r"connection (reset|refused)|reset by peer|temporar(y|ily))\b", re.I)
 ONE_OFF = re.compile(r"(\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"  # a commit id

@@ -63,6 +63,15 @@ def test_code_rejects_each_trap_class(quote, lesson, why):
     assert not v.kept and why in v.why, (v.why, quote)
 
 
+def test_a_timeout_setting_is_a_lesson_a_timeout_failure_is_not():
+    conv = Said([Turn("assistant", "Deployed with `fly deploy --wait-timeout 300`; the push timed out once."),
+                 Turn("person", "Perfect, that's how we should always deploy it.")])
+    ok = judge(Candidate(quote="fly deploy --wait-timeout 300", lesson="Always deploy with a wait timeout of 300."), conv)
+    assert ok.kept, ok.why
+    bad = judge(Candidate(quote="the push timed out once", lesson="The push times out; deploy again."), conv)
+    assert not bad.kept and "failure" in bad.why
+
+
 def test_the_assistants_words_count_only_when_a_later_turn_of_the_person_endorses_them():
     earlier = Said(CONV.turns[:4])  # the reply ("that's how we should always do it") not yet said
     c = Candidate(quote="Installed with pipx install jq", lesson="Installs tools with pipx into ~/.local/bin.")
