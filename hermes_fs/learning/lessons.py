@@ -217,7 +217,14 @@ def find_quote(quote: str, conv: Said) -> tuple[Turn, int] | None:
 
 
 def sentence_around(text: str, quote: str) -> str:
-    """The sentences of `text` the quote is taken from (each holds at least half its words)."""
+    """The sentences of `text` the quote is taken from: those its span covers, found whole; else
+    those holding at least half its words."""
+    flat, q = norm(text), norm(quote)
+    at = flat.find(q) if q else -1
+    if at >= 0:
+        spans = [m for m in re.finditer(r"[^.!?;]+[.!?;]*", flat) if m.start() < at + len(q) and m.end() > at]
+        if spans:
+            return " ".join(m.group().strip() for m in spans)
     want = tokens(quote)
     parts = re.split(r"(?<=[.!?;])\s+", text)
     near = [s for s in parts if want and len(tokens(s) & want) >= len(want) / 2]

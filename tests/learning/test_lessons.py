@@ -41,6 +41,13 @@ def test_a_lesson_may_word_another_part_of_the_quoted_turn():
     assert v.kept, v.why
 
 
+def test_a_quote_across_two_sentences_reads_both():
+    conv = Said([Turn("person", "Please don't use bare pip. I use uv for everything: `uv add` for dependencies.")])
+    v = judge(Candidate(quote="Please don't use bare pip. I use uv for everything", lesson="Uses uv, never bare pip."),
+              conv)
+    assert v.kept and v.stated and v.file == "USER.md", v.why  # "I use" is in the second sentence
+
+
 def test_quotes_match_despite_case_spacing_markdown_and_an_ellipsis():
     assert verdict("i DON'T have   root ... never will", "Has no root; never suggest sudo.").kept
     assert verdict("Installed with pipx install jq", "Installs tools with pipx install into ~/.local/bin.").kept
