@@ -215,15 +215,17 @@ def _routing(results: Path) -> list[str]:
 
 def _learning(results: Path) -> list[str]:
     body = []
-    for mode in ("structured", "tools"):
+    for mode, label in (("structured-lessons", "structured, lessons first (`refine.samples: 3`), no probes"),
+                        ("structured", "structured, one document (`refine.samples: 0`)"), ("tools", "tools")):
         d = _load(results, f"learning_eval-qwen2.5-coder-1.5b-instruct-{mode}")
         if not d:
             continue
         s = d["summary"]
-        body.append((f"Qwen2.5-Coder-1.5B-Instruct, {mode}", s["cases"],
+        probes = f"{s['probe_rate']:.2f}" if s.get("probe_rate") is not None else "not run"
+        body.append((f"Qwen2.5-Coder-1.5B-Instruct, {label}", s["cases"],
                      f"{s['lesson_recall']:.2f} ({round(s['lesson_recall'] * s['lessons'])} / {s['lessons']})",
                      f"{s['trap_rate']:.2f} ({len(s['traps_learned'])} / {s['traps']})", f"{s['valid_rate']:.2f}",
-                     s["duplicates"], f"{s['tokens_per_refine']:,.0f}", f"{s['probe_rate']:.2f}"))
+                     s["duplicates"], f"{s['tokens_per_refine']:,.0f}", probes))
     if not body:
         return []
     return ["## Learning quality", "",
