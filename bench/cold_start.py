@@ -8,7 +8,8 @@ hermes-fs is measured three ways:
   (CPU = the CLI process + the daemon's CPU up to the answer);
 - `later`: calls 2..N through that daemon (CPU = the CLI process + the daemon's CPU for the turn).
 The daemon is stopped after each round, so every round's `first` is a true first call.
-Also: `hermes-fs --help` CPU, and what Python, click and `import litellm` alone cost.
+Also: `hermes-fs --help` CPU, and what Python, click and `import litellm` alone cost (plain, with
+the garbage collector paused, and through hermes-fs's `import_litellm`, which pauses it).
 
 The peer is Hermes Agent 0.19 installed in a venv of its own (`python3 -m venv PEER &&
 PEER/bin/pip install hermes-agent==0.19.0`); pass its `hermes` with --peer. Its configuration is
@@ -127,6 +128,10 @@ def main() -> dict:
         "python_startup_cpu_s": cpu_of([py, "-c", "pass"], env, 15),
         "import_click_cpu_s": cpu_of([py, "-c", "import click"], env, 15),
         "import_litellm_cpu_s": cpu_of([py, "-c", "import litellm"], {**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, 3),
+        "import_litellm_gc_paused_cpu_s": cpu_of([py, "-c", "import gc; gc.disable(); import litellm"],
+                                                 {**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, 3),
+        "import_litellm_via_hermes_cpu_s": cpu_of(
+            [py, "-c", "from hermes_fs.agent.model import import_litellm; import_litellm()"], env, 3),
     }
     if peer:
         pw, pc = result["peer"]["wall_median_s"], result["peer"]["cpu_median_s"]
