@@ -246,6 +246,13 @@ class CurateConfig:
 
 
 @dataclass
+class DaemonConfig:
+    """The daemon's own process."""
+
+    model_worker_idle_s: float = 600.0  # the model layer (litellm) runs in a worker process the daemon starts; after this many seconds without a model call it is let go (memory back) and the next call starts it again; 0: never let go
+
+
+@dataclass
 class Config:
     """A vault's hermes.yaml. A field's comment is its meaning in docs/reference/hermes-yaml.md."""
 
@@ -269,6 +276,7 @@ class Config:
     sync: SyncConfig = field(default_factory=SyncConfig)
     web: WebConfig = field(default_factory=WebConfig)
     curate: CurateConfig = field(default_factory=CurateConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
 
     def model_for(self, task: str) -> str:
         """The model for a task (refine, cron, learn), falling back to `model`."""
