@@ -81,16 +81,38 @@ class ModelWorker:
             self._reaper.start()
 
     def wait_ready(self, timeout: float | None = None) -> bool:
-        return self.ready.wait(timeout)
+        """True once the worker has imported litellm; False if it went away first, or on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.ready.wait(POLL_S * 4):
+            if self.pid() is None or (deadline is not None and time.monotonic() > deadline):
+                return False
+        return True
 
     def pid(self) -> int | None:
         with self.lock:
             return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
 
     def stop(self) -> None:
-        """Stop the worker and the idle watch (the daemon is stopping)."""
+        """Stop the idle watch, and the worker once no call is in flight (the daemon is stopping).
+        A turn still waiting on the model is not failed: it ends with the daemon's process, as it
+        would with litellm in the daemon (the client says the daemon went away), and the worker,
+        seeing the daemon gone, exits too."""
         self.stopped.set()
-        self.release()
+        with self.lock:
+            busy = bool(self.calls)
+        if not busy:
+            self.release()
+            return
+
+        def when_done() -> None:
+            while True:
+                with self.lock:
+                    if not self.calls:
+                        break
+                time.sleep(POLL_S)
+            self.release()
+
+        threading.Thread(target=when_done, name="model-worker-stop", daemon=True).start()
 
     def release(self) -> None:
         """Let the worker go now; calls in flight fail as if it had died."""
@@ -119,8 +141,8 @@ class ModelWorker:
         while not self.stopped.wait(_reap_interval(self.idle_s())):
             limit = self.idle_s()
             with self.lock:
-                idle = (self.proc is not None and not self.calls and limit > 0
-                        and time.monotonic() - self.last_used >= limit)
+                idle = (self.proc is not None and self.ready.is_set() and not self.calls and limit > 0
+                        and time.monotonic() - self.last_used >= limit)  # idle from when it was ready
                 proc = self.proc if idle else None
                 if idle:
                     self.proc = None
@@ -206,6 +228,7 @@ class ModelWorker:
                 with self.lock:
                     if self.proc is proc:
                         self.ready.set()
+                        self.last_used = time.monotonic()
                 log.info(f"model worker ready (pid {proc.pid}): the model layer is warm")
                 continue
             with self.lock:
