@@ -21,9 +21,10 @@ from ..store.docs import decode
 from ..store.edit import edit
 from ..store.files import DiskFiles, FileStore, clean_relpath
 from ..store.provenance import Act
-from . import delegate
+from . import delegate, outgoing
 from .boundary import check_vault_write, check_workspace_write
 from .model import parse_arguments
+from .outgoing import SANDBOX_MOUNT, OutgoingFile
 
 if TYPE_CHECKING:  # only for types: the CLI's fast paths never load git or the sandbox here
     from ..store.git import GitStore
@@ -74,7 +75,16 @@ SCHEMAS = {
         "timeout_s": {"type": "number", "description": "seconds before it is stopped (at most the sandbox's limit)"}},
         ["command"]),
     "session_search": _schema("session_search", "Search past conversations.", {"query": _s("words to look for")}, ["query"]),
+    "send_file": _schema("send_file", "Send a file to the person with your answer (a file in the workspace, or under "
+                         "the vault's outputs/).", {
+        "path": _s("the file: an absolute path in the workspace (/workspace/... in the sandbox), or outputs/..."),
+        "caption": _s("a short line shown with the file (optional)")}, ["path"]),
+    "write_pdf": _schema("write_pdf", "Write Markdown as a formatted PDF report in the workspace's outputs/ folder "
+                         "(then send_file it, if the person should get it).", {
+        "markdown": _s("the report's Markdown (headings, lists, tables, code; images are named, not embedded)"),
+        "filename": _s("the PDF's file name, e.g. summary.pdf")}, ["markdown", "filename"]),
 }
+SENDING_TOOLS = frozenset({"send_file"})  # offered only where the answer goes somewhere that carries files
 READ_ONLY_TOOLS = frozenset({"skill_view", "skill_search", "read_file", "session_search"})  # change nothing
 REVIEW_TOOLS = ["memory", "skill_view", "skill_manage", "read_file"]  # on an overlay: vault paths only
 
@@ -139,7 +149,7 @@ class VaultCommitter:
 class ToolBox:
     files: FileStore
     config: Config
-    enabled: list[str] = field(default_factory=lambda: list(SCHEMAS))
+    enabled: list[str] = field(default_factory=lambda: [n for n in SCHEMAS if n not in SENDING_TOOLS])
     committer: Committer | None = None
     vault_root: Path | None = None
     workspace: Path | None = None
@@ -153,6 +163,8 @@ class ToolBox:
     permission: Permission | None = None  # asked before each change (an editor's person); None: not asked
     changed: list[str] = field(default_factory=list)  # every vault path written, in order
     delegator: Callable[[object], str] | None = None  # the `delegate` tool (a Conversation above max_depth)
+    outbox: Path | None = None  # where send_file stages the files it sends (.hermes/outbox); None: it cannot
+    outgoing: list[OutgoingFile] = field(default_factory=list)  # files to send with this turn's answer
 
     def schemas(self) -> list[dict]:
         return ([SCHEMAS[n] for n in self.enabled] + ([delegate.SCHEMA] if self.delegator else [])
@@ -327,6 +339,44 @@ class ToolBox:
         self._allowed(ToolRequest("shell", "execute", command, command=command))
         return self.sandbox.run(command, timeout_s).render()
 
+    def _t_send_file(self, path: str, caption: str | None = None) -> str:
+        if self.outbox is None:
+            raise InputError("files cannot be sent from here (the answer goes nowhere that carries files)")
+        if len(self.outgoing) >= outgoing.MAX_FILES_PER_TURN:
+            raise InputError(f"at most {outgoing.MAX_FILES_PER_TURN} files go with one answer")
+        real = outgoing.resolve_sendable(path, self.workspace, self.vault_root)
+        self._allowed(ToolRequest("send_file", "other", f"send {real.name}", (str(real),)))
+        staged = outgoing.stage(real, self.outbox, caption or "")
+        self.outgoing.append(staged)
+        return (f"ok: {staged.name} ({outgoing.human_size(staged.size)}) will be sent with your answer; "
+                "do not paste its contents into the answer")
+
+    def _t_write_pdf(self, markdown: str, filename: str) -> str:
+        from .pdf import markdown_to_pdf, safe_pdf_name
+
+        if self.workspace is None:
+            raise InputError("there is no workspace to write the report in")
+        name = safe_pdf_name(filename)
+        folder = Path(os.path.realpath(self.workspace)) / REPORTS_DIR
+        target = folder / name
+        check_workspace_write(str(target), Path(os.path.realpath(self.workspace)))
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise InputError(f"{REPORTS_DIR}/ in the workspace is not a folder the agent may write")
+        self._allowed(ToolRequest("write_pdf", "edit", f"write: {target}", (str(target),)))
+        report = markdown_to_pdf(markdown, title=name[:-4])
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{name}.tmp")
+        tmp.write_bytes(report.data)
+        os.replace(tmp, target)
+        shown = f"{SANDBOX_MOUNT}/{REPORTS_DIR}/{name}" if _mounts_workspace(self.sandbox) else str(target)
+        note = " (laid out as plain text: the Markdown could not be laid out as a document)" if report.plain else ""
+        return f"ok: wrote {shown} ({report.pages} page{'s' if report.pages != 1 else ''}, {len(report.data)} bytes){note}"
+
+    def take_outgoing(self) -> list[OutgoingFile]:
+        """The files this turn sends (and none for the next turn)."""
+        files, self.outgoing = self.outgoing, []
+        return files
+
     def _t_session_search(self, query: str) -> str:
         hits = self.searcher("sessions", query) if self.searcher else []
         if not hits:
@@ -360,6 +410,12 @@ class ToolBox:
 
 
 MAX_VAULT_WRITE = 1_000_000  # any one file a tool writes; skill files have their own, smaller cap
+REPORTS_DIR = "outputs"  # write_pdf's folder in the workspace
+
+
+def _mounts_workspace(sandbox: object) -> bool:
+    """Whether the sandbox shows the workspace to commands as /workspace (Docker does)."""
+    return getattr(sandbox, "mount", None) == SANDBOX_MOUNT
 
 
 def check_writes(writes: dict[str, bytes | None]) -> None:
