@@ -15,6 +15,7 @@ from conftest import DaemonProc, wait_for
 from model_server import ModelServer, configure_vault
 
 from hermes_fs.agent.model import LiteLLMModel, ModelError, ModelSettings, TurnCancelled, remote, serve_from
+from hermes_fs.mind import embeddings
 from hermes_fs.service.model_worker import ModelWorker
 
 ENV_KEY = "sk-test-worker-key"
@@ -200,3 +201,18 @@ def test_in_process_again_once_the_daemon_lets_go():
     assert remote() is w
     serve_from(None, replacing=w)
     assert remote() is None
+
+
+@pytest.mark.skipif(not embeddings.available(), reason="the embedding model package is not installed")
+def test_skill_vectors_are_made_in_the_worker_as_they_would_be_here(worker):
+    import numpy as np
+
+    texts = ["replace the old rsa keys on all our servers", "a", "rotate ssh keys"]
+    embeddings.encode_with(worker.encode)
+    try:
+        far = embeddings.encode(texts)
+    finally:
+        embeddings.encode_with(None)
+    near = embeddings.encode(texts)
+    assert far.shape == near.shape == (3, embeddings.DIM)
+    assert np.abs(far - near).max() < 1e-5

@@ -244,13 +244,16 @@ class Daemon:
             self.error(f"warm turns unavailable ({exc}); run and chat will start their own process")
 
     def _start_model_worker(self) -> None:
-        """Model calls go to a worker process (model_worker.py): litellm never enters the daemon,
-        and the worker is let go after daemon.model_worker_idle_s without a call."""
+        """Model calls and skill vectors go to a worker process (model_worker.py): litellm and the
+        embedding model never enter the daemon, and the worker is let go after
+        daemon.model_worker_idle_s without a call."""
         from ..agent.model import serve_from
+        from ..mind.embeddings import encode_with
         from .model_worker import ModelWorker
 
         self.model_worker = ModelWorker(lambda: self.vault.config.daemon.model_worker_idle_s)
         serve_from(self.model_worker)
+        encode_with(self.model_worker.encode)  # the skill embedding model lives there too
 
     def _warm_up_model_layer(self) -> None:
         """Start the model worker (it imports litellm: seconds of CPU) in the background once
@@ -340,8 +343,10 @@ class Daemon:
         self.executor.shutdown(wait=True)  # running jobs finish; queued ones stay claimed
         if self.model_worker is not None:
             from ..agent.model import serve_from
+            from ..mind.embeddings import encode_with
 
             serve_from(None, replacing=self.model_worker)
+            encode_with(None, replacing=self.model_worker.encode)
             self.model_worker.stop()
         self.state.write(running=False)
         slow.cancel()

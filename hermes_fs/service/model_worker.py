@@ -6,12 +6,17 @@ runs `LiteLLMModel.complete` for it. After `daemon.model_worker_idle_s` without 
 is stopped, and the daemon is small again; the next call starts a new one. The daemon starts it in
 the background once everything else is up, so the first turn finds it ready.
 
+The skill embedding model (mind/embeddings.py) is run there too when `skills.embeddings` is on:
+the daemon's vector fills and a turn's query are encoded by the worker, so the model's weights
+are also let go with it.
+
 The protocol is JSON lines over the child's stdin and a dedicated copy of its stdout (what
 litellm prints goes to stderr). The daemon sends {"id": n, "op": "complete", "settings": {...},
-"key": ..., "messages": [...], "tools": [...], "response_format": ..., "stream": bool} and
-{"id": n, "op": "cancel"}; the worker sends {"ready": pid} once litellm is imported, then per
-request {"id": n, "text": piece} while streaming and one {"id": n, "reply": {...}} or
-{"id": n, "error": {"type": name, "message": text}}. Calls run concurrently, one thread each.
+"key": ..., "messages": [...], "tools": [...], "response_format": ..., "stream": bool},
+{"id": n, "op": "encode", "texts": [...]} and {"id": n, "op": "cancel"}; the worker sends
+{"ready": pid, "protocol": PROTOCOL} once litellm is imported, then per request {"id": n, "text": piece} while
+streaming and one {"id": n, "done": reply | base64 float32 vectors} or {"id": n, "error":
+{"type": name, "message": text}}. Requests run concurrently, one thread each.
 
 Invariants: the worker never outlives the daemon (it exits when its stdin closes, and it watches for
 the daemon's end); a cancelled call returns at once in the daemon while the worker
@@ -36,9 +41,13 @@ from typing import Any
 
 from ..agent.model import ModelError, ModelSettings, OnText, Reply, ToolCall, TurnCancelled, Usage
 from ..errors import HermesError
+from .priority import AGENT_NICE
 
 log = logging.getLogger(__name__)
 POLL_S = 0.05  # how often a waiting call looks at its cancel event
+PROTOCOL = 1  # the worker's words; a worker from other code (an upgrade under a running daemon) is refused
+UNKNOWN_ANSWER = ("the model worker answered in a form this daemon does not know (was hermes-fs upgraded while "
+                  "it ran?); restart the daemon")
 PARENT_CHECK_S = 1.0  # how often the worker looks whether the daemon is still there
 STOP_WAIT_S = 5.0  # a worker told to stop that is still there after this is killed
 SETTINGS_FIELDS = ("model", "api_base", "api_key_env", "timeout_s", "max_tokens", "retries", "retry_base_s")
@@ -125,7 +134,8 @@ class ModelWorker:
     def _spawn_locked(self) -> subprocess.Popen:
         if self.proc is not None and self.proc.poll() is None:
             return self.proc
-        env = {**os.environ, "HERMES_MODEL_WORKER_PARENT": str(os.getpid())}
+        # one BLAS thread, as in the daemon (mind/embeddings.py): set before the worker's NumPy loads
+        env = {"OPENBLAS_NUM_THREADS": "1", **os.environ, "HERMES_MODEL_WORKER_PARENT": str(os.getpid())}
         proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                 start_new_session=False)
         self.proc = proc
@@ -154,9 +164,27 @@ class ModelWorker:
     # -- calls ------------------------------------------------------------------------------------
     def complete(self, settings: ModelSettings, key: str | None, messages: list[dict], tools: list[dict],
                  response_format: dict | None, on_text: OnText | None, cancel: threading.Event | None) -> Reply:
+        """One model call in the worker (agent.model.Remote): LiteLLMModel.complete there."""
         request: dict[str, Any] = {"op": "complete", "settings": {f: getattr(settings, f) for f in SETTINGS_FIELDS},
-                   "key_variable": settings.key_variable(), "key": key, "messages": messages, "tools": tools,
-                   "response_format": response_format, "stream": on_text is not None}
+                                   "key_variable": settings.key_variable(), "key": key, "messages": messages,
+                                   "tools": tools, "response_format": response_format, "stream": on_text is not None}
+        return _reply(self._call(request, f"model {settings.model}", on_text, cancel))
+
+    def encode(self, texts: list[str]):
+        """Sentence vectors made in the worker (mind.embeddings' encoder in the daemon): the
+        embedding model's weights live there, and go with it when it is let go."""
+        import base64
+
+        import numpy as np
+
+        from ..mind.embeddings import DIM
+
+        value = self._call({"op": "encode", "texts": list(texts)}, "skill embeddings")
+        return np.frombuffer(base64.b64decode(value), dtype=np.float32).reshape(-1, DIM)
+
+    def _call(self, request: dict[str, Any], what: str, on_text: OnText | None = None,
+              cancel: threading.Event | None = None) -> Any:
+        """Send one request and wait for its answer (text pieces go to `on_text` meanwhile)."""
         if self._reaper is None:
             self.start()
         with self.lock:
@@ -166,28 +194,28 @@ class ModelWorker:
             try:
                 line = json.dumps(request) + "\n"
             except (TypeError, ValueError) as exc:
-                raise ModelError(f"model {settings.model}: the request cannot be sent to the model worker ({exc})") from None
+                raise ModelError(f"{what}: the request cannot be sent to the model worker ({exc})") from None
             proc = self._spawn_locked()
             self.calls[call.id] = call
             self.last_used = time.monotonic()
         try:
             self._write(proc, line)
-            return self._wait(proc, call, settings, on_text, cancel)
+            return self._wait(proc, call, what, on_text, cancel)
         finally:
             with self.lock:
                 self.calls.pop(call.id, None)
                 self.last_used = time.monotonic()
 
-    def _wait(self, proc: subprocess.Popen, call: Call, settings: ModelSettings, on_text: OnText | None,
-              cancel: threading.Event | None) -> Reply:
+    def _wait(self, proc: subprocess.Popen, call: Call, what: str, on_text: OnText | None,
+              cancel: threading.Event | None) -> Any:
         try:
-            return self._next(proc, call, settings, on_text, cancel)
+            return self._next(proc, call, what, on_text, cancel)
         except (TurnCancelled, KeyboardInterrupt):
             self._write(proc, json.dumps({"id": call.id, "op": "cancel"}) + "\n")  # the worker closes the request
             raise
 
-    def _next(self, proc: subprocess.Popen, call: Call, settings: ModelSettings, on_text: OnText | None,
-              cancel: threading.Event | None) -> Reply:
+    def _next(self, proc: subprocess.Popen, call: Call, what: str, on_text: OnText | None,
+              cancel: threading.Event | None) -> Any:
         while True:
             if cancel is not None and cancel.is_set():
                 raise TurnCancelled("the turn was interrupted")
@@ -198,12 +226,12 @@ class ModelWorker:
             if kind == "text":
                 if on_text is not None:
                     on_text(value)
-            elif kind == "reply":
-                return _reply(value)
+            elif kind == "done":
+                return value
             elif kind == "error":
-                raise ERRORS.get(value.get("type"), ModelError)(str(value.get("message")))
+                raise _error_class(value.get("type"))(str(value.get("message")))
             elif kind == "died":
-                raise ModelError(f"model {settings.model}: the model worker (pid {proc.pid}) {value} during the "
+                raise ModelError(f"{what}: the model worker (pid {proc.pid}) {value} during the "
                                  "request; the next model call starts a new one")
 
     def _write(self, proc: subprocess.Popen, line: str) -> None:
@@ -225,6 +253,10 @@ class ModelWorker:
                 log.warning("model worker: a line that is not JSON was ignored")
                 continue
             if "ready" in event:
+                if event.get("protocol") != PROTOCOL:  # hermes-fs was upgraded under a running daemon
+                    log.error(f"model worker (pid {proc.pid}): {UNKNOWN_ANSWER}")
+                    _end(proc)
+                    continue
                 with self.lock:
                     if self.proc is proc:
                         self.ready.set()
@@ -235,9 +267,11 @@ class ModelWorker:
                 call = self.calls.get(event.get("id"))
             if call is None:
                 continue  # a cancelled call's late words
-            for kind in ("text", "reply", "error"):
-                if kind in event:
-                    call.events.put((kind, event[kind]))
+            kinds = [kind for kind in ("text", "done", "error") if kind in event]
+            for kind in kinds:
+                call.events.put((kind, event[kind]))
+            if not kinds:  # never a call left waiting on words it cannot read
+                call.events.put(("error", {"type": "ModelError", "message": UNKNOWN_ANSWER}))
         code = proc.wait()
         with self.lock:
             if self.proc is proc:
@@ -307,6 +341,8 @@ class Server:
                 with self.lock:
                     self.cancels[ident] = cancel
                 threading.Thread(target=self.complete, args=(request, cancel), daemon=True).start()
+            elif op == "encode":
+                threading.Thread(target=self.encode, args=(request,), daemon=True).start()
 
     def complete(self, request: dict, cancel: threading.Event) -> None:
         from ..agent.model import LiteLLMModel
@@ -320,8 +356,8 @@ class Server:
             reply = LiteLLMModel(settings, cancel).complete(
                 request.get("messages") or [], request.get("tools") or [], request.get("response_format"),
                 (lambda piece: self.send({"id": ident, "text": piece})) if stream else None)
-            self.send({"id": ident, "reply": {"content": reply.content, "usage": asdict(reply.usage),
-                                              "tool_calls": [asdict(c) for c in reply.tool_calls]}})
+            self.send({"id": ident, "done": {"content": reply.content, "usage": asdict(reply.usage),
+                                             "tool_calls": [asdict(c) for c in reply.tool_calls]}})
         except HermesError as exc:
             self.send({"id": ident, "error": {"type": type(exc).__name__, "message": str(exc)}})
         except Exception as exc:  # a bug: the daemon's turn gets one clear line
@@ -330,6 +366,35 @@ class Server:
         finally:
             with self.lock:
                 self.cancels.pop(ident, None)
+
+
+    def encode(self, request: dict) -> None:
+        """Vectors of the texts, as base64 of float32 rows. A batch of several texts is a skill
+        fill: it runs below the turns' priority, as it would in the daemon; a query is one text."""
+        import base64
+
+        from ..mind import embeddings
+        from .priority import lower_this_thread
+        from .skill_vectors import FILL_NICE
+
+        ident = int(request.get("id") or 0)
+        texts = [str(t) for t in request.get("texts") or []]
+        try:
+            if len(texts) > 1:
+                lower_this_thread(FILL_NICE - AGENT_NICE)
+            vectors = embeddings.encode(texts)
+            self.send({"id": ident, "done": base64.b64encode(vectors.astype("float32").tobytes()).decode("ascii")})
+        except HermesError as exc:
+            self.send({"id": ident, "error": {"type": type(exc).__name__, "message": str(exc)}})
+        except Exception as exc:  # a bug: the fill or the turn reports one clear line
+            self.send({"id": ident, "error": {"type": "ModelError",
+                                              "message": f"model worker: unexpected {type(exc).__name__}: {exc}"}})
+
+
+def _error_class(name: str | None) -> type[HermesError]:
+    from ..mind.embeddings import EmbeddingsUnavailable
+
+    return {**ERRORS, "EmbeddingsUnavailable": EmbeddingsUnavailable}.get(name or "", ModelError)
 
 
 def _die_with_parent() -> None:
@@ -348,8 +413,6 @@ def _die_with_parent() -> None:
 
 def _lower_priority() -> None:
     """Run at the priority of the daemon's agent work, wherever it was started from."""
-    from .priority import AGENT_NICE
-
     try:
         parent = os.getpriority(os.PRIO_PROCESS, os.getppid())
         own = os.getpriority(os.PRIO_PROCESS, 0)
@@ -369,7 +432,7 @@ def main() -> None:
 
     import_litellm()
     server = Server(out)
-    server.send({"ready": os.getpid()})
+    server.send({"ready": os.getpid(), "protocol": PROTOCOL})
     server.serve(sys.stdin.buffer)
     os._exit(0)  # stdin closed: the daemon let this worker go (calls still running are dropped)
 
