@@ -81,6 +81,7 @@ def turn(root: Path, env: dict) -> float:
 
 
 def measure(tree: Path, turns: int, idle_s: float) -> dict:
+    os.chdir(tree)  # `python -m` puts the working directory first on the path: the tree's code, not ours
     server = ModelServer(responder=lambda body: {"content": "hello"})
     root = Path(tempfile.mkdtemp(prefix="daemon-memory-")) / "vault"
     env = {**os.environ, "HERMES_TEST_KEY": "bench", "PYTHONPATH": str(tree)}

@@ -146,6 +146,7 @@ def test_a_worker_killed_mid_call_is_a_clear_error_and_the_next_call_works(model
         w.stop()
 
 
+@pytest.mark.slow
 def test_a_daemon_serves_turns_through_its_worker_which_lets_go_when_idle_and_dies_with_it(vault, model_server, daemons):
     configure_vault(vault.root, model_server, "daemon:\n  model_worker_idle_s: 1\n")
     env = {**os.environ, "HERMES_TEST_KEY": ENV_KEY}
