@@ -13,6 +13,7 @@ a restart of the daemon, so a reply's files are delivered exactly once like its 
 
 from __future__ import annotations
 
+import dataclasses
 import mimetypes
 import os
 import re
@@ -44,6 +45,7 @@ class OutgoingFile:
     size: int
     mime: str = "application/octet-stream"
     caption: str = ""
+    to: tuple[str, ...] = ()  # named destinations (gateway.destinations) instead of this chat; () = this chat
 
     def to_meta(self, outbox: Path) -> dict[str, Any]:
         """The file as a result's frontmatter records it (its staged copy relative to the outbox)."""
@@ -54,6 +56,8 @@ class OutgoingFile:
         meta: dict[str, Any] = {"name": self.name, "size": self.size, "mime": self.mime, "staged": staged}
         if self.caption:
             meta["caption"] = self.caption
+        if self.to:
+            meta["to"] = list(self.to)
         return meta
 
     @classmethod
@@ -70,9 +74,10 @@ class OutgoingFile:
         path = Path(os.path.realpath(root / staged))
         if not path.is_relative_to(root) or path == root:
             return None
-        mime, caption = meta.get("mime"), meta.get("caption")
+        mime, caption, to = meta.get("mime"), meta.get("caption"), meta.get("to")
+        names = tuple(t for t in to if isinstance(t, str)) if isinstance(to, list) else ()
         return cls(path, safe_name(name), size, mime if isinstance(mime, str) else "application/octet-stream",
-                   caption if isinstance(caption, str) else "")
+                   caption if isinstance(caption, str) else "", names)
 
 
 def files_meta(files: list[OutgoingFile], outbox: Path) -> list[dict[str, Any]]:
@@ -167,8 +172,7 @@ def stage(real: Path, outbox: Path, caption: str = "", name: str | None = None) 
     """Copy a checked file into the outbox (its own folder, the name kept) and describe it. A text
     file holding a secret is refused here, before it can leave the machine."""
     shown = safe_name(name or real.name)
-    with open(real, "rb") as src:  # one open: what is scanned is what is copied
-        data = src.read(MAX_STAGED_BYTES + 1)
+    data = _read_checked(real)
     if len(data) > MAX_STAGED_BYTES:
         raise InputError(f"over the {MAX_STAGED_BYTES} bytes a file sent may have", str(real))
     if len(data) <= SCAN_TEXT_BYTES and _looks_text(data):
@@ -183,6 +187,28 @@ def stage(real: Path, outbox: Path, caption: str = "", name: str | None = None) 
         out.write(data)
     mime = mimetypes.guess_type(shown)[0] or "application/octet-stream"
     return OutgoingFile(target, shown, len(data), mime, caption.strip()[:1000])
+
+
+def _read_checked(real: Path) -> bytes:
+    """The file's bytes, read through one descriptor that is still the checked path: a symlink
+    swapped in after the check (by a command in the sandbox, say) is refused, not followed."""
+    try:
+        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise InputError(f"cannot open the file ({exc.strerror})", str(real)) from None
+    with os.fdopen(fd, "rb") as src:  # one open: what is scanned is what is copied
+        opened = Path(f"/proc/self/fd/{fd}")
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or (opened.exists() and Path(os.path.realpath(opened)) != real):
+            raise InputError("the file changed while it was being sent", str(real))
+        return src.read(MAX_STAGED_BYTES + 1)
+
+
+def copy_of(file: OutgoingFile) -> OutgoingFile:
+    """Another staged copy (a folder of its own): each delivery owns the copy it discards."""
+    folder = file.path.parent.parent / uuid.uuid4().hex[:12]
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(file.path, folder / file.path.name)
+    return dataclasses.replace(file, path=folder / file.path.name)
 
 
 def _looks_text(data: bytes) -> bool:

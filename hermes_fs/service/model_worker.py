@@ -67,8 +67,9 @@ class ModelWorker:
     """The daemon's side: starts the worker, sends it calls, stops it after `idle_s()` seconds
     without one (0: never)."""
 
-    def __init__(self, idle_s: Callable[[], float], command: list[str] | None = None):
+    def __init__(self, idle_s: Callable[[], float], command: list[str] | None = None, nice: int = AGENT_NICE):
         self.idle_s = idle_s
+        self.nice = nice  # the worker runs this much nicer than the daemon (its agent work's priority)
         self.command = command or [sys.executable, "-m", "hermes_fs.service.model_worker"]
         self.lock = threading.Lock()
         self.proc: subprocess.Popen | None = None
@@ -135,7 +136,8 @@ class ModelWorker:
         if self.proc is not None and self.proc.poll() is None:
             return self.proc
         # one BLAS thread, as in the daemon (mind/embeddings.py): set before the worker's NumPy loads
-        env = {"OPENBLAS_NUM_THREADS": "1", **os.environ, "HERMES_MODEL_WORKER_PARENT": str(os.getpid())}
+        env = {"OPENBLAS_NUM_THREADS": "1", **os.environ, "HERMES_MODEL_WORKER_PARENT": str(os.getpid()),
+               "HERMES_MODEL_WORKER_NICE": str(self.nice)}
         proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                 start_new_session=False)
         self.proc = proc
@@ -412,13 +414,15 @@ def _die_with_parent() -> None:
 
 
 def _lower_priority() -> None:
-    """Run at the priority of the daemon's agent work, wherever it was started from."""
+    """Run at the priority of the daemon's agent work, wherever it was started from (a process
+    started by a lowered thread is already at least that nice: never raised, which needs privilege)."""
     try:
+        by = int(os.environ.get("HERMES_MODEL_WORKER_NICE") or AGENT_NICE)
         parent = os.getpriority(os.PRIO_PROCESS, os.getppid())
         own = os.getpriority(os.PRIO_PROCESS, 0)
-        if own < min(19, parent + AGENT_NICE):
-            os.setpriority(os.PRIO_PROCESS, 0, min(19, parent + AGENT_NICE))
-    except OSError:
+        if own < min(19, parent + by):
+            os.setpriority(os.PRIO_PROCESS, 0, min(19, parent + by))
+    except (OSError, ValueError):
         pass
 
 
