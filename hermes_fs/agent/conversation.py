@@ -124,7 +124,7 @@ class Conversation:
             return None
         from .mcp_client import McpHub
 
-        return McpHub(chosen, self.vault.secrets())
+        return McpHub(chosen, self.vault.secrets(), self.cancel)
 
     @property
     def id(self) -> str:
