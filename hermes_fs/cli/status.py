@@ -70,7 +70,7 @@ def render(st: Status) -> str:
             lines.append(f"  quarantined (in git, never written here): {path!r}")
     for e in st.errors:
         lines.append(f"error  {e}")
-    for r in st.failed_requests:
-        lines.append(f"failed request  {r.request or r.name} ({r.source}{', ' + r.finished if r.finished else ''}): "
-                     f"{r.answer}; `outputs/requests/{r.name}.md`")
+    for f in st.failed_requests:
+        lines.append(f"failed request  {f.request or f.name} ({f.source}{', ' + f.finished if f.finished else ''}): "
+                     f"{f.answer}; `outputs/requests/{f.name}.md`")
     return "\n".join(lines)
