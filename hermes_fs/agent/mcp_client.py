@@ -60,9 +60,10 @@ class McpHub:
     """The MCP servers of one session."""
 
     def __init__(self, servers: dict[str, McpServerConfig], secrets: dict[str, str] | None = None,
-                 cancel: threading.Event | None = None):
+                 only: set[str] | None = None, cancel: threading.Event | None = None):
         self.servers = {name: ServerState(name, cfg) for name, cfg in servers.items()}
         self.secrets = secrets or {}
+        self.only = only  # offer only these names (`<server>__<tool>`, a sub-agent's subset); None: all
         self.cancel = cancel  # the session's: set (Ctrl-C), a tool call in flight is abandoned at once
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread: threading.Thread | None = None
@@ -121,7 +122,7 @@ class McpHub:
         info = Implementation(name="hermes-fs", version="0.1.0")
         if cfg.command:
             env = {**_base_env(), **{k: expand(v, self.secrets) for k, v in cfg.env.items()}}
-            target: Any = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=env)
+            target: Any = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=env, cwd=cfg.cwd)
         else:
             target = _http_transport(cfg, self.secrets)
         before = _children(os.getpid())
@@ -139,6 +140,8 @@ class McpHub:
         for tool in tools:
             raw = str(getattr(tool, "name", "") or "")
             name = safe_tool_name(state.name, raw)
+            if self.only is not None and name not in self.only:
+                continue
             schema = _schema(name, tool)
             size = len(json.dumps(schema))
             why = None
@@ -207,6 +210,14 @@ class McpHub:
 
     def owns(self, name: str) -> bool:
         return SEP in name and name.split(SEP, 1)[0] in self.servers
+
+    def server_of(self, name: str) -> str | None:
+        """The server a tool name belongs to (None: not an MCP tool of this hub)."""
+        return name.split(SEP, 1)[0] if self.owns(name) else None
+
+    def tool_names(self) -> list[str]:
+        """The names offered to the model (starting the servers if need be)."""
+        return [t["function"]["name"] for t in self.schemas()]
 
     def call(self, name: str, arguments: dict) -> str:
         """The result as text for the model, or `error: ...` (never raises)."""

@@ -13,6 +13,7 @@ a restart of the daemon, so a reply's files are delivered exactly once like its 
 
 from __future__ import annotations
 
+import dataclasses
 import mimetypes
 import os
 import re
@@ -44,6 +45,7 @@ class OutgoingFile:
     size: int
     mime: str = "application/octet-stream"
     caption: str = ""
+    to: tuple[str, ...] = ()  # named destinations (gateway.destinations) instead of this chat; () = this chat
 
     def to_meta(self, outbox: Path) -> dict[str, Any]:
         """The file as a result's frontmatter records it (its staged copy relative to the outbox)."""
@@ -54,6 +56,8 @@ class OutgoingFile:
         meta: dict[str, Any] = {"name": self.name, "size": self.size, "mime": self.mime, "staged": staged}
         if self.caption:
             meta["caption"] = self.caption
+        if self.to:
+            meta["to"] = list(self.to)
         return meta
 
     @classmethod
@@ -70,9 +74,10 @@ class OutgoingFile:
         path = Path(os.path.realpath(root / staged))
         if not path.is_relative_to(root) or path == root:
             return None
-        mime, caption = meta.get("mime"), meta.get("caption")
+        mime, caption, to = meta.get("mime"), meta.get("caption"), meta.get("to")
+        names = tuple(t for t in to if isinstance(t, str)) if isinstance(to, list) else ()
         return cls(path, safe_name(name), size, mime if isinstance(mime, str) else "application/octet-stream",
-                   caption if isinstance(caption, str) else "")
+                   caption if isinstance(caption, str) else "", names)
 
 
 def files_meta(files: list[OutgoingFile], outbox: Path) -> list[dict[str, Any]]:
@@ -101,17 +106,22 @@ def safe_name(name: str) -> str:
 def resolve_sendable(path: str, workspace: Path | None, vault_root: Path | None) -> Path:
     """The real path of a file the agent may send, or an InputError saying why not.
 
-    Accepted: an absolute path (or one under the sandbox's /workspace) inside the workspace; a
-    vault-relative path, or an absolute one, under outputs/. Default deny for the rest."""
+    Accepted: a path inside the workspace (absolute, under the sandbox's /workspace, or relative
+    to the workspace); a path under the vault's outputs/ (relative to the vault, or absolute).
+    Default deny for the rest."""
     if not isinstance(path, str) or not path.strip():
         raise InputError("path is empty")
     raw = path.strip()
     if workspace is not None and (raw == SANDBOX_MOUNT or raw.startswith(SANDBOX_MOUNT + "/")):
         raw = str(Path(workspace) / raw[len(SANDBOX_MOUNT) + 1 :])  # what the Docker sandbox calls it
-    if not os.path.isabs(raw):
-        if vault_root is None:
+    if not os.path.isabs(raw):  # the workspace's file first (write_pdf's outputs/), else the vault's
+        in_ws = Path(workspace) / raw if workspace is not None else None
+        if in_ws is not None and (in_ws.exists() or vault_root is None):
+            raw = str(in_ws)
+        elif vault_root is not None:
+            raw = str(Path(vault_root) / raw)
+        else:
             raise InputError("give the file's absolute path in the workspace", path)
-        raw = str(Path(vault_root) / raw)
     real = Path(os.path.realpath(raw))
     if not _allowed(real, workspace, vault_root):
         raise InputError("only files in the workspace or under the vault's outputs/ may be sent", path)
@@ -178,6 +188,14 @@ def stage(real: Path, outbox: Path, caption: str = "", name: str | None = None) 
         out.write(data)
     mime = mimetypes.guess_type(shown)[0] or "application/octet-stream"
     return OutgoingFile(target, shown, len(data), mime, caption.strip()[:1000])
+
+
+def copy_of(file: OutgoingFile) -> OutgoingFile:
+    """Another staged copy (a folder of its own): each delivery owns the copy it discards."""
+    folder = file.path.parent.parent / uuid.uuid4().hex[:12]
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(file.path, folder / file.path.name)
+    return dataclasses.replace(file, path=folder / file.path.name)
 
 
 def _looks_text(data: bytes) -> bool:

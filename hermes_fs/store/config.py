@@ -40,6 +40,9 @@ class RefineConfig:
     every_turns: int = 10  # review a session automatically every N user turns; 0 = only when asked
     mode: str = ReviewMode.TOOLS  # tools: the reviewer calls edit tools; structured: one JSON document (small models)
     max_cost_per_day: float | None = None  # USD: past it, automatic (background) reviews stop until tomorrow (UTC)
+    # structured mode: answers drawn per review (lessons with their quotes, judged by code; a lesson
+    # is kept when 2 of them propose it, or the only one); 0 = one JSON document of memory and skill edits
+    samples: int = 3
 
 
 @dataclass
@@ -152,11 +155,13 @@ class McpServerConfig:
 
     command: str | None = None  # the program of a stdio server
     args: list[str] = field(default_factory=list)  # its arguments
+    cwd: str | None = None  # the folder a stdio server starts in (null: the one hermes-fs runs in); files it saves land there
     env: dict[str, str] = field(default_factory=dict)  # values may say ${NAME} (from .hermes/secrets.env)
     url: str | None = None  # the URL of a streamable-HTTP server (instead of command)
     headers: dict[str, str] = field(default_factory=dict)  # the same ${NAME} expansion
     tools: list[str] | None = None  # allow-list of the server's tool names; null = all
     timeout_s: float = 30.0  # a call (or the start) taking longer is a tool error the model sees
+    unattended: bool = False  # true: gateway chats, cron jobs, inbox requests and webhooks get it too (default: only chat, run, acp)
 
 
 @dataclass
@@ -193,6 +198,17 @@ def build_section(cls: type, section: Section):
 
 
 @dataclass
+class DestinationConfig:
+    """A place, other than the chat a request came from, where the agent may send files: a chat of
+    a configured channel, named by you. Only the senders listed may direct files there."""
+
+    channel: str = ""  # a channel configured under gateway: (telegram, matrix, email, slack, ...)
+    chat: str = ""  # where on it: a chat or channel id, a room id, an e-mail address
+    thread: str | None = None  # optional: a thread in that chat
+    senders: list[str] = field(default_factory=list)  # "<channel>:<sender id>" who may send here; empty: nobody
+
+
+@dataclass
 class GatewayConfig:
     """Chat and events from outside, run by the daemon; a channel is on when its key is set."""
 
@@ -204,6 +220,8 @@ class GatewayConfig:
     sender_rate_per_min: int = 20  # messages a minute from one sender; more are answered once, not run
     commit_idle_s: float = 10.0  # chat results and transcripts are committed after this long without a message
     retry_base_s: float = 2.0  # first wait before a reply that could not be sent is tried again (doubling)
+    # name -> a chat where files may also be sent (send_file's `to`), e.g. your Slack channel or mailbox
+    destinations: dict[str, DestinationConfig] = field(default_factory=dict)
 
 
 @dataclass
@@ -250,6 +268,14 @@ class SyncConfig:
 
 
 @dataclass
+class DaemonConfig:
+    """The daemon that `run` and `chat` start by themselves when none is running."""
+
+    autostart: bool = True  # run/chat start a daemon that serves turns only (no watcher, cron, gateway, sync)
+    idle_stop_min: float = 30.0  # that daemon stops after this many minutes without a turn; 0: it stays
+
+
+@dataclass
 class WebConfig:
     """The web page."""
 
@@ -289,6 +315,7 @@ class Config:
     voice: VoiceConfig = field(default_factory=VoiceConfig)
     remote: RemoteConfig | None = None
     sync: SyncConfig = field(default_factory=SyncConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
     web: WebConfig = field(default_factory=WebConfig)
     curate: CurateConfig = field(default_factory=CurateConfig)
 

@@ -6,7 +6,10 @@ handed to the core (`Sink.submit`, which returns once the message is a durable r
 only then is the batch's `next_batch` token saved (in the gateway ledger): a crash re-reads the
 batch, and the message ids make those submits no-ops. So nothing is lost or run twice.
 
-Ignored: the agent's own messages, edits (`m.replace`), non-text messages, malformed events,
+Voice: an `m.audio` message becomes an `Audio` the core downloads from the media repository (only
+if it takes the message) and transcribes (service/gateway/voice.py).
+
+Ignored: the agent's own messages, edits (`m.replace`), other non-text messages, malformed events,
 everything in encrypted rooms (end-to-end encryption is not supported: the agent cannot read
 them, and answers nothing there; `gateway status` names them and says why), invites from senders
 who may not talk to the agent. The first start ever reads no history: only messages that arrive
@@ -32,6 +35,7 @@ from ...errors import HermesError
 from ...store.vault import Vault
 from .access import Verdict
 from .channel import ChannelBase, ChatSettings, Inbound, Origin, Outbound, Sink, continued, room_context
+from .message import Audio, AudioTooLarge
 from .render import render
 
 log = logging.getLogger(__name__)
@@ -40,6 +44,7 @@ PLATFORM = "matrix"
 SYNC_TIMEOUT_MS = 30_000
 MAX_BODY_BYTES = 32_000  # a Matrix event is at most 64 KiB; a longer reply is cut with a note
 MAX_EVENT_TEXT = 60_000  # body + formatted_body; past this the reply goes as plain text only
+MAX_UPLOAD_BYTES = 50 * 1024 * 1024  # Synapse's default max_upload_size; a smaller server's limit refuses (M_TOO_LARGE)
 MATRIX_FORMAT = "org.matrix.custom.html"  # formatted_body's format
 CONTEXT_LINES = 10  # a shared room's recent lines kept (in the ledger) for untrusted context
 ROOT_CHARS = 2_000  # of a thread's root message, given with the thread's first request
@@ -101,10 +106,23 @@ def reply_content(reply: Outbound) -> dict[str, Any]:
     return content
 
 
+def file_content(reply: Outbound, uri: str) -> dict[str, Any]:
+    """The m.file event of an uploaded file: the caption (or the name) as `body`, the file's own
+    name in `filename`, in the same thread and as a reply to the message, like the answer."""
+    f = reply.files[0]
+    content: dict[str, Any] = {"msgtype": "m.file", "body": reply.text or f.name, "filename": f.name, "url": uri,
+                               "info": {"mimetype": f.mime, "size": f.size}}
+    relates = reply_content(Outbound(reply.origin, "", reply.reply_id)).get("m.relates_to")
+    if relates:
+        content["m.relates_to"] = relates
+    return content
+
+
 class MatrixChannel(ChannelBase):
     name = PLATFORM
     Settings = MatrixSettings
     idempotent_send = True  # the request id is the transaction id, on a device kept across restarts
+    max_file_bytes = MAX_UPLOAD_BYTES
 
     def __init__(self, vault: Vault, settings: MatrixSettings):
         super().__init__(vault, settings)
@@ -179,6 +197,15 @@ class MatrixChannel(ChannelBase):
             raise HermesError("not connected to the homeserver")
         fut = asyncio.run_coroutine_threadsafe(self._send(reply), self.loop)
         return fut.result(60)
+
+    def send_file(self, reply: Outbound) -> str:
+        if not self.loop or not self.client or self.stopping.is_set():
+            raise HermesError("not connected to the homeserver")
+        return asyncio.run_coroutine_threadsafe(self._send_file(reply), self.loop).result(300)
+
+    def should_retry(self, exc: Exception) -> bool:
+        """An upload the homeserver refuses as too large is refused again."""
+        return "M_TOO_LARGE" not in str(exc)
 
     def check(self) -> str:
         """`gateway test matrix` / `doctor`: log in (a device of its own, logged out again) and whoami."""
@@ -448,7 +475,10 @@ class MatrixChannel(ChannelBase):
         if relates.get("rel_type") == "m.replace" or "m.new_content" in content:
             return None  # an edit of an earlier message
         body = content.get("body")
-        if content.get("msgtype") not in ("m.text", "m.notice", "m.emote") or not isinstance(body, str):
+        audio = self._audio(content)
+        if audio is not None and isinstance(body, str):  # m.audio: `body` is a caption only beside a `filename`
+            body = body if isinstance(content.get("filename"), str) and body != content["filename"] else ""
+        elif content.get("msgtype") not in ("m.text", "m.notice", "m.emote") or not isinstance(body, str):
             return None
         if content.get("msgtype") == "m.notice":
             return None  # notices are what bots send; answering them is how two bots loop
@@ -459,7 +489,36 @@ class MatrixChannel(ChannelBase):
         if not direct and self.sink is not None:
             context = room_context(self.sink, room_id, event_id, sender, text, CONTEXT_LINES)
         origin = Origin(PLATFORM, room_id, sender, event_id, thread if isinstance(thread, str) else None)
-        return Inbound(origin, text, direct=direct, context=context)
+        return Inbound(origin, text, direct=direct, context=context, audio=audio)
+
+    def _audio(self, content: dict) -> Audio | None:
+        """An `m.audio` message (voice notes too: `org.matrix.msc3245.voice`), downloaded from the
+        media repository by the core only if it takes the message; unencrypted media only."""
+        url = content.get("url")
+        if content.get("msgtype") != "m.audio" or not isinstance(url, str) or not url.startswith("mxc://"):
+            return None
+        found = content.get("info")
+        info: dict = found if isinstance(found, dict) else {}
+        size, duration = info.get("size"), info.get("duration")  # duration: milliseconds
+        name = content.get("filename") if isinstance(content.get("filename"), str) else content.get("body")
+        return Audio(lambda limit: self._download(url, limit), str(info.get("mimetype") or ""),
+                     str(name or "audio")[:200], size if isinstance(size, int) and not isinstance(size, bool) else None,
+                     duration / 1000 if isinstance(duration, int) and not isinstance(duration, bool) else None)
+
+    def _download(self, mxc: str, limit: int) -> bytes:
+        """The media's bytes, at most `limit` (called from the core's thread: the loop downloads)."""
+        if self.loop is None or self.client is None or self.stopping.is_set():
+            raise HermesError("not connected to the homeserver")
+        return asyncio.run_coroutine_threadsafe(self._fetch_media(mxc, limit), self.loop).result(120)
+
+    async def _fetch_media(self, mxc: str, limit: int) -> bytes:
+        resp = await self.client.download(mxc=mxc)
+        body = getattr(resp, "body", None)
+        if not isinstance(body, bytes):
+            raise HermesError(f"the homeserver did not give the media: {getattr(resp, 'message', resp)}")
+        if len(body) > limit:
+            raise AudioTooLarge(f"{len(body)} bytes, over the {limit} byte limit")
+        return body
 
     def _note_encrypted(self, room_id: str) -> None:
         if room_id not in self.encrypted:
@@ -480,6 +539,22 @@ class MatrixChannel(ChannelBase):
         named = ", ".join(rooms[:3]) + (f" and {len(rooms) - 3} more" if len(rooms) > 3 else "")
         return f"ignoring {len(rooms)} room(s), {ENCRYPTED_REASON}: {named}"
 
+    async def _send_file(self, reply: Outbound) -> str:
+        """Upload to the media repository, then an m.file event pointing at it, with the request's
+        file delivery id as the transaction id (a resend after a crash is one event; at worst the
+        upload is repeated, unseen)."""
+        f = reply.files[0]
+        with open(f.path, "rb") as data:
+            upload, _ = await self.client.upload(data, content_type=f.mime, filename=f.name, filesize=f.size)
+        uri = getattr(upload, "content_uri", None)
+        if not uri:
+            raise HermesError(f"the homeserver refused the upload: {getattr(upload, 'message', upload)}")
+        resp = await self.client.room_send(reply.origin.chat, "m.room.message", file_content(reply, uri),
+                                           tx_id=reply.reply_id, ignore_unverified_devices=True)
+        if not hasattr(resp, "event_id"):
+            raise HermesError(f"the homeserver refused the file: {getattr(resp, 'message', resp)}")
+        return resp.event_id
+
     async def _send(self, reply: Outbound) -> str:
         o = reply.origin
         content = reply_content(reply)
@@ -490,4 +565,4 @@ class MatrixChannel(ChannelBase):
         return resp.event_id
 
 
-__all__ = ["MatrixChannel", "reply_content", "strip_reply_fallback"]
+__all__ = ["MatrixChannel", "file_content", "reply_content", "strip_reply_fallback"]

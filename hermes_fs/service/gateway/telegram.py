@@ -16,6 +16,10 @@ Groups: the bot takes a message addressed to it (a command, `/command@thisbot`, 
 @thisbot, or a reply to one of its messages); the others are remembered as the room's recent lines
 and reach the model only as untrusted context. A command addressed to another bot is not ours.
 
+Voice notes (`voice`) and audio files (`audio`) become an `Audio` whose download (`getFile`,
+then the file's URL) the core runs only if it takes the message; their transcript is the message
+(service/gateway/voice.py), a caption coming first.
+
 Replies: Markdown rendered as Telegram's HTML subset (bold, italic, strikethrough, code, pre,
 links, block quotes; lists and headings as text), escaped, then checked by a sanitiser so only
 those tags reach Telegram; a reply Telegram cannot parse is sent again as plain text. A reply
@@ -31,7 +35,7 @@ import logging
 import re
 import threading
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,12 +44,15 @@ from ...store.vault import Vault
 from .access import AccessRules
 from .channel import ChannelBase, ChatSettings, Inbound, Origin, Outbound, Sink, room_context
 from .ledger import CLAIMED
+from .message import Audio, AudioTooLarge
 
 log = logging.getLogger(__name__)
 
 PLATFORM = "telegram"
 POLL_S = 25  # long polling: Telegram holds getUpdates this long when there is nothing new
 MAX_SOURCE = 3800  # characters of a reply's Markdown sent; a message holds 4096 after formatting
+MAX_DOCUMENT_BYTES = 50_000_000  # sendDocument: "files of any type of up to 50 MB" from a bot
+MAX_CAPTION = 1024  # a document's caption, in characters
 CONTEXT_LINES = 10  # a group's recent lines kept (in the ledger) for untrusted context
 USER_ID = re.compile(r"[1-9]\d{0,19}")
 ALLOWED_TAGS = {"b", "i", "s", "u", "code", "pre", "a", "blockquote"}  # a subset of Telegram's HTML
@@ -210,6 +217,7 @@ class TelegramChannel(ChannelBase):
     name = PLATFORM
     Settings = TelegramSettings
     idempotent_send = False  # the Bot API has no idempotency key: a send cut short is not repeated
+    max_file_bytes = MAX_DOCUMENT_BYTES
 
     def __init__(self, vault: Vault, settings: TelegramSettings):
         super().__init__(vault, settings)
@@ -295,6 +303,12 @@ class TelegramChannel(ChannelBase):
         if self.loop is None or self.bot is None or self.stopping.is_set():
             raise HermesError("not connected to the Bot API")
         return asyncio.run_coroutine_threadsafe(self._send(reply), self.loop).result(60)
+
+    def send_file(self, reply: Outbound) -> str:
+        """One file as a document (`sendDocument`, a multipart upload), a reply to the message."""
+        if self.loop is None or self.bot is None or self.stopping.is_set():
+            raise HermesError("not connected to the Bot API")
+        return asyncio.run_coroutine_threadsafe(self._send_document(reply), self.loop).result(300)
 
     def check(self) -> str:
         """`gateway test telegram` / `doctor`: the token works (getMe)."""
@@ -411,9 +425,12 @@ class TelegramChannel(ChannelBase):
         chat_id, user_id = _int(chat.get("id")), _int(sender.get("id"))
         if chat_id is None or user_id is None or sender.get("is_bot") is True:
             return None
+        audio = self._audio(m)
         text = m.get("text") if isinstance(m.get("text"), str) else m.get("caption")
         if not isinstance(text, str):
-            return None  # stickers, photos without a caption, voice notes: not requests here
+            if audio is None:
+                return None  # stickers, photos without a caption: not requests here
+            text = ""  # a voice note: its transcript is the message (the core's)
         text = text.replace("\x00", "")  # a NUL would make the request file binary (unreadable)
         direct = chat.get("type") == "private"
         thread = _int(m.get("message_thread_id")) if m.get("is_topic_message") is True else None
@@ -422,12 +439,39 @@ class TelegramChannel(ChannelBase):
             addressed, text = self._addressed(m, text)
             assert self.sink is not None
             context = room_context(self.sink, f"telegram:{chat_id}", f"telegram:{chat_id}:{mid}", str(user_id),
-                                   text, CONTEXT_LINES)
+                                   text or ("(a voice message)" if audio else ""), CONTEXT_LINES)
             if not addressed:
                 return None
-            return Inbound(origin, text, direct=False, context=context)
+            return Inbound(origin, text, direct=False, context=context, audio=audio)
         text, _ = self._command(text)
-        return Inbound(origin, text, direct=True)
+        return Inbound(origin, text, direct=True, audio=audio)
+
+    def _audio(self, m: dict[str, Any]) -> Audio | None:
+        """A voice note (`voice`: OGG/Opus) or an audio file (`audio`), fetched by the core only
+        if it takes the message (getFile, then the file's URL)."""
+        for kind in ("voice", "audio"):
+            media = m.get(kind)
+            if isinstance(media, dict) and isinstance(media.get("file_id"), str):
+                duration = _int(media.get("duration"))
+                return Audio(partial(self._download, media["file_id"]), str(media.get("mime_type") or ""),
+                             str(media.get("file_name") or kind), _int(media.get("file_size")),
+                             float(duration) if duration is not None else None)
+        return None
+
+    def _download(self, file_id: str, limit: int) -> bytes:
+        """A file's bytes, at most `limit` (called from the core's thread: the loop downloads)."""
+        if self.loop is None or self.bot is None or self.stopping.is_set():
+            raise HermesError("not connected to the Bot API")
+        return asyncio.run_coroutine_threadsafe(self._fetch_file(file_id, limit), self.loop).result(120)
+
+    async def _fetch_file(self, file_id: str, limit: int) -> bytes:
+        file = await self.bot.get_file(file_id)  # the Bot API hands out files up to 20 MB
+        if file.file_size is not None and file.file_size > limit:
+            raise AudioTooLarge(f"{file.file_size} bytes, over the {limit} byte limit")
+        data = await file.download_as_bytearray()
+        if len(data) > limit:
+            raise AudioTooLarge(f"{len(data)} bytes, over the {limit} byte limit")
+        return bytes(data)
 
     def _addressed(self, m: dict[str, Any], text: str) -> tuple[bool, str]:
         """Whether a group message is for this bot, and its text without the bot's @name."""
@@ -457,16 +501,10 @@ class TelegramChannel(ChannelBase):
         return re.sub(r"^/start\b", "/help", text), ours  # Telegram's first message to a bot asks what it does
 
     async def _send(self, reply: Outbound) -> str:
-        from telegram import ReplyParameters
         from telegram.error import BadRequest
 
-        o = reply.origin
         source = cut(reply.text)
-        kwargs: dict[str, Any] = {"chat_id": int(o.chat)}
-        if o.thread:
-            kwargs["message_thread_id"] = int(o.thread)
-        if o.message.isdigit():  # a reply to the message (notes such as an automatic review are not)
-            kwargs["reply_parameters"] = ReplyParameters(message_id=int(o.message), allow_sending_without_reply=True)
+        kwargs = _reply_kwargs(reply.origin)
         try:
             sent = await self.bot.send_message(text=to_telegram_html(source) or html.escape(source), parse_mode="HTML",
                                                **kwargs)
@@ -475,6 +513,15 @@ class TelegramChannel(ChannelBase):
                 raise
             log.warning("telegram: the reply's formatting was refused (%s); sent as plain text", exc)
             sent = await self.bot.send_message(text=source, **kwargs)
+        return str(sent.message_id)
+
+    async def _send_document(self, reply: Outbound) -> str:
+        f = reply.files[0]
+        kwargs = _reply_kwargs(reply.origin)
+        caption = reply.text[:MAX_CAPTION] if reply.text else None  # plain text: never refused for its markup
+        with open(f.path, "rb") as data:
+            sent = await self.bot.send_document(document=data, filename=f.name, caption=caption,
+                                                read_timeout=120, write_timeout=120, **kwargs)
         return str(sent.message_id)
 
     async def _check(self) -> str:
@@ -489,6 +536,19 @@ class TelegramChannel(ChannelBase):
             raise HermesError("the bot token was refused (InvalidToken): check it with BotFather") from None
         except NetworkError as exc:
             raise HermesError(f"cannot reach {self.settings.api_base}: {exc}") from None
+
+
+def _reply_kwargs(o: Origin) -> dict[str, Any]:
+    """Where a reply goes: the chat, its topic, and as a reply to the message (notes such as an
+    automatic review answer no message)."""
+    from telegram import ReplyParameters
+
+    kwargs: dict[str, Any] = {"chat_id": int(o.chat)}
+    if o.thread:
+        kwargs["message_thread_id"] = int(o.thread)
+    if o.message.isdigit():
+        kwargs["reply_parameters"] = ReplyParameters(message_id=int(o.message), allow_sending_without_reply=True)
+    return kwargs
 
 
 @cache
