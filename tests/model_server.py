@@ -14,6 +14,8 @@ chunk per word of the content (or the item's "chunks": [pieces]), tool calls as 
 then the arguments in pieces), `stream_delay` seconds between chunks (the item's "chunk_delay"
 wins), a usage chunk when `stream_options.include_usage` asks for one, then `data: [DONE]`.
 A client that closes the connection mid-stream is recorded in `closed_early` (request indexes).
+An item's "hold_after": n stops the stream after n chunks and waits (up to "hold_s", 60) until the
+client hangs up, without writing: only a client that closes its connection itself is seen gone.
 
 Speech to text as OpenAI's `POST /v1/audio/transcriptions` (multipart: `file`, `model`,
 `language`, ...): each request is recorded in `transcriptions` (its fields, the file's name, type
@@ -104,7 +106,9 @@ class ModelServer:
                 self.end_headers()
                 delay = item.get("chunk_delay", owner.stream_delay)
                 try:
-                    for event in owner._chunks(payload, item, body):
+                    for n, event in enumerate(owner._chunks(payload, item, body)):
+                        if n == item.get("hold_after"):
+                            self._hold(float(item.get("hold_s", 60)))
                         data = f"data: {json.dumps(event)}\n\n".encode()
                         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                         self.wfile.flush()
@@ -118,6 +122,22 @@ class ModelServer:
                         owner.closed_early.append(index)
                     owner.client_gone.set()
                     self.close_connection = True
+
+            def _hold(self, seconds: float) -> None:
+                """Wait without writing until the client closes or shuts down its end (it then
+                reads as end of file) or `seconds` pass."""
+                import select
+                import socket
+
+                deadline = time.monotonic() + seconds
+                while time.monotonic() < deadline:
+                    if select.select([self.connection], [], [], 0.05)[0]:
+                        try:
+                            gone = self.connection.recv(1, socket.MSG_PEEK) == b""
+                        except OSError:
+                            gone = True
+                        if gone:
+                            raise ConnectionResetError("the client hung up")
 
             def log_message(self, *args):
                 pass

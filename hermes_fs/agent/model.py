@@ -84,6 +84,9 @@ class Model(Protocol):
 
 
 # The variable each hosted provider's key is read from when hermes.yaml names none.
+# providers whose `client` litellm hands to an OpenAI SDK object, never to its own HTTP handler:
+# for them a Ctrl-C closes the connection when the next piece of the answer arrives
+OPENAI_SDK_CLIENTS = frozenset({"azure", "azure_text", "text-completion-openai", "text-completion-inception"})
 PROVIDER_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "openrouter": "OPENROUTER_API_KEY",
                  "gemini": "GEMINI_API_KEY", "groq": "GROQ_API_KEY", "xai": "XAI_API_KEY",
                  "mistral": "MISTRAL_API_KEY", "deepseek": "DEEPSEEK_API_KEY", "together_ai": "TOGETHERAI_API_KEY"}
@@ -282,6 +285,12 @@ class LiteLLMModel:
                                            http_client=request.http_client(self.settings.timeout_s), max_retries=0)
             if streaming:
                 call["stream_options"] = {"include_usage": True}
+        elif self.settings.provider not in OPENAI_SDK_CLIENTS:
+            from litellm.llms.custom_httpx.http_handler import HTTPHandler
+
+            # litellm's own HTTP path (most providers) takes this client: its socket is ours to shut down
+            call["client"] = HTTPHandler(timeout=self.settings.timeout_s,
+                                         client=request.http_client(self.settings.timeout_s))
         if not streaming:
             return request.run(lambda emit: self._reply(litellm, litellm.completion(**call)))
         return request.run(lambda emit: self._streamed(litellm, call, emit, request), on_text)
