@@ -103,6 +103,7 @@ class ModelSettings:
     retries: int = 4
     retry_base_s: float = 1.0
     secrets: dict[str, str] = field(default_factory=dict)  # .hermes/secrets.env (the environment wins)
+    setting: str = "model"  # the hermes.yaml key this model comes from, named when its key is missing
     # The environment keys are read from: this process's, or the CLI's that handed the turn to a
     # daemon (so a warm turn uses the caller's key, exactly as a cold one would).
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ, repr=False)
@@ -141,10 +142,13 @@ class ModelSettings:
         key = (self.environ.get(var) or self.secrets.get(var)) if var else None
         needs_key = self.api_key_env is not None or (self.api_base is None and self.provider not in KEYLESS)
         if not key and var and needs_key:
-            where = "api_key_env in hermes.yaml" if self.api_key_env else f"the {self.provider} key"
+            prefix = self.setting.rpartition(".")[0]
+            where = f"{prefix + '.' if prefix else ''}api_key_env in hermes.yaml" if self.api_key_env \
+                else f"the {self.provider} key"
+            local = " (e.g. ollama_chat/llama3.1 for a local model)" if self.setting == "model" else ""
             raise ModelError(f"model {self.model}: no API key: {var} ({where}) is not set. Put `{var}=...` in "
-                             ".hermes/secrets.env or the environment, or change `model` in hermes.yaml "
-                             "(e.g. ollama_chat/llama3.1 for a local model)")
+                             f".hermes/secrets.env or the environment, or change `{self.setting}` in hermes.yaml"
+                             f"{local}")
         return key or None
 
 
