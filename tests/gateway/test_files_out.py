@@ -156,6 +156,9 @@ def test_send_file_takes_workspace_and_outputs_files_and_stages_a_copy(box, vaul
     (lambda ws, v: None, "../../etc/passwd", "only files in the workspace"),
     (lambda ws, v: (ws / ".env").write_text("TOKEN=abc\n"), "{ws}/.env", "private"),
     (lambda ws, v: (ws / "sub").mkdir(), "{ws}/sub", "not a regular file"),
+    (lambda ws, v: os.mkfifo(ws / "pipe"), "{ws}/pipe", "not a regular file"),
+    (lambda ws, v: (v / "outputs").mkdir(exist_ok=True) or os.symlink("/etc/passwd", v / "outputs" / "p"),
+     "outputs/p", "only files in the workspace"),
     (lambda ws, v: None, "{ws}/missing.pdf", "no such file"),
     (lambda ws, v: (ws / "keys.txt").write_text("aws = AKIAIOSFODNN7REALKEY\n" "sk-proj-" + "a" * 48 + "\n"),
      "{ws}/keys.txt", "holds a secret"),
@@ -241,7 +244,7 @@ def test_a_file_over_the_channels_limit_is_answered_in_text(started, agent_vault
     ch.say("send both")
     assert gw.wait_idle(60)
     assert ch.sent[0].text.startswith("Done.")
-    assert "huge.bin was not sent: 4.9 KB is over the 1000 bytes matrix takes" in ch.sent[0].text
+    assert "huge.bin was not sent: 5.0 KB is over the 1.0 KB matrix takes" in ch.sent[0].text
     assert [f[0] for f in ch.files] == ["small.txt"]
     assert not any((agent_vault.state_dir / "outbox").rglob("huge.bin"))
 
