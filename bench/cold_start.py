@@ -61,10 +61,24 @@ def cpu_of(cmd: list[str], env: dict, runs: int) -> float:
     return median(out)
 
 
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def daemon_cpu_s(pid: int) -> float:
-    """The daemon's CPU so far, with its ended children's (the git commands that commit a turn)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    """The daemon's CPU so far: its own, its ended children's (the git commands that commit a
+    turn) and its live children's with theirs (the model worker, which imports litellm)."""
+    total = sum(int(f) for f in _stat(pid)[11:15])
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = _stat(int(entry.name))
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[1]) == pid:
+            total += sum(int(f) for f in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def daemon_pid(root: Path) -> int:
