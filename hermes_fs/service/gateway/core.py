@@ -41,7 +41,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -56,7 +56,7 @@ from .. import inbox
 from ..requests import ExecOptions, Handler, Request, Result, SerialExecutor, run_request
 from . import commands, registry
 from .access import AccessRules, Verdict, decide, new_code, pairing_text
-from .channel import ChannelBase, Inbound, Origin, attachments_dir
+from .channel import ChannelBase, Inbound, Origin, attachments_dir, printable
 from .delivery import CommitCadence, Deliverer, set_reply_state
 from .leased import LeasedChannels, Parked
 from .ledger import (
@@ -383,11 +383,14 @@ class Gateway:
         return self.ledger.room_lines(room)
 
     def add_room_line(self, room: str, message: str, sender: str, text: str, keep: int) -> None:
-        self.ledger.add_room_line(room, message, sender, text, keep)
+        self.ledger.add_room_line(room, message, sender, printable(text), keep)
 
     def submit(self, message: Inbound) -> str:
         """Make the message a durable request (or a recorded refusal); its request id. A second
-        submit of the same message returns the same id and does nothing."""
+        submit of the same message returns the same id and does nothing. Control characters are
+        dropped here, for every channel, before anything reads the text."""
+        message = replace(message, text=printable(message.text),
+                          context=printable(message.context) if message.context else message.context)
         origin = message.origin
         rid = request_id(origin)
         ch = self.channels.get(origin.platform)
