@@ -25,8 +25,9 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from urllib.parse import urlsplit
 
-from ...errors import HermesError, InputError
+from ...errors import ConfigError, HermesError, InputError
 from .access import AccessRules, Verdict
 
 if TYPE_CHECKING:
@@ -103,6 +104,18 @@ def printable(text: str) -> str:
     """A message's text without control characters (line ends made `\\n`, tabs kept). The core
     applies it to every channel's messages, so no adapter needs to."""
     return _CONTROL.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def check_api_base(url: str, key: str) -> None:
+    """A platform's API base (`key` names the setting): http(s), and https unless the server is this
+    machine, since every call carries the bot's token."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme not in ("http", "https") or not host:
+        raise ConfigError(f"'{key}' must be an http(s) URL, got {url!r}")
+    if parts.scheme == "http" and host not in ("localhost", "::1") and not host.startswith("127."):
+        raise ConfigError(f"'{key}' sends the bot token with every call: use https (http only to this machine), "
+                          f"got {url!r}")
 
 
 def secret_value(vault: Vault, name: str | None) -> str | None:
@@ -326,17 +339,34 @@ class AsyncChannel(ChannelBase):
     def stop(self) -> None:
         self.stopping.set()
         loop, task = self.loop, self.task
-        if loop is not None and task is not None and not loop.is_closed():
-            try:
-                asyncio.run_coroutine_threadsafe(self.disconnect(), loop).result(10)
-            except Exception:  # the loop ended meanwhile, or the client would not close: cancelled below
-                pass
+        if loop is not None and task is not None and not task.done() and not loop.is_closed():
+            self._disconnect_in(loop)
             try:
                 loop.call_soon_threadsafe(task.cancel)
             except RuntimeError:  # the loop is already closed
                 pass
         if self.thread:
             self.thread.join(15)
+
+    def _disconnect_in(self, loop: asyncio.AbstractEventLoop) -> None:
+        """`disconnect()` on the loop, waited for while the loop runs (at most 10 s)."""
+        coro = self.disconnect()
+        try:
+            fut = asyncio.run_coroutine_threadsafe(coro, loop)
+        except RuntimeError:  # closed meanwhile
+            coro.close()
+            return
+        for _ in range(100):
+            try:
+                fut.result(0.1)
+                return
+            except TimeoutError:
+                if self.thread is None or not self.thread.is_alive():
+                    break
+            except Exception:  # the client would not close: the task is cancelled next
+                return
+        fut.cancel()
+        coro.close()  # never started: the loop ended first
 
     def in_loop(self, coro: Coroutine[Any, Any, Any], timeout: float = SEND_WAIT_S) -> Any:
         """Run `coro` on the channel's loop from another thread (a sender) and wait for its result."""

@@ -32,12 +32,11 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
-from urllib.parse import urlsplit
 
 from ...errors import ConfigError, HermesError
 from ...store.vault import Vault
 from .access import AccessRules
-from .channel import AsyncChannel, ChatSettings, Inbound, Origin, Outbound, Sink, room_context
+from .channel import AsyncChannel, ChatSettings, Inbound, Origin, Outbound, Sink, check_api_base, room_context
 from .ledger import CLAIMED
 from .render import inline_html
 
@@ -99,7 +98,7 @@ class TelegramChannel(AsyncChannel):
         self.settings: TelegramSettings = settings
         self.allow = _user_ids(settings.allow, "allow")
         self.admins = _user_ids(settings.admins, "admins")
-        _check_api_base(settings.api_base)
+        check_api_base(settings.api_base, "gateway.telegram.api_base")
         self.bot: Any = None
         self.me: dict[str, Any] = {}
 
@@ -361,16 +360,6 @@ def _user_ids(values: list[str | int], key: str) -> list[str]:
                               "(usernames change hands; a bot such as @userinfobot tells a person their id)")
         out.append(text)
     return out
-
-
-def _check_api_base(url: str) -> None:
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.scheme not in ("http", "https") or not host:
-        raise ConfigError(f"'gateway.telegram.api_base' must be an http(s) URL, got {url!r}")
-    if parts.scheme == "http" and host not in ("localhost", "::1") and not host.startswith("127."):
-        raise ConfigError("'gateway.telegram.api_base' sends the bot token in every URL: use https "
-                          f"(http only to this machine), got {url!r}")
 
 
 def _seconds(value: Any) -> float:
