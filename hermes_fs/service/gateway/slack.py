@@ -58,7 +58,8 @@ FINAL_ERRORS = {"channel_not_found", "not_in_channel", "is_archived", "invalid_a
 
 @dataclass
 class SlackSettings(ChatSettings):
-    """`gateway.slack` in hermes.yaml. `allow` / `admins`: Slack user ids (U0123ABC)."""
+    """The Slack channel: a Slack app in Socket Mode. `allow` / `admins`: Slack member ids (U0123ABC),
+    never display names."""
 
     bot_token_env: str = "SLACK_BOT_TOKEN"  # the variable holding the bot token (xoxb-...) in .hermes/secrets.env
     app_token_env: str = "SLACK_APP_TOKEN"  # the variable holding the app-level token (xapp-..., connections:write)
