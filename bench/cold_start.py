@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import median, write_results  # noqa: E402
+from common import cpu_seconds, median, write_results  # noqa: E402
 from harness import ModelServer, start_daemon, stop_daemon  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("hermes-fs"))
@@ -37,11 +37,6 @@ def measure(cmd: list[str], env: dict) -> tuple[float, float, float]:
     assert proc.returncode == 0 and "hello" in proc.stdout, (cmd, proc.stdout[-500:], proc.stderr[-2000:])
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu, after.ru_maxrss / 1024
-
-
-def daemon_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def summary(rows: list[tuple[float, float, float]]) -> dict:
@@ -85,9 +80,9 @@ def main() -> dict:
     proc = start_daemon(root, env=env)
     try:
         measure(ours, env)
-        cpu0 = daemon_cpu_s(proc.pid)
+        cpu0 = cpu_seconds(proc.pid)
         warm = [measure(ours, env) for _ in range(a.runs)]
-        daemon_cpu_per_turn = (daemon_cpu_s(proc.pid) - cpu0) / a.runs
+        daemon_cpu_per_turn = (cpu_seconds(proc.pid) - cpu0) / a.runs
     finally:
         stop_daemon(proc)
         server.close()

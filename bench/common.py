@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmarks: timing, percentiles, JSON results."""
+"""Helpers shared by the benchmarks: timing, CPU time, percentiles, JSON results."""
 
 from __future__ import annotations
 
@@ -14,6 +14,15 @@ def timed(fn, *args, **kwargs) -> tuple[float, object]:
     t0 = time.perf_counter()
     out = fn(*args, **kwargs)
     return time.perf_counter() - t0, out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a running process so far (Linux /proc), in seconds: what a daemon
+    or server spent on the work measured, read before and after it."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def median(xs: list[float]) -> float:

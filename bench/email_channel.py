@@ -28,7 +28,7 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from pathlib import Path
 
-from common import percentile, write_results  # noqa: E402
+from common import cpu_seconds, percentile, write_results  # noqa: E402
 from harness import ModelServer, start_daemon, stop_daemon  # noqa: E402
 from mailenv import AUTHSERV, PASSWORD, DkimKey, MailEnv, dovecot_missing  # noqa: E402
 
@@ -130,13 +130,6 @@ def idle_baseline(env: MailEnv, key: DkimKey, n: int) -> dict:
             out.append(time.time() - accepted)
             box.idle.stop()
     return {"n": n, "p50_s": round(percentile(out, 50), 4), "p95_s": round(percentile(out, 95), 4)}
-
-
-def cpu_seconds(pid: int) -> float:
-    import os
-
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def latency(root: Path, env: MailEnv, key: DkimKey, n: int, idle_s: float) -> dict:

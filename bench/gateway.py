@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from common import percentile, write_results  # noqa: E402
+from common import cpu_seconds, percentile, write_results  # noqa: E402
 from model_server import ModelServer, configure_vault  # noqa: E402
 from synapse_server import Person, Synapse, available  # noqa: E402
 
@@ -125,14 +125,9 @@ def latency(vault, person: Person, room: str, bot: str, n: int) -> dict:
 
 
 def idle_cpu(pid: int, seconds: float) -> float:
-    def ticks() -> int:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-
-    hz = os.sysconf("SC_CLK_TCK")
-    a = ticks()
+    a = cpu_seconds(pid)
     time.sleep(seconds)
-    return (ticks() - a) / hz / seconds * 100
+    return (cpu_seconds(pid) - a) / seconds * 100
 
 
 def replies_in(sent: dict[str, tuple[Person, str]], bot: str) -> dict[str, dict[str, dict]]:

@@ -14,26 +14,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import median, write_results  # noqa: E402
+from common import cpu_seconds, median, write_results  # noqa: E402
 from harness import ModelServer, configure, start_daemon, stop_daemon, wait_settled  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("hermes-fs"))
 
 
-def daemon_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def turns(root: Path, env: dict, runs: int, pid: int) -> tuple[float, float]:
     times = []
-    cpu0 = daemon_cpu_s(pid)
+    cpu0 = cpu_seconds(pid)
     for _ in range(runs):
         t0 = time.perf_counter()
         proc = subprocess.run([EXE, "--vault", str(root), "run", "hello"], capture_output=True, text=True, env=env)
         times.append(time.perf_counter() - t0)
         assert proc.returncode == 0, proc.stderr
-    return median(times), (daemon_cpu_s(pid) - cpu0) / runs
+    return median(times), (cpu_seconds(pid) - cpu0) / runs
 
 
 def main(runs: int = 9) -> dict:

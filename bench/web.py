@@ -22,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import median, percentile, write_results  # noqa: E402
+from common import cpu_seconds, median, percentile, write_results  # noqa: E402
 
 from hermes_fs.store.git import format_message  # noqa: E402
 from hermes_fs.store.provenance import Act  # noqa: E402
@@ -133,12 +133,6 @@ def start_times(root: Path, runs: int) -> dict:
                                "print('litellm' in sys.modules)"], capture_output=True, text=True).stdout.strip()
     return {"median_s": median(times), "p95_s": percentile(times, 95), "cpu_median_s": median(cpu), "runs": runs,
             "imports_litellm": imported == "True", "load_average": os.getloadavg()[0]}
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a running process so far (Linux /proc), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(quick: bool = False) -> dict:

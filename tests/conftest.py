@@ -24,7 +24,7 @@ os.environ.setdefault("HERMES_RETRY_BASE_S", "0.05")  # keep retry backoff short
 os.environ.setdefault("HERMES_NO_WARM_UP", "1")
 
 
-SERVER_MARKS = ("docker", "synapse", "mail", "chromium", "gitdaemon", "sshd")
+SERVER_MARKS = ("docker", "synapse", "mail", "chromium", "gitdaemon", "sshd", "espeak")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: `-m "not server"` sees the mark added here

@@ -13,6 +13,11 @@ chunk per word of the content (or the item's "chunks": [pieces]), tool calls as 
 then the arguments in pieces), `stream_delay` seconds between chunks (the item's "chunk_delay"
 wins), a usage chunk when `stream_options.include_usage` asks for one, then `data: [DONE]`.
 A client that closes the connection mid-stream is recorded in `closed_early` (request indexes).
+
+Speech to text as OpenAI's `POST /v1/audio/transcriptions` (multipart: `file`, `model`,
+`language`, ...): each request is recorded in `transcriptions` (its fields, the file's name, type
+and bytes) and answered `{"text": ...}` with the next of `transcripts` (scripted, like `script`),
+or a 400 when none is left. Chat requests and transcriptions are scripted separately.
 """
 
 from __future__ import annotations
@@ -21,7 +26,21 @@ import json
 import re
 import threading
 import time
+from dataclasses import dataclass
+from email.parser import BytesParser
+from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Transcription:
+    """One `/v1/audio/transcriptions` request, as the server received it."""
+
+    fields: dict[str, str]  # model, language, response_format, ...
+    filename: str
+    content_type: str
+    audio: bytes
+    headers: dict[str, str]
 
 
 class ModelServer:
@@ -34,6 +53,8 @@ class ModelServer:
         self.requests: list[dict] = []
         self.raw_sizes: list[int] = []
         self.headers: list[dict[str, str]] = []  # each request's HTTP headers (to check which key was sent)
+        self.transcripts: list[str | dict] = []  # scripted transcription answers: text, or {"status": ...}
+        self.transcriptions: list[Transcription] = []
         self._lock = threading.Lock()
         owner = self
 
@@ -42,6 +63,16 @@ class ModelServer:
 
             def do_POST(self):
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path.rstrip("/").endswith("/audio/transcriptions"):
+                    status, payload = owner._transcribe(self.headers.get("Content-Type") or "", raw,
+                                                        dict(self.headers.items()))
+                    data = json.dumps(payload).encode()
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 try:
                     body = json.loads(raw)
                 except ValueError:
@@ -104,6 +135,30 @@ class ModelServer:
         with self._lock:
             self.script.extend(items)
         return self
+
+    def _transcribe(self, content_type: str, raw: bytes, headers: dict[str, str]) -> tuple[int, dict]:
+        """A transcription request: recorded, then answered with the next scripted transcript."""
+        if not content_type.lower().startswith("multipart/form-data"):
+            return 400, {"error": {"message": "expected multipart/form-data", "type": "invalid_request_error"}}
+        msg = BytesParser(policy=HTTP).parsebytes(b"content-type: " + content_type.encode() + b"\r\n\r\n" + raw)
+        fields: dict[str, str] = {}
+        file = ("", "", b"")
+        for part in msg.iter_parts():
+            name = str(part.get_param("name", header="content-disposition"))
+            payload = part.get_payload(decode=True) or b""
+            if part.get_filename() is not None:
+                file = (part.get_filename(), part.get_content_type(), payload)
+            else:
+                fields[name] = payload.decode()
+        with self._lock:
+            self.transcriptions.append(Transcription(fields, *file, headers))
+            item = self.transcripts.pop(0) if self.transcripts else \
+                {"status": 400, "body": {"error": {"message": "no transcript scripted", "type": "invalid_request_error"}}}
+        if not file[2]:
+            return 400, {"error": {"message": "no file in the request", "type": "invalid_request_error"}}
+        if isinstance(item, dict):
+            return item["status"], item.get("body") or {"error": {"message": "scripted", "type": "server_error"}}
+        return 200, {"text": item}
 
     def _next(self, body: dict):
         if self.responder:

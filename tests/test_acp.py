@@ -59,10 +59,12 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 120))
 
 
-async def start(editor: Editor, vault, *, cwd):
+async def start(editor: Editor, vault, *, cwd, hang_up_wait_s: float = 2.0):
+    """The agent process; leaving the context hangs up (stdin closed), then waits `hang_up_wait_s`
+    for the agent to exit before terminating it, as an editor closing a project does."""
     env = {**os.environ, "HERMES_NO_DAEMON": "1", "HERMES_TEST_KEY": "sk-test-not-a-real-key"}
     return acp.spawn_agent_process(editor, sys.executable, "-m", "hermes_fs", "--vault", str(vault.root), "acp",
-                                   env=env, cwd=cwd)
+                                   env=env, cwd=cwd, transport_kwargs={"shutdown_timeout": hang_up_wait_s})
 
 
 def text(words: str) -> list:
@@ -211,3 +213,85 @@ def test_bad_requests_are_clear_errors_and_sub_agents_ask_the_same_editor(agent_
     run(scenario())
     assert [a.kind for a in editor.asked] == ["execute"] and "touch sub.txt" in editor.asked[0].title
     assert not (workspace / "sub.txt").exists()
+
+
+@pytest.mark.slow
+def test_the_editor_hanging_up_mid_turn_stops_the_turn_and_commits_the_transcript(agent_vault, model_server, tmp_path):
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    model_server.stream_delay = 0.02
+    model_server.add({"content": "First answer."}, {"content": STORY, "chunk_delay": 0.1})
+    editor = Editor()
+
+    async def scenario():
+        async with await start(editor, agent_vault, cwd=tmp_path, hang_up_wait_s=60) as (conn, proc):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            sid = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            assert (await conn.prompt(session_id=sid, prompt=text("hello"))).stop_reason == "end_turn"
+            editor.first_chunk.clear()
+            asyncio.create_task(conn.prompt(session_id=sid, prompt=text("tell me a long story")))
+            await editor.first_chunk.wait()
+        return sid, proc.returncode  # the editor is gone: stdin closed, the agent exited by itself
+
+    sid, code = run(scenario())
+    assert code == 0
+    assert model_server.closed_early == [1]  # the long answer's request was closed, not read to its end
+    assert session_path(sid) in git(agent_vault, "ls-files", "sessions").split()
+    assert git(agent_vault, "status", "--porcelain", "sessions") == ""  # committed as it is on disk
+    transcript = (agent_vault.root / session_path(sid)).read_text()
+    assert "tell me a long story" in transcript and "turn interrupted by the user" in transcript
+    assert "THE-END" not in transcript
+
+
+@pytest.mark.slow
+def test_close_session_commits_it_and_load_session_continues_it(agent_vault, model_server, tmp_path):
+    """session/close (mid-turn too) ends the session and commits its transcript at once; a closed
+    session takes no prompt; session/load brings it back, its history replayed to the editor and
+    sent to the model with the next prompt. Ids that are no session are clear errors."""
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    model_server.stream_delay = 0.02
+    model_server.add({"content": "Tabs, noted."}, {"content": "Ready."}, {"content": STORY, "chunk_delay": 0.1},
+                     {"content": "You prefer tabs."})
+    editor = Editor()
+
+    async def scenario():
+        async with await start(editor, agent_vault, cwd=tmp_path) as (conn, _proc):
+            init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            assert init.agent_capabilities.load_session and init.agent_capabilities.session_capabilities.close is not None
+            first = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            assert (await conn.prompt(session_id=first, prompt=text("I prefer tabs"))).stop_reason == "end_turn"
+            await conn.close_session(session_id=first)
+            assert session_path(first) in git(agent_vault, "ls-files", "sessions").split()  # before the hang-up
+            with pytest.raises(acp.RequestError):
+                await conn.prompt(session_id=first, prompt=text("still there?"))
+
+            second = (await conn.new_session(cwd=str(workspace), mcp_servers=[])).session_id
+            assert (await conn.prompt(session_id=second, prompt=text("ready?"))).stop_reason == "end_turn"
+            editor.first_chunk.clear()
+            turn = asyncio.create_task(conn.prompt(session_id=second, prompt=text("a story")))
+            await editor.first_chunk.wait()
+            await conn.close_session(session_id=second)
+            assert (await turn).stop_reason == "cancelled"
+
+            editor.take()
+            await conn.load_session(cwd=str(workspace), session_id=first, mcp_servers=[])
+            replayed = [(type(u).__name__, u.content.text) for s, u in editor.updates if s == first
+                        and isinstance(u, (schema.UserMessageChunk, schema.AgentMessageChunk))]
+            assert replayed == [("UserMessageChunk", "I prefer tabs"), ("AgentMessageChunk", "Tabs, noted.")]
+            editor.take()
+            done = await conn.prompt(session_id=first, prompt=text("what do I prefer?"))
+            assert done.stop_reason == "end_turn" and "".join(editor.chunks(first)) == "You prefer tabs."
+            for bad in ("../../hermes", "20261203-000000-abc", ""):
+                with pytest.raises(acp.RequestError):
+                    await conn.load_session(cwd=str(workspace), session_id=bad, mcp_servers=[])
+            return first, second
+
+    first, second = run(scenario())
+    asked = [m["content"] for m in model_server.requests[-1]["messages"] if m["role"] in ("user", "assistant")]
+    assert asked == ["I prefer tabs", "Tabs, noted.", "what do I prefer?"]
+    assert "turn interrupted by the user" in (agent_vault.root / session_path(second)).read_text()
+    transcript = (agent_vault.root / session_path(first)).read_text()
+    body = transcript.split("\n---\n", 1)[1]  # after the frontmatter (whose title is the first message)
+    assert body.count("I prefer tabs") == 1 and "You prefer tabs." in body  # continued, not copied
+    assert git(agent_vault, "status", "--porcelain", "sessions") == ""

@@ -137,3 +137,26 @@ def test_no_help_line_is_cut_mid_sentence():
         listing = out.split("Commands:", 1)[1] if "Commands:" in out else ""
         cut += [f"{' '.join(path)}: {line.strip()}" for line in listing.splitlines() if line.rstrip().endswith("...")]
     assert cut == []
+
+
+def test_help_lists_every_command_without_importing_them():
+    """The root `--help` reads the registry, not the command modules; the registry's line for each
+    command is the command's own short help, so the two cannot drift apart."""
+    import click
+
+    from hermes_fs.cli.main import COMMANDS, main
+
+    code = ("import sys; from hermes_fs.cli.main import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit: pass\n"
+            "print('LOADED', sorted(m for m in sys.modules if m.startswith('hermes_fs.cli.') and m != 'hermes_fs.cli.main'),"
+            " file=sys.stderr)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "LOADED []" in r.stderr, r.stderr
+    listed = {line.split()[0] for line in r.stdout.split("Commands:", 1)[1].splitlines() if line.strip()}
+    assert listed == set(COMMANDS)
+    ctx = click.Context(main)
+    for name, entry in COMMANDS.items():
+        command = main.get_command(ctx, name)
+        assert command is not None and command.name == name
+        assert entry.short_help == command.get_short_help_str(200), name
+    assert main.get_command(ctx, "no-such-command") is None

@@ -22,6 +22,7 @@ from .boundary import choose_workspace, sandbox_for
 from .delegate import Delegator, SubTask
 from .loop import Agent, AgentConfig, TurnCancelled, TurnResult
 from .model import LiteLLMModel, Model, ModelError, ModelSettings, OnText
+from .outgoing import OUTBOX_DIR
 from .prompt import current_project, system_prompt
 from .sandbox import make_sandbox
 from .text_calls import TextCallModel
@@ -51,6 +52,7 @@ class ConversationOptions:
     depth: int = 0  # 0: the session a person or job started; n: a sub-agent n `delegate` calls below it
     tools: list[str] | None = None  # only these of the agent's tools (a sub-agent's subset); None: all
     parent: str | None = None  # the session that delegated this one (a sub-agent's)
+    send_files: bool = False  # offer send_file: the answer goes somewhere that carries files (a chat)
 
 
 def describe_call(name: str, arguments: str) -> str:
@@ -85,6 +87,9 @@ class Conversation:
             sandbox=self.sandbox, searcher=partial(search, vault.root), mcp=self._mcp_hub(),
             permission=self.options.permission,
         )
+        if self.options.send_files:
+            self.tools.outbox = vault.state_dir / OUTBOX_DIR / self.transcript.id
+            self.tools.enabled.append("send_file")
         if self.options.tools is not None:  # a sub-agent: never more than its parent chose for it
             self.tools.enabled = [t for t in self.tools.enabled if t in self.options.tools]
         if self.options.parent:
@@ -143,8 +148,9 @@ class Conversation:
         self.transcript.append(user)
         messages = [{"role": "system", "content": system}, *history, user]
         self.cancel.clear()
+        self.tools.take_outgoing()  # files staged by an interrupted turn never ride on the next answer
         try:
-            return self.agent.run(messages, on_text)
+            turn = self.agent.run(messages, on_text)
         except ModelError as exc:
             self.note(f"model error: {exc}")
             raise
@@ -152,6 +158,10 @@ class Conversation:
             self._close_open_calls("interrupted by the user")
             self.note("turn interrupted by the user")
             raise
+        turn.files = self.tools.take_outgoing()
+        for f in turn.files:
+            self.note(f"file sent with the answer: {f.name} ({f.size} bytes)")
+        return turn
 
     def interrupt(self) -> None:
         """From another thread (Ctrl-C in a warm chat): stop the turn before its next step and kill

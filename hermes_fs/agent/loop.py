@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .model import Model, OnText, TurnCancelled, Usage
+from .outgoing import OutgoingFile
 
 __all__ = ["Agent", "AgentConfig", "Tools", "TurnCancelled", "TurnResult"]
 
@@ -34,6 +35,7 @@ class TurnResult:
     steps: int
     usage: Usage = field(default_factory=Usage)
     stopped: bool = False  # hit the step limit
+    files: list[OutgoingFile] = field(default_factory=list)  # sent with the answer (the send_file tool)
 
 
 class Agent:

@@ -21,9 +21,10 @@ from ..store.docs import decode
 from ..store.edit import edit
 from ..store.files import DiskFiles, FileStore, clean_relpath
 from ..store.provenance import Act
-from . import delegate
+from . import delegate, outgoing
 from .boundary import check_vault_write, check_workspace_write
 from .model import parse_arguments
+from .outgoing import OutgoingFile
 
 if TYPE_CHECKING:  # only for types: the CLI's fast paths never load git or the sandbox here
     from ..store.git import GitStore
@@ -74,7 +75,12 @@ SCHEMAS = {
         "timeout_s": {"type": "number", "description": "seconds before it is stopped (at most the sandbox's limit)"}},
         ["command"]),
     "session_search": _schema("session_search", "Search past conversations.", {"query": _s("words to look for")}, ["query"]),
+    "send_file": _schema("send_file", "Send a file to the person with your answer (a file in the workspace, or under "
+                         "the vault's outputs/).", {
+        "path": _s("the file: an absolute path in the workspace (/workspace/... in the sandbox), or outputs/..."),
+        "caption": _s("a short line shown with the file (optional)")}, ["path"]),
 }
+SENDING_TOOLS = frozenset({"send_file"})  # offered only where the answer goes somewhere that carries files
 READ_ONLY_TOOLS = frozenset({"skill_view", "skill_search", "read_file", "session_search"})  # change nothing
 REVIEW_TOOLS = ["memory", "skill_view", "skill_manage", "read_file"]  # on an overlay: vault paths only
 
@@ -139,7 +145,7 @@ class VaultCommitter:
 class ToolBox:
     files: FileStore
     config: Config
-    enabled: list[str] = field(default_factory=lambda: list(SCHEMAS))
+    enabled: list[str] = field(default_factory=lambda: [n for n in SCHEMAS if n not in SENDING_TOOLS])
     committer: Committer | None = None
     vault_root: Path | None = None
     workspace: Path | None = None
@@ -153,6 +159,8 @@ class ToolBox:
     permission: Permission | None = None  # asked before each change (an editor's person); None: not asked
     changed: list[str] = field(default_factory=list)  # every vault path written, in order
     delegator: Callable[[object], str] | None = None  # the `delegate` tool (a Conversation above max_depth)
+    outbox: Path | None = None  # where send_file stages the files it sends (.hermes/outbox); None: it cannot
+    outgoing: list[OutgoingFile] = field(default_factory=list)  # files to send with this turn's answer
 
     def schemas(self) -> list[dict]:
         return ([SCHEMAS[n] for n in self.enabled] + ([delegate.SCHEMA] if self.delegator else [])
@@ -326,6 +334,23 @@ class ToolBox:
             raise ValueError("command is empty")
         self._allowed(ToolRequest("shell", "execute", command, command=command))
         return self.sandbox.run(command, timeout_s).render()
+
+    def _t_send_file(self, path: str, caption: str | None = None) -> str:
+        if self.outbox is None:
+            raise InputError("files cannot be sent from here (the answer goes nowhere that carries files)")
+        if len(self.outgoing) >= outgoing.MAX_FILES_PER_TURN:
+            raise InputError(f"at most {outgoing.MAX_FILES_PER_TURN} files go with one answer")
+        real = outgoing.resolve_sendable(path, self.workspace, self.vault_root)
+        self._allowed(ToolRequest("send_file", "other", f"send {real.name}", (str(real),)))
+        staged = outgoing.stage(real, self.outbox, caption or "")
+        self.outgoing.append(staged)
+        return (f"ok: {staged.name} ({outgoing.human_size(staged.size)}) will be sent with your answer; "
+                "do not paste its contents into the answer")
+
+    def take_outgoing(self) -> list[OutgoingFile]:
+        """The files this turn sends (and none for the next turn)."""
+        files, self.outgoing = self.outgoing, []
+        return files
 
     def _t_session_search(self, query: str) -> str:
         hits = self.searcher("sessions", query) if self.searcher else []

@@ -7,8 +7,10 @@ editor as it is written (agent_message_chunk), each tool call as tool_call / too
 Every change a tool would make is put to the editor (session/request_permission) through the
 tools' Permission seam, after the trust boundary has let it through: the editor can only narrow
 what the agent may do, never widen it, and a "no" (or a cancelled turn) is a tool error the model
-sees. session/cancel stops the turn at once, as Ctrl-C does in chat. stdout carries the protocol
-only: anything else this process prints goes to stderr.
+sees. session/cancel stops the turn at once, as Ctrl-C does in chat; session/close and the editor
+hanging up stop it too, and commit the transcript. session/load continues a saved session by its
+id (any source: a chat, an earlier editor session), its history replayed to the editor first.
+stdout carries the protocol only: anything else this process prints goes to stderr.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from acp.helpers import update_available_commands
 from ..agent.conversation import Conversation, ConversationOptions, describe_call
 from ..agent.model import TurnCancelled
 from ..agent.tools import READ_ONLY_TOOLS, ToolRequest
-from ..errors import HermesError, InputError
+from ..errors import HermesError, InputError, SessionGone
+from ..mind.sessions import session_path
 from ..store.vault import Vault
 from .auto_review import AutoReview
 
@@ -196,7 +199,8 @@ class HermesAgent:
         return schema.InitializeResponse(
             protocol_version=min(protocol_version, acp.PROTOCOL_VERSION),
             agent_capabilities=schema.AgentCapabilities(
-                load_session=False, prompt_capabilities=schema.PromptCapabilities(embedded_context=True)),
+                load_session=True, prompt_capabilities=schema.PromptCapabilities(embedded_context=True),
+                session_capabilities=schema.SessionCapabilities(close=schema.SessionCloseCapabilities())),
             agent_info=schema.Implementation(name="hermes-fs", title="hermes-fs", version=self.version))
 
     async def authenticate(self, method_id: str, **kwargs: Any) -> None:
@@ -204,11 +208,37 @@ class HermesAgent:
 
     async def new_session(self, cwd: str, additional_directories: Any = None, mcp_servers: Any = None,
                           **kwargs: Any) -> schema.NewSessionResponse:
+        session = await self._open(cwd)
+        return schema.NewSessionResponse(session_id=session.id)
+
+    async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None, additional_directories: Any = None,
+                           **kwargs: Any) -> schema.LoadSessionResponse:
+        """Continue a saved session: its messages and answers are replayed to the editor (before
+        this returns, as the protocol asks), and the next prompt goes on from them. A session open
+        here already is not opened twice: two Conversations would both append to its file."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            try:
+                session_path(session_id)  # an id, never a path (nor empty: that would start a new session)
+                session = await self._open(cwd, resume=session_id)
+            except (InputError, SessionGone) as exc:  # not a session id, or no such session here
+                raise acp.RequestError.invalid_params({"sessionId": session_id, "message": str(exc)}) from exc
+        async with session.busy:
+            for message in session.conversation.transcript.messages:
+                content = message.get("content")
+                if message["role"] == "user" and isinstance(content, str):
+                    session.send(acp.update_user_message_text(content))
+                elif message["role"] == "assistant" and isinstance(content, str) and content:
+                    session.send(acp.update_agent_message_text(content))
+            await session.updates.join()
+        return schema.LoadSessionResponse()
+
+    async def _open(self, cwd: str, resume: str | None = None) -> EditorSession:
         loop = asyncio.get_running_loop()
         session: EditorSession | None = None
 
         def open_conversation() -> Conversation:
-            options = ConversationOptions(source="acp", cwd=_folder(cwd),
+            options = ConversationOptions(source="acp", cwd=_folder(cwd), resume=resume,
                                           on_message=lambda m: session.on_message(m) if session else None,
                                           permission=_Deferred(lambda: session))
             return Conversation(self.vault, options)
@@ -218,7 +248,7 @@ class HermesAgent:
         self.sessions[session.id] = session
         self.pumps.append(asyncio.create_task(session.pump()))
         session.send(update_available_commands(COMMANDS))
-        return schema.NewSessionResponse(session_id=session.id)
+        return session
 
     async def prompt(self, session_id: str, prompt: list, **kwargs: Any) -> schema.PromptResponse:
         session = self._session(session_id)
@@ -356,7 +386,10 @@ async def _serve(agent: HermesAgent, protocol_out: int) -> None:
                                                         os.fdopen(protocol_out, "wb", buffering=0))
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
     try:
-        await acp.run_agent(agent, writer, reader)  # type: ignore[arg-type]  # HermesAgent implements what it serves
+        # session/close is in the SDK's unstable set (0.12): without the flag it answers "method not
+        # found" before reaching close_session; the other unstable methods are not implemented here,
+        # so they still are not found
+        await acp.run_agent(agent, writer, reader, use_unstable_protocol=True)  # type: ignore[arg-type]  # HermesAgent implements what it serves
     finally:  # the editor hung up: turns still running stop now (asyncio.run waits for their threads)
         for session in agent.sessions.values():
             session.conversation.interrupt()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..agent.outgoing import OUTBOX_DIR, files_from_meta, files_meta
 from ..errors import HermesError, InputError
 from ..store.claims import RefClaims
 from ..store.docs import decode, dump_doc, parse_doc
@@ -32,7 +33,8 @@ INBOX_DIR = "inbox"
 RESULTS_DIR = "outputs/requests"
 TYPES = JOB_TYPES
 FIELDS = {"type", "focus", "session", "source"}
-CHAT_FIELDS = FIELDS | {"origin", "context"}  # a gateway's request files also say where they came from
+# a gateway's request files also say where they came from (and whether from a voice message)
+CHAT_FIELDS = FIELDS | {"origin", "context", "voice"}
 log = logging.getLogger(__name__)
 
 
@@ -185,7 +187,7 @@ def parse_request(text: str, rel: str, types: tuple[str, ...] = TYPES, chat: boo
         raise InputError("a learn request needs a `source`", rel)
     origin = origin_from_meta(meta["origin"], rel) if "origin" in meta else None
     return Request(kind, body, meta.get("focus") or (body if kind == "refine" and body else None),
-                   meta.get("session"), meta.get("source"), origin, meta.get("context"))
+                   meta.get("session"), meta.get("source"), origin, meta.get("context"), meta.get("voice") is True)
 
 
 def write_result(vault: Vault, c: TakenRequest, original: str, result: Result, started: float,
@@ -197,6 +199,8 @@ def write_result(vault: Vault, c: TakenRequest, original: str, result: Result, s
             "started": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
             "finished": datetime.now(UTC).isoformat(timespec="seconds"),
             "duration_s": round(time.time() - started, 3), **fields, **(extra or {})}
+    if result.files:  # read back after a crash, so the files are still delivered (once)
+        meta["files"] = files_meta(result.files, outbox_dir(vault))
     body = result.body
     from ..store.secrets import redact
 
@@ -213,7 +217,14 @@ def read_result(vault: Vault, c: TakenRequest) -> Result:
     """A result written before a crash, read back to finish the request (commit, reply)."""
     text = (vault.root / c.result_rel).read_text(encoding="utf-8") if (vault.root / c.result_rel).exists() \
         else (vault.git.read_file(vault.git.head(), c.result_rel) or b"").decode("utf-8", errors="replace")
-    return parse_result(text, c.result_rel)[0]
+    result = parse_result(text, c.result_rel)[0]
+    result.files = files_from_meta(parse_doc(text, c.result_rel).meta.get("files"), outbox_dir(vault))
+    return result
+
+
+def outbox_dir(vault: Vault) -> Path:
+    """Where the files a session sends are staged until delivered (.hermes/outbox)."""
+    return vault.state_dir / OUTBOX_DIR
 
 
 def parse_result(text: str, rel: str) -> tuple[Result, str]:

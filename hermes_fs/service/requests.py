@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..agent.boundary import Source
+from ..agent.outgoing import OutgoingFile
 from ..errors import HermesError, InputError
 from ..store.vault import Vault
 from .gateway.channel import Origin
@@ -47,6 +48,7 @@ class Request:
     source: str | None = None  # learn: the document
     origin: Origin | None = None  # where a chat message came from; its reply goes back there
     context: str | None = None  # text from others in a shared room: shown to the model as untrusted
+    voice: bool = False  # the text is a voice message's transcript (the audio itself is never kept)
 
     def meta(self) -> dict[str, Any]:
         """The request's frontmatter (DESIGN §3 and §15: `origin:` for gateway messages)."""
@@ -56,6 +58,8 @@ class Request:
                 meta[key] = getattr(self, key)
         if self.origin:
             meta["origin"] = origin_meta(self.origin)
+        if self.voice:
+            meta["voice"] = True
         return meta
 
 
@@ -83,6 +87,7 @@ class Result:
     outcome: str | None = None  # refine/learn: their own status word
     user_turns: int | None = None
     paths: list[str] = field(default_factory=list)
+    files: list[OutgoingFile] = field(default_factory=list)  # sent with the answer (the send_file tool)
 
     @property
     def ok(self) -> bool:
@@ -120,6 +125,7 @@ class ExecOptions:
     source: str = Source.INBOX  # the session source of a run (decides workspace and sandbox)
     commit_session: bool = True  # False: the transcript is committed with the result (Result.paths)
     auto_review: AutoReview | None = None  # refine.every_turns, applied to the exact session
+    send_files: bool = False  # the answer goes where files can follow it: the agent may send_file
 
 
 Handler = Callable[[Vault, Request, ExecOptions], Result]
@@ -147,12 +153,13 @@ def run_request(vault: Vault, req: Request, options: ExecOptions) -> Result:
     from ..agent.conversation import Conversation, ConversationOptions
 
     conv_options = ConversationOptions(source=options.source, resume=req.session,
-                                       commit_on_end=options.commit_session)
+                                       commit_on_end=options.commit_session, send_files=options.send_files)
     with Conversation(vault, conv_options) as conv:
         turn = conv.ask(prompt_for(req))
         turns = conv.user_turns
     paths = [] if options.commit_session or not conv.transcript.path.exists() else [conv.rel]
-    result = Result("ok", turn.answer, "run", conv.id, turn.usage.total_tokens, user_turns=turns, paths=paths)
+    result = Result("ok", turn.answer, "run", conv.id, turn.usage.total_tokens, user_turns=turns, paths=paths,
+                    files=turn.files)
     if options.auto_review:
         options.auto_review.after_turn(conv.id, turns)
     return result

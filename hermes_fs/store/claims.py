@@ -20,9 +20,10 @@ high-water mark every machine's scheduler reads `last` from; and no machine clai
 older than CLAIMABLE_S, so a pruned claim never reads as "nobody ran it" (`prunable`).
 
 Machine-local state (what this machine holds, what it missed while offline) lives in
-`.hermes/sync/claims.json`, written by the one `RefClaims` of the process (built once:
-service/work.py). Nothing here decides *when* to claim: that is the scheduler's and the sync
-service's. The words (claim, lease, ledger, holder, ...) are defined in docs/design/glossary.md;
+`.hermes/sync/claims.json`, written by the one `RefClaims` of each process (built once:
+service/work.py). The daemon and a CLI command deciding on a change both write it, so each
+writes only the entries it changed, onto the file as it is then, under the file's lock.
+Nothing here decides *when* to claim: that is the scheduler's and the sync service's. The words (claim, lease, ledger, holder, ...) are defined in docs/design/glossary.md;
 the measurements behind the choices are in docs/benchmarks/notes/2026-12-03-sync-figures.md.
 """
 
@@ -33,7 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -42,6 +43,7 @@ from urllib.parse import quote, unquote
 
 from .files import atomic_write
 from .git_base import MAIN
+from .lock import VaultLock
 from .provenance import CLAIM_EXPIRES, CLAIM_STATE, HOST, Act
 from .remote import HOSTS, MIRROR, RefUpdate, Remote, Unreachable, mirror_of
 
@@ -180,6 +182,8 @@ class RefClaims:
         self.ttl_s = ttl_s
         self.ledger = ledger
         self.state_path = state_path
+        self.file_lock = VaultLock(state_path.with_suffix(".lock"))  # other processes write the file too
+        self._written: dict[str, dict] = {"held": {}, "missed": {}}  # the file's entries as this process last saw them
         self.lock = threading.Lock()
         self.push_lock = threading.RLock()  # one push of claims at a time (renewals, done with main)
         self.on_finish: Callable[[], None] | None = None  # the sync service: push now
@@ -198,19 +202,40 @@ class RefClaims:
 
     # -- persisted state ------------------------------------------------------------------------
     def _load(self) -> None:
+        data = self._read()
+        # A running claim of a previous process is an orphan: its run is gone, so it is not renewed;
+        # if its result reached main it is finished, else it expires and is taken over like anyone's.
+        self.held = {k: _Held(**{**v, "orphan": not v.get("done")}) for k, v in data["held"].items()}
+        self.missed = dict(data["missed"])
+        self._written = self._state()
+
+    def _read(self) -> dict[str, dict]:
         try:
             data = json.loads(self.state_path.read_text())
         except (OSError, ValueError):
-            return
-        # A running claim of a previous process is an orphan: its run is gone, so it is not renewed;
-        # if its result reached main it is finished, else it expires and is taken over like anyone's.
-        self.held = {k: _Held(**{**v, "orphan": not v.get("done")}) for k, v in data.get("held", {}).items()}
-        self.missed = dict(data.get("missed", {}))
+            data = {}
+        return {"held": dict(data.get("held", {})), "missed": dict(data.get("missed", {}))}
+
+    def _state(self) -> dict[str, dict]:
+        return {"held": {k: asdict(v) for k, v in self.held.items()}, "missed": dict(self.missed)}
 
     def _save(self) -> None:
-        data = {"held": {k: vars(v) for k, v in self.held.items()}, "missed": self.missed}
+        """Write the entries this process changed since it last read or wrote them (set or
+        removed) onto the file as it is now, under the file's lock: another process's entries,
+        written meanwhile, stay (the whole file from this process's memory would drop them)."""
+        mine = self._state()
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.state_path, json.dumps(data, indent=2), fsync=True)
+        with self.file_lock.hold():
+            data = self._read()
+            for part, now in mine.items():
+                before = self._written[part]
+                for key in now.keys() | before.keys():
+                    if key in now and now[key] != before.get(key):
+                        data[part][key] = now[key]
+                    elif key not in now and key in before:
+                        data[part].pop(key, None)
+            atomic_write(self.state_path, json.dumps(data, indent=2), fsync=True)
+        self._written = mine
 
     # -- claim commits ----------------------------------------------------------------------------
     def _commit(self, key: str, state: str, note: str = "", took_over: ClaimRecord | None = None,

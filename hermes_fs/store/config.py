@@ -207,6 +207,27 @@ class GatewayConfig:
 
 
 @dataclass
+class VoiceConfig:
+    """Voice messages from the gateway's chats: transcribed, and the transcript is the message.
+    The audio itself is never stored: held in memory while it is transcribed, then dropped."""
+
+    # pocketsphinx: offline, with the English model its package ships (rough on free speech);
+    # api: a hosted model through litellm's transcription (accurate); off: voice messages are
+    # answered that voice is off. YAML reads an unquoted `off` as false, which means the same.
+    engine: str | bool = "pocketsphinx"
+    model: str = "whisper-1"  # api: the litellm transcription route (whisper-1, groq/whisper-large-v3, ...)
+    api_base: str | None = None  # api: the server's URL (null: the provider's own)
+    api_key_env: str | None = None  # api: the NAME of the variable holding its key (null: the provider's usual one)
+    language: str | None = None  # api: the language spoken (ISO 639-1, e.g. en), a hint; null: detected
+    max_seconds: int = 300  # longer voice messages are answered with the limit, not transcribed
+    max_bytes: int = 20_000_000  # larger audio files are answered with the limit, never downloaded
+
+    @property
+    def engine_name(self) -> str:
+        return "off" if self.engine is False else str(self.engine)
+
+
+@dataclass
 class RemoteConfig:
     """The git remote that carries the vault between machines; unset: one machine."""
 
@@ -265,6 +286,7 @@ class Config:
     mcp: McpConfig = field(default_factory=McpConfig)
     learn: LearnConfig = field(default_factory=LearnConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    voice: VoiceConfig = field(default_factory=VoiceConfig)
     remote: RemoteConfig | None = None
     sync: SyncConfig = field(default_factory=SyncConfig)
     web: WebConfig = field(default_factory=WebConfig)
@@ -283,6 +305,7 @@ CHOICES = {
     "learn.mode": {m.value for m in ReviewMode},
     "curate.policy": {Policy.REVIEW.value, Policy.AUTO.value},
     "tools.text_calls": {"auto", "off"},
+    "voice.engine": {"pocketsphinx", "api", "off"},
 }
 RENAMED = {"from": "from_"}  # YAML keys that are Python keywords
 

@@ -457,6 +457,54 @@ def test_a_send_cut_short_by_a_crash_is_never_sent_twice(agent_vault, model_serv
     assert ch.texts() == ["answer 2"]
 
 
+
+class HeldSend(Loopback):
+    """A channel whose first send hangs until the test lets it go (a platform that stopped answering)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sending = threading.Event()
+        self.release = threading.Event()
+
+    def send(self, reply: Outbound) -> str:
+        self.sending.set()
+        self.release.wait(60)
+        return super().send(reply)
+
+
+def test_a_send_that_outlives_the_stop_writes_nothing_to_the_closed_ledger(agent_vault, model_server, monkeypatch):
+    """The stop waits for the send under way only so long; the delivery thread, let go after the
+    ledger is closed, ends without an error and sends nothing more. The next start finds the
+    replies as a crash would have left them: the cut-short send failed (never twice), the rest sent."""
+    setup(agent_vault, model_server, "    allow: ['@me:test']\n")
+    errors: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    ledger = GatewayLedger(ledger_path(agent_vault.state_dir))
+    for n in (1, 2, 3):
+        ledger.add_delivery(f"r{n}", Origin("matrix", "!dm", "@me:test", f"$x{n}"), f"answer {n}")
+    ledger.close()
+    ch = HeldSend()
+    gw = Gateway(Vault(agent_vault.root), channels=[ch])
+    gw.start()
+    assert ch.sending.wait(30)
+    gw.stop(send_wait_s=0.2)
+    ch.release.set()
+    assert gw.deliverer.thread is not None
+    gw.deliverer.thread.join(30)
+    assert not gw.deliverer.thread.is_alive() and errors == []
+    assert ch.texts() == ["answer 1"]  # the send under way went; nothing after the stop
+    ledger = GatewayLedger(ledger_path(agent_vault.state_dir))
+    assert [ledger.delivery(r).state for r in ("r1", "r2", "r3")] == ["sending", "pending", "pending"]
+    ledger.close()
+    ch2 = Loopback()
+    gw2 = Gateway(Vault(agent_vault.root), channels=[ch2])
+    gw2.start()
+    assert gw2.wait_idle(30)
+    gw2.stop()
+    assert sorted(ch2.texts()) == ["answer 2", "answer 3"]
+    assert "not sent again" in (GatewayLedger(ledger_path(agent_vault.state_dir)).delivery("r1").reason or "")
+
+
 def test_claimed_requests_survive_a_stop_and_run_at_the_next_start(agent_vault, model_server):
     setup(agent_vault, model_server, "    allow: ['@me:test']\n")
     gate = threading.Event()

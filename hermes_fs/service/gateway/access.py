@@ -20,10 +20,11 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from ...errors import InputError
+from .ledger import PairingRules
 
-if TYPE_CHECKING:  # only for the types: the channel interface imports this module
-    from .channel import ChatSettings, Inbound
+if TYPE_CHECKING:
     from .ledger import GatewayLedger, Pairing
+    from .message import Inbound
 
 ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I
 CODE_LENGTH = 8
@@ -42,17 +43,6 @@ class AccessRules:
     admins: list[str] = field(default_factory=list)
     pairing: bool = False
     authenticated: bool = False  # the channel proved the sender itself (signed webhooks): allowed, never admin
-
-    @classmethod
-    def from_settings(cls, settings: ChatSettings) -> AccessRules:
-        return cls(list(settings.allow), list(settings.admins), settings.pairing)
-
-
-@dataclass(frozen=True)
-class PairingRules:
-    code_ttl_s: float  # a code older than this is no code
-    max_failures: int  # this many failed attempts within lock_s lock approving
-    lock_s: float
 
 
 RULES = PairingRules(code_ttl_s=CODE_TTL_S, max_failures=MAX_FAILURES, lock_s=LOCK_S)

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 from ...errors import ConfigError, HermesError, InputError
 from .access import AccessRules, Verdict
+from .message import Inbound, Origin, Outbound  # part of this interface: channels import them from here
 
 if TYPE_CHECKING:
     from ...store.vault import Vault
@@ -43,50 +44,11 @@ SEND_WAIT_S = 60.0
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-@dataclass(frozen=True)
-class Origin:
-    """Where a message came from, and so where its reply goes. `sender` is a stable,
-    server-authenticated id (a Matrix user id, a proven mail address), never a display name."""
-
-    platform: str  # the channel's name (its registry key)
-    chat: str  # a room, a chat, a mailbox thread root, a route
-    sender: str
-    message: str  # the platform's message id: the idempotency key
-    thread: str | None = None  # m.thread root, mail thread root
-
-    def session_key(self, per_sender: bool = False) -> str:
-        """One session per chat and thread (and per sender where a shared room asks for it)."""
-        parts = [self.platform, self.chat, self.thread or "-"]
-        if per_sender:
-            parts.append(self.sender)
-        return "|".join(parts)
-
-
 def attachments_dir(state_dir: Path, origin: Origin) -> Path:
     """Where a channel saves a message's files (under the workspace, one folder per message, so a
     resubmission rewrites the same files and a command such as /learn finds them by the origin)."""
     key = hashlib.sha256(f"{origin.platform}|{origin.chat}|{origin.message}".encode()).hexdigest()[:16]
     return state_dir / "workspace" / origin.platform / key
-
-
-@dataclass
-class Inbound:
-    """One message from a channel, before access control."""
-
-    origin: Origin
-    text: str
-    direct: bool = True  # a DM (or a mail to the agent) rather than a shared room
-    attachments: list[Path] = field(default_factory=list)  # already saved under the workspace
-    context: str | None = None  # text from others in a shared room: untrusted context, not a request
-
-
-@dataclass
-class Outbound:
-    """A reply to send: the origin it answers and the text."""
-
-    origin: Origin
-    text: str
-    reply_id: str  # stable id of this reply (the request id): a channel may use it to avoid double sends
 
 
 @dataclass
@@ -220,6 +182,13 @@ class ChannelBase(ABC):
     # False for channels whose messages are pushed to whichever machine the sender reached (a
     # webhook): nothing to consume once, so no lease across machines (holder.py)
     leased: ClassVar[bool] = True
+    # the largest file the platform takes from this bot/account, in bytes; None: the channel sends
+    # no files (the reply then says which files were not sent, and why)
+    max_file_bytes: ClassVar[int | None] = None
+    # True: files travel in the reply itself (`send` gets `Outbound.files`, one e-mail with its
+    # attachments; `max_file_bytes` is then their total); False: each file is its own delivery
+    # through `send_file`, after the text
+    files_in_reply: ClassVar[bool] = False
 
     def __init__(self, vault: Vault, settings: Any):
         self.vault = vault
@@ -240,6 +209,13 @@ class ChannelBase(ABC):
         """Deliver a reply in the same chat and thread; the platform's message id. Raises on
         failure: the core records the reason and retries with backoff (see `should_retry`)."""
 
+    def send_file(self, reply: Outbound) -> str:
+        """Deliver `reply.files[0]` (with `reply.text` as its caption) in the same chat and thread;
+        the platform's message id. Only called when `max_file_bytes` is set and `files_in_reply`
+        is False; raises like `send` (the core retries, records, and never sends it twice unless
+        `idempotent_send`)."""
+        raise InputError(f"the {self.name} channel does not send files")
+
     # -- what a channel may change -----------------------------------------------------------------
     @property
     def account(self) -> str:
@@ -252,7 +228,7 @@ class ChannelBase(ABC):
         its settings (ChatSettings); a channel without them admits nobody unless it says otherwise
         (a signed webhook: whoever holds the route's secret)."""
         if isinstance(self.settings, ChatSettings):
-            return AccessRules.from_settings(self.settings)
+            return AccessRules(list(self.settings.allow), list(self.settings.admins), self.settings.pairing)
         return AccessRules()
 
     def per_sender(self, origin: Origin) -> bool:

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...agent.boundary import Source
+from ...agent.outgoing import OutgoingFile, discard, human_size
 from ...errors import HermesError, InputError, SessionGone
 from ...store.docs import dump_doc
 from ...store.files import atomic_write
@@ -54,10 +55,10 @@ from ...store.provenance import Act
 from ...store.vault import Vault
 from .. import inbox
 from ..requests import ExecOptions, Handler, Request, Result, SerialExecutor, run_request
-from . import commands, registry
+from . import commands, registry, voice
 from .access import AccessRules, Verdict, decide, new_code, pairing_text
 from .channel import ChannelBase, Inbound, Origin, attachments_dir, printable
-from .delivery import CommitCadence, Deliverer, set_reply_state
+from .delivery import STOP_WAIT_S, CommitCadence, Deliverer, set_reply_state
 from .leased import LeasedChannels, Parked
 from .ledger import (
     ANSWERED_ELSEWHERE,
@@ -70,8 +71,10 @@ from .ledger import (
     REFUSED,
     TOO_LONG,
     TOO_MANY,
+    UNHEARD,
     GatewayLedger,
     Message,
+    file_delivery_id,
     ledger_path,
     message_key,
     request_id,
@@ -94,9 +97,19 @@ class Refusal:
     """A message the core will not run: why (kept with the message: a channel that answers at once,
     such as a webhook, says it instead of accepting) and the reply to the chat ("" = none)."""
 
-    kind: str  # EMPTY, TOO_LONG, TOO_MANY
+    kind: str  # EMPTY, TOO_LONG, TOO_MANY, UNHEARD
     reason: str
     reply: str
+
+
+@dataclass(frozen=True)
+class Heard:
+    """A voice message after transcription: the message to take (its text the transcript), or
+    why not."""
+
+    message: Inbound
+    voice: bool  # the text is a transcript
+    refusal: Refusal | None = None
 
 
 def requests_dir(vault: Vault) -> Path:
@@ -240,7 +253,9 @@ class Gateway:
         except Exception:
             log.exception("gateway channel %s: error while stopping", ch.name)
 
-    def stop(self) -> None:
+    def stop(self, send_wait_s: float = STOP_WAIT_S) -> None:
+        """Stop in order: channels, the turns, the delivery thread (waiting `send_wait_s` for the send
+        under way), the final commit, and the ledger last."""
         self.stopped.set()
         self.leased.stop()
         for ch in list(self.channels.values()):
@@ -248,7 +263,8 @@ class Gateway:
                 self._stop_one(ch)
             self.states[ch.name] = ChannelState("stopped", since=time.time())
         self.executor.shutdown(wait=True)  # the running turn finishes; queued ones stay claimed on disk
-        self.deliverer.stop()
+        if not self.deliverer.stop(send_wait_s):
+            log.warning("gateway: a reply was still being sent at stop; the next start recovers it")
         self.cadence.flush(final=True)
         self.reviews.join(60)
         self.leased.hand_over()
@@ -312,7 +328,7 @@ class Gateway:
         if left:
             for rel in left:
                 rid = inbox.request_of_result(rel)
-                set_reply_state(self.vault, rel, self.ledger.delivery(rid))
+                set_reply_state(self.vault, rel, self.ledger.delivery(rid), self.ledger.file_deliveries(rid))
             self.vault.git.commit_paths(left + self.vault.git.changed_under("sessions"),
                                         f"gateway: {len(left)} request(s) (after an interruption)",
                                         Act.gateway())
@@ -388,9 +404,10 @@ class Gateway:
     def submit(self, message: Inbound) -> str:
         """Make the message a durable request (or a recorded refusal); its request id. A second
         submit of the same message returns the same id and does nothing. Control characters are
-        dropped here, for every channel, before anything reads the text."""
-        message = replace(message, text=printable(message.text),
-                          context=printable(message.context) if message.context else message.context)
+        dropped here, for every channel (a voice message's transcript too), before anything reads it."""
+        heard = self._hear(message) if message.audio is not None else Heard(message, False)
+        message = replace(heard.message, text=printable(heard.message.text),
+                          context=printable(heard.message.context) if heard.message.context else None)
         origin = message.origin
         rid = request_id(origin)
         ch = self.channels.get(origin.platform)
@@ -419,7 +436,7 @@ class Gateway:
                     self.leased.settle(origin.platform, rid)
                 return rid
             text = message.text.strip()
-            refusal = self._refusal(origin, text, message)
+            refusal = heard.refusal or self._refusal(origin, text, message)
             if refusal is not None:
                 self.ledger.add_message(origin, skey, REFUSED)
                 self.ledger.refuse_message(rid, refusal.kind, refusal.reason)  # the sender can ask why
@@ -428,10 +445,23 @@ class Gateway:
                 else:
                     self.leased.settle(origin.platform, rid)
                 return rid
-            claim = self._write_claim(rid, message, text)
+            claim = self._write_claim(rid, message, text, heard.voice)
             self.ledger.add_message(origin, skey, CLAIMED, claim.path.name)
         self.executor.submit(skey, partial(self._process, claim, skey, origin))
         return rid
+
+    def _hear(self, message: Inbound) -> Heard:
+        """Transcribe a voice message (outside the submit lock: it takes seconds), but only one
+        that would run: a duplicate, a stranger's or a pairing sender's audio is never fetched."""
+        assert message.audio is not None
+        bare = replace(message, audio=None)
+        if self.lookup(message.origin) is not None or self.verdict(message) in (Verdict.SILENCE, Verdict.PAIR):
+            return Heard(bare, False)
+        try:
+            transcript = voice.hear(self.vault, message.audio)
+        except voice.Unheard as exc:
+            return Heard(bare, False, Refusal(UNHEARD, str(exc), voice.refusal_reply(str(exc))))
+        return Heard(replace(bare, text=voice.request_text(message.text, transcript)), True)
 
     def _refusal(self, origin: Origin, text: str, message: Inbound) -> Refusal | None:
         """Why the message is not run (and what to reply, "" = nothing), or None to take it."""
@@ -448,11 +478,11 @@ class Gateway:
                                            "not run. Wait a minute.") if first else "")
         return None
 
-    def _write_claim(self, rid: str, message: Inbound, text: str) -> inbox.TakenRequest:
+    def _write_claim(self, rid: str, message: Inbound, text: str, heard: bool = False) -> inbox.TakenRequest:
         kind = "command" if commands.parse(text) else "run"
         if message.attachments and kind == "run":
             text += "\n\n(Attached files, saved in your workspace: " + ", ".join(p.name for p in message.attachments) + ")"
-        req = Request(kind, text, origin=message.origin, context=message.context or None)
+        req = Request(kind, text, origin=message.origin, context=message.context or None, voice=heard)
         stamp = inbox.new_stamp()
         name = f"{rid}.md"
         path = requests_dir(self.vault) / f"{stamp}--{name}"
@@ -517,7 +547,8 @@ class Gateway:
             return  # stays claimed; run at the next start
         handlers: dict[str, Handler] = {"run": partial(self._run_chat, skey),
                                         "command": partial(self._run_command, skey)}
-        options = ExecOptions(source=Source.GATEWAY, commit_session=False, auto_review=self.reviews)
+        options = ExecOptions(source=Source.GATEWAY, commit_session=False, auto_review=self.reviews,
+                              send_files=self._sends_files(origin))
         try:
             inbox.process(self.vault, c, self.note, options, partial(self._done, c, skey, origin),
                           chat=True, commit=False, handlers=handlers)
@@ -539,6 +570,9 @@ class Gateway:
             result = run_request(vault, req, options)
         if result.session and req.origin:
             self.session_origins[result.session] = req.origin
+        transcript = voice.transcript_of(req.text) if req.voice else None
+        if transcript:  # the person sees what was heard, first
+            result.body = f"{voice.transcript_quote(transcript)}\n\n{result.body}"
         return result
 
     def _run_command(self, skey: str, vault: Vault, req: Request, options: ExecOptions) -> Result:
@@ -561,10 +595,35 @@ class Gateway:
         if origin is not None and self._replies(origin):
             text = result.body if len(result.body) <= MAX_REPLY else \
                 result.body[:MAX_REPLY] + f"\n[... {len(result.body) - MAX_REPLY} more characters]"
-            self.deliverer.queue(rid, origin, text or "(no answer)")
-        elif origin is not None:
-            self.leased.settle(origin.platform, rid)
+            self._queue_reply(rid, origin, text or "(no answer)", result.files)
+        else:
+            for f in result.files:  # nowhere to send them
+                discard(f)
+            if origin is not None:
+                self.leased.settle(origin.platform, rid)
         self.cadence.add(rid, c.result_rel, [p for p in result.paths if p != c.result_rel])
+
+    def _queue_reply(self, rid: str, origin: Origin, text: str, files: list[OutgoingFile]) -> None:
+        """The answer, then its files: in the reply itself where the channel attaches them (e-mail),
+        else each as its own delivery (so a restart knows which arrived). A file the channel cannot
+        take (no file support, over its size limit) is not sent, and the reply says so."""
+        ch = self.channels.get(origin.platform)
+        fits, notes = files_that_fit(files, ch)
+        if notes:
+            text += "\n\n" + "\n".join(notes)
+        if ch is not None and ch.files_in_reply:
+            self.deliverer.queue(rid, origin, text, files=fits)
+            return
+        self.deliverer.queue(rid, origin, text)
+        for n, f in enumerate(fits, 1):
+            self.deliverer.queue(file_delivery_id(rid, n), origin, f.caption, files=[f])
+
+    def _sends_files(self, origin: Origin | None) -> bool:
+        """Whether the agent is offered send_file: its answer goes back to a chat that takes files."""
+        if origin is None:
+            return False
+        ch = self.channels.get(origin.platform)
+        return ch is not None and ch.max_file_bytes is not None and ch.replies_to(origin)
 
     def _replies(self, origin: Origin) -> bool:
         ch = self.channels.get(origin.platform)
@@ -596,6 +655,29 @@ class Gateway:
                 return True
             time.sleep(0.05)
         return False
+
+
+def files_that_fit(files: list[OutgoingFile], ch: ChannelBase | None) -> tuple[list[OutgoingFile], list[str]]:
+    """The files a channel can take (within `max_file_bytes`: each, or all together where they
+    travel in the reply), and a line for each one it cannot, saying why (its staged copy goes)."""
+    limit = ch.max_file_bytes if ch is not None else None
+    where = ch.name if ch is not None else "this channel"
+    fits: list[OutgoingFile] = []
+    notes: list[str] = []
+    total = 0
+    for f in files:
+        size = f.size + (total if ch is not None and ch.files_in_reply else 0)
+        if limit is None:
+            notes.append(f"({f.name} was not sent: {where} does not carry files here.)")
+        elif size > limit:
+            notes.append(f"({f.name} was not sent: {human_size(f.size)} is over the {human_size(limit)} "
+                         f"{where} takes{' in one message' if ch is not None and ch.files_in_reply else ''}.)")
+        else:
+            fits.append(f)
+            total += f.size
+            continue
+        discard(f)
+    return fits, notes
 
 
 def _fsync_dir(path: Path) -> None:

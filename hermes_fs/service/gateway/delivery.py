@@ -20,13 +20,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ...agent.outgoing import OutgoingFile, discard
 from ...errors import HermesError, InputError
 from ...store.docs import dump_doc, parse_doc
 from ...store.files import atomic_write
 from ...store.provenance import Act
 from ...store.vault import Vault
 from .channel import ChannelBase, Origin, Outbound
-from .ledger import DELIVERED, PENDING, SENDING, Delivery, GatewayLedger
+from .ledger import DELIVERED, PENDING, SENDING, Delivery, GatewayLedger, LedgerClosed
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ COMMIT_BATCH = 20
 DELIVERY_TRIES = 8
 MAX_BACKOFF_S = 300.0
 IDLE_WAKE_S = 30.0  # the delivery thread looks at the ledger at least this often
+STOP_WAIT_S = 30.0  # how long a stop waits for the send under way
 
 GO, WAIT, ANSWERED_ELSEWHERE = "go", "wait", "answered"  # what `may_send` says of a reply
 
@@ -62,16 +64,22 @@ class Deliverer:
         self.thread = threading.Thread(target=self._loop, name="gateway-delivery", daemon=True)
         self.thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = STOP_WAIT_S) -> bool:
+        """Stop after the send under way; False when that send outlives `wait_s` (the thread then
+        ends when it next uses the ledger, closed by then: see `_loop`)."""
         self.stopped.set()
         self.wake.set()
         if self.thread:
-            self.thread.join(30)
+            self.thread.join(wait_s)
+            return not self.thread.is_alive()
+        return True
 
-    def queue(self, rid: str, origin: Origin, text: str, keep_text: bool = True) -> None:
+    def queue(self, rid: str, origin: Origin, text: str, keep_text: bool = True,
+              files: list[OutgoingFile] | None = None) -> None:
         """A reply to send (once: the same `rid` again is a no-op); `keep_text=False` drops the
-        text from the ledger once sent (a pairing code)."""
-        if self.ledger.add_delivery(rid, origin, text, keep_text):
+        text from the ledger once sent (a pairing code); `files` travel with it (an id from
+        `file_delivery_id`: one file, the text its caption)."""
+        if self.ledger.add_delivery(rid, origin, text, keep_text, files):
             self.wake.set()
 
     def recover(self, platforms: list[str]) -> None:
@@ -87,6 +95,7 @@ class Deliverer:
             else:
                 self.ledger.mark_failed(d.id, "the daemon stopped while sending; not sent again, so it "
                                               "cannot arrive twice")
+                _discard(d)
 
     def idle(self, platforms: list[str]) -> bool:
         # one read of every reply's state: two reads (due ones, then sending ones) missed a reply
@@ -95,14 +104,17 @@ class Deliverer:
                    for p in platforms)
 
     def _loop(self) -> None:
-        while not self.stopped.is_set():
-            self.wake.clear()
-            for d in self.ledger.due_deliveries(self.connected()):
-                if self.stopped.is_set():
-                    return
-                self._deliver(d)
-            nxt = self.ledger.next_try()
-            self.wake.wait(IDLE_WAKE_S if nxt is None else min(IDLE_WAKE_S, max(0.05, nxt - time.time())))
+        try:
+            while not self.stopped.is_set():
+                self.wake.clear()
+                for d in self.ledger.due_deliveries(self.connected()):
+                    if self.stopped.is_set():
+                        return
+                    self._deliver(d)
+                nxt = self.ledger.next_try()
+                self.wake.wait(IDLE_WAKE_S if nxt is None else min(IDLE_WAKE_S, max(0.05, nxt - time.time())))
+        except LedgerClosed:  # a send outlived the stop: its reply stays `sending`, for the next start's recovery
+            log.info("gateway: the delivery thread ended after the stop")
 
     def _deliver(self, d: Delivery) -> None:
         ch = self.channels.get(d.platform)
@@ -114,14 +126,21 @@ class Deliverer:
         if go == ANSWERED_ELSEWHERE:
             self.ledger.mark_failed(d.id, "not sent: another machine answered this message")
             return
+        missing = [f.name for f in d.files if not f.path.is_file()]
+        if missing:  # its staged copy is gone (.hermes/ cleared by hand): nothing to send, say why
+            self.ledger.mark_failed(d.id, f"the staged copy of {', '.join(missing)} is gone; not sent")
+            self.settle(d.platform, d.id)
+            return
         if not self.ledger.mark_sending(d.id):
             return
+        out = Outbound(d.origin, d.text, d.id, list(d.files))
         try:
-            platform_id = ch.send(Outbound(d.origin, d.text, d.id))
+            platform_id = ch.send_file(out) if d.files and not ch.files_in_reply else ch.send(out)
         except Exception as exc:
             self._failed(ch, d, exc)
             return
         self.ledger.mark_delivered(d.id, str(platform_id or ""))
+        _discard(d)
         self.settle(d.platform, d.id)
 
     def _failed(self, ch: ChannelBase, d: Delivery, exc: Exception) -> None:
@@ -129,12 +148,19 @@ class Deliverer:
         tries = d.attempts + 1
         if tries >= DELIVERY_TRIES or not ch.should_retry(exc):
             self.ledger.mark_failed(d.id, reason)
+            _discard(d)
             self.settle(d.platform, d.id)
             self.error(f"gateway {d.platform}: reply {d.id} failed after {tries} tr{'y' if tries == 1 else 'ies'}: "
                        f"{reason}")
         else:
             self.ledger.mark_retry(d.id, reason, min(MAX_BACKOFF_S, self.retry_base_s * 2 ** (tries - 1)))
             log.warning("gateway %s: reply %s not sent (%s); will retry", d.platform, d.id, reason)
+
+
+def _discard(d: Delivery) -> None:
+    """A settled delivery's staged files are not needed any more."""
+    for f in d.files:
+        discard(f)
 
 
 class CommitCadence:
@@ -198,7 +224,7 @@ class CommitCadence:
         if not paths:
             return None
         for rid, rel in ready.items():
-            set_reply_state(self.vault, rel, self.ledger.delivery(rid))
+            set_reply_state(self.vault, rel, self.ledger.delivery(rid), self.ledger.file_deliveries(rid))
         try:
             return self.vault.git.commit_paths(paths, f"gateway: {len(ready)} request(s)", Act.gateway())
         except HermesError as exc:  # e.g. a secret the redactor missed: the files stay, and are retried
@@ -210,12 +236,13 @@ class CommitCadence:
             return None
 
     def _unsettled(self, rid: str) -> bool:
-        d = self.ledger.delivery(rid)
-        return d is not None and d.state in (PENDING, SENDING)
+        ds = [self.ledger.delivery(rid), *self.ledger.file_deliveries(rid)]
+        return any(d is not None and d.state in (PENDING, SENDING) for d in ds)
 
 
-def set_reply_state(vault: Vault, rel: str, delivery: Delivery | None) -> None:
-    """Record the reply's delivery in the result's frontmatter (`reply: {state, id|reason}`)."""
+def set_reply_state(vault: Vault, rel: str, delivery: Delivery | None, files: list[Delivery] | None = None) -> None:
+    """Record the reply's delivery in the result's frontmatter (`reply: {state, id|reason}`, and
+    `files:` with each file sent on its own: name, state, id or reason)."""
     path = vault.root / rel
     try:
         text = path.read_text(encoding="utf-8")
@@ -230,6 +257,11 @@ def set_reply_state(vault: Vault, rel: str, delivery: Delivery | None) -> None:
             reply["id"] = delivery.platform_id
         if delivery.reason and delivery.state != DELIVERED:
             reply["reason"] = delivery.reason
+        if delivery.files:
+            reply["files"] = [f.name for f in delivery.files]
+    sent = [_file_state(d) for d in files or []]
+    if sent:
+        reply["file_deliveries"] = sent
     if doc.meta.get("reply") == reply:
         return
     meta = {**doc.meta, "reply": reply}
@@ -237,3 +269,12 @@ def set_reply_state(vault: Vault, rel: str, delivery: Delivery | None) -> None:
 
 
 __all__ = ["ANSWERED_ELSEWHERE", "GO", "WAIT", "CommitCadence", "Deliverer", "set_reply_state"]
+
+
+def _file_state(d: Delivery) -> dict[str, Any]:
+    state: dict[str, Any] = {"name": d.files[0].name if d.files else "?", "state": d.state}
+    if d.platform_id:
+        state["id"] = d.platform_id
+    if d.reason and d.state != DELIVERED:
+        state["reason"] = d.reason
+    return state

@@ -25,15 +25,15 @@ import hashlib
 import json
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from ...agent.outgoing import OutgoingFile
+from ...errors import HermesError
 from ...store.private import connect_private
-from .channel import Origin
-
-if TYPE_CHECKING:
-    from .access import PairingRules
+from .message import Origin
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS sessions (key TEXT PRIMARY KEY, session TEXT, updated
 CREATE TABLE IF NOT EXISTS deliveries (
   id TEXT PRIMARY KEY, platform TEXT NOT NULL, origin TEXT NOT NULL, text TEXT NOT NULL,
   state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, reason TEXT, platform_id TEXT,
-  created REAL NOT NULL, updated REAL NOT NULL, next_try REAL NOT NULL, keep_text INTEGER NOT NULL DEFAULT 1);
+  created REAL NOT NULL, updated REAL NOT NULL, next_try REAL NOT NULL, keep_text INTEGER NOT NULL DEFAULT 1,
+  files TEXT);
 CREATE TABLE IF NOT EXISTS pairing (
   code_hash TEXT PRIMARY KEY, platform TEXT NOT NULL, sender TEXT NOT NULL, created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS pair_asked (platform TEXT, sender TEXT, at REAL NOT NULL, PRIMARY KEY (platform, sender));
@@ -65,9 +66,16 @@ REFUSED = "refused"  # refused (a pairing code, too long, too many, empty), with
 ANSWERED_ELSEWHERE = "elsewhere"  # taken and answered by the channel's last holder, on another machine
 # why a message was refused (its status while REFUSED)
 EMPTY, TOO_LONG, TOO_MANY = "empty", "too long", "too many"
+UNHEARD = "voice not transcribed"  # a voice message refused: voice off, over a limit, not audio, no words
+
+DELIVERY_COLUMNS = "id, platform, origin, text, state, attempts, reason, platform_id, updated, files"
 
 # delivery states
 PENDING, SENDING, DELIVERED, FAILED = "pending", "sending", "delivered", "failed"
+
+
+class LedgerClosed(HermesError):
+    """The ledger was used after the gateway closed it (at stop)."""
 
 
 def message_key(origin: Origin) -> str:
@@ -114,6 +122,36 @@ class Delivery:
     reason: str | None
     platform_id: str | None
     updated: float
+    files: list[OutgoingFile] = field(default_factory=list)  # staged copies it carries (send_file)
+
+
+def file_delivery_id(rid: str, n: int) -> str:
+    """The delivery of a reply's n-th file (1-based) sent on its own: its own row, so a restart
+    knows which files arrived; the id is also what an idempotent channel uses as its transaction id."""
+    return f"{rid}~file{n}"
+
+
+def files_json(files: list[OutgoingFile]) -> str | None:
+    if not files:
+        return None
+    return json.dumps([{"path": str(f.path), "name": f.name, "size": f.size, "mime": f.mime, "caption": f.caption}
+                       for f in files])
+
+
+def files_loads(text: str | None) -> list[OutgoingFile]:
+    if not text:
+        return []
+    return [OutgoingFile(Path(d["path"]), d["name"], d["size"], d.get("mime") or "application/octet-stream",
+                         d.get("caption") or "") for d in json.loads(text)]
+
+
+@dataclass(frozen=True)
+class PairingRules:
+    """The limits `decide_pairing` applies in one transaction (their values: access.py)."""
+
+    code_ttl_s: float  # a code older than this is no code
+    max_failures: int  # this many failed attempts within lock_s lock approving
+    lock_s: float
 
 
 @dataclass
@@ -137,23 +175,38 @@ class GatewayLedger:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")  # a row that says "claimed" or "delivered" is on disk
         self.db.executescript(SCHEMA)
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(deliveries)").fetchall()}
+        if "files" not in columns:  # a ledger made before replies carried files
+            self.db.execute("ALTER TABLE deliveries ADD COLUMN files TEXT")
         self.lock = threading.RLock()
+        self.closed = False
 
     def close(self) -> None:
         with self.lock:
+            self.closed = True
             self.db.close()
 
+    @contextmanager
+    def _open(self) -> Iterator[None]:
+        """The connection, to one thread at a time, while the ledger is open: after `close` (the
+        gateway stopped) every use raises LedgerClosed, so a thread that outlived the stop (a
+        send that hung) ends cleanly, and what it did is recovered at the next start."""
+        with self.lock:
+            if self.closed:
+                raise LedgerClosed(f"{self.path.name} is closed: the gateway stopped")
+            yield
+
     def _one(self, sql: str, *args):
-        with self.lock:  # fetchall: a statement left open would pin this connection to an old snapshot
+        with self._open():  # fetchall: a statement left open would pin this connection to an old snapshot
             rows = self.db.execute(sql, args).fetchall()
         return rows[0] if rows else None
 
     def _all(self, sql: str, *args) -> list:
-        with self.lock:
+        with self._open():
             return self.db.execute(sql, args).fetchall()
 
     def _do(self, sql: str, *args) -> int:
-        with self.lock:
+        with self._open():
             return self.db.execute(sql, args).rowcount
 
     # -- messages ---------------------------------------------------------------------------------
@@ -201,29 +254,37 @@ class GatewayLedger:
                  key, session, time.time())
 
     # -- deliveries -------------------------------------------------------------------------------
-    def add_delivery(self, rid: str, origin: Origin, text: str, keep_text: bool = True) -> bool:
-        """Queue the one reply to request `rid`; a second call for the same request is a no-op."""
+    def add_delivery(self, rid: str, origin: Origin, text: str, keep_text: bool = True,
+                     files: list[OutgoingFile] | None = None) -> bool:
+        """Queue the one reply to request `rid` (or one of its files: `file_delivery_id`); a second
+        call for the same id is a no-op."""
         now = time.time()
         return self._do("INSERT OR IGNORE INTO deliveries (id, platform, origin, text, state, created, updated, "
-                        "next_try, keep_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rid, origin.platform,
-                        origin_json(origin), text, PENDING, now, now, now, int(keep_text)) == 1
+                        "next_try, keep_text, files) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rid, origin.platform,
+                        origin_json(origin), text, PENDING, now, now, now, int(keep_text), files_json(files or [])) == 1
+
+    def file_deliveries(self, rid: str) -> list[Delivery]:
+        """The deliveries of request `rid`'s files sent on their own, in order."""
+        prefix = f"{rid}~file"
+        rows = self._all(f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE substr(id, 1, ?) = ? ORDER BY created, rowid",
+                         len(prefix), prefix)
+        return [self._delivery(r) for r in rows]
 
     def delivery(self, rid: str) -> Delivery | None:
-        row = self._one("SELECT id, platform, origin, text, state, attempts, reason, platform_id, updated "
-                        "FROM deliveries WHERE id = ?", rid)
+        row = self._one(f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE id = ?", rid)
         return self._delivery(row) if row else None
 
     @staticmethod
     def _delivery(row) -> Delivery:
-        return Delivery(row[0], row[1], origin_loads(row[2]), row[3], row[4], row[5], row[6], row[7], row[8])
+        return Delivery(row[0], row[1], origin_loads(row[2]), row[3], row[4], row[5], row[6], row[7], row[8],
+                        files_loads(row[9]))
 
     def due_deliveries(self, platforms: list[str], now: float | None = None) -> list[Delivery]:
         if not platforms:
             return []
         marks = ",".join("?" * len(platforms))
-        rows = self._all("SELECT id, platform, origin, text, state, attempts, reason, platform_id, updated "
-                         f"FROM deliveries WHERE state = ? AND next_try <= ? AND platform IN ({marks}) "
-                         "ORDER BY created", PENDING, now or time.time(), *platforms)
+        rows = self._all(f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE state = ? AND next_try <= ? "
+                         f"AND platform IN ({marks}) ORDER BY created, rowid", PENDING, now or time.time(), *platforms)
         return [self._delivery(r) for r in rows]
 
     def next_try(self) -> float | None:
@@ -250,8 +311,7 @@ class GatewayLedger:
                  FAILED, reason, time.time(), rid)
 
     def interrupted_sends(self) -> list[Delivery]:
-        rows = self._all("SELECT id, platform, origin, text, state, attempts, reason, platform_id, updated "
-                         "FROM deliveries WHERE state = ?", SENDING)
+        rows = self._all(f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE state = ?", SENDING)
         return [self._delivery(r) for r in rows]
 
     def resend(self, rid: str) -> None:
@@ -274,7 +334,7 @@ class GatewayLedger:
     # -- pairing ----------------------------------------------------------------------------------
     def add_pairing(self, code_hash: str, platform: str, sender: str) -> None:
         now = time.time()
-        with self.lock:
+        with self._open():
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 self.db.execute("INSERT INTO pairing (code_hash, platform, sender, created) VALUES (?, ?, ?, ?)",
@@ -322,7 +382,7 @@ class GatewayLedger:
         """One approval or denial, whole, in one write transaction (`BEGIN IMMEDIATE`): the lock-out
         is read, the code looked up and a failure counted with no other attempt in between, in this
         process or another, so N attempts at once count N and the lock holds at its limit."""
-        with self.lock:
+        with self._open():
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 failures = [r[0] for r in self.db.execute(
@@ -349,7 +409,7 @@ class GatewayLedger:
         """Remember that `origin`'s message carried the body `digest` in its chat; the id of an
         earlier, other message that carried the same body there within `window_s` (a replay under a
         fresh id, on a platform that signs the body but not the id), else None."""
-        with self.lock:
+        with self._open():
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 self.db.execute("DELETE FROM bodies WHERE at < ?", (now - window_s,))
@@ -383,7 +443,7 @@ class GatewayLedger:
     def add_room_line(self, room: str, event: str, sender: str, text: str, keep: int) -> None:
         """Remember a line of a shared room (once per event: a replayed batch adds nothing); the
         room keeps its last `keep` lines, so the context survives a restart without growing."""
-        with self.lock:
+        with self._open():
             self.db.execute("INSERT OR IGNORE INTO room_lines (event, room, sender, text, at) VALUES (?, ?, ?, ?, ?)",
                             (event, room, sender, text, time.time()))
             self.db.execute("DELETE FROM room_lines WHERE room = ? AND event NOT IN (SELECT event FROM room_lines "
@@ -415,7 +475,7 @@ class GatewayLedger:
             return 0
         changed = 0
         prefix = f"{platform}|"
-        with self.lock:
+        with self._open():
             for row in _rows(data.get("sessions"), (str, (str, type(None)), (int, float)))[:SHARED_SESSIONS]:
                 key, session, updated = row
                 if key.startswith(prefix):
