@@ -19,7 +19,9 @@ each envelope is delivered until it is acknowledged (`{"envelope_id": ...}`): ag
 the error a person would see); `chat.postMessage` to a channel the bot is not in (`not_in_channel`,
 unless `chat:write.public` for a public channel), to an unknown or archived channel, without text,
 or over 40,000 characters; rate limits on request (429, `Retry-After`); mrkdwn that a Slack client
-would misread (a bare `&` or `<`) is refused here, so a test sees it.
+would misread (a bare `&` or `<`) is refused here, so a test sees it; `url_private` downloads only
+with the bot token (without it, a sign-in page, as Slack answers); an upload's three steps (an
+upload URL and file id, the bytes POSTed there, the completion sharing it in a channel/thread).
 
 What it cannot prove (listed in docs/guide/gateway/slack.md): Slack's real rate limits, how
 clients render mrkdwn, real file ids and upload processing, Enterprise Grid, event ordering and
@@ -43,6 +45,7 @@ from aiohttp import WSMsgType, web
 TEAM, APP = "T0HERMES", "A0HERMES"
 BOT_USER, BOT_ID = "U0BOT", "B0BOT"
 MAX_TEXT = 40_000  # chat.postMessage: longer texts are refused (msg_too_long)
+MAX_FILE = 1_000_000_000  # a file is at most 1 GB
 TOKEN_RE = re.compile(r"<([^<>]*)>")
 
 
@@ -98,6 +101,30 @@ class Sent:
 
 
 @dataclass
+class SlackFile:
+    id: str
+    name: str
+    data: bytes
+    mime: str
+    declared: int = 0  # the length given to files.getUploadURLExternal
+    uploaded: bool = False
+    completed: bool = False
+
+
+@dataclass
+class Shared:
+    """A file the bot shared in a channel."""
+
+    id: str
+    name: str
+    data: bytes
+    channel: str
+    thread_ts: str | None
+    comment: str
+    visible: str
+
+
+@dataclass
 class Pending:
     """An envelope waiting for its acknowledgement."""
 
@@ -115,6 +142,9 @@ class SlackEmulator:
         self.scopes = scopes if scopes is not None else {"chat:write", "im:history", "app_mentions:read"}
         self.channels: dict[str, Channel] = {}
         self.sent: list[Sent] = []
+        self.files: dict[str, SlackFile] = {}  # file id -> file (people's and the bot's)
+        self.shared: list[Shared] = []  # files the bot shared (files.completeUploadExternal)
+        self.downloads: list[str] = []  # file ids fetched through url_private
         self.calls: list[str] = []
         self.acked: list[str] = []  # envelope ids, in the order acknowledged
         self.unanswered_commands: list[dict] = []  # slash commands not acknowledged in time
@@ -143,6 +173,8 @@ class SlackEmulator:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/api/{method}", self._api)
         app.router.add_get("/link/", self._link)
+        app.router.add_post("/upload/v1/{file_id}", self._upload)
+        app.router.add_get("/files-pri/{key}/{name}", self._download)
         self.runner = web.AppRunner(app)
         self.loop.run_until_complete(self.runner.setup())
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -176,6 +208,7 @@ class SlackEmulator:
             args = body if isinstance(body, dict) else {}
         elif request.can_read_body:
             args = dict(await request.post())
+        args = {**dict(request.query), **args}  # slack-sdk sends some methods' arguments as query parameters
         auth = request.headers.get("Authorization", "")
         token = auth[7:] if auth.startswith("Bearer ") else str(args.get("token", ""))
         if self.limited.get(method, 0) > 0:
@@ -230,6 +263,86 @@ class SlackEmulator:
             self.changed.notify_all()
         return {"ok": True, "channel": channel, "ts": ts,
                 "message": {"type": "message", "user": BOT_USER, "bot_id": BOT_ID, "text": text, "ts": ts}}
+
+    def m_files_getUploadURLExternal(self, args: dict) -> dict:
+        name, length = str(args.get("filename") or ""), str(args.get("length") or "")
+        if not name or not length.isdigit():
+            return {"ok": False, "error": "invalid_arguments"}
+        if int(length) > MAX_FILE:
+            return {"ok": False, "error": "file_too_large"}  # hypothetical name: the limit is documented, not its error
+        fid = f"F{next(self._ts):010d}"
+        with self.lock:
+            self.files[fid] = SlackFile(fid, name, b"", "", declared=int(length))
+        return {"ok": True, "upload_url": f"http://127.0.0.1:{self.port}/upload/v1/{fid}", "file_id": fid}
+
+    def m_files_completeUploadExternal(self, args: dict) -> dict:
+        try:
+            files = json.loads(str(args.get("files") or ""))
+        except ValueError:
+            return {"ok": False, "error": "invalid_arguments"}
+        channel = str(args.get("channel_id") or "")
+        with self.lock:
+            ch = self.channels.get(channel)
+            if channel and ch is None:
+                return {"ok": False, "error": "channel_not_found"}
+            if ch is not None and BOT_USER not in ch.members:
+                return {"ok": False, "error": "not_in_channel"}
+            done = []
+            for item in files if isinstance(files, list) else []:
+                f = self.files.get(str(item.get("id"))) if isinstance(item, dict) else None
+                if f is None or not f.uploaded or f.completed:
+                    return {"ok": False, "error": "file_not_found" if f is None or not f.uploaded else "file_uploaded"}
+                if len(f.data) != f.declared:
+                    return {"ok": False, "error": "file_upload_size_mismatch"}
+                f.completed = True
+                done.append({"id": f.id, "title": item.get("title") or f.name})
+                comment = str(args.get("initial_comment") or "")
+                self.shared.append(Shared(f.id, f.name, f.data, channel, args.get("thread_ts"), comment,
+                                          read_mrkdwn(comment)[0] if comment else ""))
+            self.changed.notify_all()
+        return {"ok": True, "files": done}
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        data = await request.read()
+        with self.lock:
+            f = self.files.get(request.match_info["file_id"])
+            if f is None or f.uploaded:
+                return web.Response(status=404, text="unknown upload")
+            f.data, f.uploaded = data, True
+        return web.Response(text=f"OK - {len(data)}")
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        auth = request.headers.get("Authorization", "")
+        key = request.match_info["key"]
+        with self.lock:
+            f = self.files.get(key.split("-", 1)[-1])
+        if auth != f"Bearer {self.bot_token}":  # Slack shows its sign-in page to a request without the token
+            return web.Response(text="<html>sign in to Slack</html>", content_type="text/html")
+        if f is None:
+            return web.Response(status=404)
+        with self.lock:
+            self.downloads.append(f.id)
+        return web.Response(body=f.data, content_type=f.mime or "application/octet-stream")
+
+    def share_file(self, user: str, data: bytes, name: str, mime: str, text: str = "", channel: str | None = None,
+                   thread_ts: str | None = None, duration_ms: int | None = None, extra: dict | None = None) -> str:
+        """A person shares a file (an audio clip recorded in Slack, or an uploaded one) in a
+        message: the file_share message event, with the file object as the Events API sends it."""
+        fid = f"F{next(self._ts):010d}"
+        kind = name.rsplit(".", 1)[-1].lower() if "." in name else "binary"
+        with self.lock:
+            self.files[fid] = SlackFile(fid, name, data, mime, declared=len(data), uploaded=True, completed=True)
+        url = f"http://127.0.0.1:{self.port}/files-pri/{TEAM}-{fid}/{name}"
+        obj: dict[str, Any] = {"id": fid, "created": int(time.time()), "timestamp": int(time.time()), "name": name,
+                               "title": name, "mimetype": mime, "filetype": kind, "pretty_type": kind.upper(),
+                               "user": user, "size": len(data), "mode": "hosted", "is_external": False,
+                               "url_private": url, "url_private_download": url + "?download=1",
+                               "permalink": f"https://hermes-test.slack.com/files/{user}/{fid}/{name}"}
+        if duration_ms is not None:
+            obj.update(subtype="slack_audio", duration_ms=duration_ms)
+        obj.update(extra or {})
+        return self.say(user, text, channel=channel, thread_ts=thread_ts,
+                        extra={"subtype": "file_share", "files": [obj], "upload": False, "display_as_bot": False})
 
     async def _link(self, request: web.Request) -> web.WebSocketResponse:
         ticket = request.query.get("ticket", "")

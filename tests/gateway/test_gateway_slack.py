@@ -43,7 +43,8 @@ class World:
         self.emu = SlackEmulator()
         self.gateway: Gateway | None = None
 
-    def configure(self, allow: list, admins: list | None = None, pairing: bool = True, bot_token: str | None = None):
+    def configure(self, allow: list, admins: list | None = None, pairing: bool = True, bot_token: str | None = None,
+                  extra: str = ""):
         from model_server import configure_vault
 
         configure_vault(self.vault.root, self.model_server, f"""refine:
@@ -56,9 +57,9 @@ gateway:
     allow: {allow!r}
     admins: {admins or []!r}
     pairing: {'true' if pairing else 'false'}
-""")
+{extra}""")
         self.vault.secrets_env.write_text(f"SLACK_BOT_TOKEN={bot_token or self.emu.bot_token}\n"
-                                          f"SLACK_APP_TOKEN={self.emu.app_token}\n")
+                                          f"SLACK_APP_TOKEN={self.emu.app_token}\nHERMES_TEST_KEY=sk-test-not-a-real-key\n")
         self.vault.secrets_env.chmod(0o600)
         self.vault.git.commit_paths(["hermes.yaml"], "test: slack", Act.person())
         self.vault.reload_config()
@@ -339,3 +340,47 @@ def test_the_daemon_after_kill_9_answers_each_message_once(world, agent_vault, d
         d.stop()
     assert len(list((agent_vault.root / "outputs" / "requests").glob("*.md"))) == 4
     assert git(agent_vault, "status", "--porcelain") == ""
+
+
+def test_a_file_the_agent_sends_is_uploaded_into_the_thread(world):
+    world.configure(allow=[ME])
+    world.start()
+    report = world.vault.state_dir / "workspace" / "report.md"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text("# Findings\n\nAll good.\n")
+    world.model_server.add({"tool_calls": [("send_file", {"path": str(report), "caption": "the *report* <!here>"})]},
+                           {"content": "Here it is."})
+    world.emu.channel(TEAM_CHANNEL, {ME, BOT_USER})
+    asked = world.emu.say(ME, f"<@{BOT_USER}> send me the report", channel=TEAM_CHANNEL)
+    [answer] = world.emu.wait_sent(1, channel=TEAM_CHANNEL)
+    assert answer.visible == "Here it is." and answer.thread_ts == asked
+    assert wait_for(lambda: world.emu.shared, 60)
+    [shared] = world.emu.shared
+    assert (shared.name, shared.data, shared.channel, shared.thread_ts) == \
+        ("report.md", report.read_bytes(), TEAM_CHANNEL, asked)  # three steps: URL, bytes, completion in the thread
+    assert shared.visible == "the _report_ <!here>" and "&lt;!here&gt;" in shared.comment  # the caption as mrkdwn
+    assert world.gateway is not None and world.gateway.wait_idle(30)
+    assert world.emu.calls.count("files.completeUploadExternal") == 1
+
+
+@pytest.mark.espeak
+def test_an_audio_clip_is_fetched_with_the_token_transcribed_and_answered(world):
+    import speech
+
+    phrase = "what is on my calendar today"
+    world.model_server.transcripts.append(phrase)
+    world.configure(allow=[ME], extra=f"voice:\n  engine: api\n  model: openai/whisper-1\n"
+                                      f"  api_base: {world.model_server.api_base}\n  api_key_env: HERMES_TEST_KEY\n")
+    world.model_server.responder = echo
+    gw = world.start()
+    clip = speech.encode(speech.speak(phrase), "webm")
+    world.emu.share_file(ME, clip, "audio_message.webm", "audio/webm", duration_ms=2500)
+    [reply] = world.emu.wait_sent(1, channel=dm(ME))
+    assert reply.visible.startswith(f"> 🎤 {phrase}") and "calendar today" in reply.visible.split("\n")[-1]
+    assert len(world.emu.downloads) == 1  # fetched once, with the bot token (the emulator demands it)
+    world.emu.share_file(EVE, clip, "audio_message.webm", "audio/webm")  # a stranger: never fetched
+    world.emu.share_file(ME, clip, "clip.webm", "audio/webm",
+                         extra={"url_private_download": "https://files.evil.example/x.webm"})
+    [_, refused] = world.emu.wait_sent(2, channel=dm(ME))
+    assert "a file URL outside Slack" in refused.visible  # the token never goes there
+    assert gw.wait_idle(30) and len(world.emu.downloads) == 1 and len(world.model_server.transcriptions) == 1

@@ -32,13 +32,16 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
+from urllib.parse import urlsplit
 
 from ...errors import ConfigError, HermesError
 from ...store.vault import Vault
 from .access import AccessRules
 from .channel import AsyncChannel, ChatSettings, Inbound, Origin, Outbound, check_api_base, room_context
 from .ledger import CLAIMED, DONE
+from .message import Audio, AudioTooLarge
 from .render import mrkdwn
 
 log = logging.getLogger(__name__)
@@ -48,6 +51,10 @@ USER_ID = re.compile(r"[UW][A-Z0-9]{2,20}")
 MAX_SOURCE = 7_000  # characters of a reply's Markdown sent: escaped as mrkdwn it stays under Slack's 40,000
 CONTEXT_LINES = 10  # a channel's (or thread's) recent lines kept for untrusted context
 HELLO_WAIT_S = 30.0  # how long a new Socket Mode connection may take to say hello
+MAX_FILE_BYTES = 1_000_000_000  # Slack takes files up to 1 GB
+FETCH_WAIT_S = 120.0  # a voice message's download, at most
+UPLOAD_WAIT_S = 600.0
+AUDIO_TYPES = {"mp3", "m4a", "mp4", "aac", "ogg", "oga", "opus", "webm", "wav", "flac"}  # Slack's `filetype`s
 # subtypes of a message event that are still a person's message (the rest: edits, joins, bots ...)
 PERSON_SUBTYPES = {None, "thread_broadcast", "file_share"}
 # errors of chat.postMessage that another try will get again
@@ -133,6 +140,7 @@ class SlackChannel(AsyncChannel):
     name = PLATFORM
     Settings = SlackSettings
     idempotent_send = False  # chat.postMessage has no idempotency key: a send cut short is not repeated
+    max_file_bytes = MAX_FILE_BYTES  # files go out through files.getUploadURLExternal / completeUploadExternal
 
     def __init__(self, vault: Vault, settings: SlackSettings):
         super().__init__(vault, settings)
@@ -201,6 +209,11 @@ class SlackChannel(AsyncChannel):
 
     def send(self, reply: Outbound) -> str:
         return self.in_loop(self._send(reply))
+
+    def send_file(self, reply: Outbound) -> str:
+        """One file, uploaded in Slack's three steps (an upload URL, the bytes, the completion that
+        shares it in the chat and thread, with the caption as its comment); the file's id."""
+        return self.in_loop(self._send_file(reply), UPLOAD_WAIT_S)
 
     def check(self) -> str:
         """`gateway test slack` / `doctor`: the bot token works (auth.test) and the app-level token
@@ -357,15 +370,70 @@ class SlackChannel(AsyncChannel):
         kind = e.get("channel_type")
         direct = kind == "im" or (kind is None and chat.startswith("D"))
         text = plain_text(raw, self.bot_user).strip()
+        audio = self._audio(e.get("files"))
+        if not text and audio is None:
+            return None  # a file shared without words, or a message with nothing in it
         if direct:
-            return Inbound(Origin(PLATFORM, chat, user, ts, thread), text, direct=True)
+            return Inbound(Origin(PLATFORM, chat, user, ts, thread), text, direct=True, audio=audio)
         mentioned = bool(self.bot_user) and f"<@{self.bot_user}" in raw
         origin = Origin(PLATFORM, chat, user, ts, thread or ts)  # a mention starts a thread of its own
         assert self.sink is not None
         ours = mentioned or e.get("type") == "app_mention" or (thread is not None and self._our_thread(chat, thread))
         context = room_context(self.sink, f"slack:{chat}:{thread or '-'}", f"slack:{chat}:{ts}", user, text,
                                CONTEXT_LINES)
-        return Inbound(origin, text, direct=False, context=context) if ours else None
+        return Inbound(origin, text, direct=False, context=context, audio=audio) if ours else None
+
+    # -- voice messages in --------------------------------------------------------------------------
+    def _audio(self, files: Any) -> Audio | None:
+        """The first audio file a message shares (a Slack audio clip or an uploaded recording), as
+        the core's `Audio`: fetched only if the core decides to (never for a stranger)."""
+        if not isinstance(files, list):
+            return None
+        for f in files:
+            if not isinstance(f, dict):
+                continue
+            mime, kind = _optional(f.get("mimetype")), _optional(f.get("filetype"))
+            url = _optional(f.get("url_private_download")) or _optional(f.get("url_private"))
+            if not url or not (mime.startswith("audio/") or f.get("subtype") == "slack_audio" or kind in AUDIO_TYPES):
+                continue
+            size = f.get("size") if isinstance(f.get("size"), int) else None
+            ms = f.get("duration_ms") if isinstance(f.get("duration_ms"), (int, float)) else None
+            return Audio(partial(self._fetch, url), mime, _optional(f.get("name"))[:200], size,
+                         ms / 1000 if ms is not None else None)
+        return None
+
+    def _fetch(self, url: str, limit: int) -> bytes:
+        """A file's bytes from Slack (from the core's thread, on the channel's loop), at most `limit`."""
+        self._check_file_url(url)
+        return self.in_loop(self._download(url, limit), FETCH_WAIT_S)
+
+    def _check_file_url(self, url: str) -> None:
+        """The bot token goes only to Slack's own file host (or the API's host, as in the tests),
+        never to wherever an event's URL points."""
+        parts, api = urlsplit(url), urlsplit(self.settings.api_base)
+        host = parts.hostname or ""
+        if host != api.hostname and host != "slack.com" and not host.endswith(".slack.com"):
+            raise HermesError(f"a file URL outside Slack ({host}): not fetched with the bot token")
+        if parts.scheme != "https" and not (parts.scheme == "http" and host == api.hostname and api.scheme == "http"):
+            raise HermesError("a file URL without https: not fetched with the bot token")
+
+    async def _download(self, url: str, limit: int) -> bytes:
+        import aiohttp
+
+        bot, _ = self._tokens()
+        timeout = aiohttp.ClientTimeout(total=FETCH_WAIT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as session, \
+                session.get(url, headers={"Authorization": f"Bearer {bot}"}, allow_redirects=False) as resp:
+            if resp.status != 200:
+                raise HermesError(f"Slack answered {resp.status} for the file")
+            if resp.content_type == "text/html":  # Slack's sign-in page: the token may not read files
+                raise HermesError("Slack sent a web page instead of the file (does the app have files:read?)")
+            data = bytearray()
+            async for chunk in resp.content.iter_chunked(65536):
+                data += chunk
+                if len(data) > limit:
+                    raise AudioTooLarge(f"more than {limit} bytes")
+            return bytes(data)
 
     def _our_thread(self, chat: str, thread: str) -> bool:
         """A thread is a conversation with the agent once its first message was a request to it."""
@@ -382,6 +450,25 @@ class SlackChannel(AsyncChannel):
             kwargs["thread_ts"] = o.thread
         sent = await self.web.chat_postMessage(**kwargs)
         return str(sent.get("ts") or "")
+
+    async def _send_file(self, reply: Outbound) -> str:
+        if not reply.files:
+            raise HermesError("no file to send")
+        done = await self.web.files_upload_v2(**(await _upload_args(reply)))
+        shared = done.get("files") or [done.get("file") or {}]
+        return str((shared[0] or {}).get("id") or "")
+
+
+async def _upload_args(reply: Outbound) -> dict[str, Any]:
+    """files_upload_v2's arguments for the reply's one file (read in a thread: it may be large)."""
+    f = reply.files[0]
+    data = await asyncio.to_thread(f.path.read_bytes)
+    args: dict[str, Any] = {"file": data, "filename": f.name, "title": f.name, "channel": reply.origin.chat}
+    if reply.origin.thread:
+        args["thread_ts"] = reply.origin.thread
+    if reply.text.strip():
+        args["initial_comment"] = mrkdwn(cut(reply.text))
+    return args
 
 
 def cut(markdown: str, limit: int = MAX_SOURCE) -> str:
