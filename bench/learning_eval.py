@@ -153,6 +153,7 @@ class Settings:
     probe: bool = True
     timeout_s: float = 900.0
     refine_max_tokens: int = 1500
+    samples: int = 3  # refine.samples (structured mode; 0 = the one-document review)
     probe_max_tokens: int = 400
 
     def new_model(self, max_tokens: int) -> LiteLLMModel:
@@ -166,7 +167,7 @@ def make_vault(root: Path, case: Case, s: Settings) -> Vault:
     (root / "hermes.yaml").write_text(yaml.safe_dump({
         "model": s.model, **({"api_base": s.api_base} if s.api_base else {}),
         **({"api_key_env": s.api_key_env} if s.api_key_env else {}),
-        "sandbox": {"backend": "none"}, "refine": {"mode": s.mode}}))
+        "sandbox": {"backend": "none"}, "refine": {"mode": s.mode, "samples": s.samples}}))
     paths = ["hermes.yaml"]
     for name, entries in (case.setup.get("memory") or {}).items():
         f = root / "memory" / name
@@ -242,7 +243,7 @@ def run_case(case: Case, s: Settings, workdir: Path, refine_model: Model | None 
     model = refine_model or s.new_model(s.refine_max_tokens)
     usage_before = _usage(model)
     t0 = time.perf_counter()
-    reviewer = Reviewer(vault, RefineOptions(session=case.session, policy="review", mode=s.mode), model)
+    reviewer = Reviewer(vault, RefineOptions(session=case.session, policy="review", mode=s.mode, samples=s.samples), model)
     outcome = pipeline.run(vault, reviewer, "review")
     seconds = time.perf_counter() - t0
     tokens = _usage(model).total_tokens - usage_before.total_tokens
@@ -261,6 +262,7 @@ def run_case(case: Case, s: Settings, workdir: Path, refine_model: Model | None 
         f"\n[tool call {c['function']['name']}: {c['function']['arguments'][:300]}]" for c in m.get("tool_calls") or [])
         for m in getattr(task, "messages", []) if m["role"] == "assistant"]
     refused = [f"{a.path} ({a.what}): {a.result[:200]}" for a in getattr(task, "applied", []) if not a.ok]
+    refused += task.rejected() if hasattr(task, "rejected") else []  # lessons mode: candidates code left out
     result = CaseResult(case.name, case.kind, outcome.status, outcome.reason, outcome.files,
                         {c.id: c.hit(added) for c in case.expect},
                         {f"{c.kind}:{c.example[:40]}": c.hit(added) for c in case.traps}, dups,
@@ -399,13 +401,15 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--min-recall", type=float, default=0.8)
     p.add_argument("--max-trap-rate", type=float, default=0.0)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per model call")
+    p.add_argument("--samples", type=int, default=3,
+                   help="refine.samples for structured mode (0: the one-document review of memory and skills)")
     p.add_argument("--out", help="the JSON file (default bench/results/learning_eval-<model>-<mode>.json)")
     a = p.parse_args(argv)
     key_env = a.api_key_env
     if a.api_base and not key_env:  # a local server takes any key; litellm's OpenAI client wants one
         os.environ.setdefault("HERMES_BENCH_API_KEY", "local")
         key_env = "HERMES_BENCH_API_KEY"
-    s = Settings(a.model, a.api_base, key_env, a.mode, not a.no_probe, a.timeout)
+    s = Settings(a.model, a.api_base, key_env, a.mode, not a.no_probe, a.timeout, samples=a.samples)
     cases = load_cases(only=a.cases.split(",") if a.cases else None)
     slug = re.sub(r"[^a-z0-9.]+", "-", a.model.lower()).strip("-")
     out = Path(a.out) if a.out else HERE / "results" / f"learning_eval-{slug}-{a.mode}.json"

@@ -37,6 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 MAX_TEXT = 4096  # characters of a message's text after entities parsing
+MAX_UPLOAD = 50 * 1000 * 1000  # sendDocument: "files of any type of up to 50 MB" (multipart upload)
 # "Formatting options" -> "HTML style": the tags Telegram accepts, and the attributes each may have
 TAGS: dict[str, set[str]] = {
     "b": set(), "strong": set(), "i": set(), "em": set(), "u": set(), "ins": set(), "s": set(), "strike": set(),
@@ -312,6 +313,8 @@ class TelegramEmulator:
         if "document" not in files:
             raise ApiError(400, "Bad Request: there is no document in the request")
         name, content = files["document"]
+        if len(content) > MAX_UPLOAD:  # "Bots can currently send files of any type of up to 50 MB in size"
+            raise ApiError(413, "Request Entity Too Large")
         caption = params.get("caption") or ""
         try:
             visible = visible_text(caption, params.get("parse_mode") or None)

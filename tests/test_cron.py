@@ -325,3 +325,46 @@ def test_a_one_shot_job_disabling_itself_keeps_a_persons_pending_edit_as_theirs(
     person = git(cron_vault, "show", "HEAD~1", "--format=", "--", "cron/stretch.md")
     assert "+Also drink some water." in person
     assert git(cron_vault, "status", "--porcelain", "--", "cron").strip() == ""
+
+
+def test_notify_attach_pdf_goes_where_a_target_takes_attachments_and_text_elsewhere(cron_vault, model_server, receiver):
+    import base64
+    import io
+
+    from pypdf import PdfReader
+
+    cfg = (cron_vault.root / "hermes.yaml").read_text().replace(
+        "dead: 'json://127.0.0.1:9/x'", f"nofiles: 'gotify://127.0.0.1:{receiver.port}/AbCdEfGhIjKlMnO'")
+    (cron_vault.root / "hermes.yaml").write_text(cfg)
+    cron_vault.git.commit_paths(["hermes.yaml"], "notify", Act.person())
+    cron_vault._config = None
+    model_server.add({"content": "# Weekly report\n\n- builds: **green**\n- <script>x</script>"})
+    j = write_job(cron_vault, "weekly", "every day at 07:00", notify="[desk, nofiles]", extra="notify_attach: pdf\n")
+    run = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 7, tzinfo=UTC))
+    assert run.ok and [(d.target, d.ok, d.attached) for d in run.delivered] == [("desk", True, True),
+                                                                                ("nofiles", True, False)]
+    desk = next(r for r in receiver.received if r["path"] == "/desk")["body"]
+    [pdf] = desk["attachments"]  # Apprise's json:// carries the file, base64
+    assert pdf["filename"] == "weekly-20261130070000.pdf" and pdf["mimetype"] == "application/pdf"
+    data = base64.b64decode(pdf["base64"])
+    text = PdfReader(io.BytesIO(data)).pages[0].extract_text()
+    assert "Weekly report" in text and "green" in text and "<script>x</script>" in text
+    assert desk["message"].startswith("# Weekly report")  # the text goes too
+    plain = next(r for r in receiver.received if r["path"].startswith("/message"))["body"]  # gotify: text only
+    assert "Weekly report" in plain["message"] and "attachments" not in plain
+    out = (cron_vault.root / run.rel).read_text()
+    assert "attached: true" in out and "attached: false" in out
+    assert not any((cron_vault.state_dir / "outbox").rglob("*.pdf"))  # the PDF is not kept, nor committed
+    assert not any(p.endswith(".pdf") for p in cron_vault.git.changed_under("outputs"))
+
+
+def test_notify_attach_takes_only_pdf_and_a_failed_run_sends_text(cron_vault, model_server, receiver):
+    (cron_vault.root / "cron" / "bad.md").write_text("---\nschedule: every 2h\nnotify_attach: docx\n---\nHi\n")
+    _, errors = cron.load_jobs(cron_vault.files, cron_vault.config)
+    assert any("'notify_attach' must be pdf" in str(e) for e in errors)
+    (cron_vault.root / "cron" / "bad.md").unlink()
+    model_server.add({"status": 400, "body": {"error": {"message": "model exploded", "type": "invalid_request_error"}}})
+    j = write_job(cron_vault, "broken", "every 2h", extra="notify_attach: pdf\n")
+    run = cron_runner.run_job(cron_vault, j, datetime(2026, 11, 30, 9, tzinfo=UTC))
+    assert run.status == "error" and run.delivered[0].attached is None
+    assert "attachments" not in receiver.received[0]["body"] or not receiver.received[0]["body"]["attachments"]

@@ -76,9 +76,10 @@ class Model(Protocol):
     name: str
 
     def complete(self, messages: list[dict], tools: list[dict], response_format: dict | None = None,
-                 on_text: OnText | None = None) -> Reply:
+                 on_text: OnText | None = None, temperature: float | None = None) -> Reply:
         """One model call; `response_format` (an OpenAI `json_schema` document) constrains the answer;
-        with `on_text` the answer is streamed to it as it comes."""
+        with `on_text` the answer is streamed to it as it comes; `temperature` (None: the provider's
+        default) lets a caller draw several different samples of one answer."""
         ...
 
 
@@ -205,7 +206,7 @@ class LiteLLMModel:
         self.cancel = cancel  # set from another thread (Ctrl-C): the request in flight is closed at once
 
     def complete(self, messages: list[dict], tools: list[dict], response_format: dict | None = None,
-                 on_text: OnText | None = None) -> Reply:
+                 on_text: OnText | None = None, temperature: float | None = None) -> Reply:
         key = self.settings.api_key()  # before the import: a missing key is reported at once
         litellm = import_litellm()
         kwargs = dict(model=self.settings.model, messages=messages, timeout=self.settings.timeout_s, num_retries=0)
@@ -215,6 +216,8 @@ class LiteLLMModel:
             kwargs["response_format"] = response_format
         if self.settings.max_tokens:
             kwargs["max_tokens"] = self.settings.max_tokens
+        if temperature is not None:
+            kwargs["temperature"] = temperature
         if self.settings.api_base:
             kwargs["api_base"] = self.settings.api_base
             if not key and self.settings.provider == "openai":

@@ -101,17 +101,22 @@ def safe_name(name: str) -> str:
 def resolve_sendable(path: str, workspace: Path | None, vault_root: Path | None) -> Path:
     """The real path of a file the agent may send, or an InputError saying why not.
 
-    Accepted: an absolute path (or one under the sandbox's /workspace) inside the workspace; a
-    vault-relative path, or an absolute one, under outputs/. Default deny for the rest."""
+    Accepted: a path inside the workspace (absolute, under the sandbox's /workspace, or relative
+    to the workspace); a path under the vault's outputs/ (relative to the vault, or absolute).
+    Default deny for the rest."""
     if not isinstance(path, str) or not path.strip():
         raise InputError("path is empty")
     raw = path.strip()
     if workspace is not None and (raw == SANDBOX_MOUNT or raw.startswith(SANDBOX_MOUNT + "/")):
         raw = str(Path(workspace) / raw[len(SANDBOX_MOUNT) + 1 :])  # what the Docker sandbox calls it
-    if not os.path.isabs(raw):
-        if vault_root is None:
+    if not os.path.isabs(raw):  # the workspace's file first (write_pdf's outputs/), else the vault's
+        in_ws = Path(workspace) / raw if workspace is not None else None
+        if in_ws is not None and (in_ws.exists() or vault_root is None):
+            raw = str(in_ws)
+        elif vault_root is not None:
+            raw = str(Path(vault_root) / raw)
+        else:
             raise InputError("give the file's absolute path in the workspace", path)
-        raw = str(Path(vault_root) / raw)
     real = Path(os.path.realpath(raw))
     if not _allowed(real, workspace, vault_root):
         raise InputError("only files in the workspace or under the vault's outputs/ may be sent", path)

@@ -335,9 +335,10 @@ class TextCallModel:
         self.on_read = on_read
 
     def complete(self, messages: list[dict], tools: list[dict], response_format: dict | None = None,
-                 on_text: OnText | None = None) -> Reply:
+                 on_text: OnText | None = None, temperature: float | None = None) -> Reply:
         hold = HoldBack(on_text) if on_text and tools else None
-        reply = self.model.complete(messages, tools, response_format, on_text=hold.feed if hold else on_text)
+        reply = self.model.complete(messages, tools, response_format, on_text=hold.feed if hold else on_text,
+                                    **({"temperature": temperature} if temperature is not None else {}))
         if not reply.tool_calls and tools:
             shown, calls = read(reply.content, tools)
             if calls:

@@ -24,7 +24,7 @@ from ..store.provenance import Act
 from . import delegate, outgoing
 from .boundary import check_vault_write, check_workspace_write
 from .model import parse_arguments
-from .outgoing import OutgoingFile
+from .outgoing import SANDBOX_MOUNT, OutgoingFile
 
 if TYPE_CHECKING:  # only for types: the CLI's fast paths never load git or the sandbox here
     from ..store.git import GitStore
@@ -79,6 +79,10 @@ SCHEMAS = {
                          "the vault's outputs/).", {
         "path": _s("the file: an absolute path in the workspace (/workspace/... in the sandbox), or outputs/..."),
         "caption": _s("a short line shown with the file (optional)")}, ["path"]),
+    "write_pdf": _schema("write_pdf", "Write Markdown as a formatted PDF report in the workspace's outputs/ folder "
+                         "(then send_file it, if the person should get it).", {
+        "markdown": _s("the report's Markdown (headings, lists, tables, code; images are named, not embedded)"),
+        "filename": _s("the PDF's file name, e.g. summary.pdf")}, ["markdown", "filename"]),
 }
 SENDING_TOOLS = frozenset({"send_file"})  # offered only where the answer goes somewhere that carries files
 READ_ONLY_TOOLS = frozenset({"skill_view", "skill_search", "read_file", "session_search"})  # change nothing
@@ -347,6 +351,27 @@ class ToolBox:
         return (f"ok: {staged.name} ({outgoing.human_size(staged.size)}) will be sent with your answer; "
                 "do not paste its contents into the answer")
 
+    def _t_write_pdf(self, markdown: str, filename: str) -> str:
+        from .pdf import markdown_to_pdf, safe_pdf_name
+
+        if self.workspace is None:
+            raise InputError("there is no workspace to write the report in")
+        name = safe_pdf_name(filename)
+        folder = Path(os.path.realpath(self.workspace)) / REPORTS_DIR
+        target = folder / name
+        check_workspace_write(str(target), Path(os.path.realpath(self.workspace)))
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise InputError(f"{REPORTS_DIR}/ in the workspace is not a folder the agent may write")
+        self._allowed(ToolRequest("write_pdf", "edit", f"write: {target}", (str(target),)))
+        report = markdown_to_pdf(markdown, title=name[:-4])
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{name}.tmp")
+        tmp.write_bytes(report.data)
+        os.replace(tmp, target)
+        shown = f"{SANDBOX_MOUNT}/{REPORTS_DIR}/{name}" if _mounts_workspace(self.sandbox) else str(target)
+        note = " (laid out as plain text: the Markdown could not be laid out as a document)" if report.plain else ""
+        return f"ok: wrote {shown} ({report.pages} page{'s' if report.pages != 1 else ''}, {len(report.data)} bytes){note}"
+
     def take_outgoing(self) -> list[OutgoingFile]:
         """The files this turn sends (and none for the next turn)."""
         files, self.outgoing = self.outgoing, []
@@ -385,6 +410,12 @@ class ToolBox:
 
 
 MAX_VAULT_WRITE = 1_000_000  # any one file a tool writes; skill files have their own, smaller cap
+REPORTS_DIR = "outputs"  # write_pdf's folder in the workspace
+
+
+def _mounts_workspace(sandbox: object) -> bool:
+    """Whether the sandbox shows the workspace to commands as /workspace (Docker does)."""
+    return getattr(sandbox, "mount", None) == SANDBOX_MOUNT
 
 
 def check_writes(writes: dict[str, bytes | None]) -> None:

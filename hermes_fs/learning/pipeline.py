@@ -215,6 +215,9 @@ def nothing_reason(proposer: Proposer, guarded: Guarded | None = None) -> str:
     unexplained = getattr(proposer, "unexplained", None)
     if unexplained:
         refused.append(f"the reviewer gave no reason for its change to {', '.join(unexplained)}, so it was not made")
+    left_out = getattr(proposer, "left_out", "")  # lessons mode: what code did not keep, and why
+    if left_out:
+        refused.append(left_out)
     if refused:
         return "; ".join(refused) + " (patch that skill instead: `hermes-fs learn SOURCE --update SKILL`)" \
             if proposer.kind == "learn" else "; ".join(refused)

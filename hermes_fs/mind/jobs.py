@@ -18,7 +18,8 @@ from ..store.files import FileStore
 from .schedule import Schedule, parse_schedule, zone
 
 CRON_DIR = "cron"
-FIELDS = {"schedule", "timezone", "notify", "enabled", "skills", "model", "catch_up", "mcp", "host"}
+FIELDS = {"schedule", "timezone", "notify", "notify_attach", "enabled", "skills", "model", "catch_up", "mcp", "host"}
+ATTACH_KINDS = ("pdf",)  # notify_attach: what a job's output is attached as, where a target takes attachments
 
 
 @dataclass
@@ -33,6 +34,7 @@ class CronJob:
     catch_up: bool = True
     mcp: list[str] | None = None  # the MCP servers (of hermes.yaml mcp.servers) this job uses; None: all
     host: str | None = None  # only the machine with this host id runs it (`Hermes-Host`, store/host.py)
+    notify_attach: str | None = None  # "pdf": the output also goes as a PDF to targets that take attachments
 
     @property
     def path(self) -> str:
@@ -75,7 +77,17 @@ def parse_job(name: str, text: str, config: Config) -> CronJob:
         catch_up=catch_up,
         mcp=_mcp_servers(meta, config, path),
         host=_host(meta, path),
+        notify_attach=_attach(meta, path),
     )
+
+
+def _attach(meta: dict, path: str) -> str | None:
+    value = meta.get("notify_attach")
+    if value is None or value is False:
+        return None
+    if value not in ATTACH_KINDS:
+        raise InputError(f"'notify_attach' must be {' or '.join(ATTACH_KINDS)} (or left out), got {value!r}", path)
+    return str(value)
 
 
 def _host(meta: dict, path: str) -> str | None:

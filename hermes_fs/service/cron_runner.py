@@ -7,9 +7,14 @@ Deliveries are made before the output is written, so the file records them in th
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 from ..agent.conversation import Conversation, ConversationOptions
 from ..errors import HermesError, InputError
@@ -43,6 +48,7 @@ class CronRun:
     session: str | None = None
     error: str | None = None
     silent: bool = False  # the answer said [SILENT]: stored, not sent
+    pdf_error: str | None = None  # notify_attach: pdf, and the PDF could not be made (the text went alone)
     delivered: list[Delivery] = field(default_factory=list)
     finished: str | None = None
 
@@ -53,7 +59,7 @@ class CronRun:
     def meta(self) -> dict:
         """The output file's frontmatter (absent fields left out)."""
         meta: dict = {"status": self.status, "job": self.job, "due": self.due, "started": self.started}
-        for key in ("model", "tokens", "session", "error"):
+        for key in ("model", "tokens", "session", "error", "pdf_error"):
             if getattr(self, key) is not None:
                 meta[key] = getattr(self, key)
         if self.silent:
@@ -137,15 +143,51 @@ def deliver(vault: Vault, job: CronJob, run: CronRun, body: str, retry_base_s: f
     if not job.notify or event not in vault.config.notify.events:
         return []
     title = f"hermes-fs: {job.name}" + (" failed" if event == "cron_failure" else "")
-    deliveries = []
-    for target in job.notify:
-        for attempt in range(DELIVERY_TRIES):
-            [d] = vault.notifier.send([target], title, body)
-            if d.ok or attempt == DELIVERY_TRIES - 1:
-                break
-            time.sleep(retry_base_s * 2**attempt)
-        deliveries.append(d)
+    with output_pdf(vault, job, run, body) as attach:
+        deliveries = []
+        for target in job.notify:
+            for attempt in range(DELIVERY_TRIES):
+                [d] = vault.notifier.send([target], title, body, attach)
+                if d.ok or attempt == DELIVERY_TRIES - 1:
+                    break
+                time.sleep(retry_base_s * 2**attempt)
+            deliveries.append(d)
     return deliveries
+
+
+@contextmanager
+def output_pdf(vault: Vault, job: CronJob, run: CronRun, body: str) -> Iterator[list[Path] | None]:
+    """The run's output as a PDF, for `notify_attach: pdf` (a successful run only), in a folder
+    of its own under .hermes/outbox/ that is removed once sent; None when there is none to attach
+    (a PDF that cannot be made is recorded in `run.error`'s place: `pdf_error`, and the text goes)."""
+    if job.notify_attach != "pdf" or not run.ok:
+        yield None
+        return
+    from ..agent.outgoing import OUTBOX_DIR
+    from ..agent.pdf import markdown_to_pdf
+
+    folder = Path(tempfile.mkdtemp(prefix=f"cron-{job.name}-", dir=_outbox(vault.state_dir / OUTBOX_DIR)))
+    try:
+        try:
+            report = markdown_to_pdf(redact(body)[0], title=f"{job.name} {run.due}")
+        except HermesError as exc:
+            run.pdf_error = str(exc)
+            yield None
+            return
+        path = folder / f"{job.name}-{_stamp(run.due)}.pdf"
+        path.write_bytes(report.data)
+        yield [path]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _outbox(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _stamp(due: str) -> str:
+    return "".join(c for c in due if c.isdigit())[:14] or "run"
 
 
 def disable_job(vault: Vault, job: CronJob) -> Edit[None] | None:

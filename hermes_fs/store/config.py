@@ -40,6 +40,9 @@ class RefineConfig:
     every_turns: int = 10  # review a session automatically every N user turns; 0 = only when asked
     mode: str = ReviewMode.TOOLS  # tools: the reviewer calls edit tools; structured: one JSON document (small models)
     max_cost_per_day: float | None = None  # USD: past it, automatic (background) reviews stop until tomorrow (UTC)
+    # structured mode: answers drawn per review (lessons with their quotes, judged by code; a lesson
+    # is kept when 2 of them propose it, or the only one); 0 = one JSON document of memory and skill edits
+    samples: int = 3
 
 
 @dataclass

@@ -19,9 +19,13 @@ class Delivery:
     target: str
     ok: bool
     error: str | None = None
+    attached: bool | None = None  # with attachments offered: whether the target took them (None: none offered)
 
     def as_dict(self) -> dict:
-        return {"target": self.target, "status": "ok" if self.ok else "error", **({"error": self.error} if self.error else {})}
+        out: dict[str, object] = {"target": self.target, "status": "ok" if self.ok else "error", **({"error": self.error} if self.error else {})}
+        if self.attached is not None:
+            out["attached"] = self.attached
+        return out
 
 
 def read_secrets_env(path: Path) -> dict[str, str]:
@@ -43,12 +47,20 @@ def expand(url: str, env: dict[str, str]) -> str:
     return _VAR.sub(sub, url)
 
 
-def deliver(apprise, name: str, url: str, title: str, body: str) -> Delivery:
+def deliver(apprise, name: str, url: str, title: str, body: str, attach: list[Path] | None = None) -> Delivery:
+    """One target. Files in `attach` go only where the target's Apprise plugin carries attachments
+    (json://, form://, mailto://, ...); elsewhere the text goes alone, as it always did."""
     ap = apprise.Apprise()
     if not ap.add(url):
         return Delivery(name, False, "not a valid Apprise URL")
-    ok = bool(ap.notify(title=title, body=body))
-    return Delivery(name, ok, None if ok else "delivery failed")
+    takes = bool(attach) and all(getattr(plugin, "attachment_support", False) for plugin in ap)
+    files = None
+    if takes:
+        files = apprise.AppriseAttachment()
+        for path in attach or []:
+            files.add(str(path))
+    ok = bool(ap.notify(title=title, body=body, attach=files))
+    return Delivery(name, ok, None if ok else "delivery failed", attached=(ok and takes) if attach else None)
 
 
 class Notifier:
@@ -69,8 +81,9 @@ class Notifier:
             raise InputError(f"unknown notify target {target!r} (hermes.yaml notify.targets: {known})")
         return expand(targets[target], self._env())
 
-    def send(self, targets: list[str], title: str, body: str) -> list[Delivery]:
-        """Send to each target separately so one failure never hides another's result."""
+    def send(self, targets: list[str], title: str, body: str, attach: list[Path] | None = None) -> list[Delivery]:
+        """Send to each target separately so one failure never hides another's result; `attach`:
+        files for the targets that carry attachments (see `deliver`)."""
         import apprise
 
         results = []
@@ -80,7 +93,7 @@ class Notifier:
             except InputError as exc:
                 results.append(Delivery(name, False, exc.reason))
                 continue
-            results.append(deliver(apprise, name, url, title, body))
+            results.append(deliver(apprise, name, url, title, body, attach))
         return results
 
     def send_url(self, url: str, title: str, body: str, shown: str) -> Delivery:

@@ -317,3 +317,33 @@ gateway:
     replies = env.wait_for(ME, 3, timeout=0)
     assert sorted(r.text.strip() for r in replies) == ["re: first", "re: second", "re: third"]
     assert not any("forged" in str(r["messages"][-1]["content"]) for r in model_server.requests)
+
+
+def pdf_then_send(body):
+    """The model writes a PDF report, sends it, then answers (the tool results drive each step)."""
+    import re
+
+    last_user = max(i for i, m in enumerate(body["messages"]) if m["role"] == "user")
+    tools = [m["content"] for m in body["messages"][last_user:] if m["role"] == "tool"]
+    if not tools:
+        return {"tool_calls": [("write_pdf", {"markdown": "# Summary\n\n- all **good**", "filename": "summary"})]}
+    if len(tools) == 1:
+        return {"tool_calls": [("send_file", {"path": re.search(r"wrote (\S+)", tools[0]).group(1)})]}
+    return {"content": "The summary is attached."}
+
+
+def test_a_file_the_agent_sends_is_an_attachment_of_the_reply(gateway, env, keys, model_server, agent_vault):
+    model_server.responder = pdf_then_send
+    gw = gateway()
+    send(env, keys, mail(subject="Report", body="Summarise it as a PDF"))
+    reply = env.wait_for(ME, 1)[0].obj  # read back from Dovecot
+    assert reply.get_content_type() == "multipart/mixed"
+    parts = [p for p in reply.walk() if not p.is_multipart()]
+    assert [p.get_content_type() for p in parts] == ["text/plain", "text/html", "application/pdf"]
+    assert parts[0].get_payload(decode=True).decode().strip() == "The summary is attached."
+    pdf = parts[2]
+    assert pdf.get_filename() == "summary.pdf" and pdf.get_content_disposition() == "attachment"
+    assert pdf.get_payload(decode=True).startswith(b"%PDF-")
+    assert wait_for(lambda: gw.wait_idle(5), 30)
+    assert env.wait_for(ME, 2, timeout=2)[1:] == []  # one mail, not one per file
+    assert not any((agent_vault.state_dir / "outbox").rglob("*.pdf"))  # the staged copy went once sent

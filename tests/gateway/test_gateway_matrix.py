@@ -381,3 +381,40 @@ def test_an_encrypted_room_is_named_in_gateway_status_with_the_reason(world, age
         assert "nothing there is read or answered" in line
     finally:
         d.stop()
+
+
+def pdf_then_send(body):
+    """The model writes a PDF report, sends it, then answers (the tool results drive each step)."""
+    import re
+
+    last_user = max(i for i, m in enumerate(body["messages"]) if m["role"] == "user")
+    tools = [m["content"] for m in body["messages"][last_user:] if m["role"] == "tool"]
+    if not tools:
+        return {"tool_calls": [("write_pdf", {"markdown": "# Summary\n\n- all **good**", "filename": "summary"})]}
+    if len(tools) == 1:
+        return {"tool_calls": [("send_file", {"path": re.search(r"wrote (\S+)", tools[0]).group(1),
+                                              "caption": "the summary"})]}
+    return {"content": "Here is the summary."}
+
+
+def test_a_file_the_agent_sends_is_uploaded_and_arrives_as_m_file_after_the_answer(world):
+    world.model_server.responder = pdf_then_send
+    world.configure(allow=[world.uid("me")])
+    me = world.person("me")
+    gw = world.start()
+    room = me.dm(world.bot)
+    assert joined(world, me, room)
+    asked = me.say(room, "summarise it as a PDF")
+    got = me.wait_messages(2, room=room)
+    assert [e["content"]["msgtype"] for e in got] == ["m.text", "m.file"]
+    assert got[0]["content"]["body"] == "Here is the summary."
+    file = got[1]["content"]
+    assert file["body"] == "the summary" and file["filename"] == "summary.pdf"
+    assert file["info"]["mimetype"] == "application/pdf" and file["url"].startswith("mxc://test.local/")
+    assert file["m.relates_to"]["m.in_reply_to"]["event_id"] == asked
+    downloaded = me.run(me.client.download(mxc=file["url"]))
+    assert downloaded.body.startswith(b"%PDF-") and len(downloaded.body) == file["info"]["size"]
+    assert gw.wait_idle(30)
+    gw.stop()
+    result = next(p for p in (world.vault.root / "outputs" / "requests").glob("*.md"))
+    assert "file_deliveries:" in result.read_text() and "state: delivered" in result.read_text()

@@ -304,3 +304,39 @@ def test_gateway_test_and_doctor_use_the_token(world, run_cli):
     assert r.returncode == 1 and "token was refused" in r.stderr, r.stdout + r.stderr
     r = run_cli("--vault", str(world.vault.root), "doctor", "--no-model")
     assert "BAD gateway telegram: the bot token was refused" in r.stdout, r.stdout
+
+
+def pdf_then_send(body):
+    """The model writes a PDF report, sends it, then answers (the tool results drive each step)."""
+    import re
+
+    last_user = max(i for i, m in enumerate(body["messages"]) if m["role"] == "user")
+    tools = [m["content"] for m in body["messages"][last_user:] if m["role"] == "tool"]
+    if not tools:
+        return {"tool_calls": [("write_pdf", {"markdown": "# Summary\n\n- all **good**", "filename": "summary"})]}
+    if len(tools) == 1:
+        return {"tool_calls": [("send_file", {"path": re.search(r"wrote (\S+)", tools[0]).group(1),
+                                              "caption": "the summary"})]}
+    return {"content": "Here is the summary."}
+
+
+def test_a_file_the_agent_sends_arrives_as_a_document_after_the_answer(world, monkeypatch):
+    world.configure(allow=[ME])
+    world.model_server.responder = pdf_then_send
+    gw = world.start()
+    asked = world.emu.say(ME, "summarise it as a PDF")
+    text, doc = world.emu.wait_sent(2, chat_id=ME)
+    assert text.visible == "Here is the summary." and text.document is None
+    assert doc.filename == "summary.pdf" and doc.document.startswith(b"%PDF-") and doc.visible == "the summary"
+    assert doc.reply_to == asked
+    assert gw.wait_idle(30)
+    # a file over what the platform takes is not uploaded: the answer says so
+    from hermes_fs.service.gateway.telegram import TelegramChannel
+
+    monkeypatch.setattr(TelegramChannel, "max_file_bytes", 100)
+    world.emu.say(ME, "again")
+    assert wait_for(lambda: len([s for s in world.emu.sent if s.chat_id == ME]) >= 3, 60)
+    assert gw.wait_idle(30)
+    mine = [s for s in world.emu.sent if s.chat_id == ME]
+    assert len(mine) == 3 and "summary.pdf was not sent" in mine[2].visible and "over the 100 bytes telegram takes" \
+        in mine[2].visible

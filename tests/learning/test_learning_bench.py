@@ -69,7 +69,7 @@ def oracle(cases, learn=True, plant_traps=False, garbage=False):
 def run(cases, mode="structured", **kw):
     server = ModelServer(responder=oracle(cases, **kw))
     try:
-        s = le.Settings("openai/test-model", server.api_base, "HERMES_TEST_KEY", mode, timeout_s=60)
+        s = le.Settings("openai/test-model", server.api_base, "HERMES_TEST_KEY", mode, timeout_s=60, samples=0)
         return le.evaluate(s, cases, progress=lambda line: None)
     finally:
         server.close()
@@ -151,7 +151,7 @@ def test_command_line_writes_json(tmp_path):
     try:
         out = tmp_path / "r.json"
         p = subprocess.run([sys.executable, str(BENCH / "learning_eval.py"), "--model", "openai/test-model",
-                            "--api-base", server.api_base, "--cases", "1,no-sudo", "--mode", "structured",
+                            "--api-base", server.api_base, "--cases", "1,no-sudo", "--mode", "structured", "--samples", "0",
                             "--out", str(out)], capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr
         data = json.loads(out.read_text())

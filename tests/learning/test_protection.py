@@ -52,7 +52,7 @@ def test_person_entry_survives_an_unevidenced_change_under_every_policy(person_e
     v = person_entry
     sid = _session(v, model_server, tmp_path, "Please list the files in this folder. I like short answers.")
     _structured(model_server, [edit])
-    out = refine(v, RefineOptions(session=sid, policy=policy, mode="structured"))
+    out = refine(v, RefineOptions(session=sid, policy=policy, mode="structured", samples=0))
     assert out.status == "nothing", out.line()  # the only change was taken out: a quiet, valid result
     assert "kept 1 entry a person wrote" in out.reason
     assert TABS in (v.root / USER).read_text()
@@ -90,7 +90,7 @@ def test_removal_with_a_verbatim_quote_goes_through_and_waits_for_review(person_
         _tools(model_server, [("memory", {"action": "replace", "file": "USER.md", "old_text": "tabs, never",
                                           "text": "Indents with four spaces."})],
                f"Summary: indentation is now four spaces\n- memory/USER.md: tabs -> spaces (because {reason})")
-    out = refine(v, RefineOptions(session=sid, policy="auto", mode=mode))
+    out = refine(v, RefineOptions(session=sid, policy="auto", mode=mode, samples=0))
     # the auto policy never merges a rewrite of a person's entry: it waits, with the evidence shown
     assert out.status == "pending" and "entries a person wrote" in out.reason, out.line()
     assert TABS in (v.root / USER).read_text()
@@ -109,7 +109,7 @@ def test_a_quote_not_in_the_persons_words_is_no_evidence(person_entry, model_ser
                                 "reason": 'the user said: "I now prefer spaces over tabs"'},
                                {"action": "replace", "file": "USER.md", "text": "Talks about indentation and tabs.",
                                 "old_text": "Prefers concise answers", "reason": 'the assistant said "Noted."'}])
-    out = refine(v, RefineOptions(session=sid, policy="review", mode="structured"))
+    out = refine(v, RefineOptions(session=sid, policy="review", mode="structured", samples=0))
     assert out.status == "nothing" and "kept 2 entries a person wrote" in out.reason, out.line()
 
 
@@ -120,7 +120,7 @@ def test_the_agents_own_entry_may_be_replaced_with_a_reason(person_entry, model_
     sid = _session(v, model_server, tmp_path, "I moved to neovim last month.")
     _structured(model_server, [{"action": "replace", "file": "USER.md", "reason": "the user moved to neovim",
                                 "text": "Uses neovim.", "old_text": "Uses vim."}], summary="editor is now neovim")
-    out = refine(v, RefineOptions(session=sid, policy="auto", mode="structured"))
+    out = refine(v, RefineOptions(session=sid, policy="auto", mode="structured", samples=0))
     assert out.status == "merged", out.line()
     text = (v.root / USER).read_text()
     assert "- Uses neovim." in text and "Uses vim." not in text and TABS in text
@@ -144,7 +144,7 @@ def test_structured_entries_must_stand_on_the_conversation(agent_vault, model_se
          "text": "Prefers concise answers; shows commands and code rather than describing them."},
         {"action": "add", "file": "MEMORY.md", "reason": "the user said: I never use sudo on this box",
          "text": "Never uses sudo; installs with pipx.", "old_text": ""}], summary="no sudo")
-    out = refine(v, RefineOptions(session=sid, mode="structured"))
+    out = refine(v, RefineOptions(session=sid, mode="structured", samples=0))
     assert out.status == "pending" and out.files == [USER], out.line()
     after = v.git.read_file(out.branch, USER).decode()
     assert "- Never uses sudo; installs with pipx." in after and "pirate" not in after

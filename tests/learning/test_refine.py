@@ -380,11 +380,11 @@ def test_structured_entry_without_a_reason_is_sent_back(agent_vault, model_serve
     fixed = {"memory": [{**bare["memory"][0], "reason": "the user said: I always use tabs, not spaces"}],
              "skills": [], "summary": ""}
     model_server.add({"content": json.dumps(bare)}, {"content": json.dumps(fixed)})
-    r = refine(agent_vault, RefineOptions(mode="structured"))
+    r = refine(agent_vault, RefineOptions(mode="structured", samples=0))
     assert "gives no reason" in model_server.requests[-1]["messages"][-1]["content"]
     info = agent_vault.git.commit_info(r.branch)
     # no summary given: the title is what was learned, not a file name
     assert info.summary == "learn: Prefers tabs." and "update memory" not in info.summary
     assert "(because the user said: I always use tabs, not spaces)" in info.body
     model_server.add({"content": json.dumps(bare)}, {"content": json.dumps(bare)}, {"content": json.dumps(bare)})
-    assert refine(agent_vault, RefineOptions(mode="structured")).status == "nothing"
+    assert refine(agent_vault, RefineOptions(mode="structured", samples=0)).status == "nothing"

@@ -44,7 +44,7 @@ def learn_skill(name, content="", action="create", file=""):
 
 def structured(vault):
     (vault.root / "hermes.yaml").write_text((vault.root / "hermes.yaml").read_text()
-                                            + "refine:\n  mode: structured\nlearn:\n  mode: structured\n")
+                                            + "refine:\n  mode: structured\n  samples: 0\nlearn:\n  mode: structured\n")
     vault.git.commit_paths(["hermes.yaml"], "test: structured mode", Act.person())
     vault._config = None
 
@@ -71,7 +71,7 @@ def test_document_becomes_the_same_branch_as_tool_edits(agent_vault, model_serve
 
 def test_nothing_to_change(agent_vault, model_server, session):  # noqa: F811
     model_server.add({"content": doc(summary="nothing to change")})
-    result = refine(agent_vault, RefineOptions(mode="structured"))
+    result = refine(agent_vault, RefineOptions(mode="structured", samples=0))
     assert result.status == "nothing", result.reason
 
 
@@ -80,7 +80,7 @@ def test_nothing_to_change(agent_vault, model_server, session):  # noqa: F811
 def test_garbage_answers_fail_clearly_and_leave_nothing(agent_vault, model_server, session, garbage):  # noqa: F811
     model_server.add(*[{"content": garbage}] * 3)
     heads = git_heads(agent_vault)
-    result = refine(agent_vault, RefineOptions(mode="structured"))
+    result = refine(agent_vault, RefineOptions(mode="structured", samples=0))
     assert result.status == "failed"
     assert "structured mode: the model's answer is not a valid ReviewDocument after 3 tries" in result.reason
     assert git_heads(agent_vault) == heads  # no branch
@@ -94,7 +94,7 @@ def git_heads(vault):
 
 def test_invalid_then_valid_is_applied(agent_vault, model_server, session):  # noqa: F811
     model_server.add({"content": "I think the user likes tabs."}, {"content": doc([mem("Prefers tabs.")])})
-    result = refine(agent_vault, RefineOptions(mode="structured"))
+    result = refine(agent_vault, RefineOptions(mode="structured", samples=0))
     assert result.status == "pending", result.reason
     assert b"- Prefers tabs." in agent_vault.git.read_file(result.branch, USER)
 
@@ -102,7 +102,7 @@ def test_invalid_then_valid_is_applied(agent_vault, model_server, session):  # n
 def test_refused_entries_go_back_and_the_correction_replaces_them(agent_vault, model_server, session):  # noqa: F811
     bad = doc([mem("Prefers tabs.", action="replace", old_text="no such entry"), mem("Ships on Fridays.")])
     model_server.add({"content": bad}, {"content": doc([mem("Prefers tabs.")])})
-    result = refine(agent_vault, RefineOptions(mode="structured"))
+    result = refine(agent_vault, RefineOptions(mode="structured", samples=0))
     assert result.status == "pending", result.reason
     text = agent_vault.git.read_file(result.branch, USER).decode()
     assert "- Prefers tabs." in text and "Fridays" not in text  # the correction replaced the first document
@@ -115,7 +115,7 @@ def test_checks_refuse_and_the_model_fixes(agent_vault, model_server, session): 
     bad_skill = skill("deploy-fly", "---\nname: deploy-fly\ndescription: ''\n---\nbody\n")
     model_server.add({"content": doc([mem("Prefers tabs.")], [bad_skill])},
                      {"content": doc([mem("Prefers tabs.")], [skill("deploy-fly", SKILL)])})
-    result = refine(agent_vault, RefineOptions(mode="structured"))
+    result = refine(agent_vault, RefineOptions(mode="structured", samples=0))
     assert result.status == "pending", result.reason
     assert "skills/deploy-fly/SKILL.md" in result.files
     assert len(model_server.requests) >= 3
@@ -125,7 +125,7 @@ def test_a_secret_or_a_path_outside_memory_never_lands(agent_vault, model_server
     key = "sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
     evil = doc([mem(f"The API key is {key}"), mem("x", file="../../hermes.yaml")])
     model_server.add(*[{"content": evil}] * 3)
-    result = refine(agent_vault, RefineOptions(mode="structured"))
+    result = refine(agent_vault, RefineOptions(mode="structured", samples=0))
     assert result.status == "nothing", result.reason  # both refused, three times: nothing applied
     assert key not in json.dumps(model_server.requests[-1]["messages"][-1])
 
@@ -133,7 +133,7 @@ def test_a_secret_or_a_path_outside_memory_never_lands(agent_vault, model_server
 def test_duplicate_skill_guard_is_the_same(agent_vault, model_server, session):  # noqa: F811
     twin = SKILL.replace("deploy-fly", "writing-skills")
     model_server.add(*[{"content": doc(skills=[skill("writing-skills", twin)])}] * 3)
-    result = refine(agent_vault, RefineOptions(mode="structured"))
+    result = refine(agent_vault, RefineOptions(mode="structured", samples=0))
     assert result.status == "nothing"
     assert "nearly duplicates the existing skill 'writing-skills'" in model_server.requests[-1]["messages"][-1]["content"] \
         or "already exists" in model_server.requests[-1]["messages"][-1]["content"]

@@ -94,6 +94,8 @@ def _alive(pid: int) -> bool:
 
 
 class DockerSandbox:
+    mount = "/workspace"  # where commands see the workspace (tools translate it back)
+
     def __init__(self, config: SandboxConfig, workspace: Path, session_id: str):
         self.config = config
         from ..boundary import is_unsafe_workspace

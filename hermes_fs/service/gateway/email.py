@@ -44,6 +44,7 @@ from .render import html_document, render
 log = logging.getLogger("hermes_fs.gateway.email")
 
 PLATFORM = "email"
+MAX_ATTACHMENT_BYTES = 18_000_000  # all files of one reply: ~24 MB once base64-encoded, under common 25 MB caps
 LEARN_TYPES = {".md": "text", ".markdown": "text", ".txt": "text", ".html": "html", ".htm": "html", ".pdf": "pdf"}
 MAX_PARTS = 100  # MIME parts looked at in one mail; the rest is refused by count
 MAX_TEXT_CHARS = 100_000  # of the person's message (the mail's text part)
@@ -463,6 +464,8 @@ class EmailChannel(ChannelBase):
 
     name = PLATFORM
     Settings = EmailSettings
+    max_file_bytes = MAX_ATTACHMENT_BYTES
+    files_in_reply = True  # one reply, its files attached
 
     def __init__(self, vault: Vault, config: EmailSettings, dns: DnsFunc | None = None,
                  secrets: dict[str, str] | None = None):
@@ -757,6 +760,10 @@ class EmailChannel(ChannelBase):
         text = reply.text or "(no answer)"
         msg.set_content(text)
         msg.add_alternative(html_document(render(text).html), subtype="html")  # multipart/alternative
+        for f in reply.files:  # the agent's files: attachments of the reply (multipart/mixed)
+            maintype, _, subtype = f.mime.partition("/")
+            msg.add_attachment(f.path.read_bytes(), maintype=maintype or "application",
+                               subtype=subtype or "octet-stream", filename=f.name)
         return msg
 
     def _smtp(self) -> smtplib.SMTP:

@@ -39,6 +39,7 @@ PLATFORM = "matrix"
 SYNC_TIMEOUT_MS = 30_000
 MAX_BODY_BYTES = 32_000  # a Matrix event is at most 64 KiB; a longer reply is cut with a note
 MAX_EVENT_TEXT = 60_000  # body + formatted_body; past this the reply goes as plain text only
+MAX_UPLOAD_BYTES = 50 * 1024 * 1024  # Synapse's default max_upload_size; a smaller server's limit refuses (M_TOO_LARGE)
 MATRIX_FORMAT = "org.matrix.custom.html"  # formatted_body's format
 CONTEXT_LINES = 10  # a shared room's recent lines kept (in the ledger) for untrusted context
 ROOT_CHARS = 2_000  # of a thread's root message, given with the thread's first request
@@ -100,10 +101,23 @@ def reply_content(reply: Outbound) -> dict[str, Any]:
     return content
 
 
+def file_content(reply: Outbound, uri: str) -> dict[str, Any]:
+    """The m.file event of an uploaded file: the caption (or the name) as `body`, the file's own
+    name in `filename`, in the same thread and as a reply to the message, like the answer."""
+    f = reply.files[0]
+    content: dict[str, Any] = {"msgtype": "m.file", "body": reply.text or f.name, "filename": f.name, "url": uri,
+                               "info": {"mimetype": f.mime, "size": f.size}}
+    relates = reply_content(Outbound(reply.origin, "", reply.reply_id)).get("m.relates_to")
+    if relates:
+        content["m.relates_to"] = relates
+    return content
+
+
 class MatrixChannel(AsyncChannel):
     name = PLATFORM
     Settings = MatrixSettings
     idempotent_send = True  # the request id is the transaction id, on a device kept across restarts
+    max_file_bytes = MAX_UPLOAD_BYTES
 
     def __init__(self, vault: Vault, settings: MatrixSettings):
         super().__init__(vault, settings)
@@ -163,6 +177,13 @@ class MatrixChannel(AsyncChannel):
 
     def send(self, reply: Outbound) -> str:
         return self.in_loop(self._send(reply))
+
+    def send_file(self, reply: Outbound) -> str:
+        return self.in_loop(self._send_file(reply), 300)
+
+    def should_retry(self, exc: Exception) -> bool:
+        """An upload the homeserver refuses as too large is refused again."""
+        return "M_TOO_LARGE" not in str(exc)
 
     def check(self) -> str:
         """`gateway test matrix` / `doctor`: log in (a device of its own, logged out again) and whoami."""
@@ -448,6 +469,22 @@ class MatrixChannel(AsyncChannel):
         named = ", ".join(rooms[:3]) + (f" and {len(rooms) - 3} more" if len(rooms) > 3 else "")
         return f"ignoring {len(rooms)} room(s), {ENCRYPTED_REASON}: {named}"
 
+    async def _send_file(self, reply: Outbound) -> str:
+        """Upload to the media repository, then an m.file event pointing at it, with the request's
+        file delivery id as the transaction id (a resend after a crash is one event; at worst the
+        upload is repeated, unseen)."""
+        f = reply.files[0]
+        with open(f.path, "rb") as data:
+            upload, _ = await self.client.upload(data, content_type=f.mime, filename=f.name, filesize=f.size)
+        uri = getattr(upload, "content_uri", None)
+        if not uri:
+            raise HermesError(f"the homeserver refused the upload: {getattr(upload, 'message', upload)}")
+        resp = await self.client.room_send(reply.origin.chat, "m.room.message", file_content(reply, uri),
+                                           tx_id=reply.reply_id, ignore_unverified_devices=True)
+        if not hasattr(resp, "event_id"):
+            raise HermesError(f"the homeserver refused the file: {getattr(resp, 'message', resp)}")
+        return resp.event_id
+
     async def _send(self, reply: Outbound) -> str:
         o = reply.origin
         content = reply_content(reply)
@@ -458,4 +495,4 @@ class MatrixChannel(AsyncChannel):
         return resp.event_id
 
 
-__all__ = ["MatrixChannel", "reply_content", "strip_reply_fallback"]
+__all__ = ["MatrixChannel", "file_content", "reply_content", "strip_reply_fallback"]

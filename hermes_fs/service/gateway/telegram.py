@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 PLATFORM = "telegram"
 POLL_S = 25  # long polling: Telegram holds getUpdates this long when there is nothing new
 MAX_SOURCE = 3800  # characters of a reply's Markdown sent; a message holds 4096 after formatting
+MAX_DOCUMENT_BYTES = 50_000_000  # sendDocument: "files of any type of up to 50 MB" from a bot
+MAX_CAPTION = 1024  # a document's caption, in characters
 CONTEXT_LINES = 10  # a group's recent lines kept (in the ledger) for untrusted context
 USER_ID = re.compile(r"[1-9]\d{0,19}")
 
@@ -92,6 +94,7 @@ class TelegramChannel(AsyncChannel):
     name = PLATFORM
     Settings = TelegramSettings
     idempotent_send = False  # the Bot API has no idempotency key: a send cut short is not repeated
+    max_file_bytes = MAX_DOCUMENT_BYTES
 
     def __init__(self, vault: Vault, settings: TelegramSettings):
         super().__init__(vault, settings)
@@ -159,6 +162,10 @@ class TelegramChannel(AsyncChannel):
 
     def send(self, reply: Outbound) -> str:
         return self.in_loop(self._send(reply))
+
+    def send_file(self, reply: Outbound) -> str:
+        """One file as a document (`sendDocument`, a multipart upload), a reply to the message."""
+        return self.in_loop(self._send_document(reply), 300)
 
     def check(self) -> str:
         """`gateway test telegram` / `doctor`: the token works (getMe)."""
@@ -301,16 +308,10 @@ class TelegramChannel(AsyncChannel):
         return re.sub(r"^/start\b", "/help", text), ours  # Telegram's first message to a bot asks what it does
 
     async def _send(self, reply: Outbound) -> str:
-        from telegram import ReplyParameters
         from telegram.error import BadRequest
 
-        o = reply.origin
         source = cut(reply.text)
-        kwargs: dict[str, Any] = {"chat_id": int(o.chat)}
-        if o.thread:
-            kwargs["message_thread_id"] = int(o.thread)
-        if o.message.isdigit():  # a reply to the message (notes such as an automatic review are not)
-            kwargs["reply_parameters"] = ReplyParameters(message_id=int(o.message), allow_sending_without_reply=True)
+        kwargs = _reply_kwargs(reply.origin)
         try:
             sent = await self.bot.send_message(text=inline_html(source) or html.escape(source), parse_mode="HTML",
                                                **kwargs)
@@ -319,6 +320,15 @@ class TelegramChannel(AsyncChannel):
                 raise
             log.warning("telegram: the reply's formatting was refused (%s); sent as plain text", exc)
             sent = await self.bot.send_message(text=source, **kwargs)
+        return str(sent.message_id)
+
+    async def _send_document(self, reply: Outbound) -> str:
+        f = reply.files[0]
+        kwargs = _reply_kwargs(reply.origin)
+        caption = reply.text[:MAX_CAPTION] if reply.text else None  # plain text: never refused for its markup
+        with open(f.path, "rb") as data:
+            sent = await self.bot.send_document(document=data, filename=f.name, caption=caption,
+                                                read_timeout=120, write_timeout=120, **kwargs)
         return str(sent.message_id)
 
     async def _check(self) -> str:
@@ -333,6 +343,19 @@ class TelegramChannel(AsyncChannel):
             raise HermesError("the bot token was refused (InvalidToken): check it with BotFather") from None
         except NetworkError as exc:
             raise HermesError(f"cannot reach {self.settings.api_base}: {exc}") from None
+
+
+def _reply_kwargs(o: Origin) -> dict[str, Any]:
+    """Where a reply goes: the chat, its topic, and as a reply to the message (notes such as an
+    automatic review answer no message)."""
+    from telegram import ReplyParameters
+
+    kwargs: dict[str, Any] = {"chat_id": int(o.chat)}
+    if o.thread:
+        kwargs["message_thread_id"] = int(o.thread)
+    if o.message.isdigit():
+        kwargs["reply_parameters"] = ReplyParameters(message_id=int(o.message), allow_sending_without_reply=True)
+    return kwargs
 
 
 @cache
