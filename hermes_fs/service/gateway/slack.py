@@ -292,7 +292,8 @@ class SlackChannel(AsyncChannel):
     # -- envelopes --------------------------------------------------------------------------------
     async def _on_frame(self, client: Any, frame: dict, raw: str | None) -> None:
         """Every frame of the socket, in arrival order: queued for `_consume` (which acknowledges
-        each envelope once its message is durable). Never suspends, so the order is kept."""
+        each envelope once its message is durable). It queues before it could suspend, so the
+        envelopes keep Slack's order."""
         kind = frame.get("type") if isinstance(frame, dict) else None
         if kind == "hello":
             self.hello.set()
