@@ -191,6 +191,22 @@ class Person:
         assert hasattr(resp, "event_id"), resp
         return resp.event_id
 
+    def send_audio(self, room_id: str, data: bytes, duration_ms: int, mimetype: str = "audio/ogg",
+                   filename: str = "voice-message.ogg", caption: str | None = None) -> str:
+        """A voice message as Element sends one: the file uploaded to the media repository, then an
+        m.audio event pointing at it (with MSC3245's voice marker)."""
+        import io
+
+        upload, _ = self.run(self.client.upload(io.BytesIO(data), content_type=mimetype, filename=filename,
+                                                filesize=len(data)))
+        assert hasattr(upload, "content_uri"), upload
+        content = {"msgtype": "m.audio", "body": caption or filename, "url": upload.content_uri,
+                   "info": {"mimetype": mimetype, "size": len(data), "duration": duration_ms},
+                   "org.matrix.msc1767.audio": {"duration": duration_ms}, "org.matrix.msc3245.voice": {}}
+        if caption:
+            content["filename"] = filename
+        return self.say(room_id, "", content=content)
+
     def members(self, room_id: str) -> list[str]:
         resp = self.run(self.client.joined_members(room_id))
         return [m.user_id for m in getattr(resp, "members", [])]

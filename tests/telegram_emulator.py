@@ -2,7 +2,8 @@
 
 Built from https://core.telegram.org/bots/api (Bot API 7.x/8.x: "Making requests", "Getting
 updates", `getMe`, `getUpdates`, `sendMessage`, "Formatting options" / "HTML style",
-`ReplyParameters`, `sendChatAction`, `getFile`, `sendDocument`, `deleteWebhook`, "Responses" with
+`ReplyParameters`, `sendChatAction`, `getFile` (with its 20 MB limit), `sendDocument`, the `Voice` and
+`Audio` objects of a message, `deleteWebhook`, "Responses" with
 `ok`, `error_code`, `description` and `parameters.retry_after`) and its example payloads. It
 answers what a bot sends to `https://api.telegram.org/bot<token>/<method>` and serves files at
 `/file/bot<token>/<file_path>`, so the real `python-telegram-bot` library can be pointed at it
@@ -37,6 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 MAX_TEXT = 4096  # characters of a message's text after entities parsing
+MAX_DOWNLOAD = 20 * 1024 * 1024  # getFile: "bots can download files of up to 20MB in size"
 MAX_UPLOAD = 50 * 1000 * 1000  # sendDocument: "files of any type of up to 50 MB" (multipart upload)
 # "Formatting options" -> "HTML style": the tags Telegram accepts, and the attributes each may have
 TAGS: dict[str, set[str]] = {
@@ -212,6 +214,22 @@ class TelegramEmulator:
             self._queue({"message": message})
         return mid
 
+    def say_voice(self, user_id: int, audio: bytes, duration: int, chat_id: int | None = None, kind: str = "voice",
+                  caption: str | None = None, reply_to: int | None = None, file_size: int | None = None,
+                  file_name: str = "speech.m4a", mime_type: str | None = None) -> int:
+        """A person's voice note (`kind` "voice": OGG/Opus, as Telegram's apps record them) or audio
+        file ("audio", with its file name); `file_size` overrides the size the update declares."""
+        file_id = self.add_file(audio, "voice.ogg" if kind == "voice" else file_name)
+        media: dict[str, Any] = {"file_id": file_id, "file_unique_id": f"U{file_id}", "duration": duration,
+                                 "mime_type": mime_type or ("audio/ogg" if kind == "voice" else "audio/mp4"),
+                                 "file_size": len(audio) if file_size is None else file_size}
+        if kind == "audio":
+            media["file_name"] = file_name
+        extra: dict[str, Any] = {kind: media}
+        if caption is not None:
+            extra["caption"] = caption
+        return self.say(user_id, None, chat_id=chat_id, reply_to=reply_to, extra=extra)
+
     def raw_update(self, update: dict) -> int:
         """An update exactly as given (plus its update_id): malformed ones for the bad-input tests."""
         with self.lock:
@@ -334,6 +352,8 @@ class TelegramEmulator:
         if file_id not in self.files:
             raise ApiError(400, "Bad Request: invalid file_id")
         path, content = self.files[file_id]
+        if len(content) > MAX_DOWNLOAD:  # "the maximum file size to download is 20 MB"
+            raise ApiError(400, "Bad Request: file is too big")
         return {"file_id": file_id, "file_unique_id": f"U{file_id}", "file_size": len(content), "file_path": path}
 
     def add_file(self, content: bytes, name: str) -> str:
@@ -398,8 +418,9 @@ class TelegramEmulator:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length) if length else b""
                 prefix = f"/file/bot{emulator.token}/"
-                if path.path.startswith(prefix):
-                    return self._file(path.path[len(prefix):])
+                file_url = urllib.parse.unquote(path.path)  # clients percent-encode the token's colon
+                if file_url.startswith(prefix):
+                    return self._file(file_url[len(prefix):])
                 m = re.fullmatch(r"/bot([^/]+)/(\w+)", path.path)
                 if not m:
                     return self._json(404, {"ok": False, "error_code": 404, "description": "Not Found"})

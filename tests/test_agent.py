@@ -5,7 +5,7 @@ from conftest import git
 
 from hermes_fs.agent.conversation import Conversation, ConversationOptions
 from hermes_fs.agent.model import ModelError
-from hermes_fs.agent.tools import SCHEMAS
+from hermes_fs.agent.tools import SCHEMAS, SENDING_TOOLS
 from hermes_fs.mind.sessions import Transcript
 
 
@@ -26,7 +26,8 @@ def test_answer_and_what_the_model_was_sent(agent_vault, model_server, tmp_path)
     assert "Dates in memory are absolute" in system["content"]  # MEMORY.md
     assert "- writing-skills:" in system["content"] and "- reviewing-learned-changes:" in system["content"]
     assert req["messages"][-1] == {"role": "user", "content": "Hi, who are you?"}
-    assert sorted(t["function"]["name"] for t in req["tools"]) == sorted([*SCHEMAS, "delegate"])  # delegate: max_depth 1
+    # delegate: max_depth 1; send_file only where the answer carries files (a chat)
+    assert sorted(t["function"]["name"] for t in req["tools"]) == sorted([*(set(SCHEMAS) - SENDING_TOOLS), "delegate"])
 
 
 def test_memory_tool_writes_and_commits_with_session_trailer(agent_vault, model_server, tmp_path):

@@ -53,6 +53,7 @@ class ConversationOptions:
     tools: list[str] | None = None  # only these of the agent's tools (a sub-agent's subset); None: all
     parent: str | None = None  # the session that delegated this one (a sub-agent's)
     send_files: bool = False  # offer send_file: the answer goes somewhere that carries files (a chat)
+    destinations: tuple[str, ...] = ()  # gateway.destinations this session's sender may send files to
 
 
 def describe_call(name: str, arguments: str) -> str:
@@ -90,6 +91,7 @@ class Conversation:
         if self.options.send_files:
             self.tools.outbox = vault.state_dir / OUTBOX_DIR / self.transcript.id
             self.tools.enabled.append("send_file")
+            self.tools.destinations = self.options.destinations
         if self.options.tools is not None:  # a sub-agent: never more than its parent chose for it
             self.tools.enabled = [t for t in self.tools.enabled if t in self.options.tools]
         if self.options.parent:

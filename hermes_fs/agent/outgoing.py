@@ -13,6 +13,7 @@ a restart of the daemon, so a reply's files are delivered exactly once like its 
 
 from __future__ import annotations
 
+import dataclasses
 import mimetypes
 import os
 import re
@@ -44,6 +45,7 @@ class OutgoingFile:
     size: int
     mime: str = "application/octet-stream"
     caption: str = ""
+    to: tuple[str, ...] = ()  # named destinations (gateway.destinations) instead of this chat; () = this chat
 
     def to_meta(self, outbox: Path) -> dict[str, Any]:
         """The file as a result's frontmatter records it (its staged copy relative to the outbox)."""
@@ -54,6 +56,8 @@ class OutgoingFile:
         meta: dict[str, Any] = {"name": self.name, "size": self.size, "mime": self.mime, "staged": staged}
         if self.caption:
             meta["caption"] = self.caption
+        if self.to:
+            meta["to"] = list(self.to)
         return meta
 
     @classmethod
@@ -70,9 +74,10 @@ class OutgoingFile:
         path = Path(os.path.realpath(root / staged))
         if not path.is_relative_to(root) or path == root:
             return None
-        mime, caption = meta.get("mime"), meta.get("caption")
+        mime, caption, to = meta.get("mime"), meta.get("caption"), meta.get("to")
+        names = tuple(t for t in to if isinstance(t, str)) if isinstance(to, list) else ()
         return cls(path, safe_name(name), size, mime if isinstance(mime, str) else "application/octet-stream",
-                   caption if isinstance(caption, str) else "")
+                   caption if isinstance(caption, str) else "", names)
 
 
 def files_meta(files: list[OutgoingFile], outbox: Path) -> list[dict[str, Any]]:
@@ -183,6 +188,14 @@ def stage(real: Path, outbox: Path, caption: str = "", name: str | None = None) 
         out.write(data)
     mime = mimetypes.guess_type(shown)[0] or "application/octet-stream"
     return OutgoingFile(target, shown, len(data), mime, caption.strip()[:1000])
+
+
+def copy_of(file: OutgoingFile) -> OutgoingFile:
+    """Another staged copy (a folder of its own): each delivery owns the copy it discards."""
+    folder = file.path.parent.parent / uuid.uuid4().hex[:12]
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(file.path, folder / file.path.name)
+    return dataclasses.replace(file, path=folder / file.path.name)
 
 
 def _looks_text(data: bytes) -> bool:

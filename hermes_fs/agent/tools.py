@@ -8,6 +8,8 @@ a refine overlay) and, in a live session, a Committer that commits them on main.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,7 +80,9 @@ SCHEMAS = {
     "send_file": _schema("send_file", "Send a file to the person with your answer (a file in the workspace, or under "
                          "the vault's outputs/).", {
         "path": _s("the file: an absolute path in the workspace (/workspace/... in the sandbox), or outputs/..."),
-        "caption": _s("a short line shown with the file (optional)")}, ["path"]),
+        "caption": _s("a short line shown with the file (optional)"),
+        "to": {"type": "array", "items": {"type": "string"},
+               "description": "send it to these named destinations instead of this chat (optional)"}}, ["path"]),
     "write_pdf": _schema("write_pdf", "Write Markdown as a formatted PDF report in the workspace's outputs/ folder "
                          "(then send_file it, if the person should get it).", {
         "markdown": _s("the report's Markdown (headings, lists, tables, code; images are named, not embedded)"),
@@ -165,10 +169,24 @@ class ToolBox:
     delegator: Callable[[object], str] | None = None  # the `delegate` tool (a Conversation above max_depth)
     outbox: Path | None = None  # where send_file stages the files it sends (.hermes/outbox); None: it cannot
     outgoing: list[OutgoingFile] = field(default_factory=list)  # files to send with this turn's answer
+    destinations: tuple[str, ...] = ()  # names send_file's `to` may take (gateway.destinations this sender may use)
 
     def schemas(self) -> list[dict]:
-        return ([SCHEMAS[n] for n in self.enabled] + ([delegate.SCHEMA] if self.delegator else [])
+        return ([self._schema(n) for n in self.enabled] + ([delegate.SCHEMA] if self.delegator else [])
                 + (self.mcp.schemas() if self.mcp else []))
+
+    def _schema(self, name: str) -> dict:
+        """A tool's schema; send_file's names the destinations this session may send to (or has no
+        `to` at all when it may send nowhere else)."""
+        if name != "send_file":
+            return SCHEMAS[name]
+        schema = copy.deepcopy(SCHEMAS[name])
+        props = schema["function"]["parameters"]["properties"]
+        if self.destinations:
+            props["to"]["items"]["enum"] = list(self.destinations)
+        else:
+            del props["to"]
+        return schema
 
     def call(self, name: str, raw_arguments: str) -> str:
         if name == delegate.NAME and self.delegator is not None:
@@ -339,16 +357,22 @@ class ToolBox:
         self._allowed(ToolRequest("shell", "execute", command, command=command))
         return self.sandbox.run(command, timeout_s).render()
 
-    def _t_send_file(self, path: str, caption: str | None = None) -> str:
+    def _t_send_file(self, path: str, caption: str | None = None, to: list[str] | None = None) -> str:
         if self.outbox is None:
             raise InputError("files cannot be sent from here (the answer goes nowhere that carries files)")
+        names = tuple(dict.fromkeys(to or []))
+        unknown = [n for n in names if n not in self.destinations]
+        if unknown:
+            known = ", ".join(self.destinations) or "none are set up for this person"
+            raise InputError(f"unknown destination(s) {', '.join(unknown)} (destinations: {known})")
         if len(self.outgoing) >= outgoing.MAX_FILES_PER_TURN:
             raise InputError(f"at most {outgoing.MAX_FILES_PER_TURN} files go with one answer")
         real = outgoing.resolve_sendable(path, self.workspace, self.vault_root)
         self._allowed(ToolRequest("send_file", "other", f"send {real.name}", (str(real),)))
-        staged = outgoing.stage(real, self.outbox, caption or "")
+        staged = dataclasses.replace(outgoing.stage(real, self.outbox, caption or ""), to=names)
         self.outgoing.append(staged)
-        return (f"ok: {staged.name} ({outgoing.human_size(staged.size)}) will be sent with your answer; "
+        where = f"to {', '.join(names)}" if names else "with your answer"
+        return (f"ok: {staged.name} ({outgoing.human_size(staged.size)}) will be sent {where}; "
                 "do not paste its contents into the answer")
 
     def _t_write_pdf(self, markdown: str, filename: str) -> str:
@@ -454,5 +478,7 @@ def _check_args(name: str, args: dict) -> None:
             raise ValueError(f"{key} must be a string")
         if kind == "number" and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ValueError(f"{key} must be a number")
+        if kind == "array" and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
+            raise ValueError(f"{key} must be a list of names")
         if "enum" in props[key] and value not in props[key]["enum"]:
             raise ValueError(f"{key} must be one of {', '.join(props[key]['enum'])}")

@@ -126,6 +126,7 @@ class ExecOptions:
     commit_session: bool = True  # False: the transcript is committed with the result (Result.paths)
     auto_review: AutoReview | None = None  # refine.every_turns, applied to the exact session
     send_files: bool = False  # the answer goes where files can follow it: the agent may send_file
+    destinations: tuple[str, ...] = ()  # gateway.destinations the request's sender may send files to
 
 
 Handler = Callable[[Vault, Request, ExecOptions], Result]
@@ -153,7 +154,8 @@ def run_request(vault: Vault, req: Request, options: ExecOptions) -> Result:
     from ..agent.conversation import Conversation, ConversationOptions
 
     conv_options = ConversationOptions(source=options.source, resume=req.session,
-                                       commit_on_end=options.commit_session, send_files=options.send_files)
+                                       commit_on_end=options.commit_session, send_files=options.send_files,
+                                       destinations=options.destinations)
     with Conversation(vault, conv_options) as conv:
         turn = conv.ask(prompt_for(req))
         turns = conv.user_turns

@@ -196,6 +196,17 @@ def build_section(cls: type, section: Section):
 
 
 @dataclass
+class DestinationConfig:
+    """A place, other than the chat a request came from, where the agent may send files: a chat of
+    a configured channel, named by you. Only the senders listed may direct files there."""
+
+    channel: str = ""  # a channel configured under gateway: (telegram, matrix, email, slack, ...)
+    chat: str = ""  # where on it: a chat or channel id, a room id, an e-mail address
+    thread: str | None = None  # optional: a thread in that chat
+    senders: list[str] = field(default_factory=list)  # "<channel>:<sender id>" who may send here; empty: nobody
+
+
+@dataclass
 class GatewayConfig:
     """Chat and events from outside, run by the daemon; a channel is on when its key is set."""
 
@@ -207,6 +218,8 @@ class GatewayConfig:
     sender_rate_per_min: int = 20  # messages a minute from one sender; more are answered once, not run
     commit_idle_s: float = 10.0  # chat results and transcripts are committed after this long without a message
     retry_base_s: float = 2.0  # first wait before a reply that could not be sent is tried again (doubling)
+    # name -> a chat where files may also be sent (send_file's `to`), e.g. your Slack channel or mailbox
+    destinations: dict[str, DestinationConfig] = field(default_factory=dict)
 
 
 @dataclass

@@ -319,6 +319,27 @@ gateway:
     assert not any("forged" in str(r["messages"][-1]["content"]) for r in model_server.requests)
 
 
+@pytest.mark.espeak
+def test_an_audio_attachment_is_transcribed_and_the_reply_quotes_it(gateway, env, keys, model_server, agent_vault):
+    import speech
+
+    model_server.add({"content": "Sunny all day."})
+    gw = gateway()
+    spoken = speech.encode(speech.speak("what is the weather today"), "mp3")
+    m = mail(subject="voice memo", body=None)
+    m.set_content("")
+    m.add_attachment(spoken, maintype="audio", subtype="mpeg", filename="memo.mp3")
+    m.add_attachment(speech.speak("hello"), maintype="audio", subtype="wav", filename="second.wav")
+    send(env, keys, m)
+    reply = env.wait_for(ME, 1, timeout=90)[0]
+    first = reply.text.strip().splitlines()[0]
+    assert first.startswith("> 🎤 ") and "weather" in first.lower() and reply.text.strip().endswith("Sunny all day.")
+    said = user_texts(model_server)[0]
+    assert "weather" in said and "second.wav: only the first audio file of a mail is transcribed" in said
+    assert gw.wait_idle(30)
+    assert not [p for p in (agent_vault.state_dir / "workspace").rglob("*") if p.is_file()]  # audio never saved
+
+
 def pdf_then_send(body):
     """The model writes a PDF report, sends it, then answers (the tool results drive each step)."""
     import re

@@ -306,3 +306,52 @@ def _file(folder: Path, name: str, data: bytes) -> Path:
     p = folder / name
     p.write_bytes(data)
     return p
+
+
+class SlackLoopback(FileLoopback):
+    name = "slack"  # another channel of the same gateway (its access settings: gateway.matrix's)
+
+
+def test_a_file_goes_to_a_named_destination_only_for_the_senders_it_lists(agent_vault, model_server):
+    from model_server import configure_vault
+
+    configure_vault(agent_vault.root, model_server, """gateway:
+  commit_idle_s: 0.1
+  retry_base_s: 0.05
+  destinations:
+    desk: {channel: slack, chat: C0DESK, thread: "1700.01", senders: ["matrix:@me:test"]}
+    boss: {channel: slack, chat: C0BOSS, senders: ["matrix:@boss:test"]}
+  matrix:
+    allow: ['@me:test']
+""")
+    agent_vault.git.commit_paths(["hermes.yaml"], "test: destinations", Act.person())
+    ws = workspace(agent_vault)
+    (ws / "report.pdf").write_bytes(b"%PDF-1.4 report")
+    model_server.add({"tool_calls": [("send_file", {"path": str(ws / "report.pdf"), "caption": "weekly",
+                                                    "to": ["desk"]}),
+                                     ("send_file", {"path": str(ws / "report.pdf"), "to": ["boss"]}),
+                                     ("send_file", {"path": str(ws / "report.pdf"), "to": "desk"})]},
+                     {"content": "Sent to your desk."})
+    chat, slack = FileLoopback(), SlackLoopback()
+    gw = Gateway(Vault(agent_vault.root), channels=[chat, slack])
+    gw.start()
+    try:
+        rid = chat.say("send the report to my desk")
+        assert gw.wait_idle(60)
+        offered = next(t for t in model_server.requests[0]["tools"] if t["function"]["name"] == "send_file")
+        assert offered["function"]["parameters"]["properties"]["to"]["items"]["enum"] == ["desk"]  # not boss
+        ok, boss, bad = tool_results(model_server.requests[1])
+        assert ok.startswith("ok: report.pdf") and "to desk" in ok
+        assert "unknown destination(s) boss" in boss and "must be a list of names" in bad
+        assert [r.text for r in chat.sent] == ["Sent to your desk.\n\n(report.pdf is sent to desk.)"]
+        assert chat.files == [] and slack.files == [("report.pdf", b"%PDF-1.4 report", "weekly")]
+        d = gw.ledger.delivery(f"{file_delivery_id(rid, 1)}~desk")
+        assert d.state == "delivered" and d.origin.chat == "C0DESK" and d.origin.thread == "1700.01"
+    finally:
+        gw.stop()
+    assert not any((agent_vault.state_dir / "outbox").rglob("report.pdf"))
+    gw2 = Gateway(Vault(agent_vault.root), channels=[FileLoopback(), again := SlackLoopback()])
+    gw2.start()
+    assert gw2.wait_idle(30)
+    gw2.stop()
+    assert again.files == []  # delivered once, never again

@@ -383,6 +383,23 @@ def test_an_encrypted_room_is_named_in_gateway_status_with_the_reason(world, age
         d.stop()
 
 
+@pytest.mark.espeak
+def test_a_voice_message_is_downloaded_from_the_media_repo_transcribed_and_answered(world):
+    import speech
+
+    gw, me, room = dm_with_the_bot(world)
+    note = speech.voice_note("what is the weather today")
+    event = me.send_audio(room, note, duration_ms=2200)
+    [reply] = me.wait_messages(1, timeout=90, room=room)
+    body = reply["content"]["body"]
+    assert body.startswith("> 🎤 ") and "weather" in body.splitlines()[0].lower()
+    assert "<blockquote>" in reply["content"]["formatted_body"]
+    assert reply["content"]["m.relates_to"]["m.in_reply_to"]["event_id"] == event
+    assert "weather" in [m for r in world.model_server.requests for m in r["messages"] if m["role"] == "user"][0]["content"]
+    assert gw.wait_idle(30)
+    assert not any(note[100:160] in p.read_bytes() for p in world.vault.root.rglob("*") if p.is_file())
+
+
 def pdf_then_send(body):
     """The model writes a PDF report, sends it, then answers (the tool results drive each step)."""
     import re

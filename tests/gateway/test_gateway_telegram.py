@@ -306,6 +306,37 @@ def test_gateway_test_and_doctor_use_the_token(world, run_cli):
     assert "BAD gateway telegram: the bot token was refused" in r.stdout, r.stdout
 
 
+@pytest.mark.espeak
+def test_a_voice_note_is_transcribed_answered_with_its_transcript_and_never_kept(world):
+    import speech
+
+    gw = started(world, extra="voice:\n  max_seconds: 30\n")
+    note = speech.voice_note("what is the weather today")
+    mid = world.emu.say_voice(ME, note, duration=3)
+    [sent] = world.emu.wait_sent(1, chat_id=ME, timeout=90)
+    first, _, rest = sent.visible.partition("\n")
+    assert "🎤" in first and "weather" in first.lower() and sent.reply_to == mid  # the transcript, quoted, first
+    assert "<blockquote>" in sent.text  # as Telegram's quote
+    assert "weather" in rest  # the echo model answered the transcript
+    assert "getFile" in world.emu.calls
+    assert gw.wait_idle(30)
+    assert wait_for(lambda: git(world.vault, "status", "--porcelain", "outputs") == "", 30)
+    assert not any(note[100:160] in p.read_bytes() for p in world.vault.root.rglob("*") if p.is_file())
+
+
+@pytest.mark.espeak
+def test_an_audio_file_over_the_limit_is_refused_unfetched_and_a_stranger_s_never_fetched(world):
+    import speech
+
+    started(world, allow=[ME], pairing=False, extra="voice:\n  max_seconds: 60\n")
+    world.emu.say_voice(EVE, speech.voice_note("hello"), duration=2)  # not allowed: silence, nothing fetched
+    world.emu.say_voice(ME, speech.voice_note("hello"), duration=600, kind="audio", caption="the meeting")
+    [sent] = world.emu.wait_sent(1, chat_id=ME)
+    assert "600 seconds long; at most 60 are taken" in sent.visible
+    assert "getFile" not in world.emu.calls and world.emu.wait_sent(1, chat_id=EVE, timeout=1) == []
+    assert world.model_server.requests == []
+
+
 def pdf_then_send(body):
     """The model writes a PDF report, sends it, then answers (the tool results drive each step)."""
     import re

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...agent.boundary import Source
-from ...agent.outgoing import OutgoingFile, discard, human_size
+from ...agent.outgoing import OutgoingFile, copy_of, discard, human_size
 from ...errors import HermesError, InputError, SessionGone
 from ...store.docs import dump_doc
 from ...store.files import atomic_write
@@ -548,7 +548,7 @@ class Gateway:
         handlers: dict[str, Handler] = {"run": partial(self._run_chat, skey),
                                         "command": partial(self._run_command, skey)}
         options = ExecOptions(source=Source.GATEWAY, commit_session=False, auto_review=self.reviews,
-                              send_files=self._sends_files(origin))
+                              send_files=self._sends_files(origin), destinations=self.destinations(origin))
         try:
             inbox.process(self.vault, c, self.note, options, partial(self._done, c, skey, origin),
                           chat=True, commit=False, handlers=handlers)
@@ -608,15 +608,55 @@ class Gateway:
         else each as its own delivery (so a restart knows which arrived). A file the channel cannot
         take (no file support, over its size limit) is not sent, and the reply says so."""
         ch = self.channels.get(origin.platform)
-        fits, notes = files_that_fit(files, ch)
+        numbered = list(enumerate(files, 1))
+        fits, notes = files_that_fit([f for _, f in numbered if not f.to], ch)
+        later = [(file_delivery_id(rid, n), f) for n, f in numbered if f in fits]
+        for n, f in numbered:
+            if f.to:
+                notes.append(self._queue_elsewhere(file_delivery_id(rid, n), origin, f))
         if notes:
             text += "\n\n" + "\n".join(notes)
         if ch is not None and ch.files_in_reply:
             self.deliverer.queue(rid, origin, text, files=fits)
             return
         self.deliverer.queue(rid, origin, text)
-        for n, f in enumerate(fits, 1):
-            self.deliverer.queue(file_delivery_id(rid, n), origin, f.caption, files=[f])
+        for fid, f in later:
+            self.deliverer.queue(fid, origin, f.caption, files=[f])
+
+    def _queue_elsewhere(self, fid: str, origin: Origin, f: OutgoingFile) -> str:
+        """A file the agent sent to named destinations (gateway.destinations): one delivery each,
+        on that destination's channel; checked again here (the settings now, the sender's right).
+        The line the answer gets about it."""
+        allowed = self.destinations(origin)
+        sent, refused = [], []
+        for name in f.to:
+            dest = self.config.destinations.get(name)
+            ch = self.channels.get(dest.channel) if dest is not None else None
+            if dest is None or ch is None or name not in allowed:
+                refused.append(f"{name}: not a destination this chat may send to")
+                continue
+            copy = copy_of(f)  # each delivery owns (and removes) its copy
+            if not files_that_fit([copy], ch)[0]:
+                refused.append(f"{name}: {human_size(f.size)} is over what {ch.name} takes")
+                continue
+            to = Origin(dest.channel, dest.chat, dest.chat, f"{fid}~{name}", dest.thread)
+            self.deliverer.queue(f"{fid}~{name}", to, f.caption, files=[copy])
+            sent.append(name)
+        discard(f)
+        line = f"({f.name} is sent to {', '.join(sent)}.)" if sent else ""
+        if refused:
+            line = (line + " " if line else "") + f"({f.name} was not sent to {'; '.join(refused)}.)"
+        return line
+
+    def destinations(self, origin: Origin | None) -> tuple[str, ...]:
+        """The named destinations this sender may send files to: listed in the destination's
+        `senders` as `<channel>:<sender id>`, on a channel that runs here and carries files."""
+        if origin is None:
+            return ()
+        me = f"{origin.platform}:{origin.sender}".lower()
+        return tuple(name for name, d in self.config.destinations.items()
+                     if me in {s.strip().lower() for s in d.senders}
+                     and (ch := self.channels.get(d.channel)) is not None and ch.max_file_bytes is not None)
 
     def _sends_files(self, origin: Origin | None) -> bool:
         """Whether the agent is offered send_file: its answer goes back to a chat that takes files."""

@@ -39,6 +39,7 @@ from ...store.private import connect_private
 from ...store.vault import Vault
 from .channel import ChannelBase, ChatSettings, Inbound, Origin, Outbound, Sink, attachments_dir
 from .mailauth import DnsFunc, claimed_from, prove_sender
+from .message import Audio
 from .render import html_document, render
 
 log = logging.getLogger("hermes_fs.gateway.email")
@@ -47,6 +48,7 @@ PLATFORM = "email"
 MAX_ATTACHMENT_BYTES = 18_000_000  # all files of one reply: ~24 MB once base64-encoded, under common 25 MB caps
 LEARN_TYPES = {".md": "text", ".markdown": "text", ".txt": "text", ".html": "html", ".htm": "html", ".pdf": "pdf"}
 MAX_PARTS = 100  # MIME parts looked at in one mail; the rest is refused by count
+AUDIO_TYPES = {".ogg", ".oga", ".opus", ".mp3", ".wav", ".m4a", ".mp4", ".aac", ".flac", ".webm", ".amr"}
 MAX_TEXT_CHARS = 100_000  # of the person's message (the mail's text part)
 MAX_REFERENCES = 20  # kept in a reply's References (RFC 5322 allows trimming the middle)
 IDLE_RENEW_S = 20 * 60  # RFC 2177: re-issue IDLE before 29 minutes
@@ -280,6 +282,31 @@ def _sniff(data: bytes, kind: str) -> str | None:
     except UnicodeDecodeError:
         return "not UTF-8 text"
     return None
+
+
+def voice_part(parts: list[Message]) -> tuple[Audio | None, list[Message], list[str]]:
+    """The mail's first audio attachment as a voice message (the core transcribes it; it is never
+    saved), the other parts, and the further audio parts refused by name (one voice message a mail)."""
+    audio: Audio | None = None
+    rest: list[Message] = []
+    refused: list[str] = []
+    for n, part in enumerate(parts, 1):
+        name = _safe_name(part.get_filename() or "", n) if part.get_filename() else f"attachment-{n}"
+        if not (part.get_content_maintype() == "audio" or os.path.splitext(name)[1].lower() in AUDIO_TYPES):
+            rest.append(part)
+            continue
+        if audio is not None:
+            refused.append(f"{name}: only the first audio file of a mail is transcribed")
+            continue
+        try:
+            data = part.get_payload(decode=True)
+        except Exception:
+            data = None
+        if not isinstance(data, bytes):
+            refused.append(f"{name}: unreadable (malformed MIME part)")
+            continue
+        audio = Audio.of_bytes(data, part.get_content_type(), name)
+    return audio, rest, refused
 
 
 def save_attachments(parts: list[Message], dest: Path, max_bytes: int) -> list[Attachment]:
@@ -716,14 +743,15 @@ class EmailChannel(ChannelBase):
         listed = {a.strip().lower() for a in self.config.allow + self.config.admins}
         # Files reach the disk only from senders the settings name; anyone else's mail is submitted
         # without them and the core ignores it (a proven stranger cannot fill the workspace).
-        files = save_attachments(mail.parts, attachments_dir(self.vault.state_dir, origin),
+        audio, others, extra = voice_part(mail.parts) if sender in listed else (None, mail.parts, [])
+        files = save_attachments(others, attachments_dir(self.vault.state_dir, origin),
                                  self.config.max_attachment_bytes) if sender in listed else []
         text = command_text(mail)  # empty (no text part, no subject): the core answers that
-        refused = [f"{a.name}: {a.refused}" for a in files if a.refused]
+        refused = [f"{a.name}: {a.refused}" for a in files if a.refused] + extra
         if refused and text.strip():  # a mail of only refused files stays empty: the core answers that
             text += "\n\n[attachments refused: " + "; ".join(refused) + "]"
         self.state.remember(mail, root, sender)
-        request_id = self._sink.submit(Inbound(origin, text, True, [a.path for a in files if a.path]))
+        request_id = self._sink.submit(Inbound(origin, text, True, [a.path for a in files if a.path], audio=audio))
         return f"submitted {request_id}"
 
     # -- replying
@@ -746,16 +774,19 @@ class EmailChannel(ChannelBase):
         msg = EmailMessage()
         msg["From"] = sender
         msg["To"] = reply.origin.sender
+        answering = info is not None or reply.origin.message.startswith("<")  # else: files sent to an address
         subject = REPLY_PREFIX.sub("", info.subject if info else "").strip() or "your message"
-        msg["Subject"] = f"Re: {subject}"
+        first = (reply.text or "").strip().splitlines()[:1]
+        msg["Subject"] = f"Re: {subject}" if answering else \
+            (first[0][:120] if first else "Files from hermes-fs: " + ", ".join(f.name for f in reply.files))
         msg["Date"] = email.utils.formatdate(localtime=False)
         msg["Message-ID"] = f"<hermes.{token}@{domain}>"
-        if info is None or info.has_message_id:
+        if answering and (info is None or info.has_message_id):
             parent = reply.origin.message
             refs = ((info.references if info else []) + [parent])[-MAX_REFERENCES:]
             msg["In-Reply-To"] = parent
             msg["References"] = " ".join(refs)
-        msg["Auto-Submitted"] = "auto-replied"
+        msg["Auto-Submitted"] = "auto-replied" if answering else "auto-generated"
         msg["X-Auto-Response-Suppress"] = "All"
         text = reply.text or "(no answer)"
         msg.set_content(text)

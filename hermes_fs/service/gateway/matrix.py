@@ -6,7 +6,10 @@ handed to the core (`Sink.submit`, which returns once the message is a durable r
 only then is the batch's `next_batch` token saved (in the gateway ledger): a crash re-reads the
 batch, and the message ids make those submits no-ops. So nothing is lost or run twice.
 
-Ignored: the agent's own messages, edits (`m.replace`), non-text messages, malformed events,
+Voice: an `m.audio` message becomes an `Audio` the core downloads from the media repository (only
+if it takes the message) and transcribes (service/gateway/voice.py).
+
+Ignored: the agent's own messages, edits (`m.replace`), other non-text messages, malformed events,
 everything in encrypted rooms (end-to-end encryption is not supported: the agent cannot read
 them, and answers nothing there; `gateway status` names them and says why), invites from senders
 who may not talk to the agent. The first start ever reads no history: only messages that arrive
@@ -31,6 +34,7 @@ from ...errors import HermesError
 from ...store.vault import Vault
 from .access import Verdict
 from .channel import AsyncChannel, ChatSettings, Inbound, Origin, Outbound, Sink, continued, room_context
+from .message import Audio, AudioTooLarge
 from .render import render
 
 log = logging.getLogger(__name__)
@@ -437,7 +441,10 @@ class MatrixChannel(AsyncChannel):
         if relates.get("rel_type") == "m.replace" or "m.new_content" in content:
             return None  # an edit of an earlier message
         body = content.get("body")
-        if content.get("msgtype") not in ("m.text", "m.notice", "m.emote") or not isinstance(body, str):
+        audio = self._audio(content)
+        if audio is not None and isinstance(body, str):  # m.audio: `body` is a caption only beside a `filename`
+            body = body if isinstance(content.get("filename"), str) and body != content["filename"] else ""
+        elif content.get("msgtype") not in ("m.text", "m.notice", "m.emote") or not isinstance(body, str):
             return None
         if content.get("msgtype") == "m.notice":
             return None  # notices are what bots send; answering them is how two bots loop
@@ -448,7 +455,34 @@ class MatrixChannel(AsyncChannel):
         if not direct and self.sink is not None:
             context = room_context(self.sink, room_id, event_id, sender, text, CONTEXT_LINES)
         origin = Origin(PLATFORM, room_id, sender, event_id, thread if isinstance(thread, str) else None)
-        return Inbound(origin, text, direct=direct, context=context)
+        return Inbound(origin, text, direct=direct, context=context, audio=audio)
+
+    def _audio(self, content: dict) -> Audio | None:
+        """An `m.audio` message (voice notes too: `org.matrix.msc3245.voice`), downloaded from the
+        media repository by the core only if it takes the message; unencrypted media only."""
+        url = content.get("url")
+        if content.get("msgtype") != "m.audio" or not isinstance(url, str) or not url.startswith("mxc://"):
+            return None
+        found = content.get("info")
+        info: dict = found if isinstance(found, dict) else {}
+        size, duration = info.get("size"), info.get("duration")  # duration: milliseconds
+        name = content.get("filename") if isinstance(content.get("filename"), str) else content.get("body")
+        return Audio(lambda limit: self._download(url, limit), str(info.get("mimetype") or ""),
+                     str(name or "audio")[:200], size if isinstance(size, int) and not isinstance(size, bool) else None,
+                     duration / 1000 if isinstance(duration, int) and not isinstance(duration, bool) else None)
+
+    def _download(self, mxc: str, limit: int) -> bytes:
+        """The media's bytes, at most `limit` (called from the core's thread: the loop downloads)."""
+        return self.in_loop(self._fetch_media(mxc, limit), 120)
+
+    async def _fetch_media(self, mxc: str, limit: int) -> bytes:
+        resp = await self.client.download(mxc=mxc)
+        body = getattr(resp, "body", None)
+        if not isinstance(body, bytes):
+            raise HermesError(f"the homeserver did not give the media: {getattr(resp, 'message', resp)}")
+        if len(body) > limit:
+            raise AudioTooLarge(f"{len(body)} bytes, over the {limit} byte limit")
+        return body
 
     def _note_encrypted(self, room_id: str) -> None:
         if room_id not in self.encrypted:

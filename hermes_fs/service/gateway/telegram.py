@@ -16,6 +16,10 @@ Groups: the bot takes a message addressed to it (a command, `/command@thisbot`, 
 @thisbot, or a reply to one of its messages); the others are remembered as the room's recent lines
 and reach the model only as untrusted context. A command addressed to another bot is not ours.
 
+Voice notes (`voice`) and audio files (`audio`) become an `Audio` whose download (`getFile`,
+then the file's URL) the core runs only if it takes the message; their transcript is the message
+(service/gateway/voice.py), a caption coming first.
+
 Replies: Markdown rendered as Telegram's HTML subset by render.py (`inline_html`: bold, italic,
 strikethrough, code, pre, links, block quotes; lists and headings as text; escaped and sanitised);
 a reply Telegram cannot parse is sent again as plain text. A reply
@@ -30,7 +34,7 @@ import html
 import logging
 import re
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 from ...errors import ConfigError, HermesError
@@ -38,6 +42,7 @@ from ...store.vault import Vault
 from .access import AccessRules
 from .channel import AsyncChannel, ChatSettings, Inbound, Origin, Outbound, Sink, check_api_base, room_context
 from .ledger import CLAIMED
+from .message import Audio, AudioTooLarge
 from .render import inline_html
 
 log = logging.getLogger(__name__)
@@ -263,9 +268,12 @@ class TelegramChannel(AsyncChannel):
         chat_id, user_id = _int(chat.get("id")), _int(sender.get("id"))
         if chat_id is None or user_id is None or sender.get("is_bot") is True:
             return None
+        audio = self._audio(m)
         text = m.get("text") if isinstance(m.get("text"), str) else m.get("caption")
         if not isinstance(text, str):
-            return None  # stickers, photos without a caption, voice notes: not requests here
+            if audio is None:
+                return None  # stickers, photos without a caption: not requests here
+            text = ""  # a voice note: its transcript is the message (the core's)
         direct = chat.get("type") == "private"
         thread = _int(m.get("message_thread_id")) if m.get("is_topic_message") is True else None
         origin = Origin(PLATFORM, str(chat_id), str(user_id), str(mid), str(thread) if thread else None)
@@ -273,12 +281,37 @@ class TelegramChannel(AsyncChannel):
             addressed, text = self._addressed(m, text)
             assert self.sink is not None
             context = room_context(self.sink, f"telegram:{chat_id}", f"telegram:{chat_id}:{mid}", str(user_id),
-                                   text, CONTEXT_LINES)
+                                   text or ("(a voice message)" if audio else ""), CONTEXT_LINES)
             if not addressed:
                 return None
-            return Inbound(origin, text, direct=False, context=context)
+            return Inbound(origin, text, direct=False, context=context, audio=audio)
         text, _ = self._command(text)
-        return Inbound(origin, text, direct=True)
+        return Inbound(origin, text, direct=True, audio=audio)
+
+    def _audio(self, m: dict[str, Any]) -> Audio | None:
+        """A voice note (`voice`: OGG/Opus) or an audio file (`audio`), fetched by the core only
+        if it takes the message (getFile, then the file's URL)."""
+        for kind in ("voice", "audio"):
+            media = m.get(kind)
+            if isinstance(media, dict) and isinstance(media.get("file_id"), str):
+                duration = _int(media.get("duration"))
+                return Audio(partial(self._download, media["file_id"]), str(media.get("mime_type") or ""),
+                             str(media.get("file_name") or kind), _int(media.get("file_size")),
+                             float(duration) if duration is not None else None)
+        return None
+
+    def _download(self, file_id: str, limit: int) -> bytes:
+        """A file's bytes, at most `limit` (called from the core's thread: the loop downloads)."""
+        return self.in_loop(self._fetch_file(file_id, limit), 120)
+
+    async def _fetch_file(self, file_id: str, limit: int) -> bytes:
+        file = await self.bot.get_file(file_id)  # the Bot API hands out files up to 20 MB
+        if file.file_size is not None and file.file_size > limit:
+            raise AudioTooLarge(f"{file.file_size} bytes, over the {limit} byte limit")
+        data = await file.download_as_bytearray()
+        if len(data) > limit:
+            raise AudioTooLarge(f"{len(data)} bytes, over the {limit} byte limit")
+        return bytes(data)
 
     def _addressed(self, m: dict[str, Any], text: str) -> tuple[bool, str]:
         """Whether a group message is for this bot, and its text without the bot's @name."""
