@@ -1,18 +1,26 @@
 """`hermes-fs run "say hello"` side by side with Hermes Agent's `hermes -z "say hello"`, in one run,
-against the same scripted streaming model server: wall time, CPU time (user + sys) and peak memory
-of each whole process, alternated A B A B so a drifting machine affects both alike; plus hermes-fs
-warm (through a running daemon) and `hermes-fs --help`.
+against the same scripted streaming model server: wall time and CPU time (user + sys) of each whole
+call, in rounds (peer, then each hermes-fs way) so a drifting machine weighs on all alike.
+
+hermes-fs is measured three ways:
+- `cold`: no daemon (HERMES_NO_DAEMON=1): every call imports litellm itself (before autostart);
+- `first`: the first call with `daemon.autostart` on: it starts a turns-only daemon that serves it
+  (CPU = the CLI process + the daemon's CPU up to the answer);
+- `later`: calls 2..N through that daemon (CPU = the CLI process + the daemon's CPU for the turn).
+The daemon is stopped after each round, so every round's `first` is a true first call.
+Also: `hermes-fs --help` CPU, and what Python, click and `import litellm` alone cost.
 
 The peer is Hermes Agent 0.19 installed in a venv of its own (`python3 -m venv PEER &&
 PEER/bin/pip install hermes-agent==0.19.0`); pass its `hermes` with --peer. Its configuration is
 written to a temporary HOME (provider `custom`, the server's base_url).
 
-Usage: python bench/cold_start.py --peer PEER/bin/hermes [RUNS]
+Usage: python bench/cold_start.py --peer PEER/bin/hermes [ROUNDS] [--calls N]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import subprocess
@@ -21,32 +29,56 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import cpu_seconds, median, write_results  # noqa: E402
-from harness import ModelServer, start_daemon, stop_daemon  # noqa: E402
+from common import median, write_results  # noqa: E402
+from harness import ModelServer  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("hermes-fs"))
 
 
-def measure(cmd: list[str], env: dict) -> tuple[float, float, float]:
-    """(wall s, cpu s, peak RSS MiB) of one whole process and its children."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def child_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def measure(cmd: list[str], env: dict) -> tuple[float, float]:
+    """(wall s, cpu s) of one whole process and its children."""
+    before = child_cpu()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert proc.returncode == 0 and "hello" in proc.stdout, (cmd, proc.stdout[-500:], proc.stderr[-2000:])
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, after.ru_maxrss / 1024
+    return wall, child_cpu() - before
 
 
-def summary(rows: list[tuple[float, float, float]]) -> dict:
+def cpu_of(cmd: list[str], env: dict, runs: int) -> float:
+    """Median CPU of a short command."""
+    out = []
+    for _ in range(runs):
+        before = child_cpu()
+        subprocess.run(cmd, capture_output=True, env=env, check=True)
+        out.append(child_cpu() - before)
+    return median(out)
+
+
+def daemon_cpu_s(pid: int) -> float:
+    """The daemon's CPU so far, with its ended children's (the git commands that commit a turn)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def daemon_pid(root: Path) -> int:
+    return int(json.loads((root / ".hermes" / "daemon.json").read_text())["pid"])
+
+
+def summary(rows: list[tuple[float, float]]) -> dict:
     return {"wall_median_s": median([r[0] for r in rows]), "cpu_median_s": median([r[1] for r in rows]),
             "runs": len(rows)}
 
 
 def main() -> dict:
     p = argparse.ArgumentParser()
-    p.add_argument("runs", nargs="?", type=int, default=5)
+    p.add_argument("rounds", nargs="?", type=int, default=3)
+    p.add_argument("--calls", type=int, default=4, help="calls per autostart round (the first and N-1 later ones)")
     p.add_argument("--peer", help="Hermes Agent's `hermes` executable (its own venv)")
     a = p.parse_args()
     server = ModelServer(responder=lambda body: {"content": "hello"})
@@ -56,7 +88,8 @@ def main() -> dict:
     (root / "hermes.yaml").write_text(f"model: openai/test-model\napi_base: {server.api_base}\n"
                                       "api_key_env: HERMES_TEST_KEY\nsandbox:\n  backend: none\n")
     subprocess.run(["git", "-C", str(root), "commit", "-qam", "bench config"], check=True)
-    env = {**os.environ, "HERMES_TEST_KEY": "bench"}
+    env = {k: v for k, v in os.environ.items() if k not in ("HERMES_NO_DAEMON", "HERMES_NO_AUTOSTART")}
+    env["HERMES_TEST_KEY"] = "bench"
     ours = [EXE, "--vault", str(root), "run", "say hello"]
     cold_env = {**env, "HERMES_NO_DAEMON": "1"}
     peer_env = None
@@ -66,38 +99,48 @@ def main() -> dict:
         (home / ".hermes" / "config.yaml").write_text(
             f"model:\n  provider: custom\n  base_url: {server.api_base}\n  default: test-model\n  api_key: bench\n")
         peer_env = {**env, "HOME": str(home)}
-    cold, peer = [], []
-    for _ in range(a.runs):  # A B A B: a drifting machine weighs on both
-        cold.append(measure(ours, cold_env))
-        if a.peer:
-            peer.append(measure([a.peer, "-z", "say hello"], peer_env))
-    help_cpu = []
-    for _ in range(a.runs * 2):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([EXE, "--help"], capture_output=True, env=env, check=True)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        help_cpu.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
-    proc = start_daemon(root, env=env)
+    cold, peer, first, later = [], [], [], []
     try:
-        measure(ours, env)
-        cpu0 = cpu_seconds(proc.pid)
-        warm = [measure(ours, env) for _ in range(a.runs)]
-        daemon_cpu_per_turn = (cpu_seconds(proc.pid) - cpu0) / a.runs
+        for _ in range(a.rounds):  # each round: peer, cold, then a fresh autostart session
+            if a.peer:
+                peer.append(measure([a.peer, "-z", "say hello"], peer_env))
+            cold.append(measure(ours, cold_env))
+            wall, cpu = measure(ours, env)  # starts the daemon, which serves it
+            pid = daemon_pid(root)
+            first.append((wall, cpu + daemon_cpu_s(pid)))
+            for _ in range(a.calls - 1):
+                before = daemon_cpu_s(pid)
+                wall, cpu = measure(ours, env)
+                later.append((wall, cpu + daemon_cpu_s(pid) - before))
+            subprocess.run([EXE, "--vault", str(root), "daemon", "stop"], check=True, capture_output=True, env=env)
     finally:
-        stop_daemon(proc)
+        subprocess.run([EXE, "--vault", str(root), "daemon", "stop"], capture_output=True, env=env)
         server.close()
-    result = {"cold_run": summary(cold), "warm_run (client process only)": summary(warm),
-              "warm_daemon_cpu_per_turn_s": daemon_cpu_per_turn, "help_cpu_median_s": median(help_cpu),
-              "peer": summary(peer) if peer else "not measured (pass --peer)"}
+    py = sys.executable
+    result = {
+        "peer": summary(peer) if peer else "not measured (pass --peer)",
+        "cold_run (no daemon, before autostart)": summary(cold),
+        "first_call (autostart; CLI + daemon CPU)": summary(first),
+        "later_calls (2..N through the daemon it started; CLI + daemon CPU)": summary(later),
+        "calls_per_session": a.calls,
+        "help_cpu_median_s": cpu_of([EXE, "--help"], env, 15),
+        "python_startup_cpu_s": cpu_of([py, "-c", "pass"], env, 15),
+        "import_click_cpu_s": cpu_of([py, "-c", "import click"], env, 15),
+        "import_litellm_cpu_s": cpu_of([py, "-c", "import litellm"], {**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, 3),
+    }
     if peer:
-        result["cold_over_peer_wall"] = result["cold_run"]["wall_median_s"] / result["peer"]["wall_median_s"]
-        result["cold_over_peer_cpu"] = result["cold_run"]["cpu_median_s"] / result["peer"]["cpu_median_s"]
-        warm_row = result["warm_run (client process only)"]
-        result["warm_over_peer_wall"] = warm_row["wall_median_s"] / result["peer"]["wall_median_s"]
-        result["warm_over_peer_cpu"] = (warm_row["cpu_median_s"] + daemon_cpu_per_turn) / result["peer"]["cpu_median_s"]
-    result["targets"] = {"cold_over_peer_wall_max": 1.0, "cold_over_peer_cpu_max": 1.0, "help_cpu_max_s": 0.1}
+        pw, pc = result["peer"]["wall_median_s"], result["peer"]["cpu_median_s"]
+        for key, short in (("cold_run (no daemon, before autostart)", "cold"),
+                           ("first_call (autostart; CLI + daemon CPU)", "first_call"),
+                           ("later_calls (2..N through the daemon it started; CLI + daemon CPU)", "later_calls")):
+            result[f"{short}_over_peer_wall"] = result[key]["wall_median_s"] / pw
+            result[f"{short}_over_peer_cpu"] = result[key]["cpu_median_s"] / pc
+        n = a.calls
+        result["session_mean_over_peer_cpu"] = (result["first_call_over_peer_cpu"]
+                                                + (n - 1) * result["later_calls_over_peer_cpu"]) / n
+    result["targets"] = {"over_peer_wall_max": 1.0, "over_peer_cpu_max": 1.0, "help_cpu_max_s": 0.1}
     for k, v in result.items():
-        print(f"{k:<24} {v:.3f}" if isinstance(v, float) else f"{k:<24} {v}")
+        print(f"{k:<44} {v:.3f}" if isinstance(v, float) else f"{k:<44} {v}")
     write_results("cold_start", result)
     return result
 

@@ -127,6 +127,28 @@ def _warm(results: Path) -> list[str]:
             ])]
 
 
+def _cold_start(results: Path) -> list[str]:
+    c = _load(results, "cold_start")
+    if not c or "first_call_over_peer_cpu" not in c:
+        return []
+    body = []
+    for key, label in (("cold", "`run` with no daemon (every call, before autostart)"),
+                       ("first_call", "`run`, first call (starts the daemon that serves it)"),
+                       ("later_calls", f"`run`, calls 2..{c['calls_per_session']} (served by that daemon)")):
+        body.append((label, "<= 1.0x", f"{c[f'{key}_over_peer_wall']:.2f}x", f"{c[f'{key}_over_peer_cpu']:.2f}x"))
+    body.append((f"`run`, mean over a session of {c['calls_per_session']} calls", "<= 1.0x", "",
+                 f"{c['session_mean_over_peer_cpu']:.2f}x"))
+    return ["## Cold start beside Hermes Agent", "",
+            "`python bench/cold_start.py --peer PEER/bin/hermes`: `hermes-fs run \"say hello\"` over "
+            "Hermes Agent 0.19's `hermes -z \"say hello\"`, both against the same scripted model, in one run "
+            "(CPU of a call served by the daemon includes the daemon's).", "",
+            *_table(("figure", "target", "wall ratio", "CPU ratio"), body),
+            *_table(("figure", "target", "measured"), [
+                ("`hermes-fs --help` CPU (median)", "< 0.1 s", f"{c['help_cpu_median_s']:.3f} s"),
+                ("`import litellm` alone, CPU", "", f"{c['import_litellm_cpu_s']:.2f} s"),
+            ])]
+
+
 SYNC_MODES = (("sync", "`python bench/sync.py` (kills and partitions)"),
               ("sync_no_partitions", "`--no-partitions` (kills only)"),
               ("sync_cut_every_20_40", "`--cut-every 20 40` (partitions five times rarer)"),
@@ -249,6 +271,6 @@ def results_page(results: Path) -> str:
            "The latest figures of each benchmark, from `bench/results/*.json`. Each benchmark prints its figures and "
            "writes its JSON there; runs, the commands that made them and what each change bought are in the "
            "[lab notes](notes/index.md). The machine is shared and small (2 cores), so figures move from run to run.", ""]
-    for part in (_run_all, _warm, _sync, _gateway_lease, _routing, _learning, _curate, _text_calls):
+    for part in (_run_all, _warm, _cold_start, _sync, _gateway_lease, _routing, _learning, _curate, _text_calls):
         out += part(results)
     return "\n".join(out).rstrip("\n") + "\n"

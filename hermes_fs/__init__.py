@@ -57,6 +57,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "install_skills": ("hermes_fs.learning.install", "install"),  # skills from a git repository, to review
     "update_skills": ("hermes_fs.learning.install", "update"),
     "run_job": ("hermes_fs.service.cron_runner", "run_job"),
+    "add_browser": ("hermes_fs.agent.browser", "add_browser"),  # `mcp add browser`: a browser MCP server
     "CronRun": ("hermes_fs.service.cron_runner", "CronRun"),
 }
 
@@ -65,6 +66,7 @@ __all__ = [  # spelled out (not built from _LAZY) so linters and readers see the
     "Vault", "open_vault", "init_vault", "setup_model", "Act", "Conversation", "ConversationOptions",
     "refine", "RefineOptions", "learn", "LearnOptions", "curate", "CurateOptions", "Outcome", "review",
     "checks", "bisect", "spend", "decide", "Decision", "DecidedElsewhere", "install_skills", "update_skills", "run_job", "CronRun",
+    "add_browser",
 ]
 
 

@@ -5,7 +5,7 @@
 # tests are required, not optional).
 # Also axe-core (the accessibility checker the browser tests inject into each page), from the npm
 # registry into tests/.npm-axe (gitignored; its own prefix: an npm install into another prefix prunes
-# what its package.json does not list), pinned; never fetched at test time.
+# what its package.json does not list), pinned; never fetched at test time. And the browser MCP server.
 set -u
 say() { echo "browser-test-env: $*"; }
 AXE_VERSION=4.14.1
@@ -17,6 +17,19 @@ if [ ! -f "$npm_dir/node_modules/axe-core/axe.min.js" ] \
   mkdir -p "$npm_dir"
   npm install --prefix "$npm_dir" --no-save --no-audit --no-fund --ignore-scripts "axe-core@$AXE_VERSION" >/tmp/browser-test-env-npm.log 2>&1 \
     || { cat /tmp/browser-test-env-npm.log; say "npm install axe-core failed"; exit 1; }
+fi
+# The browser recipe's MCP server (`hermes-fs mcp add browser`) at the version hermes_fs/agent/browser.py
+# pins, into tests/.npm-mcp-browser (gitignored, a prefix of its own too), for tests/test_browser_mcp.py.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+MCP_VERSION="$(sed -n 's/^VERSION = "\([^"]*\)".*/\1/p' "$root/hermes_fs/agent/browser.py")"
+mcp_dir="$root/tests/.npm-mcp-browser"
+if [ -z "$MCP_VERSION" ]; then say "no VERSION in hermes_fs/agent/browser.py"; exit 1; fi
+if ! grep -q "\"version\": \"$MCP_VERSION\"" "$mcp_dir/node_modules/@playwright/mcp/package.json" 2>/dev/null; then
+  command -v npm >/dev/null 2>&1 || { say "npm is missing (apt-get install npm): it installs @playwright/mcp"; exit 1; }
+  say "installing @playwright/mcp $MCP_VERSION into $mcp_dir"
+  mkdir -p "$mcp_dir"
+  npm install --prefix "$mcp_dir" --no-save --no-audit --no-fund --ignore-scripts "@playwright/mcp@$MCP_VERSION" >/tmp/browser-test-env-npm.log 2>&1 \
+    || { cat /tmp/browser-test-env-npm.log; say "npm install @playwright/mcp failed"; exit 1; }
 fi
 if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
   exit 0

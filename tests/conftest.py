@@ -22,6 +22,8 @@ os.environ.setdefault("HERMES_TEST_KEY", "sk-test-not-a-real-key")
 os.environ.setdefault("HERMES_RETRY_BASE_S", "0.05")  # keep retry backoff short in tests
 # daemons in tests import the model layer only when a turn needs it (tests/test_warm_up.py checks the warm-up)
 os.environ.setdefault("HERMES_NO_WARM_UP", "1")
+# `run` and `chat` never start a daemon by themselves in tests (tests/test_autostart.py turns it on)
+os.environ.setdefault("HERMES_NO_AUTOSTART", "1")
 
 
 SERVER_MARKS = ("docker", "synapse", "mail", "chromium", "gitdaemon", "sshd", "espeak")

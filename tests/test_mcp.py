@@ -213,7 +213,7 @@ def test_a_cron_job_uses_an_mcp_tool_end_to_end(agent_vault, model_server):
     from hermes_fs.mind.jobs import load_jobs
     from hermes_fs.service.cron_runner import run_job
 
-    configure_mcp(agent_vault, TIME)
+    configure_mcp(agent_vault, TIME.replace("UTC]}", "UTC], unattended: true}"))
     (agent_vault.root / "cron" / "clock.md").write_text("---\nschedule: every day at 07:00\nmcp: [time]\n---\n"
                                                         "Tell me the time in UTC.\n")
     jobs, errors = load_jobs(agent_vault.files, agent_vault.config)

@@ -64,6 +64,15 @@ def sandbox_for(config, source: str | None, allow_local_shell: bool = False):
     return config
 
 
+def mcp_servers_for(servers: dict, source: str | None, wanted: list[str] | None = None) -> dict:
+    """The MCP servers a session gets: those `wanted` names (None: all), and in an unattended
+    session (or one of unknown source) only those whose settings say `unattended: true`: a
+    server's tools act with this machine's network and accounts, and nobody is watching."""
+    attended = is_attended(source)
+    return {name: cfg for name, cfg in servers.items()
+            if (wanted is None or name in wanted) and (attended or cfg.unattended)}
+
+
 def check_vault_write(root: Path | None, rel: str) -> None:
     """Refuse an agent write to a vault path outside memory/ and skills/, to git's files, or through a symlink."""
     parts = rel.split("/")

@@ -18,7 +18,7 @@ from ..mind.search import search
 from ..mind.sessions import Transcript
 from ..store.provenance import Act
 from ..store.vault import Vault
-from .boundary import choose_workspace, sandbox_for
+from .boundary import choose_workspace, mcp_servers_for, sandbox_for
 from .delegate import Delegator, SubTask
 from .loop import Agent, AgentConfig, TurnCancelled, TurnResult
 from .model import LiteLLMModel, Model, ModelError, ModelSettings, OnText
@@ -99,34 +99,43 @@ class Conversation:
         self._note_lock = threading.Lock()  # sub-agents' threads note into this transcript too
         self.delegator: Delegator | None = None
         if self.options.depth < vault.config.delegation.max_depth:
-            self.delegator = Delegator(vault.config.delegation, lambda: list(self.tools.enabled), self._start_child)
+            self.delegator = Delegator(vault.config.delegation, self._own_tools, self._start_child)
             self.tools.delegator = self.delegator
         asked: Model = TextCallModel(self.model) if vault.config.tools.read_text_calls else self.model
         self.agent = Agent(asked, self.tools, AgentConfig(self.options.max_steps), self._record, self.cancel)
         self.ended = False
 
+    def _own_tools(self) -> list[str]:
+        """Every tool this session is offered (its MCP servers' too): what a sub-agent may ask for."""
+        return list(self.tools.enabled) + (self.tools.mcp.tool_names() if self.tools.mcp is not None else [])
+
     def _start_child(self, task: SubTask) -> Conversation:
         """A sub-agent for one delegated task: a session of its own linked both ways, the parent's
-        model, sandbox kind and workspace, its own step budget, the task's tools, no MCP servers."""
+        model, sandbox kind and workspace, its own step budget, the task's tools. The MCP tools it
+        names come from copies of the parent's servers started for it alone (its own browser,
+        say), chosen by the same rules as the parent's."""
         o = self.options
+        mcp = self.tools.mcp
+        servers = sorted({s for s in (mcp.server_of(t) for t in task.tools) if s} if mcp is not None else set())
         child = Conversation(self.vault, ConversationOptions(
             source=o.source, task=o.task, model=o.model, workspace=self.workspace, project=self.project,
-            max_steps=self.vault.config.delegation.max_steps, cwd=o.cwd, mcp_servers=[], environ=o.environ,
+            max_steps=self.vault.config.delegation.max_steps, cwd=o.cwd, mcp_servers=servers, environ=o.environ,
             depth=o.depth + 1, tools=list(task.tools), parent=self.id,
             permission=o.permission))  # a sub-agent's changes are put to the same person
         self.note(f"delegated to session {child.id} ({', '.join(task.tools) or 'no tools'}): {task.goal[:200]}")
         return child
 
     def _mcp_hub(self):
-        """The session's MCP servers (started on first use, stopped when the session ends)."""
-        servers = self.vault.config.mcp.servers
-        wanted = self.options.mcp_servers
-        chosen = {n: s for n, s in servers.items() if wanted is None or n in wanted}
+        """The session's MCP servers (started on first use, stopped when the session ends): those
+        the options name that this kind of session may use (boundary.mcp_servers_for); a
+        sub-agent's offer only the tools its task names."""
+        chosen = mcp_servers_for(self.vault.config.mcp.servers, self.options.source, self.options.mcp_servers)
         if not chosen:
             return None
         from .mcp_client import McpHub
 
-        return McpHub(chosen, self.vault.secrets())
+        only = set(self.options.tools) if self.options.tools is not None else None
+        return McpHub(chosen, self.vault.secrets(), only=only)
 
     @property
     def id(self) -> str:

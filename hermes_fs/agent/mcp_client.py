@@ -47,9 +47,11 @@ class ServerState:
 class McpHub:
     """The MCP servers of one session."""
 
-    def __init__(self, servers: dict[str, McpServerConfig], secrets: dict[str, str] | None = None):
+    def __init__(self, servers: dict[str, McpServerConfig], secrets: dict[str, str] | None = None,
+                 only: set[str] | None = None):
         self.servers = {name: ServerState(name, cfg) for name, cfg in servers.items()}
         self.secrets = secrets or {}
+        self.only = only  # offer only these names (`<server>__<tool>`, a sub-agent's subset); None: all
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread: threading.Thread | None = None
         self.started = False
@@ -107,7 +109,7 @@ class McpHub:
         info = Implementation(name="hermes-fs", version="0.1.0")
         if cfg.command:
             env = {**_base_env(), **{k: expand(v, self.secrets) for k, v in cfg.env.items()}}
-            target: Any = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=env)
+            target: Any = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=env, cwd=cfg.cwd)
         else:
             target = _http_transport(cfg, self.secrets)
         before = _children(os.getpid())
@@ -125,6 +127,8 @@ class McpHub:
         for tool in tools:
             raw = str(getattr(tool, "name", "") or "")
             name = safe_tool_name(state.name, raw)
+            if self.only is not None and name not in self.only:
+                continue
             schema = _schema(name, tool)
             size = len(json.dumps(schema))
             why = None
@@ -183,6 +187,14 @@ class McpHub:
 
     def owns(self, name: str) -> bool:
         return SEP in name and name.split(SEP, 1)[0] in self.servers
+
+    def server_of(self, name: str) -> str | None:
+        """The server a tool name belongs to (None: not an MCP tool of this hub)."""
+        return name.split(SEP, 1)[0] if self.owns(name) else None
+
+    def tool_names(self) -> list[str]:
+        """The names offered to the model (starting the servers if need be)."""
+        return [t["function"]["name"] for t in self.schemas()]
 
     def call(self, name: str, arguments: dict) -> str:
         """The result as text for the model, or `error: ...` (never raises)."""

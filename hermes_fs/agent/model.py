@@ -188,6 +188,20 @@ def import_litellm():
     return litellm
 
 
+def import_litellm_in_background() -> None:
+    """Start importing litellm on a thread while this process reads the vault and builds the
+    prompt; the turn's own `import_litellm` then waits only for what is left of it (the import
+    lock makes the two one import). A failure here is left for the turn's import to report."""
+
+    def run() -> None:
+        try:
+            import_litellm()
+        except Exception:  # noqa: BLE001, S110 — reported by the turn's own import
+            pass
+
+    threading.Thread(target=run, name="import-litellm", daemon=True).start()
+
+
 def quiet_litellm_logs() -> None:
     """litellm logs each call at INFO on its own handler *and* through the root logger (so a daemon
     printed every call twice), and httpx logs each request: only their warnings are worth keeping."""

@@ -172,8 +172,7 @@ def stage(real: Path, outbox: Path, caption: str = "", name: str | None = None) 
     """Copy a checked file into the outbox (its own folder, the name kept) and describe it. A text
     file holding a secret is refused here, before it can leave the machine."""
     shown = safe_name(name or real.name)
-    with open(real, "rb") as src:  # one open: what is scanned is what is copied
-        data = src.read(MAX_STAGED_BYTES + 1)
+    data = _read_checked(real)
     if len(data) > MAX_STAGED_BYTES:
         raise InputError(f"over the {MAX_STAGED_BYTES} bytes a file sent may have", str(real))
     if len(data) <= SCAN_TEXT_BYTES and _looks_text(data):
@@ -188,6 +187,20 @@ def stage(real: Path, outbox: Path, caption: str = "", name: str | None = None) 
         out.write(data)
     mime = mimetypes.guess_type(shown)[0] or "application/octet-stream"
     return OutgoingFile(target, shown, len(data), mime, caption.strip()[:1000])
+
+
+def _read_checked(real: Path) -> bytes:
+    """The file's bytes, read through one descriptor that is still the checked path: a symlink
+    swapped in after the check (by a command in the sandbox, say) is refused, not followed."""
+    try:
+        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise InputError(f"cannot open the file ({exc.strerror})", str(real)) from None
+    with os.fdopen(fd, "rb") as src:  # one open: what is scanned is what is copied
+        opened = Path(f"/proc/self/fd/{fd}")
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or (opened.exists() and Path(os.path.realpath(opened)) != real):
+            raise InputError("the file changed while it was being sent", str(real))
+        return src.read(MAX_STAGED_BYTES + 1)
 
 
 def copy_of(file: OutgoingFile) -> OutgoingFile:

@@ -62,6 +62,30 @@ def transcribe(config: VoiceConfig, data: bytes, secrets: Mapping[str, str] | No
     return Transcript(text, pcm.seconds, engine)
 
 
+def check(config: VoiceConfig, secrets: Mapping[str, str] | None = None) -> tuple[bool, str]:
+    """`doctor`: can voice messages be transcribed as set up (no audio sent anywhere: the offline
+    model is loaded, the hosted model's key is looked for)."""
+    engine = config.engine_name
+    if engine not in ENGINES:
+        return False, f"voice.engine must be one of {', '.join(ENGINES)}, got {engine!r}"
+    if engine == "off":
+        return True, "off: voice messages are answered that voice is off"
+    limits = f"at most {config.max_seconds} s and {config.max_bytes} bytes"
+    try:
+        import av  # noqa: F401
+
+        if engine == "pocketsphinx":
+            _decoder()
+            return True, f"pocketsphinx, offline, with the English model its package ships ({limits})"
+        ModelSettings(config.model, api_base=config.api_base, api_key_env=config.api_key_env,
+                      secrets=dict(secrets or {})).api_key()
+    except ImportError as exc:
+        return False, f"{exc.name} is not installed (pip install av pocketsphinx)"
+    except ModelError as exc:
+        return False, str(exc)
+    return True, f"{config.model} through litellm{f' at {config.api_base}' if config.api_base else ''} ({limits})"
+
+
 # -- pocketsphinx ---------------------------------------------------------------------------------
 
 _decoder_lock = threading.Lock()  # a pocketsphinx Decoder holds one utterance at a time
@@ -69,7 +93,7 @@ _decoder_lock = threading.Lock()  # a pocketsphinx Decoder holds one utterance a
 
 @cache
 def _decoder():
-    """One decoder per process: loading the shipped model takes about a second."""
+    """One decoder per process: the shipped model is loaded once, not per message."""
     from pocketsphinx import Config, Decoder
 
     config = Config()  # the package's own en-us model, its language model and dictionary
@@ -119,4 +143,4 @@ def _api(config: VoiceConfig, pcm: Pcm, secrets: Mapping[str, str], environ: Map
     return text
 
 
-__all__ = ["ENGINES", "NothingHeard", "Transcript", "VoiceOff", "transcribe"]
+__all__ = ["ENGINES", "NothingHeard", "Transcript", "VoiceOff", "check", "transcribe"]

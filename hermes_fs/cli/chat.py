@@ -23,7 +23,14 @@ from ..errors import HermesError
 from ..mind import memory, skills
 from ..service.auto_review import AutoReview
 from .answer import AnswerView
-from .remote import RemoteConversation, RemoteError, options_for, vectors_in_background, warm_environment
+from .remote import (
+    RemoteConversation,
+    RemoteError,
+    options_for,
+    vectors_in_background,
+    warm_conversation,
+    warm_environment,
+)
 from .term import plural, safe
 
 PROMPT = "you> "
@@ -66,7 +73,7 @@ class Repl:
         """The daemon's warm process when one answers; this process otherwise (same behaviour)."""
         o = self.options
         environ = warm_environment(self.vault, o.model)
-        remote = None if environ is None else RemoteConversation.connect(self.vault.state_dir, options_for(
+        remote = None if environ is None else warm_conversation(self.vault, options_for(
             o.source, o.model, o.workspace, o.max_steps, o.resume, environ), o.on_tool)
         if remote is not None:
             remote.on_interrupt = self.stopping

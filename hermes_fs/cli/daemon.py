@@ -17,17 +17,21 @@ from .term import echo, emit_json
 @click.option("--detach", is_flag=True, help="Run in the background.")
 @click.option("--debounce", default=1.0, show_default=True, help="Seconds a file must be quiet before it is committed.")
 @click.option("--workers", default=2, show_default=True, help="Jobs (inbox requests) run at once.")
+@click.option("--turns-only", is_flag=True, hidden=True, help="Serve run/chat turns only (what run and chat start).")
+@click.option("--idle-stop", type=float, default=0.0, hidden=True, help="With --turns-only: stop after this many idle seconds.")
 @click.pass_context
-def daemon(ctx: click.Context, detach: bool, debounce: float, workers: int):
+def daemon(ctx: click.Context, detach: bool, debounce: float, workers: int, turns_only: bool, idle_stop: float):
     """Watch the vault: commit your edits, run inbox requests. Also: stop, status, install."""
     if ctx.invoked_subcommand:
         return
-    from ..service.daemon import Daemon, DaemonOptions, is_running
+    from ..service.daemon import Daemon, DaemonOptions, is_running, make_way
 
     v = vault_for(ctx)
     if detach:
         from ..service.background import spawn
 
+        if make_way(v):
+            echo("stopped the daemon `run` started (turns only); starting the full one")
         if is_running(v):
             raise HermesError("a daemon is already running for this vault (see `hermes-fs daemon status`)")
         from ..service.daemon import wait_started
@@ -40,7 +44,7 @@ def daemon(ctx: click.Context, detach: bool, debounce: float, workers: int):
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    Daemon(v, DaemonOptions(debounce_s=debounce, workers=workers)).run(
+    Daemon(v, DaemonOptions(debounce_s=debounce, workers=workers, turns_only=turns_only, idle_stop_s=idle_stop)).run(
         on_started=lambda: echo(f"hermes-fs daemon watching {v.root} (Ctrl-C to stop)"))
 
 
@@ -73,6 +77,11 @@ def daemon_status(ctx: click.Context, as_json: bool):
         echo("daemon: not running")
     elif st.get("starting"):
         echo(f"daemon: starting, pid {st.get('pid')}")
+    elif st.get("turns_only"):
+        idle = st.get("idle_stop_s") or 0
+        echo("daemon: running, turns only (started by run or chat; no watcher, cron, gateway or sync"
+             + (f"; stops after {idle / 60:g} min without a turn" if idle else "") + f"), pid {st.get('pid')}, "
+             f"up {st.get('uptime_s')}s; `hermes-fs daemon` starts the full one in its place")
     else:
         echo(f"daemon: running, pid {st.get('pid')}, up {st.get('uptime_s')}s, queue: {', '.join(st.get('queue') or []) or 'empty'}")
     for e in st.get("last_events") or []:

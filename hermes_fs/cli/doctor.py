@@ -26,6 +26,10 @@ def doctor(ctx: click.Context, no_model: bool):
                        if embeddings.available() else f"skills.embeddings is on but not installed: {embeddings.EXTRA}"))
     checks += _check_mcp(v)
     checks += gateway_checks(v)
+    if v.config.gateway.channels:  # voice messages come only through the gateway's chats
+        from ..agent.transcription import check as check_voice
+
+        checks.append(("voice", *check_voice(v.config.voice, v.secrets())))
     cfg = v.config.sandbox
     if cfg.backend == "ssh":
         from ..agent.sandbox.ssh import doctor as check_ssh
@@ -45,16 +49,19 @@ def doctor(ctx: click.Context, no_model: bool):
 
 
 def _check_mcp(v) -> list[tuple[str, bool, str]]:
-    """Each MCP server of hermes.yaml: does it start, and how many tools does it give."""
+    """Each MCP server of hermes.yaml: does it start, and how many tools does it give; a browser
+    (`mcp add browser`) also opens a page, so Node and its Chromium are checked for real."""
     servers = v.config.mcp.servers
     if not servers:
         return []
+    from ..agent import browser
     from ..agent.mcp_client import McpHub
 
     hub = McpHub(servers, v.secrets())
     try:
         with Spinner("starting MCP servers"):
-            return [(f"mcp server {name}", ok, detail) for name, ok, detail in hub.status()]
+            rows = [(f"mcp server {name}", ok, detail) for name, ok, detail in hub.status()]
+            return rows + browser.doctor(hub, servers)
     finally:
         hub.stop()
 

@@ -18,16 +18,17 @@ from ..agent.model import TurnCancelled
 from ..errors import HermesError
 
 CONNECT_TIMEOUT_S = 2.0  # a daemon that has not opened the conversation by then is not used
+FRESH_CONNECT_TIMEOUT_S = 60.0  # the same for a daemon that has just started (its first open imports the agent)
 
 
-def daemon_socket(state_dir: Path) -> socket.socket | None:
-    """A connection to the running daemon, with CONNECT_TIMEOUT_S set; None when there is none (no
+def daemon_socket(state_dir: Path, timeout: float = CONNECT_TIMEOUT_S) -> socket.socket | None:
+    """A connection to the running daemon, with `timeout` set; None when there is none (no
     socket, a stale one, HERMES_NO_DAEMON)."""
     path = state_dir / "daemon.sock"
     if os.environ.get("HERMES_NO_DAEMON") or not path.exists():
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(CONNECT_TIMEOUT_S)
+    sock.settimeout(timeout)
     try:
         sock.connect(str(path))
     except OSError:
@@ -63,9 +64,9 @@ class RemoteConversation:
         self.interrupted = False  # Ctrl-C sent during the turn now running
 
     @classmethod
-    def connect(cls, state_dir: Path, options: dict, on_tool: Callable[[str], None] | None = None
-                ) -> RemoteConversation | None:
-        sock = daemon_socket(state_dir)
+    def connect(cls, state_dir: Path, options: dict, on_tool: Callable[[str], None] | None = None,
+                timeout: float = CONNECT_TIMEOUT_S) -> RemoteConversation | None:
+        sock = daemon_socket(state_dir, timeout)
         if sock is None:
             return None
         try:
@@ -146,6 +147,26 @@ class RemoteConversation:
             return False
         finally:
             self.sock.close()
+
+
+def warm_conversation(vault, options: dict, on_tool: Callable[[str], None] | None = None
+                      ) -> RemoteConversation | None:
+    """The conversation in the vault's daemon, which is started first when none runs and
+    daemon.autostart is on (service/autostart.py); None: run it in this process."""
+    from ..service.autostart import ensure_daemon
+
+    started = ensure_daemon(vault)
+    if started is not None and started.pid is not None:
+        import click
+
+        minutes = vault.config.daemon.idle_stop_min
+        click.echo(f"hermes-fs: started a daemon for this vault (pid {started.pid}) so that later calls are fast; "
+                   "it serves run and chat only" + (f" and stops after {minutes:g} min without a turn" if minutes else "")
+                   + " (`hermes-fs daemon stop`; `daemon: {autostart: false}` in hermes.yaml turns this off)",
+                   err=True)
+    fresh = started is not None and started.fresh
+    return RemoteConversation.connect(vault.state_dir, options, on_tool,
+                                      FRESH_CONNECT_TIMEOUT_S if fresh else CONNECT_TIMEOUT_S)
 
 
 def options_for(source: str, model: str | None = None, workspace: Path | None = None, max_steps: int | None = None,

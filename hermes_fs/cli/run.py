@@ -23,21 +23,17 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
     """Run one agent task and print the answer; the transcript goes to sessions/."""
     from pathlib import Path
 
-    from .. import Conversation, ConversationOptions
     from ..service.auto_review import AutoReview
-
-    options = ConversationOptions(source="run", model=model, workspace=Path(workspace).resolve() if workspace else None)
-    if max_steps:
-        options.max_steps = max_steps
-    v = vault_for(ctx)
     from .answer import AnswerView
-    from .remote import RemoteConversation, options_for, vectors_in_background, warm_environment
+    from .remote import options_for, vectors_in_background, warm_conversation, warm_environment
 
+    where = Path(workspace).resolve() if workspace else None
+    v = vault_for(ctx)
     environ = warm_environment(v, model)
     view = AnswerView() if sys.stdout.isatty() else None  # a person watching: streamed Markdown
     on_tool = (lambda line: view.tool(f"  · {line}")) if view else None
-    remote = None if environ is None else RemoteConversation.connect(
-        v.state_dir, options_for("run", model, options.workspace, max_steps, environ=environ), on_tool)
+    remote = None if environ is None else warm_conversation(
+        v, options_for("run", model, where, max_steps, environ=environ), on_tool)
     if remote is not None:  # the daemon's warm process: no litellm import here
         try:
             _answer(view, lambda on_text: remote.ask(" ".join(prompt), on_text).answer)
@@ -45,8 +41,15 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
             remote.end()
         AutoReview(v, detached=True).after_turn(remote.id, 1)  # refine.every_turns: 1 reviews every run
         return
+    from ..agent.model import import_litellm_in_background
+
+    import_litellm_in_background()  # off the critical path: it overlaps loading the agent and building the prompt
+    from .. import Conversation, ConversationOptions
+
+    options = ConversationOptions(source="run", model=model, workspace=where, on_tool=on_tool)
+    if max_steps:
+        options.max_steps = max_steps
     vectors_in_background(v)
-    options.on_tool = on_tool
     with Conversation(v, options) as conversation:
         _answer(view, lambda on_text: conversation.ask(" ".join(prompt), on_text).answer)
     AutoReview(v, detached=True).after_turn(conversation.id, conversation.user_turns)

@@ -109,6 +109,10 @@ def _mcp_servers(meta: dict, config: Config, path: str) -> list[str] | None:
     unknown = [n for n in names if n not in config.mcp.servers]
     if unknown:
         raise InputError(f"mcp server(s) {', '.join(unknown)} not defined in hermes.yaml mcp.servers", path)
+    barred = [n for n in names if not config.mcp.servers[n].unattended]
+    if barred:  # a job runs unattended: it gets only servers hermes.yaml lets run so
+        raise InputError(f"mcp server(s) {', '.join(barred)} may not run unattended; a person allows it with "
+                         f"`unattended: true` under mcp.servers.{barred[0]} in hermes.yaml", path)
     return names
 
 

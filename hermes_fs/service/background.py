@@ -17,7 +17,7 @@ def spawn(vault_root: Path, args: list[str], log: Path) -> int:
     with open(log, "a") as out:
         proc = subprocess.Popen([sys.executable, "-m", "hermes_fs", "--vault", str(vault_root), *args],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, cwd=vault_root)  # holds no other folder open
     return proc.pid
 
 

@@ -52,6 +52,10 @@ __all__ = ["Daemon", "DaemonOptions", "ignored", "is_running", "status", "stop"]
 class DaemonOptions:
     debounce_s: float = 1.0
     workers: int = 2
+    # Serve warm turns and nothing else (the daemon `run` and `chat` start by themselves): no
+    # watcher, inbox, cron, gateway or sync, so starting it changes what happens to nothing but speed.
+    turns_only: bool = False
+    idle_stop_s: float = 0.0  # turns_only: stop after this long without a connection; 0 = never
 
 
 class DaemonState:
@@ -65,6 +69,8 @@ class DaemonState:
         self.errors: deque = deque(maxlen=20)
         self.queued: set[str] = set()
         self.lock = threading.Lock()
+        self.turns_only = False  # `daemon status` tells a person which kind of daemon runs
+        self.idle_stop_s = 0.0
 
     def note(self, message: str) -> None:
         self.log.info(message)
@@ -98,7 +104,9 @@ class DaemonState:
         with self.lock:  # threads report at once; one writer at a time
             state = {"pid": os.getpid(), "started": self.started, "running": running,
                      "queue": sorted(self.queued), "last_events": list(self.events),
-                     "last_errors": list(self.errors)}
+                     "last_errors": list(self.errors), "turns_only": self.turns_only}
+            if self.turns_only:
+                state["idle_stop_s"] = self.idle_stop_s
             atomic_write(self.path, json.dumps(state, indent=2))
 
 
@@ -110,6 +118,7 @@ class Daemon:
         self.stop_event = threading.Event()
         self.log = logging.getLogger(LOGGER)
         self.state = DaemonState(vault.state_dir / "daemon.json", self.log)
+        self.state.turns_only, self.state.idle_stop_s = self.options.turns_only, self.options.idle_stop_s
         self.edits = Debouncer(self.options.debounce_s, self._commit_edits)
         # hermes.yaml and cron/*.md are re-read once a burst of events is over: one save is several
         # events (created, modified, closed), and a file half-written is not yet worth an error.
@@ -136,6 +145,8 @@ class Daemon:
     def run(self, on_started: Callable[[], None] = lambda: None) -> None:
         """Run in the foreground until SIGTERM/SIGINT; `on_started` once this daemon owns the vault
         (a second daemon is refused before it says anything)."""
+        if not self.options.turns_only:
+            make_way(self.vault)  # a person's full daemon replaces one started by `run`
         try:
             self.lock.acquire(timeout=0)
         except HermesError:
@@ -144,6 +155,9 @@ class Daemon:
         tighten_umask()  # every state file it (or a child) makes is 0600: message text lives there
         protect_tree(self.vault.state_dir)
         favour_waiting_threads()  # sync's git calls beside agent work (priority.py)
+        if self.options.turns_only:
+            self._serve_turns_only()
+            return
         try:
             self._setup_logging()
             self._open_claims()
@@ -164,6 +178,28 @@ class Daemon:
             self._scan_inbox()
             while not self.stop_event.wait(WAKE_S):  # never a wait without end: see WAKE_S
                 pass
+            self.note("stopping")
+        finally:
+            self._shutdown()
+
+    def _serve_turns_only(self) -> None:
+        """The daemon `run` and `chat` start: the warm-turn server and the model layer, until it
+        has been idle for idle_stop_s or is stopped."""
+        try:
+            self._setup_logging()
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+            self._start_warm()
+            if self.warm is None:
+                return
+            idle = self.options.idle_stop_s
+            self.note("daemon started (turns only: no watcher, inbox, cron, gateway or sync"
+                      + (f"; stops after {idle / 60:g} min without a turn)" if idle else ")"))
+            self._warm_up_model_layer(lower=False)  # a turn is waiting for it now
+            while not self.stop_event.wait(WAKE_S):
+                if idle and self.warm.idle_s() > idle:
+                    self.note(f"no turn for {idle / 60:g} min: stopping")
+                    break
             self.note("stopping")
         finally:
             self._shutdown()
@@ -240,7 +276,7 @@ class Daemon:
             self.warm = None
             self.error(f"warm turns unavailable ({exc}); run and chat will start their own process")
 
-    def _warm_up_model_layer(self) -> None:
+    def _warm_up_model_layer(self, lower: bool = True) -> None:
         """Import the model layer (litellm: seconds of CPU) in the background once everything else
         has started, so the first turn served (a chat, a cron job due at start, an inbox request)
         is as fast as the later ones. It runs at the agent's lower priority, so a sync round or the
@@ -249,9 +285,8 @@ class Daemon:
             return
 
         def warm() -> None:
-            from .priority import lower_this_thread
-
-            lower_this_thread()
+            if lower:
+                lower_this_thread()
             try:
                 from ..agent.conversation import Conversation  # noqa: F401  (the turn's own modules)
                 from ..agent.model import import_litellm
@@ -518,6 +553,15 @@ def pending_edits(vault: Vault) -> list[str]:
     """A person's uncommitted edits: changed files outside what hermes-fs writes and commits itself
     (sessions, outputs, inbox) and outside editors' swap and backup files."""
     return [p for p in vault.git.dirty_paths() if not p.startswith(OWN_DIRS) and not ignored(p)]
+
+
+def make_way(vault: Vault) -> bool:
+    """Stop a turns-only daemon (the one `run` and `chat` start) so a full one can take the vault;
+    True if one was stopped. A full daemon is never stopped here."""
+    st = status(vault)
+    if not st.get("running") or not st.get("turns_only"):
+        return False
+    return stop(vault)
 
 
 def stop(vault: Vault, timeout: float = 60) -> bool:

@@ -29,6 +29,7 @@ import os
 import socket
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,6 +62,9 @@ class WarmServer:
         self.path = socket_path(vault)
         self.sock: socket.socket | None = None
         self.stopped = threading.Event()
+        self.serving = 0  # connections open now (a chat waiting for its person counts as busy)
+        self.last_active = time.monotonic()
+        self.activity = threading.Lock()
 
     def start(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -96,13 +100,25 @@ class WarmServer:
                 return
             threading.Thread(target=self._serve, args=(conn,), name="warm-session", daemon=True).start()
 
+    def idle_s(self) -> float:
+        """Seconds since the last connection closed; 0 while any is open."""
+        with self.activity:
+            return 0.0 if self.serving else time.monotonic() - self.last_active
+
     def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            uid = peer_uid(conn)
-            if uid is not None and uid != os.getuid():
-                _send(conn, {"error": "refused: this daemon serves only its own user", "exit_code": 1})
-                return
-            Session(self.vault, conn).serve()
+        with self.activity:
+            self.serving += 1
+        try:
+            with conn:
+                uid = peer_uid(conn)
+                if uid is not None and uid != os.getuid():
+                    _send(conn, {"error": "refused: this daemon serves only its own user", "exit_code": 1})
+                    return
+                Session(self.vault, conn).serve()
+        finally:
+            with self.activity:
+                self.serving -= 1
+                self.last_active = time.monotonic()
 
 
 class Session:

@@ -155,11 +155,13 @@ class McpServerConfig:
 
     command: str | None = None  # the program of a stdio server
     args: list[str] = field(default_factory=list)  # its arguments
+    cwd: str | None = None  # the folder a stdio server starts in (null: the one hermes-fs runs in); files it saves land there
     env: dict[str, str] = field(default_factory=dict)  # values may say ${NAME} (from .hermes/secrets.env)
     url: str | None = None  # the URL of a streamable-HTTP server (instead of command)
     headers: dict[str, str] = field(default_factory=dict)  # the same ${NAME} expansion
     tools: list[str] | None = None  # allow-list of the server's tool names; null = all
     timeout_s: float = 30.0  # a call (or the start) taking longer is a tool error the model sees
+    unattended: bool = False  # true: gateway chats, cron jobs, inbox requests and webhooks get it too (default: only chat, run, acp)
 
 
 @dataclass
@@ -266,6 +268,14 @@ class SyncConfig:
 
 
 @dataclass
+class DaemonConfig:
+    """The daemon that `run` and `chat` start by themselves when none is running."""
+
+    autostart: bool = True  # run/chat start a daemon that serves turns only (no watcher, cron, gateway, sync)
+    idle_stop_min: float = 30.0  # that daemon stops after this many minutes without a turn; 0: it stays
+
+
+@dataclass
 class WebConfig:
     """The web page."""
 
@@ -305,6 +315,7 @@ class Config:
     voice: VoiceConfig = field(default_factory=VoiceConfig)
     remote: RemoteConfig | None = None
     sync: SyncConfig = field(default_factory=SyncConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
     web: WebConfig = field(default_factory=WebConfig)
     curate: CurateConfig = field(default_factory=CurateConfig)
 
