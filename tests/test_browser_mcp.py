@@ -102,6 +102,8 @@ def test_the_agent_browses_a_local_site_through_the_recipe(agent_vault, model_se
         {"tool_calls": [call("snapshot")]},
         lambda b: {"tool_calls": [call("click", {"element": "Send order", "target": ref(b, r'button "Send order"')})]},
         {"tool_calls": [call("snapshot")]},
+        {"tool_calls": [call("navigate", {"url": "file:///etc/passwd"}),  # what a hostile page might ask for
+                        call("snapshot", {"filename": "../../../escape.yml"})]},
         {"content": "Ordered 3 for Ada: order number 7."})
     try:
         with Conversation(agent_vault, ConversationOptions(source="run", workspace=tmp_path)) as c:
@@ -112,7 +114,11 @@ def test_the_agent_browses_a_local_site_through_the_recipe(agent_vault, model_se
     assert {f"browser__{t}" for t in browser.TOOLS} <= offered
     assert not {"browser__browser_run_code_unsafe", "browser__browser_file_upload", "browser__browser_evaluate"} & offered
     results = [m["content"] for m in model_server.requests[-1]["messages"] if m["role"] == "tool"]
+    results, hostile = results[:-2], results[-2:]
     assert not [r for r in results if r.startswith("error")], "\n----\n".join(results)
+    assert hostile[0].startswith("error") and "file:" in hostile[0] and "root:" not in hostile[0]
+    assert hostile[1].startswith("error") and "outside allowed roots" in hostile[1]
+    assert not (installed.parent / "escape.yml").exists()
     assert f"Page URL: {site.url}/" in results[0]
     assert "PELICAN" in results[1]  # the page's text, read
     assert "Order form" in results[3] and "/order" in results[2]  # the link followed

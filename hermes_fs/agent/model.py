@@ -84,6 +84,9 @@ class Model(Protocol):
 
 
 # The variable each hosted provider's key is read from when hermes.yaml names none.
+# providers whose `client` litellm hands to an OpenAI SDK object, never to its own HTTP handler:
+# for them a Ctrl-C closes the connection when the next piece of the answer arrives
+OPENAI_SDK_CLIENTS = frozenset({"azure", "azure_text", "text-completion-openai", "text-completion-inception"})
 PROVIDER_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "openrouter": "OPENROUTER_API_KEY",
                  "gemini": "GEMINI_API_KEY", "groq": "GROQ_API_KEY", "xai": "XAI_API_KEY",
                  "mistral": "MISTRAL_API_KEY", "deepseek": "DEEPSEEK_API_KEY", "together_ai": "TOGETHERAI_API_KEY"}
@@ -100,6 +103,7 @@ class ModelSettings:
     retries: int = 4
     retry_base_s: float = 1.0
     secrets: dict[str, str] = field(default_factory=dict)  # .hermes/secrets.env (the environment wins)
+    setting: str = "model"  # the hermes.yaml key this model comes from, named when its key is missing
     # The environment keys are read from: this process's, or the CLI's that handed the turn to a
     # daemon (so a warm turn uses the caller's key, exactly as a cold one would).
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ, repr=False)
@@ -138,10 +142,13 @@ class ModelSettings:
         key = (self.environ.get(var) or self.secrets.get(var)) if var else None
         needs_key = self.api_key_env is not None or (self.api_base is None and self.provider not in KEYLESS)
         if not key and var and needs_key:
-            where = "api_key_env in hermes.yaml" if self.api_key_env else f"the {self.provider} key"
+            prefix = self.setting.rpartition(".")[0]
+            where = f"{prefix + '.' if prefix else ''}api_key_env in hermes.yaml" if self.api_key_env \
+                else f"the {self.provider} key"
+            local = " (e.g. ollama_chat/llama3.1 for a local model)" if self.setting == "model" else ""
             raise ModelError(f"model {self.model}: no API key: {var} ({where}) is not set. Put `{var}=...` in "
-                             ".hermes/secrets.env or the environment, or change `model` in hermes.yaml "
-                             "(e.g. ollama_chat/llama3.1 for a local model)")
+                             f".hermes/secrets.env or the environment, or change `{self.setting}` in hermes.yaml"
+                             f"{local}")
         return key or None
 
 
@@ -278,6 +285,12 @@ class LiteLLMModel:
                                            http_client=request.http_client(self.settings.timeout_s), max_retries=0)
             if streaming:
                 call["stream_options"] = {"include_usage": True}
+        elif self.settings.provider not in OPENAI_SDK_CLIENTS:
+            from litellm.llms.custom_httpx.http_handler import HTTPHandler
+
+            # litellm's own HTTP path (most providers) takes this client: its socket is ours to shut down
+            call["client"] = HTTPHandler(timeout=self.settings.timeout_s,
+                                         client=request.http_client(self.settings.timeout_s))
         if not streaming:
             return request.run(lambda emit: self._reply(litellm, litellm.completion(**call)))
         return request.run(lambda emit: self._streamed(litellm, call, emit, request), on_text)

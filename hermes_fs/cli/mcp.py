@@ -15,7 +15,8 @@ from .term import echo
 RECIPES = ("browser",)
 
 
-@click.group("mcp", invoke_without_command=True)
+@click.group("mcp", invoke_without_command=True,
+             short_help="Serve this vault over MCP: memory, skills, session search and refine for other agents.")
 @vault_option
 @click.option("--http", "http", metavar="HOST:PORT", help="Serve streamable HTTP (bearer token required) instead of stdio.")
 @click.pass_context
@@ -37,7 +38,7 @@ def mcp_serve(ctx: click.Context, http: str | None):
     serve_http(v, host, int(port))
 
 
-@mcp_serve.command("add")
+@mcp_serve.command("add", short_help="Add a ready-made MCP server for the agent: `add browser` (headless Chromium).")
 @vault_option
 @click.argument("recipe", type=click.Choice(RECIPES))
 @click.option("--name", default=None, help="The server's name in hermes.yaml (default: the recipe's); tools appear as NAME__tool.")

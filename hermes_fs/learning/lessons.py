@@ -12,7 +12,8 @@ every candidate and writes the memory entries itself:
   detail (a commit id, a PR number, a count, a clock time) or a credential, and most of its words
   must be the conversation's own words (so an invented or injected lesson cannot ride on a good
   quote);
-- a lesson counts only when at least `agree` of the samples propose it, and never when memory
+- a lesson counts only when at least `agree` of the samples propose it (or the person's own
+  sentence states it outright as lasting: "always", "I use", "remember"), and never when memory
   already holds it.
 The model only proposes: what may be written, and where, is decided here.
 """
@@ -49,12 +50,14 @@ MIN_QUOTE_WORDS = 3
 class Candidate(_Strict):
     """The quote comes first: written first under the grammar, it leads the model to the lesson."""
 
-    quote: str = Field(description="the exact words from a USER or ASSISTANT line that show the lesson")
-    lesson: str = Field(description="one short sentence to remember, true next month too")
+    quote: str = Field(max_length=240, description="the exact words from a USER or ASSISTANT line that show the lesson")
+    lesson: str = Field(max_length=160, description="one short sentence to remember, true next month too")
 
 
 class Lessons(_Strict):
-    lessons: list[Candidate] = Field(max_length=4)
+    """Bounded lengths: under the grammar a small model cannot ramble on for minutes."""
+
+    lessons: list[Candidate] = Field(max_length=3)
 
 
 LESSONS_PROMPT = """You read a conversation between a user and their assistant. List what the assistant must \
@@ -127,6 +130,8 @@ LASTING = re.compile(
     r"\b(always|never|every ?(time|one)?|whenever|from now on|next time|in future|in the future|in general|by default|"
     r"remember|note that|keep in mind|don'?t forget|keep doing|rule|no exceptions|the way to|how we should|"
     r"i use|i prefer|i like|i want|i live|i'?m in|we use|uses|don'?t|do not|not|no|instead|still|only)\b", re.I)
+STATED = re.compile(r"\b(always|never|from now on|every time|next time|in future|in general|by default|remember|"
+                    r"note that|keep in mind|no exceptions|my rule|a rule|i use|i prefer|i like|i live|we use)\b", re.I)
 CORRECTION = re.compile(r"^\W*(no|not|nope|wait|actually|oops)\b", re.I)  # a turn correcting the assistant
 ENDORSES = re.compile(r"\b(always|every time|next time|from now on|in future|remember|the way to|how we should|"
                       r"keep doing)\b", re.I)
@@ -161,6 +166,7 @@ class Verdict:
     why: str = ""  # empty: kept
     file: str = "MEMORY.md"
     speaker: str = ""  # person | assistant: whose words the quote is
+    stated: bool = False  # the person's own sentence says outright that it lasts ("always", "I use", "remember")
 
     @property
     def kept(self) -> bool:
@@ -188,9 +194,10 @@ def judge(c: Candidate, conv: Said) -> Verdict:
         v.why = "it carries a one-off detail (an id, a number, a count or a time)"
     elif CREDENTIAL.search(lesson) or scan_text("lesson", lesson) or scan_text("quote", quote):
         v.why = "it is about a credential"
-    elif not grounded(lesson, quote, conv):
+    elif not grounded(lesson, turn, conv):
         v.why = "its words are not the conversation's (invented, or taken from a tool's output)"
     if v.kept:
+        v.stated = turn.role == "person" and bool(STATED.search(sentence_around(turn.text, quote)))
         v.file = "USER.md" if turn.role == "person" and FIRST_PERSON.search(sentence_around(turn.text, quote)) \
             else "MEMORY.md"
     return v
@@ -209,19 +216,27 @@ def find_quote(quote: str, conv: Said) -> tuple[Turn, int] | None:
 
 
 def sentence_around(text: str, quote: str) -> str:
-    """The sentences of `text` that share words with the quote (the words said around it)."""
+    """The sentences of `text` the quote is taken from (each holds at least half its words)."""
     want = tokens(quote)
     parts = re.split(r"(?<=[.!?;])\s+", text)
-    near = [s for s in parts if tokens(s) & want]
-    return " ".join(near) or text
+    near = [s for s in parts if want and len(tokens(s) & want) >= len(want) / 2]
+    return " ".join(near) or max(parts, key=lambda s: len(tokens(s) & want), default=text)
 
 
-def grounded(lesson: str, quote: str, conv: Said) -> bool:
-    """The lesson shares words with its quote, and most of its words are the conversation's own."""
-    words = tokens(lesson)
-    if not words or not words & tokens(quote):
+def grounded(lesson: str, turn: Turn, conv: Said) -> bool:
+    """The lesson shares words with the turn it quotes, and most of its words are the
+    conversation's own (compared by stem: "installs" is "installations")."""
+    words = stems(lesson)
+    if not words or not words & stems(turn.text):
         return False
-    return len(words & tokens(conv.own_words())) >= GROUNDED_SHARE * len(words)
+    return len(words & stems(conv.own_words())) >= GROUNDED_SHARE * len(words)
+
+
+def stems(text: str) -> set[str]:
+    return {w[:STEM] for w in tokens(text)}
+
+
+STEM = 5  # letters that make two words one for `grounded` (a crude stem, enough for English inflections)
 
 
 # -- agreement and memory ------------------------------------------------------------------------------
@@ -231,13 +246,15 @@ def similar(a: str, b: str, share: float) -> bool:
 
 
 def agreed(samples: list[list[Verdict]], need: int) -> list[tuple[Verdict, int]]:
-    """The lessons at least `need` samples share (see `grouped`)."""
-    return [(v, n) for v, n in grouped(samples) if n >= need]
+    """The lessons at least `need` samples share (see `grouped`), and those the person stated
+    outright as lasting: their own words, verified by code, need no second opinion."""
+    return [(v, n) for v, n in grouped(samples) if n >= need or v.stated]
 
 
 def grouped(samples: list[list[Verdict]]) -> list[tuple[Verdict, int]]:
-    """Kept lessons with how many samples proposed each (one per sample at most), in the
-    shortest wording proposed (whatever order the samples came in)."""
+    """Kept lessons with how many samples proposed each (one per sample at most), each in the
+    wording that shares most words with the others' (then the fullest; whatever order the samples
+    came in)."""
     groups: list[tuple[list[Verdict], set[int]]] = []
     for n, sample in enumerate(samples):
         for v in sample:
@@ -251,7 +268,8 @@ def grouped(samples: list[list[Verdict]]) -> list[tuple[Verdict, int]]:
                     break
             else:
                 groups.append(([v], {n}))
-    return [(min(members, key=lambda m: (len(m.lesson), m.lesson)), len(seen)) for members, seen in groups]
+    return [(max(members, key=lambda m: (sum(len(stems(m.lesson) & stems(o.lesson)) for o in members if o is not m),
+                                         len(stems(m.lesson)), m.lesson)), len(seen)) for members, seen in groups]
 
 
 def held(overlay: OverlayFiles, cfg) -> list[str]:

@@ -201,7 +201,8 @@ class Reviewer:
     @property
     def left_out(self) -> str:
         """Lessons mode: the lessons the model proposed that code did not keep, and why."""
-        return self.task.left_out() if isinstance(getattr(self, "task", None), LessonTask) else ""
+        task = getattr(self, "task", None)
+        return task.left_out() if isinstance(task, LessonTask) else ""
 
     def _reasons(self, overlay: OverlayFiles) -> None:
         """Every change carries its reason: ask once more for what is missing, then take out the

@@ -244,7 +244,7 @@ def test_a_file_over_the_channels_limit_is_answered_in_text(started, agent_vault
     ch.say("send both")
     assert gw.wait_idle(60)
     assert ch.sent[0].text.startswith("Done.")
-    assert "huge.bin was not sent: 4.9 KB is over the 1000 bytes matrix takes" in ch.sent[0].text
+    assert "huge.bin was not sent: 5.0 KB is over the 1.0 KB matrix takes" in ch.sent[0].text
     assert [f[0] for f in ch.files] == ["small.txt"]
     assert not any((agent_vault.state_dir / "outbox").rglob("huge.bin"))
 

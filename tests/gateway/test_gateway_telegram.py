@@ -337,6 +337,15 @@ def test_an_audio_file_over_the_limit_is_refused_unfetched_and_a_stranger_s_neve
     assert world.model_server.requests == []
 
 
+
+def test_a_file_whose_update_understates_its_size_is_refused_by_the_download(world):
+    started(world)
+    world.emu.say_voice(ME, b"OggS" + bytes(21 * 1024 * 1024), duration=5, file_size=1000)  # the update lies
+    [sent] = world.emu.wait_sent(1, chat_id=ME)
+    assert "could not be downloaded" in sent.visible and "too big" in sent.visible, sent.visible
+    assert "getFile" in world.emu.calls and world.model_server.requests == []
+
+
 def pdf_then_send(body):
     """The model writes a PDF report, sends it, then answers (the tool results drive each step)."""
     import re

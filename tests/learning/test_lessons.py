@@ -34,6 +34,13 @@ def test_a_quote_of_the_person_stating_something_lasting_is_kept_in_their_file()
     assert v.file == "USER.md" and v.speaker == "person"
 
 
+def test_a_lesson_may_word_another_part_of_the_quoted_turn():
+    assert verdict("No. I don't have root on this machine", "Never suggest sudo; no root access here.").kept
+    conv = Said([Turn("person", "No. I don't have root here. Use user-level installs (pipx).")])
+    v = judge(Candidate(quote="I don't have root here", lesson="Always use user-level installations."), conv)
+    assert v.kept, v.why
+
+
 def test_quotes_match_despite_case_spacing_markdown_and_an_ellipsis():
     assert verdict("i DON'T have   root ... never will", "Has no root; never suggest sudo.").kept
     assert verdict("Installed with pipx install jq", "Installs tools with pipx install into ~/.local/bin.").kept
@@ -84,12 +91,13 @@ def test_agreement_keeps_what_two_samples_propose_once_each():
     bad = verdict("Install jq for me", "Installs jq.")
     kept = agreed([[a, c], [b, a], [bad]], 2)
     assert [(v.lesson, n) for v, n in kept] == [(b.lesson, 2)]  # c once, `bad` rejected; a twice in one sample counts once
-    assert agreed([[b, c], [a, c]], 2) == agreed([[a, c], [c, b]], 2)  # the shortest wording, whatever the order
+    assert agreed([[b, c], [a, c]], 2) == agreed([[a, c], [c, b]], 2)  # the same wording, whatever the order
     assert [v.lesson for v, _n in agreed([[c]], 1)] == [c.lesson]
 
 
 # -- end to end: the scripted model, the real pipeline ----------------------------------------------------
-SAID = "I always use tabs, never spaces. Now rename notes.txt to notes-2026-11-30-final.txt please."
+SAID = ("No: I always use tabs, never spaces. Tabs are eight columns wide here. "
+        "Now rename notes.txt to notes-2026-11-30-final.txt please.")
 
 
 @pytest.fixture
@@ -107,6 +115,7 @@ def answer(*items):
 TABS = ("I always use tabs, never spaces", "Indents with tabs, never spaces.")
 NAME = ("rename notes.txt to notes-2026-11-30-final.txt", "Names notes with the date and final.")
 DISK = ("The disk was full once", "The disk fills up; clean it before renames.")
+WIDTH = ("Tabs are eight columns wide here", "Tabs are eight columns wide.")  # a correction, not stated as lasting
 
 
 def test_refine_keeps_the_agreed_grounded_lesson_and_drops_the_rest(agent_vault, model_server, session):
@@ -115,29 +124,42 @@ def test_refine_keeps_the_agreed_grounded_lesson_and_drops_the_rest(agent_vault,
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "pending", out.reason
     text = agent_vault.git.read_file(out.branch, USER).decode()
-    assert "- Uses tabs for indentation." in text  # the shorter of the two wordings
+    assert "- Indents with tabs, never spaces." in text and "Uses tabs" not in text  # the fuller of two wordings
     assert "notes" not in text and "disk" not in text.lower() and "Comic" not in text
     assert out.files == [USER]
     info = agent_vault.git.commit_info(out.branch)
-    assert info.summary == "learn: Uses tabs for indentation."
-    assert '(because the user said: "always use tabs" (2 of 3 samples))' in info.body
+    assert info.summary == "learn: Indents with tabs, never spaces."
+    assert '(because the user said: "I always use tabs, never spaces" (2 of 3 samples))' in info.body
     reqs = model_server.requests[-3:]
     assert all(r["temperature"] == lessons.TEMPERATURE and r["response_format"]["json_schema"]["name"] == "Lessons"
                for r in reqs)
     assert reqs[0]["messages"] == reqs[2]["messages"] and len(reqs[0]["messages"]) == 2  # the same request each time
-    assert "USER: I always use tabs" in reqs[0]["messages"][1]["content"]
+    assert "USER: No: I always use tabs" in reqs[0]["messages"][1]["content"]
     assert "## Memory files" not in reqs[0]["messages"][1]["content"]
 
 
-def test_one_sample_alone_is_not_enough(agent_vault, model_server, session):
-    model_server.add(answer(TABS), answer(NAME), answer())
+def test_one_sample_alone_is_not_enough_unless_the_person_stated_it_outright(agent_vault, model_server, session):
+    model_server.add(answer(WIDTH), answer(NAME), answer())
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "nothing", out.reason
-    assert out.reason == ("code left out the lessons the model proposed: the person's words state nothing lasting "
-                          "(a request for this task only); proposed by fewer than 2 of the 3 answers")
-    model_server.add(answer(TABS))
+    assert out.reason == "code left out the lessons the model proposed: 2 because proposed by fewer than 2 of the 3 answers"
+    model_server.add(answer(TABS), answer(), answer(NAME))  # "I always use ...": the person's own, stated as lasting
+    out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
+    assert out.status == "pending", out.reason
+    assert "(1 of 3 samples)" in agent_vault.git.commit_info(out.branch).body
+    assert b"notes" not in agent_vault.git.read_file(out.branch, USER)
+    model_server.add(answer(WIDTH))
     out = refine(agent_vault, RefineOptions(mode="structured", samples=1))  # one sample: it is its own agreement
     assert out.status == "pending", out.reason
+
+
+def test_the_assistants_words_or_a_correction_need_two_samples():
+    c = verdict("Installed with pipx install jq", "Installs tools with pipx into ~/.local/bin.")
+    fix = judge(Candidate(quote="Commit 4471aa2 too", lesson="Commit the no-root fix too."), CONV)  # a correction turn
+    assert c.kept and fix.kept and not c.stated and not fix.stated
+    assert agreed([[c], [fix]], 2) == [] and agreed([[c], [c]], 2) == [(c, 2)]
+    stated = verdict("I don't have root on this machine and never will", "Has no root; never suggest sudo.")
+    assert stated.stated and agreed([[stated]], 2) == [(stated, 1)]
 
 
 def test_what_memory_holds_is_not_added_again(agent_vault, model_server, session):
