@@ -269,10 +269,11 @@ class SyncConfig:
 
 @dataclass
 class DaemonConfig:
-    """The daemon that `run` and `chat` start by themselves when none is running."""
+    """The daemon: the one `run` and `chat` start by themselves when none is running, and its model worker."""
 
     autostart: bool = True  # run/chat start a daemon that serves turns only (no watcher, cron, gateway, sync)
     idle_stop_min: float = 30.0  # that daemon stops after this many minutes without a turn; 0: it stays
+    model_worker_idle_s: float = 600.0  # the model layer (litellm) runs in a worker process the daemon starts; after this many seconds without a model call it is let go (memory back) and the next call starts it again; 0: never let go
 
 
 @dataclass
