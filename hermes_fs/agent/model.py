@@ -186,6 +186,30 @@ def check_model(vault, environ: Mapping[str, str] | None = None) -> tuple[bool, 
     return True, f"{settings.model} answered ({(reply.content or '').strip()[:40]!r})"
 
 
+class Remote(Protocol):
+    """Where a process's model calls go instead of an in-process litellm: the daemon's model
+    worker (service/model_worker.py), a process of its own so the daemon stays small."""
+
+    def complete(self, settings: ModelSettings, key: str | None, messages: list[dict], tools: list[dict],
+                 response_format: dict | None, on_text: OnText | None, cancel: threading.Event | None) -> Reply:
+        ...
+
+
+_REMOTE: Remote | None = None
+
+
+def serve_from(remote: Remote | None, replacing: Remote | None = None) -> None:
+    """Route this process's model calls to `remote` (None: litellm in this process again). With
+    `replacing`, only if that is still the one in use (one of several daemons in a process stopping)."""
+    global _REMOTE
+    if replacing is None or _REMOTE is replacing:
+        _REMOTE = remote
+
+
+def remote() -> Remote | None:
+    return _REMOTE
+
+
 def import_litellm():
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
@@ -229,6 +253,16 @@ class LiteLLMModel:
     def complete(self, messages: list[dict], tools: list[dict], response_format: dict | None = None,
                  on_text: OnText | None = None, temperature: float | None = None) -> Reply:
         key = self.settings.api_key()  # before the import: a missing key is reported at once
+        if _REMOTE is not None:  # the daemon: litellm lives in its model worker
+            try:
+                reply = _REMOTE.complete(self.settings, key, messages, tools, response_format, on_text, self.cancel)
+            except KeyboardInterrupt:
+                if self.cancel is not None:
+                    self.cancel.set()
+                raise TurnCancelled("the turn was interrupted") from None
+            self.usage.add(reply.usage)
+            self.calls += 1
+            return reply
         litellm = import_litellm()
         kwargs = dict(model=self.settings.model, messages=messages, timeout=self.settings.timeout_s, num_retries=0)
         if tools:

@@ -269,10 +269,11 @@ class SyncConfig:
 
 @dataclass
 class DaemonConfig:
-    """The daemon that `run` and `chat` start by themselves when none is running."""
+    """The daemon: the one `run` and `chat` start by themselves when none is running, and its model worker."""
 
     autostart: bool = True  # run/chat start a daemon that serves turns only (no watcher, cron, gateway, sync)
     idle_stop_min: float = 30.0  # that daemon stops after this many minutes without a turn; 0: it stays
+    model_worker_idle_s: float = 600.0  # the model layer (litellm) runs in a worker process the daemon starts; after this many seconds without a model call it is let go (memory back) and the next call starts it again; 0: never let go
 
 
 @dataclass
@@ -323,6 +324,9 @@ class Config:
         """The model for a task (refine, cron, learn), falling back to `model`."""
         return getattr(self.models, task, None) or self.model
 
+
+# Integer settings with a range: a port outside it would only fail later, at connect time, obscurely.
+RANGES = {"sandbox.ssh.port": (1, 65535)}
 
 CHOICES = {
     "refine.policy": {p.value for p in Policy},
@@ -469,6 +473,9 @@ def _coerce(hint: Any, value: Any, dotted: str, filename: str, lines: dict[str, 
     elif hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             fail("an integer")
+        low, high = RANGES.get(dotted, (value, value))
+        if not low <= value <= high:
+            fail(f"from {low} to {high}")
     elif hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail("a number")
