@@ -127,6 +127,29 @@ def _warm(results: Path) -> list[str]:
             ])]
 
 
+def _daemon_memory(results: Path) -> list[str]:
+    d = _load(results, "daemon_memory")
+    if not d:
+        return []
+    body = []
+    for name, label in (("before", "model layer in the daemon (before)"), ("after", "model layer in a worker (after)")):
+        r = d["rows"].get(name)
+        if not r:
+            continue
+        a = r["after_turns"]
+        body.append((label, f"{r['warm']['daemon_rss_mib']:.0f} MiB", f"{a['daemon_rss_mib']:.0f} MiB",
+                     f"{a['worker_rss_mib']:.0f} MiB" if a.get("worker_rss_mib") else "—",
+                     f"{r['after_idle_release']['daemon_rss_mib']:.0f} MiB" if r.get("after_idle_release") else "—",
+                     f"{r['first_turn_s']:.2f} s", f"{r['warm_turn_median_s']:.2f} s"))
+    ratio = d.get("warm_turn_ratio_worker_vs_in_process")
+    return ["## The daemon's memory", "",
+            f"`python bench/daemon_memory.py`: the real daemon, {d['turns']} `run` turns through it (target: the daemon "
+            f"<= {d['target_daemon_rss_mib']} MiB after turns, or the model layer in a worker let go when idle)"
+            + (f"; warm turn with the worker / in-process: {ratio:.2f}." if ratio else "."), "",
+            *_table(("", "daemon, warmed up", "daemon after turns", "its worker", "daemon after the worker is let go",
+                     "first turn after warm-up", "warm turn, median"), body)]
+
+
 def _cold_start(results: Path) -> list[str]:
     c = _load(results, "cold_start")
     if not c or "first_call_over_peer_cpu" not in c:
@@ -271,6 +294,7 @@ def results_page(results: Path) -> str:
            "The latest figures of each benchmark, from `bench/results/*.json`. Each benchmark prints its figures and "
            "writes its JSON there; runs, the commands that made them and what each change bought are in the "
            "[lab notes](notes/index.md). The machine is shared and small (2 cores), so figures move from run to run.", ""]
-    for part in (_run_all, _warm, _cold_start, _sync, _gateway_lease, _routing, _learning, _curate, _text_calls):
+    for part in (_run_all, _warm, _cold_start, _daemon_memory, _sync, _gateway_lease, _routing, _learning, _curate,
+                 _text_calls):
         out += part(results)
     return "\n".join(out).rstrip("\n") + "\n"

@@ -7,6 +7,7 @@ Script items:
   {"status": 500, "body": {...}}                       an HTTP error
   "delay": seconds or "wait": threading.Event, with any of these, hold the reply back
 Or pass `responder(request_json) -> item` to answer computed replies (used by benchmarks).
+Run as a script (`python tests/model_server.py --help`) it serves replies by hand, to try the CLI.
 
 A request with `"stream": true` is answered as a real server streams: Server-Sent Events, one
 chunk per word of the content (or the item's "chunks": [pieces]), tool calls as deltas (the name,
@@ -46,8 +47,10 @@ class Transcription:
 
 
 class ModelServer:
-    def __init__(self, script: list | None = None, responder=None, stream_delay: float = 0.0):
+    def __init__(self, script: list | None = None, responder=None, stream_delay: float = 0.0, port: int = 0,
+                 then: dict | None = None):
         self.script = list(script or [])
+        self.then = then  # the reply once the script is used up (None: a 400, so a test sees it)
         self.responder = responder
         self.stream_delay = stream_delay
         self.closed_early: list[int] = []  # streamed requests whose client hung up before the end
@@ -139,7 +142,7 @@ class ModelServer:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.server.block_on_close = False  # a scripted slow reply must not hold up teardown
         self.port = self.server.server_address[1]
@@ -183,6 +186,8 @@ class ModelServer:
     def _next(self, body: dict):
         if self.responder:
             return self.responder(body)
+        if not self.script and self.then is not None:
+            return self.then
         if not self.script:
             return {"status": 400, "body": {"error": {"message": "test script exhausted", "type": "invalid_request_error"}}}
         item = self.script.pop(0)
@@ -244,3 +249,35 @@ def configure_vault(vault_root, server: ModelServer, extra: str = "") -> None:
         f"model: openai/test-model\napi_base: {server.api_base}\napi_key_env: HERMES_TEST_KEY\n"
         f"sandbox:\n  backend: local\n{extra}"
     )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve scripted replies from the command line, to try the CLI by hand against it."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description="Serve scripted OpenAI-compatible chat replies on 127.0.0.1 (prints the api_base).",
+        epilog="Then in hermes.yaml: model: openai/test-model, api_base: <printed URL>, and any key "
+               "(e.g. OPENAI_API_KEY=x in .hermes/secrets.env).")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (default: a free one)")
+    parser.add_argument("--reply", action="append", default=[], metavar="TEXT",
+                        help="an answer, in order (repeat the option for more)")
+    parser.add_argument("--script", metavar="FILE.json",
+                        help='a JSON list of items: {"content": ...}, {"tool_calls": [[name, {args}]]}, {"status": 500}')
+    parser.add_argument("--then", default="ok", metavar="TEXT",
+                        help="the answer once the script is used up (default: ok)")
+    args = parser.parse_args(argv)
+    script: list = [{"content": text} for text in args.reply]
+    if args.script:
+        with open(args.script, encoding="utf-8") as f:
+            script += json.load(f)
+    server = ModelServer(script, port=args.port, then={"content": args.then})
+    print(f"api_base: {server.api_base}  (Ctrl-C to stop)", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.close()
+
+
+if __name__ == "__main__":
+    main()

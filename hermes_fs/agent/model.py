@@ -103,6 +103,7 @@ class ModelSettings:
     retries: int = 4
     retry_base_s: float = 1.0
     secrets: dict[str, str] = field(default_factory=dict)  # .hermes/secrets.env (the environment wins)
+    setting: str = "model"  # the hermes.yaml key this model comes from, named when its key is missing
     # The environment keys are read from: this process's, or the CLI's that handed the turn to a
     # daemon (so a warm turn uses the caller's key, exactly as a cold one would).
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ, repr=False)
@@ -141,10 +142,13 @@ class ModelSettings:
         key = (self.environ.get(var) or self.secrets.get(var)) if var else None
         needs_key = self.api_key_env is not None or (self.api_base is None and self.provider not in KEYLESS)
         if not key and var and needs_key:
-            where = "api_key_env in hermes.yaml" if self.api_key_env else f"the {self.provider} key"
+            prefix = self.setting.rpartition(".")[0]
+            where = f"{prefix + '.' if prefix else ''}api_key_env in hermes.yaml" if self.api_key_env \
+                else f"the {self.provider} key"
+            local = " (e.g. ollama_chat/llama3.1 for a local model)" if self.setting == "model" else ""
             raise ModelError(f"model {self.model}: no API key: {var} ({where}) is not set. Put `{var}=...` in "
-                             ".hermes/secrets.env or the environment, or change `model` in hermes.yaml "
-                             "(e.g. ollama_chat/llama3.1 for a local model)")
+                             f".hermes/secrets.env or the environment, or change `{self.setting}` in hermes.yaml"
+                             f"{local}")
         return key or None
 
 
@@ -180,6 +184,30 @@ def check_model(vault, environ: Mapping[str, str] | None = None) -> tuple[bool, 
     except HermesError as exc:
         return False, str(exc)
     return True, f"{settings.model} answered ({(reply.content or '').strip()[:40]!r})"
+
+
+class Remote(Protocol):
+    """Where a process's model calls go instead of an in-process litellm: the daemon's model
+    worker (service/model_worker.py), a process of its own so the daemon stays small."""
+
+    def complete(self, settings: ModelSettings, key: str | None, messages: list[dict], tools: list[dict],
+                 response_format: dict | None, on_text: OnText | None, cancel: threading.Event | None) -> Reply:
+        ...
+
+
+_REMOTE: Remote | None = None
+
+
+def serve_from(remote: Remote | None, replacing: Remote | None = None) -> None:
+    """Route this process's model calls to `remote` (None: litellm in this process again). With
+    `replacing`, only if that is still the one in use (one of several daemons in a process stopping)."""
+    global _REMOTE
+    if replacing is None or _REMOTE is replacing:
+        _REMOTE = remote
+
+
+def remote() -> Remote | None:
+    return _REMOTE
 
 
 def import_litellm():
@@ -225,6 +253,16 @@ class LiteLLMModel:
     def complete(self, messages: list[dict], tools: list[dict], response_format: dict | None = None,
                  on_text: OnText | None = None, temperature: float | None = None) -> Reply:
         key = self.settings.api_key()  # before the import: a missing key is reported at once
+        if _REMOTE is not None:  # the daemon: litellm lives in its model worker
+            try:
+                reply = _REMOTE.complete(self.settings, key, messages, tools, response_format, on_text, self.cancel)
+            except KeyboardInterrupt:
+                if self.cancel is not None:
+                    self.cancel.set()
+                raise TurnCancelled("the turn was interrupted") from None
+            self.usage.add(reply.usage)
+            self.calls += 1
+            return reply
         litellm = import_litellm()
         kwargs = dict(model=self.settings.model, messages=messages, timeout=self.settings.timeout_s, num_retries=0)
         if tools:
