@@ -81,3 +81,9 @@ def test_a_key_pasted_into_any_variable_name_setting_is_refused_unshown(text, ke
         assert f"'{key}' must be the name of an environment variable" in msg, msg
         assert secret not in msg and secret[:9] not in msg and "v/hermes.yaml:" in msg
     parse_config(text.format(secret="MY_KEY_VARIABLE"))  # a variable's name is fine
+
+
+def test_an_ssh_port_out_of_range_is_refused_at_load():
+    with pytest.raises(ConfigError, match=r"hermes.yaml:4: 'sandbox.ssh.port' must be from 1 to 65535, got int 99999"):
+        parse_config("sandbox:\n  backend: ssh\n  ssh:\n    port: 99999\n")
+    assert parse_config("sandbox:\n  ssh:\n    port: 2222\n").sandbox.ssh.port == 2222

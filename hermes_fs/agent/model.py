@@ -211,8 +211,19 @@ def remote() -> Remote | None:
 
 
 def import_litellm():
+    """litellm, imported with the cyclic garbage collector paused: its import makes hundreds of
+    thousands of objects (pydantic models) and nothing to collect, so each collection the
+    allocations trigger meanwhile is wasted work (bench/cold_start.py shows the share)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
+    import gc
+
+    collecting = gc.isenabled()
+    gc.disable()  # process-wide: whoever paused it resumes it (a second importer waits on the module lock)
+    try:
+        import litellm
+    finally:
+        if collecting:
+            gc.enable()
 
     litellm.suppress_debug_info = True
     quiet_litellm_logs()

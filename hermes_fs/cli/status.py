@@ -71,6 +71,7 @@ def render(st: Status) -> str:
     for e in st.errors:
         lines.append(f"error  {e}")
     for f in st.failed_requests:
-        lines.append(f"failed request  {f.request or f.name} ({f.source}{', ' + f.finished if f.finished else ''}): "
-                     f"{f.answer}; `outputs/requests/{f.name}.md`")
+        where = ", ".join(w for w in (f.source if f.source != f.request else "", f.finished) if w)
+        lines.append(f"failed request  {f.request or f.name}{f' ({where})' if where else ''}: {f.answer}; "
+                     f"`outputs/requests/{f.name}.md`")
     return "\n".join(lines)

@@ -325,6 +325,9 @@ class Config:
         return getattr(self.models, task, None) or self.model
 
 
+# Integer settings with a range: a port outside it would only fail later, at connect time, obscurely.
+RANGES = {"sandbox.ssh.port": (1, 65535)}
+
 CHOICES = {
     "refine.policy": {p.value for p in Policy},
     "sandbox.backend": {"docker", "ssh", "local", "none"},
@@ -470,6 +473,9 @@ def _coerce(hint: Any, value: Any, dotted: str, filename: str, lines: dict[str, 
     elif hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             fail("an integer")
+        low, high = RANGES.get(dotted, (value, value))
+        if not low <= value <= high:
+            fail(f"from {low} to {high}")
     elif hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail("a number")

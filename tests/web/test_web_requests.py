@@ -77,7 +77,7 @@ def test_requests_page_lists_results_and_status_shows_failures(vault, web):
 
     out = CliRunner().invoke(main, ["--vault", str(vault.root), "status"]).output  # the CLI lists the same failures
     [line] = [ln for ln in out.splitlines() if "inbox/deploy.md" in ln]
-    assert line.startswith("failed request  inbox/deploy.md (inbox/deploy.md, ") and "teleport" in line
+    assert line.startswith("failed request  inbox/deploy.md (") and "teleport" in line
     assert f"outputs/requests/{deploy}.md" in line
     assert any(ln.startswith("failed request  ") and "webhook github" in ln for ln in out.splitlines())
     st = json.loads(CliRunner().invoke(main, ["--vault", str(vault.root), "status", "--json"]).output)
