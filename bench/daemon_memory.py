@@ -12,7 +12,9 @@ figures: RSS, the first turn after warm-up, and the warm turn's time (ratio work
 
 Target (issue 43): the daemon's resident memory after turns <= 120 MiB, or the model layer in a
 worker that is let go when idle.
-Usage: python bench/daemon_memory.py [--turns N] [--idle S] [--before TREE]
+`--calls N` also times N streamed model calls in this process and through a worker (the pipe's
+cost alone); `--calls-only` measures just that and keeps the daemon rows of the last run.
+Usage: python bench/daemon_memory.py [--turns N] [--idle S] [--before TREE] [--calls N] [--calls-only]
 """
 
 from __future__ import annotations
@@ -116,12 +118,63 @@ def measure(tree: Path, turns: int, idle_s: float) -> dict:
     return row
 
 
+def call_overhead(calls: int) -> dict:
+    """One streamed model call, in this process and through a model worker, against the scripted
+    server: what the pipe adds to a call, without a CLI or a turn around it."""
+    from hermes_fs.agent.model import LiteLLMModel, ModelSettings, serve_from
+    from hermes_fs.service.model_worker import ModelWorker
+
+    server = ModelServer(responder=lambda body: {"content": "hello from the scripted model"})
+    settings = ModelSettings("openai/test-model", api_base=server.api_base, api_key_env="HERMES_TEST_KEY",
+                             retries=0, environ={"HERMES_TEST_KEY": "bench"})
+    messages = [{"role": "system", "content": "You are hermes-fs. " * 200}, {"role": "user", "content": "hello"}]
+
+    def timed_calls() -> list[float]:
+        model = LiteLLMModel(settings)
+        model.complete(messages, [], on_text=lambda _p: None)  # first call: connections, lazy imports
+        out = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            model.complete(messages, [], on_text=lambda _p: None)
+            out.append(time.perf_counter() - t0)
+        return out
+
+    worker = ModelWorker(lambda: 0, nice=0)  # at this process's priority: the pipe's cost, not the nice's
+    try:
+        in_process = timed_calls()
+        worker.start()
+        worker.wait_ready()
+        serve_from(worker)
+        through_worker = timed_calls()
+    finally:
+        serve_from(None)
+        worker.stop()
+        server.close()
+    a, b = median(in_process), median(through_worker)
+    return {"calls": calls, "in_process_median_ms": round(a * 1000, 1), "worker_median_ms": round(b * 1000, 1),
+            "ratio_worker_vs_in_process": round(b / a, 2)}
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--turns", type=int, default=10)
     p.add_argument("--idle", type=float, default=20.0, help="daemon.model_worker_idle_s for the run")
     p.add_argument("--before", help="a source tree to measure beside this one (its hermes_fs/ in PYTHONPATH)")
+    p.add_argument("--calls", type=int, default=30, help="model calls timed in-process and through a worker")
+    p.add_argument("--calls-only", action="store_true", help="only the per-call figure (keeps the daemon rows)")
     a = p.parse_args(argv)
+    if a.calls_only:
+        import json
+
+        from common import RESULTS
+
+        result = json.loads((RESULTS / "daemon_memory.json").read_text())
+        result["model_call"] = call_overhead(a.calls)
+        result["model_call"]["command"] = "python bench/daemon_memory.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        print(f"model call: in-process {result['model_call']['in_process_median_ms']} ms, through the worker "
+              f"{result['model_call']['worker_median_ms']} ms (ratio {result['model_call']['ratio_worker_vs_in_process']})")
+        write_results("daemon_memory", result)
+        return result
     rows = {}
     trees = [("after", ROOT)] + ([("before", Path(a.before).resolve())] if a.before else [])
     for name, tree in trees:
@@ -140,6 +193,9 @@ def main(argv: list[str] | None = None) -> dict:
         result["warm_turn_ratio_worker_vs_in_process"] = round(
             rows["after"]["warm_turn_median_s"] / rows["before"]["warm_turn_median_s"], 2)
         print(f"warm turn, worker / in-process: {result['warm_turn_ratio_worker_vs_in_process']}")
+    result["model_call"] = call_overhead(a.calls)
+    print(f"model call: in-process {result['model_call']['in_process_median_ms']} ms, through the worker "
+          f"{result['model_call']['worker_median_ms']} ms (ratio {result['model_call']['ratio_worker_vs_in_process']})")
     write_results("daemon_memory", result)
     return result
 

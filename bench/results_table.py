@@ -142,10 +142,14 @@ def _daemon_memory(results: Path) -> list[str]:
                      f"{r['after_idle_release']['daemon_rss_mib']:.0f} MiB" if r.get("after_idle_release") else "—",
                      f"{r['first_turn_s']:.2f} s", f"{r['warm_turn_median_s']:.2f} s"))
     ratio = d.get("warm_turn_ratio_worker_vs_in_process")
+    call = d.get("model_call")
     return ["## The daemon's memory", "",
             f"`python bench/daemon_memory.py`: the real daemon, {d['turns']} `run` turns through it (target: the daemon "
             f"<= {d['target_daemon_rss_mib']} MiB after turns, or the model layer in a worker let go when idle)"
-            + (f"; warm turn with the worker / in-process: {ratio:.2f}." if ratio else "."), "",
+            + (f"; warm turn with the worker / in-process: {ratio:.2f}" if ratio else "")
+            + (f"; one streamed model call: {call['in_process_median_ms']:.0f} ms in-process, "
+               f"{call['worker_median_ms']:.0f} ms through the worker ({call['ratio_worker_vs_in_process']:.2f})"
+               if call else "") + ".", "",
             *_table(("", "daemon, warmed up", "daemon after turns", "its worker", "daemon after the worker is let go",
                      "first turn after warm-up", "warm turn, median"), body)]
 

@@ -283,15 +283,16 @@ class Daemon:
     def _start_model_worker(self) -> None:
         """Model calls and skill vectors go to a worker process (model_worker.py): litellm and the
         embedding model never enter the daemon, and the worker is let go after
-        daemon.model_worker_idle_s without a call. A turns-only daemon's worker is not lowered:
-        a turn is what it is there for."""
+        daemon.model_worker_idle_s without a call. A turns-only daemon exists for speed: its worker
+        is not lowered, and stays until the daemon itself stops when idle."""
         from ..agent.model import serve_from
         from ..mind.embeddings import encode_with
         from .model_worker import ModelWorker
         from .priority import AGENT_NICE
 
-        self.model_worker = ModelWorker(lambda: self.vault.config.daemon.model_worker_idle_s,
-                                        nice=0 if self.options.turns_only else AGENT_NICE)
+        turns_only = self.options.turns_only  # its worker goes with it (idle_stop_min), never before
+        self.model_worker = ModelWorker(lambda: 0 if turns_only else self.vault.config.daemon.model_worker_idle_s,
+                                        nice=0 if turns_only else AGENT_NICE)
         serve_from(self.model_worker)
         encode_with(self.model_worker.encode)  # the skill embedding model lives there too
 

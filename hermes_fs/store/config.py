@@ -273,7 +273,7 @@ class DaemonConfig:
 
     autostart: bool = True  # run/chat start a daemon that serves turns only (no watcher, cron, gateway, sync)
     idle_stop_min: float = 30.0  # that daemon stops after this many minutes without a turn; 0: it stays
-    model_worker_idle_s: float = 600.0  # the model layer (litellm) runs in a worker process the daemon starts; after this many seconds without a model call it is let go (memory back) and the next call starts it again; 0: never let go
+    model_worker_idle_s: float = 600.0  # the model layer (litellm) runs in a worker process the daemon starts; after this many seconds without a model call it is let go (memory back) and the next call starts it again; 0: never let go (the daemon run and chat start keeps it until it stops)
 
 
 @dataclass

@@ -297,6 +297,14 @@ def test_ids_not_names_tokens_checked_and_plain_http_elsewhere_refused(world, ru
     gw.start()
     assert gw.states["slack"].state == "error" and "invalid_auth" in gw.states["slack"].detail
     gw.stop()
+    world.configure(allow=[ME], bot_token=world.emu.app_token)  # both tokens xapp-: the wrong one named
+    r = run_cli("--vault", str(world.vault.root), "gateway", "test", "slack")
+    assert r.returncode == 1 and "SLACK_BOT_TOKEN is not a bot token: a bot token starts with xoxb-" in r.stderr, r.stderr
+    world.configure(allow=[ME])
+    world.vault.secrets_env.write_text(f"SLACK_BOT_TOKEN={world.emu.app_token}\nSLACK_APP_TOKEN={world.emu.bot_token}\n")
+    r = run_cli("--vault", str(world.vault.root), "gateway", "test", "slack")
+    assert r.returncode == 1 and "SLACK_BOT_TOKEN and SLACK_APP_TOKEN are swapped" in r.stderr, r.stderr
+    assert world.emu.bot_token not in r.stderr + r.stdout  # the tokens themselves are never shown
 
 
 @pytest.mark.slow

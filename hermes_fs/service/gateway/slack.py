@@ -165,11 +165,17 @@ class SlackChannel(AsyncChannel):
         if not app:
             raise HermesError(f"{s.app_token_env} is not set in .hermes/secrets.env (an app-level token, xapp-..., "
                               "with the connections:write scope)")
-        if not bot.strip().startswith("xoxb-"):
-            raise HermesError(f"{s.bot_token_env} is not a bot token (it starts with xoxb-)")
-        if not app.strip().startswith("xapp-"):
-            raise HermesError(f"{s.app_token_env} is not an app-level token (it starts with xapp-)")
-        return bot.strip(), app.strip()
+        bot, app = bot.strip(), app.strip()
+        if bot.startswith("xapp-") and app.startswith("xoxb-"):
+            raise HermesError(f"{s.bot_token_env} and {s.app_token_env} are swapped in .hermes/secrets.env: "
+                              f"{s.bot_token_env} is the bot token (xoxb-...), {s.app_token_env} the app-level one (xapp-...)")
+        if not bot.startswith("xoxb-"):
+            raise HermesError(f"{s.bot_token_env} is not a bot token: a bot token starts with xoxb- (the Bot User "
+                              "OAuth Token, under Install App)")
+        if not app.startswith("xapp-"):
+            raise HermesError(f"{s.app_token_env} is not an app-level token: an app-level token starts with xapp- "
+                              "(Basic Information → App-Level Tokens)")
+        return bot, app
 
     @property
     def account(self) -> str:
