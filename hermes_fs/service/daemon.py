@@ -193,13 +193,13 @@ class Daemon:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
             self._start_model_worker()
+            self._warm_up_model_layer(lower=False)  # a turn is waiting for it: before the socket, to overlap
             self._start_warm()
             if self.warm is None:
                 return
             idle = self.options.idle_stop_s
             self.note("daemon started (turns only: no watcher, inbox, cron, gateway or sync"
                       + (f"; stops after {idle / 60:g} min without a turn)" if idle else ")"))
-            self._warm_up_model_layer(lower=False)  # a turn is waiting for it now
             while not self.stop_event.wait(WAKE_S):
                 if idle and self.warm.idle_s() > idle:
                     self.note(f"no turn for {idle / 60:g} min: stopping")
@@ -310,9 +310,8 @@ class Daemon:
             if lower:
                 lower_this_thread()
             try:
+                worker.start()  # first: its start and litellm's import overlap loading the turn's modules here
                 from ..agent.conversation import Conversation  # noqa: F401  (the turn's own modules)
-
-                worker.start()
             except Exception as exc:  # noqa: BLE001 — a turn will start it (and report the error) itself
                 self.error(f"warming up the model layer failed: {exc}")
                 return
