@@ -8,7 +8,8 @@ hermes-fs is measured three ways:
   (CPU = the CLI process + the daemon's CPU up to the answer);
 - `later`: calls 2..N through that daemon (CPU = the CLI process + the daemon's CPU for the turn).
 The daemon is stopped after each round, so every round's `first` is a true first call.
-Also: `hermes-fs --help` CPU, and what Python, click and `import litellm` alone cost.
+Also: `hermes-fs --help` CPU, and what Python, click and `import litellm` alone cost (plain, with
+the garbage collector paused, and through hermes-fs's `import_litellm`, which pauses it).
 
 The peer is Hermes Agent 0.19 installed in a venv of its own (`python3 -m venv PEER &&
 PEER/bin/pip install hermes-agent==0.19.0`); pass its `hermes` with --peer. Its configuration is
@@ -60,10 +61,24 @@ def cpu_of(cmd: list[str], env: dict, runs: int) -> float:
     return median(out)
 
 
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def daemon_cpu_s(pid: int) -> float:
-    """The daemon's CPU so far, with its ended children's (the git commands that commit a turn)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    """The daemon's CPU so far: its own, its ended children's (the git commands that commit a
+    turn) and its live children's with theirs (the model worker, which imports litellm)."""
+    total = sum(int(f) for f in _stat(pid)[11:15])
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = _stat(int(entry.name))
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[1]) == pid:
+            total += sum(int(f) for f in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def daemon_pid(root: Path) -> int:
@@ -127,6 +142,10 @@ def main() -> dict:
         "python_startup_cpu_s": cpu_of([py, "-c", "pass"], env, 15),
         "import_click_cpu_s": cpu_of([py, "-c", "import click"], env, 15),
         "import_litellm_cpu_s": cpu_of([py, "-c", "import litellm"], {**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, 3),
+        "import_litellm_gc_paused_cpu_s": cpu_of([py, "-c", "import gc; gc.disable(); import litellm"],
+                                                 {**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, 3),
+        "import_litellm_via_hermes_cpu_s": cpu_of(
+            [py, "-c", "from hermes_fs.agent.model import import_litellm; import_litellm()"], env, 3),
     }
     if peer:
         pw, pc = result["peer"]["wall_median_s"], result["peer"]["cpu_median_s"]

@@ -15,6 +15,8 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 os.environ.setdefault("HERMES_TEST_KEY", "bench")
 os.environ.setdefault("HERMES_RETRY_BASE_S", "0.05")
+# a benchmark measures the daemon it starts itself (cold_start.py measures the autostart: it clears this)
+os.environ.setdefault("HERMES_NO_AUTOSTART", "1")
 
 from model_server import ModelServer  # noqa: E402
 

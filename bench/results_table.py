@@ -127,6 +127,33 @@ def _warm(results: Path) -> list[str]:
             ])]
 
 
+def _daemon_memory(results: Path) -> list[str]:
+    d = _load(results, "daemon_memory")
+    if not d:
+        return []
+    body = []
+    for name, label in (("before", "model layer in the daemon (before)"), ("after", "model layer in a worker (after)")):
+        r = d["rows"].get(name)
+        if not r:
+            continue
+        a = r["after_turns"]
+        body.append((label, f"{r['warm']['daemon_rss_mib']:.0f} MiB", f"{a['daemon_rss_mib']:.0f} MiB",
+                     f"{a['worker_rss_mib']:.0f} MiB" if a.get("worker_rss_mib") else "—",
+                     f"{r['after_idle_release']['daemon_rss_mib']:.0f} MiB" if r.get("after_idle_release") else "—",
+                     f"{r['first_turn_s']:.2f} s", f"{r['warm_turn_median_s']:.2f} s"))
+    ratio = d.get("warm_turn_ratio_worker_vs_in_process")
+    call = d.get("model_call")
+    return ["## The daemon's memory", "",
+            f"`python bench/daemon_memory.py`: the real daemon, {d['turns']} `run` turns through it (target: the daemon "
+            f"<= {d['target_daemon_rss_mib']} MiB after turns, or the model layer in a worker let go when idle)"
+            + (f"; warm turn with the worker / in-process: {ratio:.2f}" if ratio else "")
+            + (f"; one streamed model call: {call['in_process_median_ms']:.0f} ms in-process, "
+               f"{call['worker_median_ms']:.0f} ms through the worker ({call['ratio_worker_vs_in_process']:.2f})"
+               if call else "") + ".", "",
+            *_table(("", "daemon, warmed up", "daemon after turns", "its worker", "daemon after the worker is let go",
+                     "first turn after warm-up", "warm turn, median"), body)]
+
+
 def _cold_start(results: Path) -> list[str]:
     c = _load(results, "cold_start")
     if not c or "first_call_over_peer_cpu" not in c:
@@ -145,7 +172,8 @@ def _cold_start(results: Path) -> list[str]:
             *_table(("figure", "target", "wall ratio", "CPU ratio"), body),
             *_table(("figure", "target", "measured"), [
                 ("`hermes-fs --help` CPU (median)", "< 0.1 s", f"{c['help_cpu_median_s']:.3f} s"),
-                ("`import litellm` alone, CPU", "", f"{c['import_litellm_cpu_s']:.2f} s"),
+                ("`import litellm` alone, CPU: plain / garbage collector paused (as hermes-fs imports it)", "",
+                 f"{c['import_litellm_cpu_s']:.2f} s / {c.get('import_litellm_gc_paused_cpu_s', float('nan')):.2f} s"),
             ])]
 
 
@@ -273,6 +301,7 @@ def results_page(results: Path) -> str:
            "The latest figures of each benchmark, from `bench/results/*.json`. Each benchmark prints its figures and "
            "writes its JSON there; runs, the commands that made them and what each change bought are in the "
            "[lab notes](notes/index.md). The machine is shared and small (2 cores), so figures move from run to run.", ""]
-    for part in (_run_all, _warm, _cold_start, _sync, _gateway_lease, _routing, _learning, _curate, _text_calls):
+    for part in (_run_all, _warm, _cold_start, _daemon_memory, _sync, _gateway_lease, _routing, _learning, _curate,
+                 _text_calls):
         out += part(results)
     return "\n".join(out).rstrip("\n") + "\n"

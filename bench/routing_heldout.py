@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
                   + f"; BM25@10 name+description {row['bm25_name_description_at_10']:.3f}", flush=True)
     result = {"set": "dev" if a.dev else "held-out", "rows": rows, "budget_chars": BUDGET,
               "embeddings_installed": embeddings.available(), "target": 0.95,
+              "torch_imported": any(sys.modules.get(m) is not None for m in ("torch", "sentence_transformers")),
               "settings": {"described_share": DESCRIBED_SHARE, "short_description_chars": SHORT_CHARS,
                            "lexical_top": LEXICAL_TOP,
                            "body_weight": embeddings.BODY_WEIGHT, "body_chunks": embeddings.BODY_CHUNKS,

@@ -9,27 +9,21 @@ import sys
 
 HEAVY = ("litellm", "torch", "sentence_transformers")
 
-# Runs the real entry point with a meta path finder that notes every heavy import it is asked for.
+# Runs the real entry point with a meta path finder that says at once (a process may end with
+# os._exit, skipping anything after main) each heavy import it is asked for.
 WATCHED = f"""
 import sys
-asked = []
 
 class Watch:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in {HEAVY!r}:
-            asked.append(name)
+            print("HEAVY-IMPORT", name, file=sys.stderr, flush=True)
         return None
 
 sys.meta_path.insert(0, Watch())
+print("IMPORT-WATCH-ON", file=sys.stderr, flush=True)
 from hermes_fs.cli.main import main
-try:
-    main(sys.argv[1:], prog_name="hermes-fs")
-except SystemExit as exc:
-    code = exc.code
-else:
-    code = 0
-print("HEAVY-IMPORTS", sorted(set(asked)), file=sys.stderr)
-sys.exit(code)
+main(sys.argv[1:], prog_name="hermes-fs")
 """
 
 
@@ -39,6 +33,8 @@ def watched(vault, *args: str, env: dict | None = None, cwd=None) -> subprocess.
 
 
 def heavy(r: subprocess.CompletedProcess) -> str:
-    line = [x for x in r.stderr.splitlines() if x.startswith("HEAVY-IMPORTS")]
-    assert line, r.stderr
-    return line[-1]
+    """"HEAVY-IMPORTS [names]": the top-level heavy packages the process asked to import."""
+    lines = r.stderr.splitlines()
+    assert "IMPORT-WATCH-ON" in lines, r.stderr
+    names = {x.split()[1].split(".")[0] for x in lines if x.startswith("HEAVY-IMPORT ")}
+    return f"HEAVY-IMPORTS {sorted(names)}"

@@ -7,12 +7,15 @@ Script items:
   {"status": 500, "body": {...}}                       an HTTP error
   "delay": seconds or "wait": threading.Event, with any of these, hold the reply back
 Or pass `responder(request_json) -> item` to answer computed replies (used by benchmarks).
+Run as a script (`python tests/model_server.py --help`) it serves replies by hand, to try the CLI.
 
 A request with `"stream": true` is answered as a real server streams: Server-Sent Events, one
 chunk per word of the content (or the item's "chunks": [pieces]), tool calls as deltas (the name,
 then the arguments in pieces), `stream_delay` seconds between chunks (the item's "chunk_delay"
 wins), a usage chunk when `stream_options.include_usage` asks for one, then `data: [DONE]`.
 A client that closes the connection mid-stream is recorded in `closed_early` (request indexes).
+An item's "hold_after": n stops the stream after n chunks and waits (up to "hold_s", 60) until the
+client hangs up, without writing: only a client that closes its connection itself is seen gone.
 
 Speech to text as OpenAI's `POST /v1/audio/transcriptions` (multipart: `file`, `model`,
 `language`, ...): each request is recorded in `transcriptions` (its fields, the file's name, type
@@ -44,8 +47,10 @@ class Transcription:
 
 
 class ModelServer:
-    def __init__(self, script: list | None = None, responder=None, stream_delay: float = 0.0):
+    def __init__(self, script: list | None = None, responder=None, stream_delay: float = 0.0, port: int = 0,
+                 then: dict | None = None):
         self.script = list(script or [])
+        self.then = then  # the reply once the script is used up (None: a 400, so a test sees it)
         self.responder = responder
         self.stream_delay = stream_delay
         self.closed_early: list[int] = []  # streamed requests whose client hung up before the end
@@ -101,7 +106,9 @@ class ModelServer:
                 self.end_headers()
                 delay = item.get("chunk_delay", owner.stream_delay)
                 try:
-                    for event in owner._chunks(payload, item, body):
+                    for n, event in enumerate(owner._chunks(payload, item, body)):
+                        if n == item.get("hold_after"):
+                            self._hold(float(item.get("hold_s", 60)))
                         data = f"data: {json.dumps(event)}\n\n".encode()
                         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                         self.wfile.flush()
@@ -116,10 +123,26 @@ class ModelServer:
                     owner.client_gone.set()
                     self.close_connection = True
 
+            def _hold(self, seconds: float) -> None:
+                """Wait without writing until the client closes or shuts down its end (it then
+                reads as end of file) or `seconds` pass."""
+                import select
+                import socket
+
+                deadline = time.monotonic() + seconds
+                while time.monotonic() < deadline:
+                    if select.select([self.connection], [], [], 0.05)[0]:
+                        try:
+                            gone = self.connection.recv(1, socket.MSG_PEEK) == b""
+                        except OSError:
+                            gone = True
+                        if gone:
+                            raise ConnectionResetError("the client hung up")
+
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.server.block_on_close = False  # a scripted slow reply must not hold up teardown
         self.port = self.server.server_address[1]
@@ -163,6 +186,8 @@ class ModelServer:
     def _next(self, body: dict):
         if self.responder:
             return self.responder(body)
+        if not self.script and self.then is not None:
+            return self.then
         if not self.script:
             return {"status": 400, "body": {"error": {"message": "test script exhausted", "type": "invalid_request_error"}}}
         item = self.script.pop(0)
@@ -224,3 +249,35 @@ def configure_vault(vault_root, server: ModelServer, extra: str = "") -> None:
         f"model: openai/test-model\napi_base: {server.api_base}\napi_key_env: HERMES_TEST_KEY\n"
         f"sandbox:\n  backend: local\n{extra}"
     )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve scripted replies from the command line, to try the CLI by hand against it."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description="Serve scripted OpenAI-compatible chat replies on 127.0.0.1 (prints the api_base).",
+        epilog="Then in hermes.yaml: model: openai/test-model, api_base: <printed URL>, and any key "
+               "(e.g. OPENAI_API_KEY=x in .hermes/secrets.env).")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (default: a free one)")
+    parser.add_argument("--reply", action="append", default=[], metavar="TEXT",
+                        help="an answer, in order (repeat the option for more)")
+    parser.add_argument("--script", metavar="FILE.json",
+                        help='a JSON list of items: {"content": ...}, {"tool_calls": [[name, {args}]]}, {"status": 500}')
+    parser.add_argument("--then", default="ok", metavar="TEXT",
+                        help="the answer once the script is used up (default: ok)")
+    args = parser.parse_args(argv)
+    script: list = [{"content": text} for text in args.reply]
+    if args.script:
+        with open(args.script, encoding="utf-8") as f:
+            script += json.load(f)
+    server = ModelServer(script, port=args.port, then={"content": args.then})
+    print(f"api_base: {server.api_base}  (Ctrl-C to stop)", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -239,3 +239,36 @@ def test_session_search(agent_vault, model_server, tmp_path):
         c.ask("what did we say before?")
     result = [m for m in model_server.requests[-1]["messages"] if m["role"] == "tool"][0]["content"]
     assert "sessions/" in result and "zebra" in result.lower()
+
+
+@pytest.mark.parametrize("provider", ["openai", "hosted_vllm"])
+def test_an_interrupt_closes_the_model_connection_at_once_for_litellms_own_http_providers(
+        agent_vault, model_server, tmp_path, provider):
+    """Not only the OpenAI SDK's path: a provider litellm speaks over its own HTTP handler
+    (hosted_vllm here, the same path as ollama_chat, groq, openrouter, anthropic ...) has its
+    connection shut down by the interrupt, while the server is still holding the next chunk back."""
+    import threading
+
+    from hermes_fs.agent.model import TurnCancelled
+
+    cfg = agent_vault.root / "hermes.yaml"
+    cfg.write_text(cfg.read_text().replace("model: openai/test-model", f"model: {provider}/test-model"))
+    agent_vault._config = None
+    model_server.add({"content": " ".join(f"w{i}" for i in range(50)), "hold_after": 5})
+    seen, errors = threading.Event(), []
+    with Conversation(agent_vault, ConversationOptions(source="run", workspace=tmp_path)) as c:
+        def turn():
+            try:
+                c.ask("tell me a story", lambda text: seen.set())
+            except BaseException as exc:  # noqa: BLE001 - looked at below
+                errors.append(exc)
+
+        thread = threading.Thread(target=turn)
+        thread.start()
+        assert seen.wait(60)  # words arrived; the server now holds the rest back without writing
+        c.interrupt()
+        assert model_server.client_gone.wait(30)  # seen by the server while it was not writing
+        thread.join(60)
+    assert model_server.requests[0]["model"] == "test-model" and model_server.requests[0]["stream"] is True
+    assert model_server.closed_early == [0]
+    assert [type(e) for e in errors] == [TurnCancelled]

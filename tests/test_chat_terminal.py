@@ -156,3 +156,54 @@ def test_a_background_refine_reports_after_the_turn_not_inside_it(agent_vault, m
     result = screen.index("refine: refine/", turn)
     assert screen.index("THE-END", turn) < result  # the turn's answer was complete before the line came
     assert "you> " not in screen[turn:result]  # and no prompt was drawn into the answer
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_an_mcp_call_and_the_mcp_server_lives_on_until_the_chat_dies(agent_vault, model_server, tmp_path):
+    """The terminal's SIGINT is for the turn: the MCP server (in a session of its own) keeps running,
+    the tool call it is stuck in is abandoned at once, and the next turn uses the same server. When the
+    chat process is killed outright, the server sees its stdin close and exits with it."""
+    import re
+    import signal
+
+    from conftest import wait_for
+    from test_mcp import MISBEHAVING, configure_mcp
+
+    configure_mcp(agent_vault, f"    odd: {{command: {sys.executable}, args: [{MISBEHAVING}], timeout_s: 600}}\n")
+    model_server.add({"tool_calls": [("odd__pid", {})]}, {"content": "Server is up."},
+                     {"tool_calls": [("odd__hang", {})]},  # held for 600 s unless the Ctrl-C abandons it
+                     {"tool_calls": [("odd__pid", {}), ("odd__echo", {"text": "still here"})]},
+                     {"content": "Second turn done."})
+    child = spawn(agent_vault, tmp_path, "chat", env={"HERMES_NO_DAEMON": "1"})
+    try:
+        child.expect("you> ")
+        child.sendline("start the server")
+        child.expect("Server is up")
+        child.expect("you> ")
+        first = [m["content"] for m in model_server.requests[1]["messages"] if m["role"] == "tool"]
+        pid = int(re.fullmatch(r"pid: (\d+)", first[0]).group(1))
+        assert os.getsid(pid) != os.getsid(child.pid)  # outside the terminal's session: its SIGINT is not for it
+        child.sendline("wait for ever")
+        assert wait_for(lambda: len(model_server.requests) == 3, 30)  # the hang call is under way
+        child.expect(r"odd__hang")
+        os.killpg(os.getpgid(child.pid), signal.SIGINT)  # what the terminal does on Ctrl-C
+        child.expect("turn interrupted; the session goes on")
+        child.expect("you> ")
+        assert _alive(pid)
+        child.sendline("again")
+        child.expect("Second turn done")
+        child.expect("you> ")
+        results = [m["content"] for m in model_server.requests[4]["messages"] if m["role"] == "tool"]
+        assert results[-3:] == ["error: interrupted by the user", f"pid: {pid}", "echo: still here"]  # same server
+        os.kill(child.pid, signal.SIGKILL)  # no clean exit: the server learns of it from its stdin
+        assert wait_for(lambda: not _alive(pid), 30)
+    finally:
+        child.close(force=True)

@@ -64,3 +64,26 @@ def test_non_utf8_config(tmp_path: Path):
     p.write_bytes(b"model: \xff\xfe\n")
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_config(p)
+
+
+@pytest.mark.parametrize("text, key", [
+    ("voice:\n  engine: api\n  api_key_env: {secret}\n", "voice.api_key_env"),
+    ("gateway:\n  telegram:\n    token_env: {secret}\n    allow: []\n", "gateway.telegram.token_env"),
+    ("gateway:\n  email:\n    imap:\n      password_env: {secret}\n", "gateway.email.imap.password_env"),
+])
+def test_a_key_pasted_into_any_variable_name_setting_is_refused_unshown(text, key):
+    """Every `*_env` setting names a variable: a pasted key or token there would be printed by the
+    'is not set' error, so it is refused at load, naming the setting and line, never the value."""
+    for secret in ("sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z" * 2, "123456789:AAH" + "x7Kp2Qm9" * 4):
+        with pytest.raises(ConfigError) as exc:
+            parse_config(text.format(secret=secret), "v/hermes.yaml")
+        msg = str(exc.value)
+        assert f"'{key}' must be the name of an environment variable" in msg, msg
+        assert secret not in msg and secret[:9] not in msg and "v/hermes.yaml:" in msg
+    parse_config(text.format(secret="MY_KEY_VARIABLE"))  # a variable's name is fine
+
+
+def test_an_ssh_port_out_of_range_is_refused_at_load():
+    with pytest.raises(ConfigError, match=r"hermes.yaml:4: 'sandbox.ssh.port' must be from 1 to 65535, got int 99999"):
+        parse_config("sandbox:\n  backend: ssh\n  ssh:\n    port: 99999\n")
+    assert parse_config("sandbox:\n  ssh:\n    port: 2222\n").sandbox.ssh.port == 2222

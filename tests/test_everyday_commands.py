@@ -160,9 +160,10 @@ def test_cron_new_checks_and_commits_a_job(vault):
     assert vault.git.head() == head and not (vault.root / "cron/odd.md").exists()
 
 
-def test_cron_list_says_a_one_shot_is_running_not_that_it_has_no_future_run(vault):
+def test_cron_list_status_and_the_web_say_a_one_shot_is_running_not_that_it_has_no_future_run(vault):
     """The scheduler marks a due time in its ledger before the run starts; until the output is
-    written the one-shot has no next run — `cron list` used to say "no future run"."""
+    written the one-shot has no next run — `cron list` used to say "no future run". `status` and
+    the web Jobs and Status pages say the same, from the same reading."""
     from hermes_fs.mind import jobs as cron
     from hermes_fs.service.work import cron_claims, open_claims
 
@@ -173,6 +174,20 @@ def test_cron_list_says_a_one_shot_is_running_not_that_it_has_no_future_run(vaul
     row = next(line for line in out.splitlines() if line.startswith("once"))
     assert "running now" in row and "no future run" not in row
     assert json.loads(cli(vault, "cron", "list", "--json").output)[1]["running"].startswith("2026-01-01T09:00")
+    status = cli(vault, "status").output  # the same reading in `status` ...
+    row = next(line for line in status.splitlines() if line.strip().startswith("once"))
+    assert "running now (started for 2026-01-01T09:00" in row and "no future run" not in row
+    [once] = [j for j in json.loads(cli(vault, "status", "--json").output)["cron"] if j["job"] == "once"]
+    assert once["running"].startswith("2026-01-01T09:00") and once["next_run"] is None
+    from web_helpers import start_web
+
+    w = start_web(vault.root)  # ... and on the web page's Jobs and Status pages
+    try:
+        for page in ("/jobs", "/status"):
+            code, _, body = w.request("GET", page)
+            assert code == 200 and "running now (started for 2026-01-01T09:00" in body, page
+    finally:
+        w.stop()
 
 
 # -- revert --only / --skip ----------------------------------------------------------------------

@@ -161,6 +161,8 @@ def test_revert_merge_and_refusal_after_human_edit(vault):
     assert "tabs" not in (vault.root / USER).read_text()
     with pytest.raises(GitError, match="already undone"):
         vault.git.revert_merge(m1, "again", Act.person())
+    with pytest.raises(GitError, match=f"nothing to revert: {USER} already as before .*that part is undone"):
+        vault.git.revert_merge(m1, "again, one file", Act.person(), paths=[USER])  # names the part, not the whole
 
     _branch_adding_line(vault, "refine/r2", b"- Likes dark mode.\n")
     m2 = vault.git.merge("refine/r2", "merge refine/r2: dark", Act.person())

@@ -39,6 +39,7 @@ def test_init_without_git_identity_sets_local_one(tmp_path: Path, run_cli):
     r = run_cli("init", str(tmp_path / "v"), env=env)
     assert r.returncode == 0, r.stderr
     assert "no git identity" in r.stdout
+    assert f"git -C {tmp_path / 'v'} config user.name 'Your Name'" in r.stdout  # a command to run, as is
     local = subprocess.run(["git", "-C", str(tmp_path / "v"), "config", "--local", "user.name"],
                            capture_output=True, text=True).stdout.strip()
     assert local == "hermes-fs user"

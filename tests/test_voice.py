@@ -112,5 +112,8 @@ def test_doctor_says_whether_voice_messages_can_be_transcribed(vault, run_cli):
     (vault.root / "hermes.yaml").write_text(gateway + "voice:\n  engine: api\n  api_key_env: VOICE_KEY_NOT_SET\n")
     r = run_cli("--vault", str(vault.root), "doctor", "--no-model")
     assert "BAD voice: model whisper-1: no API key: VOICE_KEY_NOT_SET" in r.stdout and r.returncode == 1, r.stdout
+    line = next(x for x in r.stdout.splitlines() if x.startswith("BAD voice"))  # the voice settings, not the chat model's
+    assert "(voice.api_key_env in hermes.yaml)" in line and "change `voice.model`" in line, line
+    assert "ollama_chat" not in line, line
     (vault.root / "hermes.yaml").write_text("sandbox:\n  backend: none\nvoice:\n  engine: api\n")
     assert "voice:" not in run_cli("--vault", str(vault.root), "doctor", "--no-model").stdout  # no chats, no voice

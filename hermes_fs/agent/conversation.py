@@ -135,7 +135,7 @@ class Conversation:
         from .mcp_client import McpHub
 
         only = set(self.options.tools) if self.options.tools is not None else None
-        return McpHub(chosen, self.vault.secrets(), only=only)
+        return McpHub(chosen, self.vault.secrets(), only=only, cancel=self.cancel)
 
     @property
     def id(self) -> str:

@@ -4,6 +4,12 @@ Servers start lazily, once per session (the first time the agent's tools are lis
 with it. The official SDK is async; a hub runs one event loop in a thread of its own and the agent
 calls into it with a timeout, so a server that fails to start, hangs, crashes mid-call or returns
 garbage is a tool error the model can act on, never a crash or a hang of the session.
+
+A stdio server runs in a session of its own (the SDK starts it so), so a terminal's Ctrl-C is for
+the turn and never reaches it: the session's cancel event abandons the call in flight (the server
+is told with notifications/cancelled) and the server stays up for the next turn. It ends with the
+session (stdin closed, then its whole process tree killed), or, when our process is killed, when
+it reads the end of its stdin.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import logging
 import os
 import re
 import threading
+import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,10 +31,15 @@ from ..store.notify import expand
 log = logging.getLogger(__name__)
 SEP = "__"
 START_TIMEOUT_S = 20.0
+POLL_S = 0.05  # how often a waiting call looks at the session's cancel event
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what providers accept (OpenAI, Anthropic)
 MAX_SCHEMA_BYTES = 16_000  # one tool's parameters, sent with every request of the session
 MAX_SCHEMAS_BYTES = 64_000  # all MCP tools together
 MAX_RESULT_CHARS = 50_000  # one tool result, sent to the model and kept in the transcript
+
+
+class Interrupted(Exception):
+    """The session's cancel event was set while a call waited."""
 
 
 @dataclass
@@ -48,10 +60,11 @@ class McpHub:
     """The MCP servers of one session."""
 
     def __init__(self, servers: dict[str, McpServerConfig], secrets: dict[str, str] | None = None,
-                 only: set[str] | None = None):
+                 only: set[str] | None = None, cancel: threading.Event | None = None):
         self.servers = {name: ServerState(name, cfg) for name, cfg in servers.items()}
         self.secrets = secrets or {}
         self.only = only  # offer only these names (`<server>__<tool>`, a sub-agent's subset); None: all
+        self.cancel = cancel  # the session's: set (Ctrl-C), a tool call in flight is abandoned at once
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread: threading.Thread | None = None
         self.started = False
@@ -171,12 +184,22 @@ class McpHub:
             await asyncio.wait(tasks, timeout=8)
         _kill(family)  # what a server started (even in a session of its own) ends with it
 
-    def _run(self, coro, timeout: float):
+    def _run(self, coro, timeout: float, cancel: threading.Event | None = None):
+        """The coroutine's result, run on the hub's loop; on a timeout or `cancel` the coroutine is
+        cancelled (the connection stays open for later calls) and TimeoutError/Interrupted raised."""
         assert self.loop is not None
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        deadline = time.monotonic() + timeout
         try:
-            return future.result(timeout)
-        except TimeoutError:
+            while True:
+                if cancel is not None and cancel.is_set():
+                    raise Interrupted()
+                try:
+                    return future.result(max(0.0, min(POLL_S, deadline - time.monotonic())))
+                except TimeoutError:
+                    if time.monotonic() >= deadline:
+                        raise
+        except (TimeoutError, Interrupted):
             future.cancel()
             raise
 
@@ -206,10 +229,14 @@ class McpHub:
         if name not in state.names:
             return f"error: {tool!r} is not a tool of MCP server {server!r} (or not allowed in hermes.yaml)"
         timeout = state.config.timeout_s or START_TIMEOUT_S
+        if self.cancel is not None and self.cancel.is_set():
+            return "error: interrupted by the user"
         try:
-            result = self._run(state.client.call_tool(state.names[name], arguments), timeout)
+            result = self._run(state.client.call_tool(state.names[name], arguments), timeout, self.cancel)
         except TimeoutError:
             return f"error: MCP server {server!r} did not answer within {timeout:g} s"
+        except Interrupted:
+            return "error: interrupted by the user"
         except Exception as exc:  # a crash, a broken pipe, garbage on the wire
             return f"error: MCP server {server!r} failed: {_one_line(exc) or type(exc).__name__}"
         return _render(result)

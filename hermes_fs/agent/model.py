@@ -84,6 +84,9 @@ class Model(Protocol):
 
 
 # The variable each hosted provider's key is read from when hermes.yaml names none.
+# providers whose `client` litellm hands to an OpenAI SDK object, never to its own HTTP handler:
+# for them a Ctrl-C closes the connection when the next piece of the answer arrives
+OPENAI_SDK_CLIENTS = frozenset({"azure", "azure_text", "text-completion-openai", "text-completion-inception"})
 PROVIDER_KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "openrouter": "OPENROUTER_API_KEY",
                  "gemini": "GEMINI_API_KEY", "groq": "GROQ_API_KEY", "xai": "XAI_API_KEY",
                  "mistral": "MISTRAL_API_KEY", "deepseek": "DEEPSEEK_API_KEY", "together_ai": "TOGETHERAI_API_KEY"}
@@ -100,6 +103,7 @@ class ModelSettings:
     retries: int = 4
     retry_base_s: float = 1.0
     secrets: dict[str, str] = field(default_factory=dict)  # .hermes/secrets.env (the environment wins)
+    setting: str = "model"  # the hermes.yaml key this model comes from, named when its key is missing
     # The environment keys are read from: this process's, or the CLI's that handed the turn to a
     # daemon (so a warm turn uses the caller's key, exactly as a cold one would).
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ, repr=False)
@@ -138,10 +142,13 @@ class ModelSettings:
         key = (self.environ.get(var) or self.secrets.get(var)) if var else None
         needs_key = self.api_key_env is not None or (self.api_base is None and self.provider not in KEYLESS)
         if not key and var and needs_key:
-            where = "api_key_env in hermes.yaml" if self.api_key_env else f"the {self.provider} key"
+            prefix = self.setting.rpartition(".")[0]
+            where = f"{prefix + '.' if prefix else ''}api_key_env in hermes.yaml" if self.api_key_env \
+                else f"the {self.provider} key"
+            local = " (e.g. ollama_chat/llama3.1 for a local model)" if self.setting == "model" else ""
             raise ModelError(f"model {self.model}: no API key: {var} ({where}) is not set. Put `{var}=...` in "
-                             ".hermes/secrets.env or the environment, or change `model` in hermes.yaml "
-                             "(e.g. ollama_chat/llama3.1 for a local model)")
+                             f".hermes/secrets.env or the environment, or change `{self.setting}` in hermes.yaml"
+                             f"{local}")
         return key or None
 
 
@@ -179,9 +186,44 @@ def check_model(vault, environ: Mapping[str, str] | None = None) -> tuple[bool, 
     return True, f"{settings.model} answered ({(reply.content or '').strip()[:40]!r})"
 
 
+class Remote(Protocol):
+    """Where a process's model calls go instead of an in-process litellm: the daemon's model
+    worker (service/model_worker.py), a process of its own so the daemon stays small."""
+
+    def complete(self, settings: ModelSettings, key: str | None, messages: list[dict], tools: list[dict],
+                 response_format: dict | None, on_text: OnText | None, cancel: threading.Event | None) -> Reply:
+        ...
+
+
+_REMOTE: Remote | None = None
+
+
+def serve_from(remote: Remote | None, replacing: Remote | None = None) -> None:
+    """Route this process's model calls to `remote` (None: litellm in this process again). With
+    `replacing`, only if that is still the one in use (one of several daemons in a process stopping)."""
+    global _REMOTE
+    if replacing is None or _REMOTE is replacing:
+        _REMOTE = remote
+
+
+def remote() -> Remote | None:
+    return _REMOTE
+
+
 def import_litellm():
+    """litellm, imported with the cyclic garbage collector paused: its import makes hundreds of
+    thousands of objects (pydantic models) and nothing to collect, so each collection the
+    allocations trigger meanwhile is wasted work (bench/cold_start.py shows the share)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
+    import gc
+
+    collecting = gc.isenabled()
+    gc.disable()  # process-wide: whoever paused it resumes it (a second importer waits on the module lock)
+    try:
+        import litellm
+    finally:
+        if collecting:
+            gc.enable()
 
     litellm.suppress_debug_info = True
     quiet_litellm_logs()
@@ -222,6 +264,16 @@ class LiteLLMModel:
     def complete(self, messages: list[dict], tools: list[dict], response_format: dict | None = None,
                  on_text: OnText | None = None, temperature: float | None = None) -> Reply:
         key = self.settings.api_key()  # before the import: a missing key is reported at once
+        if _REMOTE is not None:  # the daemon: litellm lives in its model worker
+            try:
+                reply = _REMOTE.complete(self.settings, key, messages, tools, response_format, on_text, self.cancel)
+            except KeyboardInterrupt:
+                if self.cancel is not None:
+                    self.cancel.set()
+                raise TurnCancelled("the turn was interrupted") from None
+            self.usage.add(reply.usage)
+            self.calls += 1
+            return reply
         litellm = import_litellm()
         kwargs = dict(model=self.settings.model, messages=messages, timeout=self.settings.timeout_s, num_retries=0)
         if tools:
@@ -278,6 +330,12 @@ class LiteLLMModel:
                                            http_client=request.http_client(self.settings.timeout_s), max_retries=0)
             if streaming:
                 call["stream_options"] = {"include_usage": True}
+        elif self.settings.provider not in OPENAI_SDK_CLIENTS:
+            from litellm.llms.custom_httpx.http_handler import HTTPHandler
+
+            # litellm's own HTTP path (most providers) takes this client: its socket is ours to shut down
+            call["client"] = HTTPHandler(timeout=self.settings.timeout_s,
+                                         client=request.http_client(self.settings.timeout_s))
         if not streaming:
             return request.run(lambda emit: self._reply(litellm, litellm.completion(**call)))
         return request.run(lambda emit: self._streamed(litellm, call, emit, request), on_text)

@@ -221,11 +221,15 @@ def discard(file: OutgoingFile) -> None:
 
 
 def human_size(size: int) -> str:
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1024  # type: ignore[assignment]
-    return f"{size} bytes"
+    """1000 bytes, 5.0 KB, 50.0 MB (decimal units, as the platforms state their limits)."""
+    if size < 1000:
+        return f"{size} bytes"
+    value = size / 1000
+    for unit in ("KB", "MB"):
+        if value < 1000:
+            return f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
 
 
 __all__ = ["OutgoingFile", "files_from_meta", "files_meta", "resolve_sendable", "stage", "discard", "safe_name", "human_size"]

@@ -78,7 +78,7 @@ def check(config: VoiceConfig, secrets: Mapping[str, str] | None = None) -> tupl
             _decoder()
             return True, f"pocketsphinx, offline, with the English model its package ships ({limits})"
         ModelSettings(config.model, api_base=config.api_base, api_key_env=config.api_key_env,
-                      secrets=dict(secrets or {})).api_key()
+                      setting="voice.model", secrets=dict(secrets or {})).api_key()
     except ImportError as exc:
         return False, f"{exc.name} is not installed (pip install av pocketsphinx)"
     except ModelError as exc:
@@ -119,7 +119,7 @@ def _pocketsphinx(pcm: Pcm) -> str:
 
 def _api(config: VoiceConfig, pcm: Pcm, secrets: Mapping[str, str], environ: Mapping[str, str] | None) -> str:
     settings = ModelSettings(config.model, api_base=config.api_base, api_key_env=config.api_key_env,
-                             secrets=dict(secrets))
+                             setting="voice.model", secrets=dict(secrets))
     if environ is not None:
         settings.environ = environ
     key = settings.api_key()  # a missing key is said before litellm is imported

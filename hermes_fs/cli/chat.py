@@ -132,21 +132,23 @@ class Repl:
         view = self.view
         assert view is not None
         outcome: dict[str, Any] = {}
+        done = threading.Event()  # not Thread.join: on 3.11 a Ctrl-C inside join() marks a running thread ended
 
         def work() -> None:
             try:
                 outcome["answer"] = self.conversation.ask(line, view.text).answer
             except BaseException as exc:  # raised again in the main thread
                 outcome["error"] = exc
+            finally:
+                done.set()
 
         self.busy = True
         view.thinking()
-        thread = threading.Thread(target=work, name="turn", daemon=True)
-        thread.start()
+        threading.Thread(target=work, name="turn", daemon=True).start()
         interrupted = False
-        while thread.is_alive():
+        while not done.is_set():
             try:
-                thread.join(0.1)
+                done.wait(0.1)
             except KeyboardInterrupt:
                 if not interrupted:
                     interrupted = True

@@ -20,6 +20,10 @@ def check(ctx: click.Context, branch: str | None):
 
     v = vault_for(ctx)
     found = checks.main_checks(v.git)
+    drafts = [p for p in v.git.changed_under("checks") if p.endswith(".md")]
+    if drafts:  # checks run as main holds them: say so, or a saved but uncommitted check seems ignored
+        echo(safe(f"not committed yet, so not run: {', '.join(drafts)} (commit it: `git add checks && git commit`, "
+                  "or let the daemon commit your edits)"))
     if not found:
         echo("no checks to run: write one in checks/<name>.md (see checks/example.md) and commit it")
         return

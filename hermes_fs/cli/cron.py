@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 import click
 
 from ..errors import InputError
 from .context import vault_for
 from .options import vault_option
-from .sync import cron_host_and_missed
-from .term import columns, echo, emit_json, next_run_words
+from .term import columns, echo, emit_json
 
 
 @click.group("cron")
@@ -26,46 +24,25 @@ def cron_group():
 def cron_list(ctx: click.Context, as_json: bool):
     """Each job: schedule in words, next run, last status."""
 
+    from dataclasses import asdict
+
+    from ..service.job_state import job_states
+
     v = vault_for(ctx)
     now = datetime.now(UTC)
-    rows, errors, here = _rows(v, now)
+    states = job_states(v, now)
     if as_json:
-        emit_json(rows)
+        emit_json([asdict(j) for j in states.jobs])
     else:
-        table = [[str(r["job"]), str(r["schedule"]) + (f", on {r['host']}" if r["host"] else ""),
-                  f"on {r['host']} only" if r["host"] and r["host"] != here and r["enabled"]
-                  else f"running now (started for {r['running']}; no output yet)" if r["running"]
-                  else next_run_words(r["next_run"], bool(r["enabled"]), now),
-                  str(r["last_status"] or "-") + (f" (missed {r['missed']}: offline)" if r["missed"] else "")]
-                 for r in rows]
+        table = [[j.job, j.schedule + (f", on {j.host}" if j.host else ""), j.next_words(states.here, now),
+                  (j.last_status or "-") + (f" (missed {j.missed}: offline)" if j.missed else "")]
+                 for j in states.jobs]
         for line in columns([["JOB", "SCHEDULE", "NEXT", "LAST"], *table] if table else []):
             echo(line)
-    for e in errors:
+    for e in states.errors:
         echo(f"error: {e}", err=True)
-    if errors:
+    if states.errors:
         ctx.exit(1)
-
-
-def _rows(v, now: datetime) -> tuple[list[dict[str, Any]], list[InputError], str]:
-    """One row per valid job (what `cron list` prints and --json gives), the invalid jobs' errors,
-    and this machine's host id."""
-    from ..mind import jobs as cron
-    from ..service.cron_runner import last_runs
-    from ..service.scheduler import next_runs, started_unfinished
-
-    jobs, errors = cron.load_jobs(v.files, v.config)
-    last = last_runs(v)
-    upcoming = next_runs(v, jobs, now)
-    running = started_unfinished(v, jobs, {name: run.due for name, run in last.items()})
-    here, missed = cron_host_and_missed(v)
-    rows: list[dict[str, Any]] = []
-    for j in jobs:
-        nxt = upcoming[j.name]
-        rows.append({"job": j.name, "schedule": j.schedule.describe(), "enabled": j.enabled,
-                     "next_run": nxt.isoformat(timespec="seconds") if nxt else None, "last_status": last[j.name].status if j.name in last else None,
-                     "host": j.host, "missed": missed.get(j.name),
-                     "running": running[j.name].isoformat(timespec="seconds") if j.name in running else None})
-    return rows, errors, here
 
 
 @cron_group.command("run")
@@ -125,6 +102,7 @@ def _set_enabled(ctx: click.Context, job: str, enabled: bool) -> None:
 @click.pass_context
 def cron_new(ctx: click.Context, job: str, schedule: str, prompt: str | None, notify: tuple[str, ...], disabled: bool):
     """Create cron/JOB.md from a schedule and a prompt, checked and committed as your edit."""
+    from ..service.job_state import job_states
     from ..service.person_edits import new_job
 
     if prompt is None:
@@ -135,6 +113,7 @@ def cron_new(ctx: click.Context, job: str, schedule: str, prompt: str | None, no
             raise InputError("no prompt given: nothing was created (pass --prompt TEXT or write one in the editor)")
     v = vault_for(ctx)
     saved = new_job(v, job, schedule, prompt, list(notify), enabled=not disabled)
-    upcoming = next((r for r in _rows(v, datetime.now(UTC))[0] if r["job"] == job), None)
-    when = next_run_words(upcoming["next_run"], bool(upcoming["enabled"]), datetime.now(UTC)) if upcoming else "?"
+    now = datetime.now(UTC)
+    states = job_states(v, now)
+    when = next((j.next_words(states.here, now) for j in states.jobs if j.job == job), "?")
     echo(f"created cron/{job}.md ({saved.message}); next run: {when}")

@@ -51,5 +51,6 @@ def init(path: str, model: str | None, api_base: str | None, no_probe: bool):
          f"  3. Talk to it: {exe} --vault {root} chat   (put {exe.parent} on your PATH to type just `hermes-fs`).\n"
          f"  Check the setup any time with: hermes-fs --vault {root} doctor")
     if result.set_local_identity:
-        echo("note: no git identity was configured; set a vault-local one (hermes-fs user). "
-                   "Change it with `git -C VAULT config user.name/user.email`.")
+        echo("note: no git identity was configured, so this vault got one of its own ('hermes-fs user'); your "
+             f"edits are committed under it. Put your name on them: `git -C {root} config user.name 'Your Name'` "
+             f"and `git -C {root} config user.email you@example.org`.")

@@ -53,6 +53,28 @@ def run(ctx: click.Context, prompt: tuple[str, ...], model: str | None, workspac
     with Conversation(v, options) as conversation:
         _answer(view, lambda on_text: conversation.ask(" ".join(prompt), on_text).answer)
     AutoReview(v, detached=True).after_turn(conversation.id, conversation.user_turns)
+    _exit_without_teardown()
+
+
+def _exit_without_teardown() -> None:
+    """End the process now that the answer is out and the session committed: tearing down an
+    interpreter that has imported litellm (hundreds of thousands of objects, freed one by one)
+    costs a large share of a cold call's CPU and does nothing useful. Output is flushed and logs
+    closed first; a thread still at work (not a daemon thread) gets the normal exit instead."""
+    import os
+    import threading
+
+    if any(t.is_alive() and not t.daemon and t is not threading.main_thread() for t in threading.enumerate()):
+        return
+    import logging
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    logging.shutdown()
+    os._exit(0)
 
 
 def _answer(view, ask) -> None:

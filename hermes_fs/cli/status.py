@@ -9,7 +9,7 @@ import click
 
 from .context import vault_for
 from .options import vault_option
-from .term import columns, echo, next_run_words, plural
+from .term import columns, echo, plural
 
 if TYPE_CHECKING:
     from ..service.status import Status
@@ -39,9 +39,7 @@ def render(st: Status) -> str:
                  + (f"  ({s['stale']} stale: `hermes-fs skills list --usage`, `hermes-fs curate`)" if s.get("stale") else ""))
     lines.append("cron")
     now = datetime.now(UTC)
-    for line in columns([[j["job"], j["schedule"], "next: " + (f"on {j['host']}" if j.get("host") and not j["next_run"] and j["enabled"]
-                                    else next_run_words(j["next_run"], j["enabled"], now))]
-                         for j in st.cron]):
+    for line in columns([[j.job, j.schedule, "next: " + j.next_words(st.host, now)] for j in st.cron]):
         lines.append(f"  {line}")
     if not st.cron:
         lines.append("  (no jobs)")
@@ -72,4 +70,8 @@ def render(st: Status) -> str:
             lines.append(f"  quarantined (in git, never written here): {path!r}")
     for e in st.errors:
         lines.append(f"error  {e}")
+    for f in st.failed_requests:
+        where = ", ".join(w for w in (f.source if f.source != f.request else "", f.finished) if w)
+        lines.append(f"failed request  {f.request or f.name}{f' ({where})' if where else ''}: {f.answer}; "
+                     f"`outputs/requests/{f.name}.md`")
     return "\n".join(lines)

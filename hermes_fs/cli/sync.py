@@ -80,15 +80,3 @@ def clone(url: str, path: str, branch: str):
 
     v = clone_vault(url, Path(path), branch)
     echo(f"cloned {redact_credentials(url)} into {v.root}; start syncing with `hermes-fs --vault {v.root} daemon`")
-
-
-def cron_host_and_missed(v) -> tuple[str, dict[str, str]]:
-    """For `cron list`: this machine's host id (for `host:` pins) and job -> the due time it missed
-    while the remote could not be reached (none without a remote). No network."""
-    from ..service.sync import sync_status
-    from ..store.host import host_id
-
-    if v.config.remote is None:
-        return host_id(v.state_dir), {}
-    st = sync_status(v)
-    return st["host"], dict(st["missed"])

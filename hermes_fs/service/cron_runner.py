@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..agent.conversation import Conversation, ConversationOptions
 from ..errors import HermesError, InputError
 from ..mind.jobs import CronJob, with_enabled
 from ..store.docs import dump_doc, parse_doc
@@ -101,6 +100,8 @@ def run_job(vault: Vault, job: CronJob, due: datetime, retry_base_s: float = 1.0
     A failure is stored (status: error) and sent as cron_failure; an unexpected one (a bug) first
     logs its traceback. A delivery failure is retried a few times, then recorded in the output file.
     """
+    from ..agent.conversation import Conversation, ConversationOptions  # the agent's weight only for a run
+
     run = CronRun(job.name, due.isoformat(), datetime.now(UTC).isoformat(timespec="seconds"), output_rel(job, due))
     body = ""
     paths: list[str] = []

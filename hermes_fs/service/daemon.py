@@ -34,6 +34,7 @@ from .watcher import IGNORED_DIRS, Debouncer, Settler, Watcher, ignored, open_fo
 
 if TYPE_CHECKING:
     from ..store.claims import RefClaims
+    from .model_worker import ModelWorker
     from .scheduler import Scheduler
     from .warm import WarmServer
 
@@ -131,6 +132,7 @@ class Daemon:
         self.jobs: dict = {}
         self.scheduler: Scheduler | None = None
         self.warm: WarmServer | None = None
+        self.model_worker: ModelWorker | None = None
         self.services: list = []  # DaemonService objects started by _start_services
         self.catch_up = CatchUp()  # agent work waits for it after a start (sync's first round)
         self.claims: RefClaims | None = None  # the vault's claims on its remote: built once, at start (work.py)
@@ -170,6 +172,7 @@ class Daemon:
             signal.signal(signal.SIGINT, self._on_signal)
             self._reload_jobs()
             self._start_scheduler()
+            self._start_model_worker()
             self._start_warm()
             self._start_services()
             self.catch_up.all_started()
@@ -189,13 +192,14 @@ class Daemon:
             self._setup_logging()
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
+            self._start_model_worker()
+            self._warm_up_model_layer(lower=False)  # a turn is waiting for it: before the socket, to overlap
             self._start_warm()
             if self.warm is None:
                 return
             idle = self.options.idle_stop_s
             self.note("daemon started (turns only: no watcher, inbox, cron, gateway or sync"
                       + (f"; stops after {idle / 60:g} min without a turn)" if idle else ")"))
-            self._warm_up_model_layer(lower=False)  # a turn is waiting for it now
             while not self.stop_event.wait(WAKE_S):
                 if idle and self.warm.idle_s() > idle:
                     self.note(f"no turn for {idle / 60:g} min: stopping")
@@ -276,26 +280,43 @@ class Daemon:
             self.warm = None
             self.error(f"warm turns unavailable ({exc}); run and chat will start their own process")
 
+    def _start_model_worker(self) -> None:
+        """Model calls and skill vectors go to a worker process (model_worker.py): litellm and the
+        embedding model never enter the daemon, and the worker is let go after
+        daemon.model_worker_idle_s without a call. A turns-only daemon exists for speed: its worker
+        is not lowered, and stays until the daemon itself stops when idle."""
+        from ..agent.model import serve_from
+        from ..mind.embeddings import encode_with
+        from .model_worker import ModelWorker
+        from .priority import AGENT_NICE
+
+        turns_only = self.options.turns_only  # its worker goes with it (idle_stop_min), never before
+        self.model_worker = ModelWorker(lambda: 0 if turns_only else self.vault.config.daemon.model_worker_idle_s,
+                                        nice=0 if turns_only else AGENT_NICE)
+        serve_from(self.model_worker)
+        encode_with(self.model_worker.encode)  # the skill embedding model lives there too
+
     def _warm_up_model_layer(self, lower: bool = True) -> None:
-        """Import the model layer (litellm: seconds of CPU) in the background once everything else
-        has started, so the first turn served (a chat, a cron job due at start, an inbox request)
-        is as fast as the later ones. It runs at the agent's lower priority, so a sync round or the
-        watcher is not held up by it; a turn that comes first simply imports it itself."""
-        if os.environ.get("HERMES_NO_WARM_UP"):
+        """Start the model worker (it imports litellm: seconds of CPU) in the background once
+        everything else has started, so the first turn served (a chat, a cron job due at start, an
+        inbox request) is as fast as the later ones. The worker runs at the agent's lower priority,
+        so a sync round or the watcher is not held up by it; a turn that comes first simply waits
+        for the same worker."""
+        if os.environ.get("HERMES_NO_WARM_UP") or self.model_worker is None:
             return
+        worker = self.model_worker
 
         def warm() -> None:
             if lower:
                 lower_this_thread()
             try:
+                worker.start()  # first: its start and litellm's import overlap loading the turn's modules here
                 from ..agent.conversation import Conversation  # noqa: F401  (the turn's own modules)
-                from ..agent.model import import_litellm
-
-                import_litellm()
-            except Exception as exc:  # noqa: BLE001 — a turn will import it (and report the error) itself
+            except Exception as exc:  # noqa: BLE001 — a turn will start it (and report the error) itself
                 self.error(f"warming up the model layer failed: {exc}")
                 return
-            self.note("model layer warm: the first turn needs no import")
+            if worker.wait_ready():
+                self.note("model layer warm: the first turn needs no import")
 
         threading.Thread(target=warm, name="warm-up", daemon=True).start()
 
@@ -361,6 +382,13 @@ class Daemon:
         if self.settler:
             self.settler.stop()
         self.executor.shutdown(wait=True)  # running jobs finish; queued ones stay claimed
+        if self.model_worker is not None:
+            from ..agent.model import serve_from
+            from ..mind.embeddings import encode_with
+
+            serve_from(None, replacing=self.model_worker)
+            encode_with(None, replacing=self.model_worker.encode)
+            self.model_worker.stop()
         self.state.write(running=False)
         slow.cancel()
         self.lock.release()

@@ -16,6 +16,7 @@ from .inbox import RESULTS_DIR, parse_result
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}")
 MAX_RESULT_BYTES = 2_000_000  # a larger file is listed, not read
+FAILED_LOOKBACK = 20  # `status` and the web Status page name failures among the newest results
 
 
 @dataclass
@@ -46,6 +47,12 @@ def recent_results(vault: Vault, limit: int = 50) -> list[RequestResult]:
         return []
     files = sorted((p for p in base.glob("*.md") if p.is_file() and not p.is_symlink()), reverse=True)
     return [_read(vault, p.name[:-3]) for p in files[:limit]]
+
+
+def recent_failures(vault: Vault, lookback: int = FAILED_LOOKBACK) -> list[RequestResult]:
+    """The failed (or unreadable) ones among the newest `lookback` results: what `status` and the
+    web Status page list as errors."""
+    return [r for r in recent_results(vault, lookback) if r.status != "ok"]
 
 
 def request_result(vault: Vault, name: str) -> RequestResult:

@@ -5,7 +5,7 @@ machine. A turn never encodes skills (mind/search.py `semantic` ranks with the v
 ready and says in the log when some are missing); this part fills the cache in one thread: at
 start and when a skill changes (after a quiet moment, so a burst of edits is one pass). It runs
 when the setting is on at the daemon's start (turned on later: from the next start; turned off:
-it idles). The model is loaded here too, so the first warm turn finds it.
+it idles). The model is loaded by the fill too (in the model worker), so the first warm turn finds it.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class SkillVectorsService:
     def _fill(self) -> None:
         t0 = time.monotonic()
         try:
-            embeddings.model()  # loaded here, off any turn's path
+            embeddings.warm()  # loaded off any turn's path (in the model worker, by its first batch)
             done = fill_vectors(self.daemon.vault.root, stop=self.stopped)
         except Exception as exc:  # a broken install or database: reported, the daemon goes on
             self.daemon.error(f"skill vectors not built: {type(exc).__name__}: {exc}")

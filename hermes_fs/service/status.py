@@ -1,6 +1,6 @@
 """The vault at a glance, for `hermes-fs status` and the web page's status: a cheap overview. Reads
-memory, skills and job files and one `for-each-ref`; it never walks sessions/ or outputs/, so it
-stays flat as history grows."""
+memory, skills and job files, one `for-each-ref`, the newest output of each job and the newest
+request results; it never walks sessions/ or old outputs, so it stays flat as history grows."""
 
 from __future__ import annotations
 
@@ -12,11 +12,26 @@ from datetime import UTC, datetime
 
 from ..errors import HermesError, InputError
 from ..learning.changes import LEARNED_PREFIXES
-from ..mind import jobs as cron
 from ..mind import memory, skills
 from ..store.files import atomic_write
 from ..store.vault import Vault
-from .scheduler import next_runs
+from .job_state import JobState, job_states
+from .request_results import RequestResult, recent_failures
+
+
+@dataclass
+class FailedRequest:
+    """A request that failed, as `status` and the web Status page name it (its result file has the rest)."""
+
+    name: str  # the result's name, for `/requests/<name>` and outputs/requests/<name>.md
+    request: str
+    source: str
+    finished: str
+    answer: str  # the start of the error
+
+    @classmethod
+    def of(cls, r: RequestResult) -> FailedRequest:
+        return cls(r.name, r.request, r.source, r.finished, " ".join(r.answer.split())[:200])
 
 
 @dataclass
@@ -25,12 +40,14 @@ class Status:
     model: str
     memory: list[dict] = field(default_factory=list)
     skills: dict = field(default_factory=dict)
-    cron: list[dict] = field(default_factory=list)
+    cron: list[JobState] = field(default_factory=list)  # the same reading as `cron list` and the web Jobs page
+    host: str = ""  # this machine's host id (for jobs pinned with `host:`)
     pending_reviews: list[dict] = field(default_factory=list)
     daemon: dict = field(default_factory=dict)
     sync: dict | None = None  # only when hermes.yaml has `remote:`
     gateway: list[dict] = field(default_factory=list)  # each configured channel (gateway status)
     errors: list[str] = field(default_factory=list)
+    failed_requests: list[FailedRequest] = field(default_factory=list)  # among the newest request results
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -43,13 +60,10 @@ def collect(vault: Vault, now: datetime | None = None) -> Status:
     rows, errors = memory_rows(vault)
     st.memory, st.errors = rows, st.errors + errors
     st.skills = skill_counts(vault)
-    jobs, job_errors = cron.load_jobs(vault.files, cfg)
-    upcoming = next_runs(vault, jobs, now)
-    for job in jobs:
-        nxt = upcoming[job.name]
-        st.cron.append({"job": job.name, "schedule": job.schedule.describe(), "enabled": job.enabled,
-                        "next_run": nxt.isoformat(timespec="seconds") if nxt else None, "host": job.host})
-    st.errors += [str(e) for e in job_errors]
+    jobs = job_states(vault, now)
+    st.cron, st.host = jobs.jobs, jobs.here
+    st.errors += [str(e) for e in jobs.errors]
+    st.failed_requests = [FailedRequest.of(r) for r in recent_failures(vault)]
     for prefix in LEARNED_PREFIXES:
         for b in vault.git.branches(prefix):
             st.pending_reviews.append({"branch": b.name, "age_s": int(time.time()) - b.timestamp, "summary": b.summary})

@@ -1,5 +1,6 @@
-"""Warm turns: the daemon runs `run` and `chat` turns in its own process, where litellm is already
-imported, and streams them back over a Unix socket in .hermes/ (DESIGN section 14).
+"""Warm turns: the daemon runs `run` and `chat` turns in its own process, where the agent's modules
+are loaded and the model layer is warm in its worker (model_worker.py), and streams them back over
+a Unix socket in .hermes/ (DESIGN section 14).
 
 The socket is created with permissions 0600, and every connection's peer is checked
 (SO_PEERCRED): only the user the daemon runs as may connect. Each connection is one conversation,
@@ -77,8 +78,6 @@ class WarmServer:
         os.chmod(self.path, 0o600)
         sock.listen(16)
         self.sock = sock
-        # litellm is imported by the first turn served, not at start: a daemon nobody runs turns
-        # through stays small (about 30 MB instead of about 200 MB).
         threading.Thread(target=self._accept, name="warm-accept", daemon=True).start()
 
     def stop(self) -> None:

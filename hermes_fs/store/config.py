@@ -269,10 +269,11 @@ class SyncConfig:
 
 @dataclass
 class DaemonConfig:
-    """The daemon that `run` and `chat` start by themselves when none is running."""
+    """The daemon: the one `run` and `chat` start by themselves when none is running, and its model worker."""
 
     autostart: bool = True  # run/chat start a daemon that serves turns only (no watcher, cron, gateway, sync)
     idle_stop_min: float = 30.0  # that daemon stops after this many minutes without a turn; 0: it stays
+    model_worker_idle_s: float = 600.0  # the model layer (litellm) runs in a worker process the daemon starts; after this many seconds without a model call it is let go (memory back) and the next call starts it again; 0: never let go (the daemon run and chat start keeps it until it stops)
 
 
 @dataclass
@@ -324,6 +325,9 @@ class Config:
         return getattr(self.models, task, None) or self.model
 
 
+# Integer settings with a range: a port outside it would only fail later, at connect time, obscurely.
+RANGES = {"sandbox.ssh.port": (1, 65535)}
+
 CHOICES = {
     "refine.policy": {p.value for p in Policy},
     "sandbox.backend": {"docker", "ssh", "local", "none"},
@@ -362,22 +366,31 @@ def parse_config(text: str, filename: str = CONFIG_NAME, adjust: Callable[[dict]
         data = adjust(data)
     lines = _key_lines(node)
     config = _build(Config, data, "", filename, lines)
-    _check_key_variable(config.api_key_env, filename, lines.get("api_key_env"))
+    _check_key_variables(data, "", filename, lines)
     return config
 
 
-def _check_key_variable(name: str | None, filename: str, line: int | None) -> None:
-    """`api_key_env` names a variable; a key pasted there is refused without ever being shown."""
+def _check_key_variables(data: Any, prefix: str, filename: str, lines: dict[str, int]) -> None:
+    """Every `*_env` key (api_key_env, token_env, password_env, ...) names a variable; a key or token
+    pasted there is refused without ever being shown, as an error message would otherwise print it."""
     import re
 
     from .secrets import scan_text
 
-    if name is None:
+    if isinstance(data, list):
+        for item in data:
+            _check_key_variables(item, prefix, filename, lines)
+    if not isinstance(data, dict):
         return
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,99}", name) or scan_text("", name):
-        raise ConfigError("'api_key_env' must be the name of an environment variable (e.g. OPENAI_API_KEY), not "
-                          "the key itself (what is there looks like a key, so it is not shown): put the key in "
-                          ".hermes/secrets.env as NAME=... and write NAME here", filename, line)
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict | list):
+            _check_key_variables(value, dotted + ".", filename, lines)
+        elif str(key).endswith("_env") and isinstance(value, str) and (
+                not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,99}", value) or scan_text("", value)):
+            raise ConfigError(f"'{dotted}' must be the name of an environment variable (e.g. OPENAI_API_KEY), "
+                              "not the key itself (what is there looks like a key, so it is not shown): put the "
+                              "key in .hermes/secrets.env as NAME=... and write NAME here", filename, lines.get(dotted))
 
 
 def _read_text(path: Path) -> str:
@@ -460,6 +473,9 @@ def _coerce(hint: Any, value: Any, dotted: str, filename: str, lines: dict[str, 
     elif hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             fail("an integer")
+        low, high = RANGES.get(dotted, (value, value))
+        if not low <= value <= high:
+            fail(f"from {low} to {high}")
     elif hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail("a number")

@@ -100,7 +100,10 @@ class GitMerger(GitCommitter):
                 undo = part
             tree = self.merged_tree(ours, undo, resolve, "a person has edited these lines since the merge")
             if tree == self._git("rev-parse", f"{ours}^{{tree}}").strip():
-                raise GitError(f"nothing to revert: {info.sha[:10]} is already undone")
+                if paths is None:
+                    raise GitError(f"nothing to revert: {info.sha[:10]} is already undone")
+                raise GitError(f"nothing to revert: {', '.join(touched)} already as before {info.sha[:10]} "
+                               "(that part is undone; the rest of the change stays merged)")
             new = self._commit_tree(tree, [ours], message, act)
             self._advance_main(ours, new, touched)
             return new

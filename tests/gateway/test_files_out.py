@@ -244,7 +244,7 @@ def test_a_file_over_the_channels_limit_is_answered_in_text(started, agent_vault
     ch.say("send both")
     assert gw.wait_idle(60)
     assert ch.sent[0].text.startswith("Done.")
-    assert "huge.bin was not sent: 4.9 KB is over the 1000 bytes matrix takes" in ch.sent[0].text
+    assert "huge.bin was not sent: 5.0 KB is over the 1.0 KB matrix takes" in ch.sent[0].text
     assert [f[0] for f in ch.files] == ["small.txt"]
     assert not any((agent_vault.state_dir / "outbox").rglob("huge.bin"))
 
@@ -358,3 +358,20 @@ def test_a_file_goes_to_a_named_destination_only_for_the_senders_it_lists(agent_
     assert gw2.wait_idle(30)
     gw2.stop()
     assert again.files == []  # delivered once, never again
+
+
+def test_files_read_back_from_a_result_stay_inside_the_outbox(tmp_path):
+    outbox = tmp_path / "outbox"
+    (outbox / "s" / "ab").mkdir(parents=True)
+    (outbox / "s" / "ab" / "r.pdf").write_bytes(b"%PDF")
+    good = outgoing.OutgoingFile(outbox / "s" / "ab" / "r.pdf", "r.pdf", 4, "application/pdf", "cap", ("desk",))
+    meta = outgoing.files_meta([good], outbox)
+    assert meta == [{"name": "r.pdf", "size": 4, "mime": "application/pdf", "staged": "s/ab/r.pdf", "caption": "cap",
+                     "to": ["desk"]}]
+    assert outgoing.files_from_meta(meta, outbox)[0].path == Path(os.path.realpath(good.path))
+    hostile = [{"name": "x", "size": 1, "staged": "../../etc/passwd"}, {"name": "y", "size": 1, "staged": "/etc/passwd"},
+               {"name": "z", "size": "1", "staged": "s/ab/r.pdf"}, "not a file", {"name": "../../w", "size": 4,
+                                                                                  "staged": "s/ab/r.pdf"}]
+    back = outgoing.files_from_meta(hostile, outbox)
+    assert [(f.name, f.path.name) for f in back] == [("w", "r.pdf")]  # only the one inside, its name made safe
+    assert outgoing.files_from_meta("junk", outbox) == []

@@ -18,7 +18,8 @@ from telegram_emulator import TelegramEmulator, TelegramHTML
 from hermes_fs.errors import ConfigError
 from hermes_fs.service.gateway import registry
 from hermes_fs.service.gateway.core import Gateway
-from hermes_fs.service.gateway.telegram import MAX_SOURCE, to_telegram_html
+from hermes_fs.service.gateway.render import inline_html
+from hermes_fs.service.gateway.telegram import MAX_SOURCE
 from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault
 
@@ -131,10 +132,10 @@ def test_whatever_the_model_writes_telegram_can_parse():
               "word", " ", "ü", "😀", "\\", '"', "'", "    code", "<!--", "-->", "![img](http://i/x.png)"]
     for _ in range(400):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 40)))
-        out = to_telegram_html(text)
+        out = inline_html(text)
         TelegramHTML().parse(out)  # raises ParseError on anything Telegram would refuse
     deep = "> " * 200 + "deep"
-    assert "deep" in TelegramHTML().parse(to_telegram_html(deep))
+    assert "deep" in TelegramHTML().parse(inline_html(deep))
 
 
 def test_a_long_answer_is_cut_and_a_long_message_refused(world):

@@ -188,3 +188,13 @@ def test_web_page_shows_check_results_beside_the_diff_and_spend_per_day(agent_va
         assert "Learning spend per day" in log and "1</td>" in log
     finally:
         w.stop()
+
+
+def test_cli_check_names_a_check_saved_but_not_committed(vault, run_cli):
+    """Checks run as main holds them; a check moved into checks/ but not committed is named, so it
+    is not silently ignored (no model is called: nothing committed is enabled)."""
+    (vault.root / "checks" / "node-pm.md").write_text(NODE)
+    r = run_cli("--vault", str(vault.root), "check")
+    assert r.returncode == 0, r.stderr
+    assert "not committed yet, so not run: checks/node-pm.md" in r.stdout and "no checks to run" in r.stdout
+    assert not checks.main_checks(vault.git)  # still a draft: nothing was committed for the person

@@ -1,8 +1,11 @@
 """Results of requests on the web page, over real HTTP (a real `hermes-fs web` process): requests
 dropped in inbox/ and a webhook's, answered by the real inbox machinery and committed, are listed
-newest first with where they came from; a failed one shows on the Status page's errors."""
+newest first with where they came from; a failed one shows on the Status page's errors and in
+`hermes-fs status`."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from web_helpers import start_web
@@ -68,6 +71,17 @@ def test_requests_page_lists_results_and_status_shows_failures(vault, web):
     code, _, body = w.request("GET", "/status")
     assert code == 200 and '<p class="ok">none</p>' not in body
     assert f'href="/requests/{deploy}"' in body and "inbox/deploy.md" in body
+    from click.testing import CliRunner
+
+    from hermes_fs.cli.main import main
+
+    out = CliRunner().invoke(main, ["--vault", str(vault.root), "status"]).output  # the CLI lists the same failures
+    [line] = [ln for ln in out.splitlines() if "inbox/deploy.md" in ln]
+    assert line.startswith("failed request  inbox/deploy.md (") and "teleport" in line
+    assert f"outputs/requests/{deploy}.md" in line
+    assert any(ln.startswith("failed request  ") and "webhook github" in ln for ln in out.splitlines())
+    st = json.loads(CliRunner().invoke(main, ["--vault", str(vault.root), "status", "--json"]).output)
+    assert {r["name"] for r in st["failed_requests"]} == set(inbox_results(vault))
 
 
 @pytest.mark.parametrize("name", ["..%2F..%2Fhermes.yaml", "nothing-here", "%00", "..", "x" * 300])

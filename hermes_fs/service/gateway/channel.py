@@ -14,20 +14,34 @@ core's ledger). The contract in prose: README.md next to this file.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import os
+import re
+import threading
 from abc import ABC, abstractmethod
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from urllib.parse import urlsplit
 
-from ...errors import InputError
+from ...errors import ConfigError, HermesError, InputError
 from .access import AccessRules, Verdict
 from .message import Inbound, Origin, Outbound  # part of this interface: channels import them from here
 
 if TYPE_CHECKING:
     from ...store.vault import Vault
     from .ledger import Message
+
+log = logging.getLogger(__name__)
+START_WAIT_S = 60.0  # how long `start` waits for an asyncio channel's first answer from its platform
+SEND_WAIT_S = 60.0
+# control characters a person's message may carry (all but tab and newline): a NUL makes a request
+# file binary, and escapes or C1 codes reach terminals and logs; they are dropped before anything
+# reads the message
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def attachments_dir(state_dir: Path, origin: Origin) -> Path:
@@ -46,6 +60,24 @@ class ChatSettings:
     allow: list[str] = field(default_factory=list)  # who may talk to the agent; empty = nobody (plus approved pairings)
     admins: list[str] = field(default_factory=list)  # who may also /merge and /reject
     pairing: bool = False  # with no allow list, a stranger in a direct chat gets a pairing code to approve
+
+
+def printable(text: str) -> str:
+    """A message's text without control characters (line ends made `\\n`, tabs kept). The core
+    applies it to every channel's messages, so no adapter needs to."""
+    return _CONTROL.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def check_api_base(url: str, key: str) -> None:
+    """A platform's API base (`key` names the setting): http(s), and https unless the server is this
+    machine, since every call carries the bot's token."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme not in ("http", "https") or not host:
+        raise ConfigError(f"'{key}' must be an http(s) URL, got {url!r}")
+    if parts.scheme == "http" and host not in ("localhost", "::1") and not host.startswith("127."):
+        raise ConfigError(f"'{key}' sends the bot token with every call: use https (http only to this machine), "
+                          f"got {url!r}")
 
 
 def secret_value(vault: Vault, name: str | None) -> str | None:
@@ -228,3 +260,114 @@ class ChannelBase(ABC):
 
     def secret(self, name: str | None) -> str | None:
         return secret_value(self.vault, name)
+
+
+class AsyncChannel(ChannelBase):
+    """A channel whose platform library is asyncio: one event loop on a thread of its own runs
+    `main()` (connect, then read the platform until `stopping`), and `send` hands coroutines to it.
+
+    `start` returns once the loop says `ready` (its first answer from the platform, good or bad)
+    and raises when `failure` was set by then (bad credentials, a platform out of reach); a failure
+    of `main()` later is reported as the channel's `error` state, never a silent dead thread."""
+
+    def __init__(self, vault: Vault, settings: Any):
+        super().__init__(vault, settings)
+        self.sink: Sink | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.task: asyncio.Task | None = None
+        self.thread: threading.Thread | None = None
+        self.ready = threading.Event()  # set by main() on its first answer, or when the loop ends
+        self.failure: str | None = None  # why the channel could not start (set before `ready`)
+        self.stopping = threading.Event()
+
+    # -- what an asyncio channel implements -------------------------------------------------------
+    @abstractmethod
+    def prepare(self) -> None:
+        """Check the settings and secrets before the loop starts (raise HermesError)."""
+
+    @abstractmethod
+    async def main(self) -> None:
+        """Connect, set `ready`, and read the platform until `stopping` (or set `failure` and return)."""
+
+    @property
+    def endpoint(self) -> str:
+        """The server the channel talks to, as named in its errors."""
+        return f"the {self.name} server"
+
+    def connected(self) -> bool:
+        """Whether a send can be handed to the loop now (the client exists)."""
+        return True
+
+    async def disconnect(self) -> None:
+        """Close the platform's client from inside the loop before `main()` is cancelled."""
+        return None
+
+    # -- ChannelBase ------------------------------------------------------------------------------
+    def start(self, sink: Sink) -> None:
+        self.prepare()
+        self.sink = sink
+        self.thread = threading.Thread(target=self._run, name=f"gateway-{self.name}", daemon=True)
+        self.thread.start()
+        if not self.ready.wait(START_WAIT_S) or self.failure:
+            self.stopping.set()
+            raise HermesError(self.failure or f"no answer from {self.endpoint} within {START_WAIT_S:.0f} s")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        loop, task = self.loop, self.task
+        if loop is not None and task is not None and not task.done() and not loop.is_closed():
+            self._disconnect_in(loop)
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # the loop is already closed
+                pass
+        if self.thread:
+            self.thread.join(15)
+
+    def _disconnect_in(self, loop: asyncio.AbstractEventLoop) -> None:
+        """`disconnect()` on the loop, waited for while the loop runs (at most 10 s)."""
+        coro = self.disconnect()
+        try:
+            fut = asyncio.run_coroutine_threadsafe(coro, loop)
+        except RuntimeError:  # closed meanwhile
+            coro.close()
+            return
+        for _ in range(100):
+            try:
+                fut.result(0.1)
+                return
+            except TimeoutError:
+                if self.thread is None or not self.thread.is_alive():
+                    break
+            except Exception:  # the client would not close: the task is cancelled next
+                return
+        fut.cancel()
+        coro.close()  # never started: the loop ended first
+
+    def in_loop(self, coro: Coroutine[Any, Any, Any], timeout: float = SEND_WAIT_S) -> Any:
+        """Run `coro` on the channel's loop from another thread (a sender) and wait for its result."""
+        loop = self.loop
+        if loop is None or loop.is_closed() or self.stopping.is_set() or not self.connected():
+            coro.close()
+            raise HermesError(f"not connected to {self.endpoint}")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+
+    def report(self, state: str, detail: str = "") -> None:
+        """The channel's state for `gateway status` ("connected" or "error" with the reason)."""
+        if self.sink is not None:
+            self.sink.channel_state(self.name, state, detail)
+
+    def _run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        try:
+            self.task = self.loop.create_task(self.main())
+            self.loop.run_until_complete(self.task)
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:  # a bug or a library failure: reported, never a silent dead thread
+            log.exception("%s channel stopped", self.name)
+            self.failure = self.failure or f"{type(exc).__name__}: {exc}"
+            self.report("error", self.failure)
+        finally:
+            self.ready.set()
+            self.loop.close()

@@ -57,7 +57,7 @@ from .. import inbox
 from ..requests import ExecOptions, Handler, Request, Result, SerialExecutor, run_request
 from . import commands, registry, voice
 from .access import AccessRules, Verdict, decide, new_code, pairing_text
-from .channel import ChannelBase, Inbound, Origin, attachments_dir
+from .channel import ChannelBase, Inbound, Origin, attachments_dir, printable
 from .delivery import STOP_WAIT_S, CommitCadence, Deliverer, set_reply_state
 from .leased import LeasedChannels, Parked
 from .ledger import (
@@ -399,13 +399,15 @@ class Gateway:
         return self.ledger.room_lines(room)
 
     def add_room_line(self, room: str, message: str, sender: str, text: str, keep: int) -> None:
-        self.ledger.add_room_line(room, message, sender, text, keep)
+        self.ledger.add_room_line(room, message, sender, printable(text), keep)
 
     def submit(self, message: Inbound) -> str:
         """Make the message a durable request (or a recorded refusal); its request id. A second
-        submit of the same message returns the same id and does nothing."""
+        submit of the same message returns the same id and does nothing. Control characters are
+        dropped here, for every channel (a voice message's transcript too), before anything reads it."""
         heard = self._hear(message) if message.audio is not None else Heard(message, False)
-        message = heard.message
+        message = replace(heard.message, text=printable(heard.message.text),
+                          context=printable(heard.message.context) if heard.message.context else None)
         origin = message.origin
         rid = request_id(origin)
         ch = self.channels.get(origin.platform)

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import HermesError
 from ...store.vault import Vault
 from .access import Verdict
-from .channel import ChannelBase, ChatSettings, Inbound, Origin, Outbound, Sink, continued, room_context
+from .channel import AsyncChannel, ChatSettings, Inbound, Origin, Outbound, Sink, continued, room_context
 from .message import Audio, AudioTooLarge
 from .render import render
 
@@ -44,7 +43,7 @@ PLATFORM = "matrix"
 SYNC_TIMEOUT_MS = 30_000
 MAX_BODY_BYTES = 32_000  # a Matrix event is at most 64 KiB; a longer reply is cut with a note
 MAX_EVENT_TEXT = 60_000  # body + formatted_body; past this the reply goes as plain text only
-MAX_UPLOAD_BYTES = 50 * 1024 * 1024  # Synapse's default max_upload_size; a smaller server's limit refuses (M_TOO_LARGE)
+MAX_UPLOAD_BYTES = 50_000_000  # within Synapse's default max_upload_size (50M); a smaller server's limit refuses (M_TOO_LARGE)
 MATRIX_FORMAT = "org.matrix.custom.html"  # formatted_body's format
 CONTEXT_LINES = 10  # a shared room's recent lines kept (in the ledger) for untrusted context
 ROOT_CHARS = 2_000  # of a thread's root message, given with the thread's first request
@@ -118,7 +117,7 @@ def file_content(reply: Outbound, uri: str) -> dict[str, Any]:
     return content
 
 
-class MatrixChannel(ChannelBase):
+class MatrixChannel(AsyncChannel):
     name = PLATFORM
     Settings = MatrixSettings
     idempotent_send = True  # the request id is the transaction id, on a device kept across restarts
@@ -127,13 +126,7 @@ class MatrixChannel(ChannelBase):
     def __init__(self, vault: Vault, settings: MatrixSettings):
         super().__init__(vault, settings)
         self.settings: MatrixSettings = settings
-        self.sink: Sink | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
         self.client: Any = None
-        self.thread: threading.Thread | None = None
-        self.ready = threading.Event()
-        self.failure: str | None = None
-        self.stopping = threading.Event()
         self.encrypted: set[str] = set()  # joined rooms that are end-to-end encrypted (ignored)
         self.typing: dict[str, set[str]] = {}  # room -> ids of its requests queued or running
         self.rooted: set[tuple[str, str]] = set()  # (room, thread) whose root went with a request
@@ -172,36 +165,25 @@ class MatrixChannel(ChannelBase):
         return token, password
 
     # -- the channel interface --------------------------------------------------------------------
-    def start(self, sink) -> None:
+    def prepare(self) -> None:
         self._credentials()
-        self.sink = sink
-        self.thread = threading.Thread(target=self._run, name="gateway-matrix", daemon=True)
-        self.thread.start()
-        if not self.ready.wait(60) or self.failure:
-            self.stopping.set()
-            raise HermesError(self.failure or "no answer from the homeserver within 60 s")
 
-    def stop(self) -> None:
-        self.stopping.set()
-        if self.loop and self.client:
-            fut = asyncio.run_coroutine_threadsafe(self.client.close(), self.loop)
-            try:
-                fut.result(10)
-            except Exception:
-                pass
-        if self.thread:
-            self.thread.join(15)
+    @property
+    def endpoint(self) -> str:
+        return "the homeserver"
+
+    def connected(self) -> bool:
+        return self.client is not None
+
+    async def disconnect(self) -> None:
+        if self.client is not None:
+            await self.client.close()
 
     def send(self, reply: Outbound) -> str:
-        if not self.loop or not self.client or self.stopping.is_set():
-            raise HermesError("not connected to the homeserver")
-        fut = asyncio.run_coroutine_threadsafe(self._send(reply), self.loop)
-        return fut.result(60)
+        return self.in_loop(self._send(reply))
 
     def send_file(self, reply: Outbound) -> str:
-        if not self.loop or not self.client or self.stopping.is_set():
-            raise HermesError("not connected to the homeserver")
-        return asyncio.run_coroutine_threadsafe(self._send_file(reply), self.loop).result(300)
+        return self.in_loop(self._send_file(reply), 300)
 
     def should_retry(self, exc: Exception) -> bool:
         """An upload the homeserver refuses as too large is refused again."""
@@ -212,23 +194,7 @@ class MatrixChannel(ChannelBase):
         return asyncio.run(self._check())
 
     # -- the loop ---------------------------------------------------------------------------------
-    def _run(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        try:
-            self.loop.run_until_complete(self._main())
-        except Exception as exc:  # a bug or a library failure: reported, never a silent dead thread
-            log.exception("matrix channel stopped")
-            self.failure = self.failure or f"{type(exc).__name__}: {exc}"
-            self._report("error", self.failure)
-        finally:
-            self.ready.set()
-            self.loop.close()
-
-    def _report(self, state: str, detail: str = "") -> None:
-        if self.sink is not None:
-            self.sink.channel_state(PLATFORM, state, detail)
-
-    async def _main(self) -> None:
+    async def main(self) -> None:
         from nio import AsyncClient, AsyncClientConfig
 
         config = AsyncClientConfig(encryption_enabled=False, store_sync_tokens=False)
@@ -263,7 +229,7 @@ class MatrixChannel(ChannelBase):
                         continue
                     except HermesError as exc:
                         detail = str(exc)
-                self._report("error", detail)
+                self.report("error", detail)
                 self.ready.set()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 60.0)
@@ -273,7 +239,7 @@ class MatrixChannel(ChannelBase):
             sink.set_cursor(self.cursor_key, resp.next_batch)  # after every message of the batch is durable
             since, first = resp.next_batch, False
             self._note_encrypted_rooms()
-            self._report("connected", self.notes())
+            self.report("connected", self.notes())
             self.ready.set()
 
     async def _login(self) -> None:
@@ -507,9 +473,7 @@ class MatrixChannel(ChannelBase):
 
     def _download(self, mxc: str, limit: int) -> bytes:
         """The media's bytes, at most `limit` (called from the core's thread: the loop downloads)."""
-        if self.loop is None or self.client is None or self.stopping.is_set():
-            raise HermesError("not connected to the homeserver")
-        return asyncio.run_coroutine_threadsafe(self._fetch_media(mxc, limit), self.loop).result(120)
+        return self.in_loop(self._fetch_media(mxc, limit), 120)
 
     async def _fetch_media(self, mxc: str, limit: int) -> bytes:
         resp = await self.client.download(mxc=mxc)

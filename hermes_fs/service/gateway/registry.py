@@ -24,6 +24,7 @@ CHANNELS = {
     "matrix": "hermes_fs.service.gateway.matrix:MatrixChannel",
     "email": "hermes_fs.service.gateway.email:EmailChannel",
     "telegram": "hermes_fs.service.gateway.telegram:TelegramChannel",
+    "slack": "hermes_fs.service.gateway.slack:SlackChannel",
 }
 
 

@@ -1,5 +1,7 @@
 """A reply's Markdown as the HTML a chat client or a mail reader shows, for every channel that can
-show HTML (Matrix `formatted_body`, e-mail's text/html part, and any channel added later).
+show HTML (Matrix `formatted_body`, e-mail's text/html part, and any channel added later), and as
+the markup of chats that show only inline formatting (`inline_html`, a small HTML subset, and
+`mrkdwn`, the `*bold*` / `<url|text>` markup some chat APIs take).
 
 The reply is model output, so hostile: raw HTML in it is never passed through (markdown-it renders
 it as text), and the HTML it renders is then sanitised with nh3 to the tags the Matrix
@@ -7,15 +9,22 @@ specification allows in `formatted_body` (a set mail readers show as well). Link
 http(s), ftp, mailto and magnet targets; relative links are dropped; an image is shown as a link
 to it, so no client fetches anything when the message is displayed. The plain text stays the
 Markdown as written: it is the fallback every client has.
+
+The inline forms render what such a chat can show (bold, italic, strikethrough, code, code
+blocks, links, quotes) and write the rest as text (headings bold, list items with bullets or
+numbers, table rows with ` | `); every character of the model's text is escaped for the markup,
+and only http(s) and mailto links are kept.
 """
 
 from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
+from urllib.parse import urlsplit
 
 # The Matrix client-server specification's allowed tags and attributes for org.matrix.custom.html
 # (img left out: see the module docstring).
@@ -95,4 +104,193 @@ def html_document(fragment: str) -> str:
             f"<body>\n{fragment}\n</body></html>\n")
 
 
-__all__ = ["TAGS", "Rendered", "html_document", "render", "sanitise"]
+# -- inline markup -----------------------------------------------------------------------------------
+
+INLINE_TAGS = {"b", "i", "s", "u", "code", "pre", "a", "blockquote"}  # what inline_html may hold
+INLINE_SCHEMES = {"http", "https", "mailto"}  # links kept by the inline forms
+
+
+@dataclass(frozen=True)
+class Markup:
+    """How a chat writes inline formatting. Every function gets text already escaped with
+    `escape`, but `code` and `pre`, which get the raw text and escape it themselves."""
+
+    escape: Callable[[str], str]
+    bold: tuple[str, str]
+    italic: tuple[str, str]
+    strike: tuple[str, str]
+    code: Callable[[str], str]  # inline code, from its raw text
+    pre: Callable[[str, str], str]  # a code block, from its raw text and its language ("" if none)
+    link: Callable[[str, str], str]  # (an allowed href, the rendered text)
+    quote: Callable[[str], str]  # a rendered block quote
+    finish: Callable[[str], str]  # a last pass over the whole result
+
+
+@cache
+def _inline_markdown() -> Any:
+    from markdown_it import MarkdownIt
+
+    # html: False: raw HTML in a reply (the model's text is not trusted) is text, never markup
+    return MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
+
+
+def _escape_html(text: str) -> str:
+    return html.escape(text, quote=False)
+
+
+def _html_pre(code: str, lang: str) -> str:
+    cls = f' class="language-{html.escape(lang)}"' if re.fullmatch(r"[\w+#.-]{1,30}", lang) else ""
+    return f"<pre><code{cls}>{_escape_html(code)}</code></pre>"
+
+
+def _sanitise_inline(text: str) -> str:
+    import nh3
+
+    return nh3.clean(text, tags=INLINE_TAGS, attributes={"a": {"href"}, "code": {"class"}},
+                     url_schemes=INLINE_SCHEMES, link_rel=None, strip_comments=True)
+
+
+HTML_SUBSET = Markup(
+    escape=_escape_html, bold=("<b>", "</b>"), italic=("<i>", "</i>"), strike=("<s>", "</s>"),
+    code=lambda raw: f"<code>{_escape_html(raw)}</code>", pre=_html_pre,
+    link=lambda href, text: f'<a href="{html.escape(href, quote=True)}">{text}</a>',
+    quote=lambda text: f"<blockquote>{text}</blockquote>", finish=_sanitise_inline)
+
+
+def _escape_mrkdwn(text: str) -> str:
+    """The three characters mrkdwn reserves for its <links>, mentions and entities, escaped as its
+    documentation says: the model's text can then write no link, mention or @channel of its own."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _mrkdwn_code(raw: str) -> str:
+    return f"`{_escape_mrkdwn(raw.replace('`', chr(0x2018)))}`" if raw.strip() else _escape_mrkdwn(raw)
+
+
+def _mrkdwn_pre(raw: str, lang: str) -> str:
+    return "```\n" + _escape_mrkdwn(raw.replace("```", "`\u200b``")) + "\n```"
+
+
+def _mrkdwn_link(href: str, text: str) -> str:
+    target = _escape_mrkdwn(href).replace("|", "%7C")
+    label = text.replace("|", "\u00a6").strip()
+    return f"<{target}|{label}>" if label else f"<{target}>"
+
+
+MRKDWN = Markup(
+    escape=_escape_mrkdwn, bold=("*", "*"), italic=("_", "_"), strike=("~", "~"),
+    code=_mrkdwn_code, pre=_mrkdwn_pre, link=_mrkdwn_link,
+    quote=lambda text: "\n".join("> " + line for line in text.split("\n")), finish=lambda text: text)
+
+
+def inline_html(text: str) -> str:
+    """The reply's Markdown in a small HTML subset (INLINE_TAGS; block structure as text),
+    escaped and sanitised: for chats whose HTML mode knows only inline tags."""
+    return inline_markup(text, HTML_SUBSET)
+
+
+def mrkdwn(text: str) -> str:
+    """The reply's Markdown as mrkdwn (`*bold*`, `_italic_`, `~strike~`, `<url|text>`, `> quote`)."""
+    return inline_markup(text, MRKDWN)
+
+
+def inline_markup(markdown: str, markup: Markup) -> str:
+    """Markdown written with `markup`: what it can show, as text the rest. Markdown nested deeper
+    than the parser goes (whose text markdown-it would drop) is sent as escaped text."""
+    md = _inline_markdown()
+    tokens = md.parse(markdown)
+    if _deepest(tokens) >= md.options["maxNesting"] - 2:
+        return markup.escape(markdown.strip())
+    return markup.finish(_Writer(markup).blocks(tokens))
+
+
+class _Writer:
+    """One rendering: a stack of output buffers (a quote is rendered, then wrapped)."""
+
+    def __init__(self, markup: Markup):
+        self.m = markup
+        self.out: list[list[str]] = [[]]
+        self.lists: list[list[int]] = []  # per open list: [next number] (0: bullets)
+
+    def blocks(self, tokens) -> str:
+        m, out = self.m, self.out
+        for tok in tokens:
+            kind = tok.type
+            if kind == "inline":
+                out[-1].append(self.inline(tok.children or []))
+            elif kind == "heading_open":
+                out[-1].append(m.bold[0])
+            elif kind == "heading_close":
+                out[-1].append(m.bold[1] + "\n\n")
+            elif kind == "paragraph_close":
+                out[-1].append("\n" if self.lists else "\n\n")
+            elif kind == "bullet_list_open":
+                self.lists.append([0])
+            elif kind == "ordered_list_open":
+                self.lists.append([int(tok.attrs.get("start", 1) or 1)])
+            elif kind in ("bullet_list_close", "ordered_list_close"):
+                self.lists.pop()
+                if not self.lists:
+                    out[-1].append("\n")
+            elif kind == "list_item_open":
+                counter = self.lists[-1]
+                out[-1].append("  " * (len(self.lists) - 1) + ("• " if counter[0] == 0 else f"{counter[0]}. "))
+                if counter[0]:
+                    counter[0] += 1
+            elif kind in ("fence", "code_block"):
+                lang = tok.info.strip().split(" ")[0] if tok.info else ""
+                out[-1].append(m.pre(tok.content.rstrip("\n"), lang) + "\n\n")
+            elif kind == "blockquote_open":
+                out.append([])
+            elif kind == "blockquote_close":
+                inner = _trimmed(out.pop())
+                out[-1].append(m.quote(inner) + "\n\n")
+            elif kind == "hr":
+                out[-1].append("——————\n\n")
+            elif kind in ("th_close", "td_close"):
+                out[-1].append(" | ")
+            elif kind == "tr_close":
+                if out[-1] and out[-1][-1] == " | ":
+                    out[-1][-1] = "\n"
+            elif kind == "table_close":
+                out[-1].append("\n")
+        return _trimmed(out[0])
+
+    def inline(self, children) -> str:
+        m = self.m
+        marks = {"strong_open": m.bold[0], "strong_close": m.bold[1], "em_open": m.italic[0],
+                 "em_close": m.italic[1], "s_open": m.strike[0], "s_close": m.strike[1]}
+        parts: list[list[str]] = [[]]  # a link's text is rendered in a buffer of its own
+        links: list[str | None] = []  # per open link: its href when kept
+        for c in children:
+            if c.type == "code_inline":
+                parts[-1].append(m.code(c.content))
+            elif c.type in marks:
+                parts[-1].append(marks[c.type])
+            elif c.type in ("softbreak", "hardbreak"):
+                parts[-1].append("\n")
+            elif c.type == "link_open":
+                href = str(c.attrs.get("href") or "")
+                links.append(href if urlsplit(href).scheme.lower() in INLINE_SCHEMES else None)
+                parts.append([])
+            elif c.type == "link_close" and links:
+                text, kept = "".join(parts.pop()), links.pop()
+                parts[-1].append(m.link(kept, text) if kept else text)
+            elif c.type == "image":
+                parts[-1].append(m.escape(c.content or str(c.attrs.get("alt") or "")))
+            else:  # text, and whatever else carries content
+                parts[-1].append(m.escape(c.content))
+        while len(parts) > 1:  # a link the parser left open: its text, without the link
+            text = "".join(parts.pop())
+            parts[-1].append(text)
+        return "".join(parts[0])
+
+
+def _trimmed(out: list[str]) -> str:
+    while out and not out[-1].strip():
+        out.pop()
+    return "".join(out).rstrip()
+
+
+__all__ = ["HTML_SUBSET", "INLINE_TAGS", "MRKDWN", "TAGS", "Markup", "Rendered", "html_document", "inline_html",
+           "inline_markup", "mrkdwn", "render", "sanitise"]

@@ -20,9 +20,9 @@ Voice notes (`voice`) and audio files (`audio`) become an `Audio` whose download
 then the file's URL) the core runs only if it takes the message; their transcript is the message
 (service/gateway/voice.py), a caption coming first.
 
-Replies: Markdown rendered as Telegram's HTML subset (bold, italic, strikethrough, code, pre,
-links, block quotes; lists and headings as text), escaped, then checked by a sanitiser so only
-those tags reach Telegram; a reply Telegram cannot parse is sent again as plain text. A reply
+Replies: Markdown rendered as Telegram's HTML subset by render.py (`inline_html`: bold, italic,
+strikethrough, code, pre, links, block quotes; lists and headings as text; escaped and sanitised);
+a reply Telegram cannot parse is sent again as plain text. A reply
 longer than a message holds is cut with a note. Telegram has no idempotency key for sends, so a
 send cut short by a crash is marked failed rather than risk a second copy (`idempotent_send`).
 """
@@ -33,18 +33,17 @@ import asyncio
 import html
 import logging
 import re
-import threading
 from dataclasses import dataclass, field
 from functools import cache, partial
 from typing import Any
-from urllib.parse import urlsplit
 
 from ...errors import ConfigError, HermesError
 from ...store.vault import Vault
 from .access import AccessRules
-from .channel import ChannelBase, ChatSettings, Inbound, Origin, Outbound, Sink, room_context
+from .channel import AsyncChannel, ChatSettings, Inbound, Origin, Outbound, Sink, check_api_base, room_context
 from .ledger import CLAIMED
 from .message import Audio, AudioTooLarge
+from .render import inline_html
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +54,6 @@ MAX_DOCUMENT_BYTES = 50_000_000  # sendDocument: "files of any type of up to 50 
 MAX_CAPTION = 1024  # a document's caption, in characters
 CONTEXT_LINES = 10  # a group's recent lines kept (in the ledger) for untrusted context
 USER_ID = re.compile(r"[1-9]\d{0,19}")
-ALLOWED_TAGS = {"b", "i", "s", "u", "code", "pre", "a", "blockquote"}  # a subset of Telegram's HTML
-LINK_SCHEMES = {"http", "https", "mailto", "tg"}
 
 
 @dataclass
@@ -69,121 +66,6 @@ class TelegramSettings(ChatSettings):
     admins: list[str | int] = field(default_factory=list)  # type: ignore[assignment]
     pairing: bool = True
     per_sender_in_rooms: bool = True  # groups: one session per sender
-
-
-# -- Markdown -> Telegram HTML ---------------------------------------------------------------------
-
-@cache
-def _markdown():
-    from markdown_it import MarkdownIt
-
-    # html: False: raw HTML in a reply (the model's text is not trusted) is text, never markup
-    return MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
-
-
-INLINE = {"strong_open": "<b>", "strong_close": "</b>", "em_open": "<i>", "em_close": "</i>",
-          "s_open": "<s>", "s_close": "</s>"}
-
-
-def to_telegram_html(markdown: str) -> str:
-    """Markdown as Telegram's HTML parse mode takes it: the tags it knows for what it can show,
-    text for the rest (headings bold, list items with bullets, tables as rows), every character
-    escaped, and a sanitiser's pass so nothing outside ALLOWED_TAGS gets through."""
-    md = _markdown()
-    tokens = md.parse(markdown)
-    if _deepest(tokens) >= md.options["maxNesting"] - 2:  # past this markdown-it drops text: send it as text
-        return html.escape(markdown.strip(), quote=False)
-    out: list[str] = []
-    lists: list[list[int]] = []  # per open list: [next number] (0: bullets)
-    for tok in tokens:
-        kind = tok.type
-        if kind == "inline":
-            out.append(_inline(tok.children or []))
-        elif kind == "heading_open":
-            out.append("<b>")
-        elif kind == "heading_close":
-            out.append("</b>\n\n")
-        elif kind == "paragraph_close":
-            out.append("\n" if lists else "\n\n")
-        elif kind == "bullet_list_open":
-            lists.append([0])
-        elif kind == "ordered_list_open":
-            lists.append([int(tok.attrs.get("start", 1) or 1)])
-        elif kind in ("bullet_list_close", "ordered_list_close"):
-            lists.pop()
-            if not lists:
-                out.append("\n")
-        elif kind == "list_item_open":
-            counter = lists[-1]
-            out.append("  " * (len(lists) - 1) + ("• " if counter[0] == 0 else f"{counter[0]}. "))
-            if counter[0]:
-                counter[0] += 1
-        elif kind in ("fence", "code_block"):
-            lang = tok.info.strip().split(" ")[0] if tok.info else ""
-            cls = f' class="language-{html.escape(lang)}"' if re.fullmatch(r"[\w+#.-]{1,30}", lang) else ""
-            out.append(f"<pre><code{cls}>{html.escape(tok.content.rstrip(chr(10)), quote=False)}</code></pre>\n\n")
-        elif kind == "blockquote_open":
-            out.append("<blockquote>")
-        elif kind == "blockquote_close":
-            _trim(out)
-            out.append("</blockquote>\n\n")
-        elif kind == "hr":
-            out.append("——————\n\n")
-        elif kind in ("th_close", "td_close"):
-            out.append(" | ")
-        elif kind == "tr_close":
-            if out and out[-1] == " | ":
-                out[-1] = "\n"
-        elif kind == "table_close":
-            out.append("\n")
-    _trim(out)
-    return _sanitise("".join(out))
-
-
-def _deepest(tokens) -> int:
-    return max((max(t.level, _deepest(t.children or []) + t.level) for t in tokens), default=0)
-
-
-def _inline(children) -> str:
-    parts: list[str] = []
-    links: list[bool] = []  # per open link: whether an <a> was written
-    for c in children:
-        if c.type == "text":
-            parts.append(html.escape(c.content, quote=False))
-        elif c.type == "code_inline":
-            parts.append(f"<code>{html.escape(c.content, quote=False)}</code>")
-        elif c.type in INLINE:
-            parts.append(INLINE[c.type])
-        elif c.type in ("softbreak", "hardbreak"):
-            parts.append("\n")
-        elif c.type == "link_open":
-            href = str(c.attrs.get("href") or "")
-            ok = urlsplit(href).scheme.lower() in LINK_SCHEMES
-            links.append(ok)
-            if ok:
-                parts.append(f'<a href="{html.escape(href, quote=True)}">')
-        elif c.type == "link_close":
-            if links.pop():
-                parts.append("</a>")
-        elif c.type == "image":
-            parts.append(html.escape(c.content or str(c.attrs.get("alt") or ""), quote=False))
-        else:
-            parts.append(html.escape(c.content, quote=False))
-    return "".join(parts)
-
-
-def _trim(out: list[str]) -> None:
-    while out and not out[-1].strip():
-        out.pop()
-    if out:
-        out[-1] = out[-1].rstrip()
-
-
-def _sanitise(text: str) -> str:
-    import nh3
-
-    return nh3.clean(text, tags=ALLOWED_TAGS, attributes={"a": {"href"}, "code": {"class"}},
-                     url_schemes=LINK_SCHEMES, link_rel=None, strip_comments=True)
 
 
 def cut(markdown: str, limit: int = MAX_SOURCE) -> str:
@@ -213,7 +95,7 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-class TelegramChannel(ChannelBase):
+class TelegramChannel(AsyncChannel):
     name = PLATFORM
     Settings = TelegramSettings
     idempotent_send = False  # the Bot API has no idempotency key: a send cut short is not repeated
@@ -224,16 +106,9 @@ class TelegramChannel(ChannelBase):
         self.settings: TelegramSettings = settings
         self.allow = _user_ids(settings.allow, "allow")
         self.admins = _user_ids(settings.admins, "admins")
-        _check_api_base(settings.api_base)
-        self.sink: Sink | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.task: asyncio.Task | None = None
+        check_api_base(settings.api_base, "gateway.telegram.api_base")
         self.bot: Any = None
         self.me: dict[str, Any] = {}
-        self.thread: threading.Thread | None = None
-        self.ready = threading.Event()
-        self.failure: str | None = None
-        self.stopping = threading.Event()
 
     # -- settings ---------------------------------------------------------------------------------
     def _token(self) -> str:
@@ -280,35 +155,22 @@ class TelegramChannel(ChannelBase):
         return not isinstance(exc, (BadRequest, Forbidden, ChatMigrated, InvalidToken))
 
     # -- the channel interface --------------------------------------------------------------------
-    def start(self, sink: Sink) -> None:
+    def prepare(self) -> None:
         self._token()
-        self.sink = sink
-        self.thread = threading.Thread(target=self._run, name="gateway-telegram", daemon=True)
-        self.thread.start()
-        if not self.ready.wait(60) or self.failure:
-            self.stopping.set()
-            raise HermesError(self.failure or f"no answer from {self.settings.api_base} within 60 s")
 
-    def stop(self) -> None:
-        self.stopping.set()
-        if self.loop is not None and self.task is not None:
-            try:
-                self.loop.call_soon_threadsafe(self.task.cancel)
-            except RuntimeError:  # the loop is already closed
-                pass
-        if self.thread:
-            self.thread.join(15)
+    @property
+    def endpoint(self) -> str:
+        return self.settings.api_base
+
+    def connected(self) -> bool:
+        return self.bot is not None
 
     def send(self, reply: Outbound) -> str:
-        if self.loop is None or self.bot is None or self.stopping.is_set():
-            raise HermesError("not connected to the Bot API")
-        return asyncio.run_coroutine_threadsafe(self._send(reply), self.loop).result(60)
+        return self.in_loop(self._send(reply))
 
     def send_file(self, reply: Outbound) -> str:
         """One file as a document (`sendDocument`, a multipart upload), a reply to the message."""
-        if self.loop is None or self.bot is None or self.stopping.is_set():
-            raise HermesError("not connected to the Bot API")
-        return asyncio.run_coroutine_threadsafe(self._send_document(reply), self.loop).result(300)
+        return self.in_loop(self._send_document(reply), 300)
 
     def check(self) -> str:
         """`gateway test telegram` / `doctor`: the token works (getMe)."""
@@ -323,26 +185,7 @@ class TelegramChannel(ChannelBase):
                             request=HTTPXRequest(connection_pool_size=4, read_timeout=30, write_timeout=30),
                             get_updates_request=HTTPXRequest(read_timeout=POLL_S + 15))
 
-    def _run(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        try:
-            self.task = self.loop.create_task(self._main())
-            self.loop.run_until_complete(self.task)
-        except asyncio.CancelledError:
-            pass
-        except Exception as exc:  # a bug or a library failure: reported, never a silent dead thread
-            log.exception("telegram channel stopped")
-            self.failure = self.failure or f"{type(exc).__name__}: {exc}"
-            self._report("error", self.failure)
-        finally:
-            self.ready.set()
-            self.loop.close()
-
-    def _report(self, state: str, detail: str = "") -> None:
-        if self.sink is not None:
-            self.sink.channel_state(PLATFORM, state, detail)
-
-    async def _main(self) -> None:
+    async def main(self) -> None:
         from telegram.error import InvalidToken, NetworkError, RetryAfter
 
         self.bot = self._bot()
@@ -366,18 +209,18 @@ class TelegramChannel(ChannelBase):
                     await asyncio.sleep(_seconds(exc.retry_after))
                     continue
                 except InvalidToken:
-                    self._report("error", "the bot token was refused (InvalidToken)")
+                    self.report("error", "the bot token was refused (InvalidToken)")
                     self.ready.set()
                     await asyncio.sleep(60)
                     continue
                 except NetworkError as exc:  # TimedOut included
-                    self._report("error", f"getUpdates failed: {exc}")
+                    self.report("error", f"getUpdates failed: {exc}")
                     self.ready.set()
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 60.0)
                     continue
                 delay = 1.0
-                self._report("connected")
+                self.report("connected")
                 self.ready.set()
                 await self._handle(batch if isinstance(batch, list) else [])
         finally:
@@ -431,7 +274,6 @@ class TelegramChannel(ChannelBase):
             if audio is None:
                 return None  # stickers, photos without a caption: not requests here
             text = ""  # a voice note: its transcript is the message (the core's)
-        text = text.replace("\x00", "")  # a NUL would make the request file binary (unreadable)
         direct = chat.get("type") == "private"
         thread = _int(m.get("message_thread_id")) if m.get("is_topic_message") is True else None
         origin = Origin(PLATFORM, str(chat_id), str(user_id), str(mid), str(thread) if thread else None)
@@ -460,9 +302,7 @@ class TelegramChannel(ChannelBase):
 
     def _download(self, file_id: str, limit: int) -> bytes:
         """A file's bytes, at most `limit` (called from the core's thread: the loop downloads)."""
-        if self.loop is None or self.bot is None or self.stopping.is_set():
-            raise HermesError("not connected to the Bot API")
-        return asyncio.run_coroutine_threadsafe(self._fetch_file(file_id, limit), self.loop).result(120)
+        return self.in_loop(self._fetch_file(file_id, limit), 120)
 
     async def _fetch_file(self, file_id: str, limit: int) -> bytes:
         file = await self.bot.get_file(file_id)  # the Bot API hands out files up to 20 MB
@@ -506,7 +346,7 @@ class TelegramChannel(ChannelBase):
         source = cut(reply.text)
         kwargs = _reply_kwargs(reply.origin)
         try:
-            sent = await self.bot.send_message(text=to_telegram_html(source) or html.escape(source), parse_mode="HTML",
+            sent = await self.bot.send_message(text=inline_html(source) or html.escape(source), parse_mode="HTML",
                                                **kwargs)
         except BadRequest as exc:
             if "parse entities" not in str(exc).lower():
@@ -578,18 +418,8 @@ def _user_ids(values: list[str | int], key: str) -> list[str]:
     return out
 
 
-def _check_api_base(url: str) -> None:
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.scheme not in ("http", "https") or not host:
-        raise ConfigError(f"'gateway.telegram.api_base' must be an http(s) URL, got {url!r}")
-    if parts.scheme == "http" and host not in ("localhost", "::1") and not host.startswith("127."):
-        raise ConfigError("'gateway.telegram.api_base' sends the bot token in every URL: use https "
-                          f"(http only to this machine), got {url!r}")
-
-
 def _seconds(value: Any) -> float:
     return float(value.total_seconds()) if hasattr(value, "total_seconds") else float(value)
 
 
-__all__ = ["TelegramChannel", "TelegramSettings", "to_telegram_html"]
+__all__ = ["TelegramChannel", "TelegramSettings"]

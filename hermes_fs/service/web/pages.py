@@ -43,7 +43,6 @@ STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 SESSION_LIST = 100  # newest sessions listed without a query
 RUNS_SHOWN = 5  # last runs per job
 REQUESTS_SHOWN = 100  # newest request results listed
-FAILED_LOOKBACK = 20  # the Status page's errors include failures among the newest request results
 _PARTS = re.compile(r"gateway|web page|sync|curat", re.I)  # the daemon's optional parts (channels say "gateway NAME")
 
 
@@ -276,14 +275,12 @@ class Site:
 
     # -- jobs --------------------------------------------------------------------------------------
     def jobs_page(self, request: Request) -> Response:
-        from ...mind import jobs as cron
-        from ..scheduler import next_runs
+        from ..job_state import job_states
 
-        jobs, errors = cron.load_jobs(self.vault.files, self.vault.config)
-        upcoming = next_runs(self.vault, jobs, datetime.now(UTC))
-        rows = [{"job": j, "schedule": j.schedule.describe(), "next": upcoming.get(j.name),
-                 "runs": self._runs(j.name)} for j in jobs]
-        return self.render(request, "jobs.html", rows=rows, errors=[str(e) for e in errors])
+        now = datetime.now(UTC)
+        states = job_states(self.vault, now)  # the same reading as `cron list` and `status`
+        rows = [{"job": s, "next": s.next_words(states.here, now), "runs": self._runs(s.job)} for s in states.jobs]
+        return self.render(request, "jobs.html", rows=rows, errors=[str(e) for e in states.errors])
 
     def _runs(self, job: str) -> list[dict]:
         folder = self.vault.root / "outputs" / "cron" / job
@@ -368,13 +365,13 @@ class Site:
 
     # -- status ------------------------------------------------------------------------------------
     def status_page(self, request: Request) -> Response:
-        from ..request_results import recent_results
         from ..status import collect
 
-        st = collect(self.vault)
+        now = datetime.now(UTC)
+        st = collect(self.vault, now)
         parts = [e for e in st.daemon.get("last_events") or [] if _PARTS.search(e)]
-        failed = [r for r in recent_results(self.vault, FAILED_LOOKBACK) if r.status != "ok"]
-        return self.render(request, "status.html", st=st, parts=parts, failed=failed)
+        return self.render(request, "status.html", st=st, parts=parts, failed=st.failed_requests,
+                           jobs=[(j, j.next_words(st.host, now)) for j in st.cron])
 
     def static(self, request: Request) -> Response:
         name = request.path_params["name"]
