@@ -13,6 +13,7 @@ import threading
 
 import pytest
 from conftest import DaemonProc, git, wait_for
+from emulated_world import EmulatedWorld, echo
 from slack_emulator import BOT_USER, SlackEmulator, read_mrkdwn
 
 from hermes_fs.errors import ConfigError
@@ -22,26 +23,19 @@ from hermes_fs.service.gateway.core import Gateway
 from hermes_fs.service.gateway.ledger import request_id
 from hermes_fs.service.gateway.render import mrkdwn
 from hermes_fs.service.gateway.slack import MAX_SOURCE, plain_text
-from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault
 
 ME, YOU, EVE = "U0ME", "U0YOU", "U0EVE"
 TEAM_CHANNEL = "C0TEAM"
 
 
-def echo(body):
-    users = [m["content"] for m in body["messages"] if m["role"] == "user"]
-    return {"content": f"echo {users[-1][-60:]} ({len(users)} turns)"}
-
-
-class World:
+class World(EmulatedWorld):
     """One test's emulated Slack, vault and gateway."""
 
+    platform = "slack"
+
     def __init__(self, vault: Vault, model_server):
-        self.vault = vault
-        self.model_server = model_server
-        self.emu = SlackEmulator()
-        self.gateway: Gateway | None = None
+        super().__init__(vault, model_server, SlackEmulator())
 
     def configure(self, allow: list, admins: list | None = None, pairing: bool = True, bot_token: str | None = None,
                   extra: str = ""):
@@ -58,22 +52,8 @@ gateway:
     admins: {admins or []!r}
     pairing: {'true' if pairing else 'false'}
 {extra}""")
-        self.vault.secrets_env.write_text(f"SLACK_BOT_TOKEN={bot_token or self.emu.bot_token}\n"
+        self.settle_config(f"SLACK_BOT_TOKEN={bot_token or self.emu.bot_token}\n"
                                           f"SLACK_APP_TOKEN={self.emu.app_token}\nHERMES_TEST_KEY=sk-test-not-a-real-key\n")
-        self.vault.secrets_env.chmod(0o600)
-        self.vault.git.commit_paths(["hermes.yaml"], "test: slack", Act.person())
-        self.vault.reload_config()
-
-    def start(self) -> Gateway:
-        self.gateway = Gateway(Vault(self.vault.root))
-        self.gateway.start()
-        assert self.gateway.states["slack"].state == "connected", self.gateway.states
-        return self.gateway
-
-    def close(self) -> None:
-        if self.gateway and not self.gateway.stopped.is_set():
-            self.gateway.stop()
-        self.emu.close()
 
 
 @pytest.fixture
@@ -84,9 +64,7 @@ def world(agent_vault, model_server):
 
 
 def started(world: World, allow: list | None = None, **kw) -> Gateway:
-    world.model_server.responder = echo
-    world.configure(allow=[ME] if allow is None else allow, **kw)
-    return world.start()
+    return world.started([ME] if allow is None else allow, **kw)
 
 
 def dm(user: str) -> str:

@@ -13,6 +13,7 @@ import threading
 
 import pytest
 from conftest import DaemonProc, git, wait_for
+from emulated_world import EmulatedWorld, echo
 from telegram_emulator import TelegramEmulator, TelegramHTML
 
 from hermes_fs.errors import ConfigError
@@ -20,7 +21,6 @@ from hermes_fs.service.gateway import registry
 from hermes_fs.service.gateway.core import Gateway
 from hermes_fs.service.gateway.render import inline_html
 from hermes_fs.service.gateway.telegram import MAX_SOURCE
-from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault
 
 ME, YOU, EVE = 1001, 1002, 1003
@@ -28,19 +28,13 @@ GROUP = -5001
 COUNTER = itertools.count()
 
 
-def echo(body):
-    users = [m["content"] for m in body["messages"] if m["role"] == "user"]
-    return {"content": f"echo {users[-1][-60:]} ({len(users)} turns)"}
-
-
-class World:
+class World(EmulatedWorld):
     """One test's emulated Bot API, vault and gateway."""
 
+    platform = "telegram"
+
     def __init__(self, vault: Vault, model_server):
-        self.vault = vault
-        self.model_server = model_server
-        self.emu = TelegramEmulator()
-        self.gateway: Gateway | None = None
+        super().__init__(vault, model_server, TelegramEmulator())
 
     def configure(self, allow: list, admins: list | None = None, pairing: bool = True, extra: str = "",
                   token: str | None = None) -> None:
@@ -58,21 +52,7 @@ gateway:
     admins: {admins or []!r}
     pairing: {'true' if pairing else 'false'}
 {extra}""")
-        self.vault.secrets_env.write_text(f"TELEGRAM_BOT_TOKEN={token or self.emu.token}\n")
-        self.vault.secrets_env.chmod(0o600)
-        self.vault.git.commit_paths(["hermes.yaml"], "test: telegram", Act.person())
-        self.vault.reload_config()
-
-    def start(self) -> Gateway:
-        self.gateway = Gateway(Vault(self.vault.root))
-        self.gateway.start()
-        assert self.gateway.states["telegram"].state == "connected", self.gateway.states
-        return self.gateway
-
-    def close(self) -> None:
-        if self.gateway and not self.gateway.stopped.is_set():
-            self.gateway.stop()
-        self.emu.close()
+        self.settle_config(f"TELEGRAM_BOT_TOKEN={token or self.emu.token}\n")
 
 
 @pytest.fixture
@@ -83,9 +63,7 @@ def world(agent_vault, model_server):
 
 
 def started(world: World, allow: list | None = None, **kw) -> Gateway:
-    world.model_server.responder = echo
-    world.configure(allow=[ME] if allow is None else allow, **kw)
-    return world.start()
+    return world.started([ME] if allow is None else allow, **kw)
 
 
 def test_a_dm_is_answered_as_a_reply_with_one_session_per_chat(world):
@@ -335,7 +313,6 @@ def test_an_audio_file_over_the_limit_is_refused_unfetched_and_a_stranger_s_neve
     assert "600 seconds long; at most 60 are taken" in sent.visible
     assert "getFile" not in world.emu.calls and world.emu.wait_sent(1, chat_id=EVE, timeout=1) == []
     assert world.model_server.requests == []
-
 
 
 def test_a_file_whose_update_understates_its_size_is_refused_by_the_download(world):
