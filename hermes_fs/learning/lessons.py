@@ -318,18 +318,24 @@ def locate(probes: list[str], conv: Said, quoted: int | None = None) -> tuple[in
     led = None
     if quoted is not None:
         led = next((i for i in range(quoted - 1, -1, -1) if conv.turns[i].role == "person"), None)
-    places = [(i, s) for i, t in enumerate(conv.turns) if t.role == "person" for s in sentences(t.text)]
+    places = [(i, s, topic(s)) for i, t in enumerate(conv.turns) if t.role == "person" for s in sentences(t.text)]
     for probe in probes:
-        want = stems(probe)
+        want = topic(probe)
         if not want:
             continue
         for near, share, least in ((True, LED_SHARE, LED_MIN), (False, LOCATE_SHARE, LOCATE_MIN)):
-            scored = [(len(want & stems(s)), len(want & stems(s)) / max(1, len(stems(s))), i, s)
-                      for i, s in places if (i == led) == near or not near]
+            scored = [(len(want & has), len(want & has) / max(1, len(has)), i, s)
+                      for i, s, has in places if (i == led) == near or not near]
             best = max(scored, default=None, key=lambda x: (x[0], x[1]))
             if best and best[0] >= least and best[0] >= share * len(want):
                 return best[2], best[3]
     return None
+
+
+def topic(text: str) -> set[str]:
+    """The stems of what a text is about: words saying that it lasts ("always", "from now on")
+    match any rule at all, so they do not count when a sentence is matched."""
+    return stems(LASTING.sub(" ", STATED.sub(" ", text)))
 
 
 def sentence_around(text: str, quote: str) -> str:
