@@ -234,7 +234,7 @@ def _judge_found(v: Verdict, where: tuple[Turn, int], conv: Said) -> Verdict:
     if v.kept:
         v.stated = turn.role == "person" and bool(STATED.search(around))
         v.file = "USER.md" if turn.role == "person" and FIRST_PERSON.search(around) else "MEMORY.md"
-        v.evidence = evidence(turn.text, quote)
+        v.evidence = evidence(turn.text, quote, turn.role == "person" and bool(CORRECTION.match(turn.text)))
         if turn.role == "person" and ENDORSES.search(around):
             v.endorsed = endorsed(lesson, conv, where[1])
     return v
@@ -297,16 +297,22 @@ def sentences(text: str) -> list[str]:
     return [p.strip() for p in _SENTENCE_END.split(str(text)) if p and p.strip()]
 
 
-def evidence(text: str, quote: str) -> str:
+def evidence(text: str, quote: str, correction: bool = False) -> str:
     """The sentences of `text` the quote spans, verbatim from the transcript (the quote itself is
-    only found after normalising): from the first to the last sentence that holds a piece of it."""
+    only found after normalising): from the first to the last sentence that holds a piece of it.
+    In a turn correcting the assistant the reason often comes first ("Wait, billing runs Python
+    3.9. Use a dict dispatch."), so the sentences before the quote that state something lasting
+    come with it (a request for today's task does not)."""
     parts = sentences(text)
     q = f" {norm(quote)} "
     pieces = [norm(p) for p in sentences(quote)]
     hit = [n for n, s in enumerate(parts) if norm(s) and (
         f" {norm(s)} " in q or any(p and (p == norm(s) or (len(p.split()) >= MIN_QUOTE_WORDS and p in norm(s)))
                                    for p in pieces))]
-    return " ".join(parts[hit[0]:hit[-1] + 1]) if hit else ""
+    if not hit:
+        return ""
+    lead = [s for s in parts[:hit[0]] if LASTING.search(s)] if correction else []
+    return " ".join(lead + parts[hit[0]:hit[-1] + 1])
 
 
 def locate(probes: list[str], conv: Said, quoted: int | None = None) -> tuple[int, str] | None:

@@ -310,3 +310,16 @@ def test_an_entry_written_with_its_evidence_is_still_a_repeat(agent_vault, model
     model_server.add(answer(TABS), answer(TABS), answer(TABS))
     again = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert again.status == "nothing", again.reason
+
+
+def test_a_corrections_evidence_brings_the_reason_stated_before_the_quote():
+    fix = Said([Turn("person", "Wait, billing still runs Python 3.9, so no match statements. Then rename it to "
+                               "parse-v2.py. Use a dict dispatch instead.")])
+    v = judge(Candidate(quote="Use a dict dispatch instead", lesson="Use a dict dispatch instead."), fix)
+    assert v.kept, v.why
+    assert v.entry == ("Use a dict dispatch instead. (the user: \u201cWait, billing still runs Python 3.9, so no match "
+                       "statements. Use a dict dispatch instead.\u201d)")  # today's request is not brought along
+    one_off = Said([Turn("person", "No, PR #312 goes to develop. Always target develop, never main.")])
+    v = judge(Candidate(quote="Always target develop, never main", lesson="PRs always target develop, never main."),
+              one_off)
+    assert v.kept and v.entry == "PRs always target develop, never main.", v.entry  # the PR number stays out
