@@ -6,9 +6,13 @@ import) and after (the first model call).
 
 The daemon and its worker are sampled from /proc every few milliseconds while the call runs; the
 worker's "ready" moment is the daemon log's line (`model worker ready`). Each round uses a fresh
-vault state (the daemon stopped), against the scripted streaming model server.
+vault state (the daemon stopped), against the scripted streaming model server. The tree's modules
+are byte-compiled first, as an installed package's are (see bench/cold_start.py).
 
-Usage: python bench/first_call_breakdown.py [ROUNDS] [--label NAME]
+With `--before TREE` (another hermes-fs tree, e.g. `git archive` of main) that tree's first calls
+are measured in the same rounds, alternated with this tree's.
+
+Usage: python bench/first_call_breakdown.py [ROUNDS] [--label NAME] [--before TREE]
 """
 
 from __future__ import annotations
@@ -130,7 +134,11 @@ def main() -> dict:
     p = argparse.ArgumentParser()
     p.add_argument("rounds", nargs="?", type=int, default=5)
     p.add_argument("--label", default="", help="suffix of the JSON file (bench/results/first_call_breakdown-LABEL.json)")
+    p.add_argument("--before", type=Path, help="another hermes-fs tree, measured in the same rounds")
     a = p.parse_args()
+    trees = {"after": Path(__file__).resolve().parent.parent, **({"before": a.before.resolve()} if a.before else {})}
+    for tree in trees.values():  # byte-compiled, as an installed package is
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "hermes_fs")], check=True)
     server = ModelServer(responder=lambda body: {"content": "hello"})
     work = Path(tempfile.mkdtemp(prefix="first-call-"))
     root = work / "vault"
@@ -140,18 +148,23 @@ def main() -> dict:
     subprocess.run(["git", "-C", str(root), "commit", "-qam", "bench config"], check=True)
     env = {k: v for k, v in os.environ.items() if k not in ("HERMES_NO_DAEMON", "HERMES_NO_AUTOSTART")}
     env["HERMES_TEST_KEY"] = "bench"
-    rows = []
+    rows: dict[str, list[dict]] = {name: [] for name in trees}
     try:
-        for _ in range(a.rounds):
-            rows.append(one_round(root, env))
+        for i in range(a.rounds):
+            for name, tree in list(trees.items())[:: -1 if i % 2 else 1]:  # the order alternates
+                tree_env = {**env, "PYTHONPATH": os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])}
+                rows[name].append(one_round(root, tree_env))
     finally:
         subprocess.run([EXE, "--vault", str(root), "daemon", "stop"], capture_output=True, env=env)
         server.close()
-    result: dict = {"rounds": len(rows), "load_average": os.getloadavg(),
-                    "medians": {k: median([r[k] for r in rows if r[k] is not None]) for k in rows[0]},
+    result: dict = {"rounds": a.rounds, "load_average": os.getloadavg(), "trees": {k: str(v) for k, v in trees.items()},
+                    "medians": {name: {k: median([r[k] for r in rs if r[k] is not None]) for k in rs[0]}
+                                for name, rs in rows.items()},
                     "rows": rows}
-    for k, v in result["medians"].items():
-        print(f"{k:<36} {v:.3f}")
+    names = list(trees)
+    print(f"{'median':<36} " + " ".join(f"{n:>8}" for n in names))
+    for k in result["medians"]["after"]:
+        print(f"{k:<36} " + " ".join(f"{result['medians'][n][k]:8.3f}" for n in names))
     print(f"load average {result['load_average']}")
     write_results("first_call_breakdown" + (f"-{a.label}" if a.label else ""), result)
     return result
