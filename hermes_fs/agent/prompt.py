@@ -9,8 +9,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..mind import memory, skills
-from ..mind import embeddings
+from ..mind import embeddings, memory, skills
 from ..mind.embeddings import MODEL, STATIC, fuse
 from ..mind.search import SearchIndex
 from ..store import secrets
