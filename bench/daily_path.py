@@ -7,7 +7,14 @@ a hosted voice model and the chat model on the scripted server, the web page, a 
 asked after each event what it holds (`daemon status --memory`: its sys.modules and VmRSS), and
 its model worker's resident size.
 
-Usage: python bench/daily_path.py   (writes bench/results/daily_path.json)
+Also `--help`'s CPU, median of alternated runs, beside an older tree (`--before TREE`, e.g. `git
+archive` of the commit before issue 43) and Hermes Agent's `hermes --help` (`--peer`).
+
+`--before-daemon TREE` puts an older tree's daemon through the same events (seen from /proc: its
+VmRSS and whether litellm's native code is mapped into it).
+
+Usage: python bench/daily_path.py [--before TREE] [--peer PEER/bin/hermes] [--rounds N] [--before-daemon TREE]
+(writes bench/results/daily_path.json)
 """
 
 from __future__ import annotations
@@ -25,11 +32,12 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE.parent / "tests" / "learning"))  # web_helpers takes a skill text from test_refine
 
-from common import write_results  # noqa: E402
+from common import median, write_results  # noqa: E402
 
 from hermes_fs.store.vault import Vault, init_vault  # noqa: E402
 
@@ -68,10 +76,30 @@ def cli(root: Path, *args: str) -> dict:
             "imported": imported}
 
 
-def footprint(root: Path) -> dict:
+def footprint(root: Path, tree: Path) -> dict:
+    """What the daemon says it holds (`daemon status --memory`; an older tree has no such answer)."""
     r = subprocess.run([sys.executable, "-m", "hermes_fs", "--vault", str(root), "daemon", "status", "--memory",
-                        "--json"], capture_output=True, text=True, timeout=120)
-    return json.loads(r.stdout).get("footprint") or {}
+                        "--json"], capture_output=True, text=True, timeout=120, cwd=tree,
+                       env={**os.environ, "PYTHONPATH": str(tree)})
+    try:
+        return json.loads(r.stdout).get("footprint") or {}
+    except ValueError:
+        return {}
+
+
+def from_proc(pid: int) -> dict:
+    """Seen from outside, whatever the tree: VmRSS, and the installed packages whose native code is
+    mapped into the process (/proc/PID/maps: litellm maps its own, torch its libtorch)."""
+    rss = None
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1])
+    mapped = set()
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        path = line.split()[-1] if len(line.split()) >= 6 else ""
+        if "site-packages/" in path:
+            mapped.add(path.split("site-packages/", 1)[1].split("/")[0].split(".")[0])
+    return {"rss_mib": round(rss / 1024, 1) if rss else None, "mapped": sorted(mapped)}
 
 
 def wait_for(pred, timeout: float) -> bool:
@@ -116,7 +144,7 @@ def cli_side(root: Path, server) -> list[dict]:
     return rows
 
 
-def daemon_side(root: Path, server) -> list[dict]:
+def daemon_side(root: Path, server, tree: Path = ROOT) -> list[dict]:
     from emulated_world import echo
     from model_server import configure_vault
     from telegram_emulator import TelegramEmulator
@@ -156,22 +184,27 @@ web:
     server.transcripts.append("what is on today")
     log = root.parent / "daemon-console.log"
     with open(log, "wb") as out:
+        env = {k: v for k, v in os.environ.items() if k != "HERMES_NO_WARM_UP"}  # tests/conftest sets it
+        env["PYTHONPATH"] = str(tree)  # and `python -m` from the tree's folder: its code, not ours
         daemon = subprocess.Popen([sys.executable, "-m", "hermes_fs", "--vault", str(root), "daemon"], stdout=out,
-                                  stderr=subprocess.STDOUT)
+                                  stderr=subprocess.STDOUT, env=env, cwd=tree)
     rows: list[dict] = []
 
     def step(name: str) -> None:
-        f = footprint(root)
-        rows.append({"after": name, **f})
+        f = footprint(root, tree)
+        seen = from_proc(daemon.pid)
+        rows.append({"after": name, **f, **seen})
         worker = f"{(f.get('worker_rss_kib') or 0) / 1024:.0f} MiB" if f.get("worker_pid") else "none"
-        print(f"  {name:<44} daemon {(f.get('rss_kib') or 0) / 1024:6.1f} MiB  imports: "
-              f"{', '.join(f.get('heavy') or []) or 'none'}  worker: {worker}")
+        heavy = ", ".join(f.get("heavy") or []) or "none" if f else "(not told)"
+        print(f"  {name:<48} daemon {seen['rss_mib']:6.1f} MiB  imports: {heavy}; litellm mapped: "
+              f"{'litellm' in seen['mapped']}; worker: {worker}")
 
     try:
         daemon_log = root / ".hermes" / "daemon.log"
         assert wait_for(lambda: daemon_log.exists() and "gateway telegram: connected" in daemon_log.read_text(), 120)
         assert wait_for(lambda: "web page started" in daemon_log.read_text(), 60)
-        assert wait_for(lambda: "model layer warm" in daemon_log.read_text(), 300)
+        if "model layer warm" in (tree / "hermes_fs" / "service" / "daemon.py").read_text():
+            assert wait_for(lambda: "model layer warm" in daemon_log.read_text(), 300)
         step("start, warm-up (worker started)")
         (root / "notes.md").write_text("A person's edit.\n")
         assert wait_for(lambda: "notes.md" in subprocess.run(["git", "-C", str(root), "log", "--name-only", "--format="],
@@ -198,12 +231,51 @@ web:
     return rows
 
 
-def main() -> dict:
+def child_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def help_cpu(before: Path | None, peer: str | None, rounds: int) -> dict:
+    """`--help` CPU, median of `rounds` alternated runs: this tree, the `before` tree (its own
+    hermes_fs on the path, run from its folder) and Hermes Agent's `hermes --help`."""
+    ways: dict[str, tuple[list[str], dict, Path | None]] = {
+        "after": ([sys.executable, "-m", "hermes_fs", "--help"], {**os.environ, "PYTHONPATH": str(ROOT)}, ROOT)}
+    if before is not None:
+        ways["before"] = ([sys.executable, "-m", "hermes_fs", "--help"], {**os.environ, "PYTHONPATH": str(before)},
+                          before)
+    if peer:
+        ways["peer"] = ([peer, "--help"], dict(os.environ), None)
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    for _ in range(rounds):
+        for name, (cmd, env, cwd) in ways.items():
+            start = child_cpu()
+            subprocess.run(cmd, capture_output=True, env=env, cwd=cwd, check=True, timeout=120)
+            times[name].append(child_cpu() - start)
+    out = {name: round(median(xs), 3) for name, xs in times.items()}
+    if "peer" in out:
+        out["after_over_peer"] = round(out["after"] / out["peer"], 2)
+    if "before" in out:
+        out["after_over_before"] = round(out["after"] / out["before"], 2)
+    print(f"--help CPU, median of {rounds}: " + ", ".join(f"{k} {v}" for k, v in out.items()))
+    return {"rounds": rounds, **out}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    import argparse
+
     from model_server import ModelServer, configure_vault
 
     from hermes_fs.store.provenance import Act
 
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--before", help="a source tree whose `--help` CPU is measured beside this one's")
+    p.add_argument("--peer", help="Hermes Agent's `hermes` executable: its `--help` CPU beside ours")
+    p.add_argument("--rounds", type=int, default=9, help="alternated `--help` runs")
+    p.add_argument("--before-daemon", help="a source tree whose daemon goes through the same events after ours")
+    a = p.parse_args(argv)
     os.environ.setdefault("HERMES_TEST_KEY", "sk-bench-not-a-real-key")
+    help_figures = help_cpu(Path(a.before).resolve() if a.before else None, a.peer, a.rounds)
     server = ModelServer()
     try:
         with tempfile.TemporaryDirectory(prefix="hermes-daily-") as tmp:
@@ -214,10 +286,20 @@ def main() -> dict:
             cli_rows = cli_side(root, server)
             print("the daemon, after each event:")
             daemon_rows = daemon_side(root, server)
+        before_rows = None
+        if a.before_daemon:
+            with tempfile.TemporaryDirectory(prefix="hermes-daily-before-") as tmp:
+                root = init_vault(Path(tmp) / "vault").vault.root
+                configure_vault(root, server)
+                Vault(root).git.commit_paths(["hermes.yaml"], "bench: the scripted model", Act.person())
+                print(f"the daemon of {a.before_daemon}, after each event:")
+                before_rows = daemon_side(root, server, Path(a.before_daemon).resolve())
     finally:
         server.close()
     result = {"date": datetime.date.today().isoformat(), "load_avg": os.getloadavg(), "watched": list(WATCHED),
-              "cli": cli_rows, "daemon": daemon_rows}
+              "help_cpu_s": help_figures, "cli": cli_rows, "daemon": daemon_rows,
+              "daemon_before": before_rows, "daemon_before_tree": a.before_daemon,
+              "command": "python bench/daily_path.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     write_results("daily_path", result)
     return result
 
