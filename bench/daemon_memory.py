@@ -120,6 +120,7 @@ def measure(tree: Path, turns: int, idle_s: float) -> dict:
     finally:
         stop_daemon(proc)
         server.close()
+        os.chdir(ROOT)  # this process's own model worker (call_overhead) runs this tree's code
     return row
 
 
