@@ -136,6 +136,9 @@ web:
         assert held["worker_pid"] not in (None, d.proc.pid)  # the model's work was done there
         assert not {"litellm", "torch", "openai", "sentence_transformers"} & set(held["heavy"]), held
         assert held["rss_kib"] > 0
+        r = watched(agent_vault, "daemon", "status", "--memory")
+        line = next(x for x in r.stdout.splitlines() if x.strip().startswith("memory daemon"))
+        assert f"model worker pid {held['worker_pid']}" in line and "litellm" not in line, line
         assert d.stop() == 0
     finally:
         emu.close()
