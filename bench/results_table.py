@@ -140,7 +140,8 @@ def _daemon_memory(results: Path) -> list[str]:
         body.append((label, f"{r['warm']['daemon_rss_mib']:.0f} MiB", f"{a['daemon_rss_mib']:.0f} MiB",
                      f"{a['worker_rss_mib']:.0f} MiB" if a.get("worker_rss_mib") else "—",
                      f"{r['after_idle_release']['daemon_rss_mib']:.0f} MiB" if r.get("after_idle_release") else "—",
-                     f"{r['first_turn_s']:.2f} s", f"{r['warm_turn_median_s']:.2f} s"))
+                     f"{r['first_turn_s']:.2f} s" + ("" if r.get("warm_up", True) else " (no warm-up)"),
+                     f"{r['warm_turn_median_s']:.2f} s"))
     ratio = d.get("warm_turn_ratio_worker_vs_in_process")
     call = d.get("model_call")
     return ["## The daemon's memory", "",
@@ -353,7 +354,8 @@ def _issue_43(results: Path) -> list[str]:
         before = daily.get("daemon_before") or []
         before_bad = [r["after"] for r in before if "litellm" in r.get("mapped", [])]
         body.append(("daily actions importing litellm or torch", "none",
-                     f"daemon: after {before_bad[0]}" if before_bad else ("daemon: none" if before else ""),
+                     f"daemon (`--before-daemon` tree): litellm after {before_bad[0]}" if before_bad
+                     else ("daemon: none" if before else ""),
                      f"{len(cli_bad)} of {len(daily['cli'])} CLI actions; daemon: "
                      + (", ".join(after_bad) if after_bad else f"none of {len(daily['daemon'])} events"), "", ""))
     loads = [f"{name} {d.get('load_average_at_end', (d.get('load_avg') or [None])[0]):.1f}"
