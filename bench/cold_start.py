@@ -8,6 +8,13 @@ hermes-fs is measured three ways:
   (CPU = the CLI process + the daemon's CPU up to the answer);
 - `later`: calls 2..N through that daemon (CPU = the CLI process + the daemon's CPU for the turn).
 The daemon is stopped after each round, so every round's `first` is a true first call.
+With `--before TREE` (a copy of another hermes-fs tree, e.g. `git archive` of main), that tree's
+`cold` and `first` calls are measured in the same rounds, alternated with this tree's.
+
+hermes-fs's modules are byte-compiled first (`compileall`), as an installed package's are: with
+PYTHONDONTWRITEBYTECODE set and no __pycache__ in the tree, every process would compile each module
+it imports from source, a cost no installed copy pays (the peer's site-packages are compiled).
+`--no-compile` measures the tree as it is.
 Also: `hermes-fs --help` CPU, and what Python, click and `import litellm` alone cost (plain, with
 the garbage collector paused, and through hermes-fs's `import_litellm`, which pauses it).
 
@@ -15,7 +22,7 @@ The peer is Hermes Agent 0.19 installed in a venv of its own (`python3 -m venv P
 PEER/bin/pip install hermes-agent==0.19.0`); pass its `hermes` with --peer. Its configuration is
 written to a temporary HOME (provider `custom`, the server's base_url).
 
-Usage: python bench/cold_start.py --peer PEER/bin/hermes [ROUNDS] [--calls N]
+Usage: python bench/cold_start.py --peer PEER/bin/hermes [ROUNDS] [--calls N] [--before TREE] [--no-compile]
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from common import median, write_results  # noqa: E402
 from harness import ModelServer  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("hermes-fs"))
+TREE = Path(__file__).resolve().parent.parent  # the hermes-fs measured (first on PYTHONPATH)
 
 
 def child_cpu() -> float:
@@ -95,7 +103,13 @@ def main() -> dict:
     p.add_argument("rounds", nargs="?", type=int, default=3)
     p.add_argument("--calls", type=int, default=4, help="calls per autostart round (the first and N-1 later ones)")
     p.add_argument("--peer", help="Hermes Agent's `hermes` executable (its own venv)")
+    p.add_argument("--before", type=Path, help="another hermes-fs tree, measured in the same rounds")
+    p.add_argument("--no-compile", action="store_true", help="leave the trees without byte-compiled modules")
     a = p.parse_args()
+    trees = {"": TREE, **({"before ": a.before.resolve()} if a.before else {})}
+    if not a.no_compile:
+        for tree in trees.values():
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "hermes_fs")], check=True)
     server = ModelServer(responder=lambda body: {"content": "hello"})
     work = Path(tempfile.mkdtemp(prefix="cold-"))
     root = work / "vault"
@@ -105,8 +119,8 @@ def main() -> dict:
     subprocess.run(["git", "-C", str(root), "commit", "-qam", "bench config"], check=True)
     env = {k: v for k, v in os.environ.items() if k not in ("HERMES_NO_DAEMON", "HERMES_NO_AUTOSTART")}
     env["HERMES_TEST_KEY"] = "bench"
+    env["PYTHONPATH"] = os.pathsep.join([str(TREE), *filter(None, [os.environ.get("PYTHONPATH")])])
     ours = [EXE, "--vault", str(root), "run", "say hello"]
-    cold_env = {**env, "HERMES_NO_DAEMON": "1"}
     peer_env = None
     if a.peer:
         home = work / "peer-home"
@@ -114,28 +128,36 @@ def main() -> dict:
         (home / ".hermes" / "config.yaml").write_text(
             f"model:\n  provider: custom\n  base_url: {server.api_base}\n  default: test-model\n  api_key: bench\n")
         peer_env = {**env, "HOME": str(home)}
-    cold, peer, first, later = [], [], [], []
+    peer: list = []
+    cold: dict[str, list] = {name: [] for name in trees}
+    first: dict[str, list] = {name: [] for name in trees}
+    later: list = []
     try:
-        for _ in range(a.rounds):  # each round: peer, cold, then a fresh autostart session
+        for i in range(a.rounds):  # each round: peer, then per tree cold and a fresh autostart session
             if a.peer:
                 peer.append(measure([a.peer, "-z", "say hello"], peer_env))
-            cold.append(measure(ours, cold_env))
-            wall, cpu = measure(ours, env)  # starts the daemon, which serves it
-            pid = daemon_pid(root)
-            first.append((wall, cpu + daemon_cpu_s(pid)))
-            for _ in range(a.calls - 1):
-                before = daemon_cpu_s(pid)
-                wall, cpu = measure(ours, env)
-                later.append((wall, cpu + daemon_cpu_s(pid) - before))
-            subprocess.run([EXE, "--vault", str(root), "daemon", "stop"], check=True, capture_output=True, env=env)
+            for name, tree in list(trees.items())[:: -1 if i % 2 else 1]:  # the trees' order alternates
+                tree_env = {**env, "PYTHONPATH": os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])}
+                cold[name].append(measure(ours, {**tree_env, "HERMES_NO_DAEMON": "1"}))
+                wall, cpu = measure(ours, tree_env)  # starts the daemon, which serves it
+                pid = daemon_pid(root)
+                first[name].append((wall, cpu + daemon_cpu_s(pid)))
+                for _ in range(a.calls - 1 if not name else 0):
+                    before = daemon_cpu_s(pid)
+                    wall, cpu = measure(ours, tree_env)
+                    later.append((wall, cpu + daemon_cpu_s(pid) - before))
+                subprocess.run([EXE, "--vault", str(root), "daemon", "stop"], check=True, capture_output=True,
+                               env=tree_env)
     finally:
         subprocess.run([EXE, "--vault", str(root), "daemon", "stop"], capture_output=True, env=env)
         server.close()
     py = sys.executable
     result = {
+        "load_average": os.getloadavg(),
+        "byte_compiled": not a.no_compile,
         "peer": summary(peer) if peer else "not measured (pass --peer)",
-        "cold_run (no daemon, before autostart)": summary(cold),
-        "first_call (autostart; CLI + daemon CPU)": summary(first),
+        **{f"{name}cold_run (no daemon, before autostart)": summary(cold[name]) for name in trees},
+        **{f"{name}first_call (autostart; CLI + daemon CPU)": summary(first[name]) for name in trees},
         "later_calls (2..N through the daemon it started; CLI + daemon CPU)": summary(later),
         "calls_per_session": a.calls,
         "help_cpu_median_s": cpu_of([EXE, "--help"], env, 15),
@@ -149,8 +171,8 @@ def main() -> dict:
     }
     if peer:
         pw, pc = result["peer"]["wall_median_s"], result["peer"]["cpu_median_s"]
-        for key, short in (("cold_run (no daemon, before autostart)", "cold"),
-                           ("first_call (autostart; CLI + daemon CPU)", "first_call"),
+        for key, short in (*((f"{name}cold_run (no daemon, before autostart)", f"{name}cold") for name in trees),
+                           *((f"{name}first_call (autostart; CLI + daemon CPU)", f"{name}first_call") for name in trees),
                            ("later_calls (2..N through the daemon it started; CLI + daemon CPU)", "later_calls")):
             result[f"{short}_over_peer_wall"] = result[key]["wall_median_s"] / pw
             result[f"{short}_over_peer_cpu"] = result[key]["cpu_median_s"] / pc

@@ -13,11 +13,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import HermesError
-from ..store.config import Config
 from .request import Cancelled, Request
+
+if TYPE_CHECKING:  # the model worker never reads hermes.yaml: the daemon sends it the settings
+    from ..store.config import Config
 
 
 class ModelError(HermesError):
@@ -187,11 +189,16 @@ def check_model(vault, environ: Mapping[str, str] | None = None) -> tuple[bool, 
 
 
 class Remote(Protocol):
-    """Where a process's model calls go instead of an in-process litellm: the daemon's model
-    worker (service/model_worker.py), a process of its own so the daemon stays small."""
+    """Where a process's model calls (completions and speech to text) go instead of an in-process
+    litellm: the daemon's model worker (service/model_worker.py), a process of its own so the
+    daemon stays small."""
 
     def complete(self, settings: ModelSettings, key: str | None, messages: list[dict], tools: list[dict],
                  response_format: dict | None, on_text: OnText | None, cancel: threading.Event | None) -> Reply:
+        ...
+
+    def transcribe(self, settings: ModelSettings, key: str | None, wav: bytes, language: str | None) -> str:
+        """A voice note's words from a hosted speech model (agent.transcription.transcribe_wav there)."""
         ...
 
 
@@ -213,14 +220,21 @@ def remote() -> Remote | None:
 def import_litellm():
     """litellm, imported with the cyclic garbage collector paused: its import makes hundreds of
     thousands of objects (pydantic models) and nothing to collect, so each collection the
-    allocations trigger meanwhile is wasted work (bench/cold_start.py shows the share)."""
+    allocations trigger meanwhile is wasted work (bench/cold_start.py shows the share). Once it is
+    in, those objects are moved out of the collector's sight (gc.freeze): they live as long as the
+    process, and otherwise every full collection of the calls that follow walks them all again."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import gc
+    import sys
 
+    first = "litellm" not in sys.modules  # (a thread importing it already put it there: that thread freezes)
     collecting = gc.isenabled()
     gc.disable()  # process-wide: whoever paused it resumes it (a second importer waits on the module lock)
     try:
         import litellm
+
+        if first:
+            gc.freeze()
     finally:
         if collecting:
             gc.enable()

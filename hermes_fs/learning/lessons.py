@@ -45,6 +45,10 @@ SAME_LESSON = 0.5  # share of words two lessons have in common to be one lesson
 DUPLICATE_ENTRY = 0.6  # share of words a lesson has in common with a memory entry to be a repeat
 GROUNDED_SHARE = 0.5  # of a lesson's words that must be the conversation's own (person or assistant)
 MIN_QUOTE_WORDS = 3
+LOCATE_SHARE, LOCATE_MIN = 0.6, 3  # of a quote's (or lesson's) words one of the person's sentences must hold
+LED_SHARE, LED_MIN = 0.5, 2  # the same, in the person's turn that led to the assistant's quoted words
+EVIDENCE_CHARS = 300  # longest verbatim evidence written into an entry
+ALREADY_SAID = 0.8  # share of the evidence's words the lesson already holds: the evidence adds nothing
 
 
 class Candidate(_Strict):
@@ -168,26 +172,56 @@ class Verdict:
     file: str = "MEMORY.md"
     speaker: str = ""  # person | assistant: whose words the quote is
     stated: bool = False  # the person's own sentence says outright that it lasts ("always", "I use", "remember")
+    located: bool = False  # the quote is the person's sentence code found for it (see `locate`)
+    evidence: str = ""  # the sentences of the conversation the quote spans, verbatim (see `evidence`)
+    endorsed: str = ""  # the assistant's sentence the person's quoted words endorse, verbatim (see `endorsed`)
 
     @property
     def kept(self) -> bool:
         return not self.why
 
+    @property
+    def entry(self) -> str:
+        """The memory entry: the person's own sentence when code found it; else the lesson with
+        the verbatim words it stands on (the assistant's the person endorsed, the quoted turn's),
+        each when it adds to the lesson and passes every screen."""
+        if self.located:
+            return f"The user said: “{self.quote}”"
+        notes, have = [], stems(self.lesson)
+        who = "the user" if self.speaker == "person" else "the assistant, kept as the user asked"
+        for label, words in (("the assistant", self.endorsed), (who, self.evidence)):
+            if words and len(words) <= EVIDENCE_CHARS and clean(words) and \
+                    len(stems(words) - have) > (1 - ALREADY_SAID) * len(stems(words)):
+                notes.append(f"{label}: “{words}”")
+                have |= stems(words)
+        return f"{self.lesson} ({'; '.join(notes)})" if notes else self.lesson
+
 
 def judge(c: Candidate, conv: Said) -> Verdict:
+    """A quote found verbatim in the person's words (or the assistant's, endorsed by the person) is
+    judged as given; otherwise the candidate may still stand on one sentence of the person's own
+    words that code finds for it (see `locate`), which then becomes the quote and the entry."""
     lesson, quote = " ".join(c.lesson.split()), " ".join(c.quote.split())
     v = Verdict(quote, lesson)
     where = find_quote(quote, conv)
-    if where is None:
-        v.why = "its quote is not in what the person or the assistant said (a tool's output, a pasted text, or made up)"
-        return v
-    turn, i = where
+    if where is not None and (where[0].role == "person" or ENDORSES.search(conv.reply_to(where[1]))):
+        return _judge_found(v, where, conv)
+    placed = locate([quote, lesson], conv, where[1] if where else None)
+    if placed is not None:
+        return _judge_located(v, placed, conv)
+    v.why = ("the assistant's words, and the person's reply to them did not ask to keep them" if where else
+             "its quote is not in what the person or the assistant said (a tool's output, a pasted text, or made up)")
+    return v
+
+
+def _judge_found(v: Verdict, where: tuple[Turn, int], conv: Said) -> Verdict:
+    turn, _i = where
+    quote, lesson = v.quote, v.lesson
     v.speaker = turn.role
-    if turn.role == "person" and not (LASTING.search(sentence_around(turn.text, quote)) or CORRECTION.match(turn.text)):
+    around = sentence_around(turn.text, quote)
+    if turn.role == "person" and not (LASTING.search(around) or CORRECTION.match(turn.text)):
         v.why = "the person's words state nothing lasting (a request for this task only)"
-    elif turn.role == "assistant" and not ENDORSES.search(conv.reply_to(i)):
-        v.why = "the assistant's words, and the person's reply to them did not ask to keep them"
-    elif ONE_TIME.search(sentence_around(turn.text, quote)):
+    elif ONE_TIME.search(around):
         v.why = "the person said it is for this one time"
     elif TRANSIENT.search(lesson):
         v.why = "it describes a failure that may not happen again"
@@ -198,10 +232,49 @@ def judge(c: Candidate, conv: Said) -> Verdict:
     elif not grounded(lesson, turn, conv):
         v.why = "its words are not the conversation's (invented, or taken from a tool's output)"
     if v.kept:
-        v.stated = turn.role == "person" and bool(STATED.search(sentence_around(turn.text, quote)))
-        v.file = "USER.md" if turn.role == "person" and FIRST_PERSON.search(sentence_around(turn.text, quote)) \
-            else "MEMORY.md"
+        v.stated = turn.role == "person" and bool(STATED.search(around))
+        v.file = "USER.md" if turn.role == "person" and FIRST_PERSON.search(around) else "MEMORY.md"
+        v.evidence = evidence(turn.text, quote, turn.role == "person" and bool(CORRECTION.match(turn.text)))
+        if turn.role == "person" and ENDORSES.search(around):
+            v.endorsed = endorsed(lesson, conv, where[1])
     return v
+
+
+def endorsed(lesson: str, conv: Said, i: int) -> str:
+    """The sentence of the assistant's turn just before the person's turn `i` that the lesson is
+    about ("that's how we should always do it" endorses what was just said or run), verbatim; ""
+    when the lesson shares too few words with any."""
+    prev = next((t for t in reversed(conv.turns[:i]) if t.role == "assistant"), None)
+    want = stems(lesson)
+    if prev is None or not want:
+        return ""
+    best = max(sentences(prev.text), default="", key=lambda s: len(want & stems(s)))
+    shared = len(want & stems(best))
+    return best if shared >= LED_MIN and shared >= LED_SHARE * len(want) else ""
+
+
+def _judge_located(v: Verdict, placed: tuple[int, str], conv: Said) -> Verdict:
+    """The person's sentence code found stands for the candidate: it must say outright that it
+    lasts (or its turn correct the assistant), and is itself screened like a lesson; the entry is
+    then the person's own sentence, so no word of the model's reaches memory on this path."""
+    i, sentence = placed
+    v.speaker, v.located = "person", True
+    if not (STATED.search(sentence) or CORRECTION.match(conv.turns[i].text)):
+        v.why = ("its quote is not the person's words, and the person's sentence nearest to it does not say "
+                 "that it lasts")
+    elif not clean(sentence):
+        v.why = "the person's sentence nearest to its quote is for this one time, a failure, a one-off or a credential"
+    if v.kept:
+        v.quote = v.lesson = sentence
+        v.stated = bool(STATED.search(sentence))
+        v.file = "USER.md" if FIRST_PERSON.search(sentence) else "MEMORY.md"
+    return v
+
+
+def clean(text: str) -> bool:
+    """Nothing in `text` that must not be kept: for this one time, a failure, a one-off detail, a credential."""
+    return not (ONE_TIME.search(text) or TRANSIENT.search(text) or ONE_OFF.search(text) or CREDENTIAL.search(text)
+                or scan_text("evidence", text))
 
 
 def find_quote(quote: str, conv: Said) -> tuple[Turn, int] | None:
@@ -214,6 +287,61 @@ def find_quote(quote: str, conv: Said) -> tuple[Turn, int] | None:
             if t.role == role and all(p in norm(t.text) for p in pieces):
                 return t, i
     return None
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a turn, verbatim (a dot inside a name or a version does not end one)."""
+    return [p.strip() for p in _SENTENCE_END.split(str(text)) if p and p.strip()]
+
+
+def evidence(text: str, quote: str, correction: bool = False) -> str:
+    """The sentences of `text` the quote spans, verbatim from the transcript (the quote itself is
+    only found after normalising): from the first to the last sentence that holds a piece of it.
+    In a turn correcting the assistant the reason often comes first ("Wait, billing runs Python
+    3.9. Use a dict dispatch."), so the sentences before the quote that state something lasting
+    come with it (a request for today's task does not)."""
+    parts = sentences(text)
+    q = f" {norm(quote)} "
+    pieces = [norm(p) for p in sentences(quote)]
+    hit = [n for n, s in enumerate(parts) if norm(s) and (
+        f" {norm(s)} " in q or any(p and (p == norm(s) or (len(p.split()) >= MIN_QUOTE_WORDS and p in norm(s)))
+                                   for p in pieces))]
+    if not hit:
+        return ""
+    lead = [s for s in parts[:hit[0]] if LASTING.search(s)] if correction else []
+    return " ".join(lead + parts[hit[0]:hit[-1] + 1])
+
+
+def locate(probes: list[str], conv: Said, quoted: int | None = None) -> tuple[int, str] | None:
+    """One sentence of the person's own words (never a tool's output or a pasted text) that holds
+    most of a probe's words: the model's quote, then its lesson, when the quote was not found in the
+    person's words or was the assistant's without the person asking to keep it. In the person's turn
+    that led to the quoted assistant turn a looser match will do (the assistant's words there answer
+    that turn); anywhere else most of the words must be the sentence's. Returns (turn index, sentence)."""
+    led = None
+    if quoted is not None:
+        led = next((i for i in range(quoted - 1, -1, -1) if conv.turns[i].role == "person"), None)
+    places = [(i, s, topic(s)) for i, t in enumerate(conv.turns) if t.role == "person" for s in sentences(t.text)]
+    for probe in probes:
+        want = topic(probe)
+        if not want:
+            continue
+        for near, share, least in ((True, LED_SHARE, LED_MIN), (False, LOCATE_SHARE, LOCATE_MIN)):
+            scored = [(len(want & has), len(want & has) / max(1, len(has)), i, s)
+                      for i, s, has in places if (i == led) == near or not near]
+            best = max(scored, default=None, key=lambda x: (x[0], x[1]))
+            if best and best[0] >= least and best[0] >= share * len(want):
+                return best[2], best[3]
+    return None
+
+
+def topic(text: str) -> set[str]:
+    """The stems of what a text is about: words saying that it lasts ("always", "from now on")
+    match any rule at all, so they do not count when a sentence is matched."""
+    return stems(LASTING.sub(" ", STATED.sub(" ", text)))
 
 
 def sentence_around(text: str, quote: str) -> str:
@@ -291,6 +419,16 @@ def held(overlay: OverlayFiles, cfg) -> list[str]:
     return out
 
 
+def gist(entry: str) -> list[str]:
+    """What an entry says, for telling repeats: the lesson and each text quoted with it, apart (an
+    entry this module wrote carries both), or the entry as it is."""
+    quoted = re.findall("“([^”]*)”", entry)
+    if not quoted:
+        return [entry]
+    head = entry.split(" (", 1)[0].strip() if entry.rstrip().endswith(")") else ""
+    return [x for x in [head, *quoted] if x and not x.startswith("The user said:")]
+
+
 # -- the task the pipeline drives ------------------------------------------------------------------------
 @dataclass
 class LessonTask:
@@ -362,10 +500,10 @@ class LessonTask:
             who = "the user said" if v.speaker == "person" else "the assistant's words, kept as the user asked"
             reason = f'{who}: "{v.quote}" ({votes} of {self.samples} samples)'
             what = f"add {v.lesson!r}"
-            if any(similar(v.lesson, old, DUPLICATE_ENTRY) for old in existing):
+            if any(similar(v.lesson, said, DUPLICATE_ENTRY) for old in existing for said in gist(old)):
                 self.applied.append(Applied(f"memory/{v.file}", what, reason, "skipped: memory already holds this lesson"))
                 continue
-            args = {"action": "add", "file": v.file, "text": v.lesson}
+            args = {"action": "add", "file": v.file, "text": v.entry}
             result = self.tools.call("memory", json.dumps(args))
             self.applied.append(Applied(f"memory/{v.file}", what, reason, result))
             if result.startswith("ok"):

@@ -25,16 +25,16 @@ from ..store.files import atomic_write
 from ..store.private import protect_tree, tighten_umask
 from ..store.provenance import Act
 from ..store.vault import Vault
-from . import inbox  # light: the job code it runs is imported per request
 from .catch_up import CatchUp
 from .daemon_state import daemon_lock, is_running, status
 from .priority import favour_waiting_threads, lower_this_thread
-from .requests import SerialExecutor
 from .watcher import IGNORED_DIRS, Debouncer, Settler, Watcher, ignored, open_for_writing
 
 if TYPE_CHECKING:
     from ..store.claims import RefClaims
+    from . import inbox
     from .model_worker import ModelWorker
+    from .requests import SerialExecutor
     from .scheduler import Scheduler
     from .warm import WarmServer
 
@@ -125,7 +125,13 @@ class Daemon:
         # events (created, modified, closed), and a file half-written is not yet worth an error.
         self.reloads = Debouncer(SETTLE_S, self._reload_settings)
         self.settler: Settler | None = None  # started with the watcher
-        self.executor = SerialExecutor(self.options.workers, "job")  # one session's requests in order
+        # one session's requests in order; the inbox and its job code are loaded only by a full
+        # daemon: a turns-only one (a first `run` waits for it) never runs a request
+        self.executor: SerialExecutor | None = None
+        if not self.options.turns_only:
+            from .requests import SerialExecutor
+
+            self.executor = SerialExecutor(self.options.workers, "job")
         self.watcher = Watcher(vault.root, self.on_path, on_lost=self._events_lost, skip=IGNORED_DIRS)
         self.looking = 0  # looks at the vault after lost events: running (1) or asked again (2+)
         self.looking_lock = threading.Lock()
@@ -247,6 +253,8 @@ class Daemon:
 
     def _recover(self) -> None:
         """After a crash: drop a stale git index lock, commit what was left, re-queue claimed requests."""
+        from . import inbox
+
         if self.vault.git.clear_stale_index_lock():
             self.note("removed a stale .git/index.lock left by a crash")
         orphans = self.vault.git.changed_under("sessions")
@@ -381,7 +389,8 @@ class Daemon:
         self.reloads.cancel()
         if self.settler:
             self.settler.stop()
-        self.executor.shutdown(wait=True)  # running jobs finish; queued ones stay claimed
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)  # running jobs finish; queued ones stay claimed
         if self.model_worker is not None:
             from ..agent.model import serve_from
             from ..mind.embeddings import encode_with
@@ -396,6 +405,8 @@ class Daemon:
     # -- events ----------------------------------------------------------------------------------
     def on_path(self, rel: str, kind: str = "closed") -> None:
         """A vault file changed (called from the watcher's thread)."""
+        from . import inbox
+
         if inbox.is_request(rel):
             self._inbox_event(rel, kind)
         elif rel == CONFIG_NAME:
@@ -500,6 +511,8 @@ class Daemon:
 
     # -- inbox -----------------------------------------------------------------------------------
     def _scan_inbox(self) -> None:
+        from . import inbox
+
         d = self.vault.root / inbox.INBOX_DIR
         if d.is_dir():
             for p in sorted(d.iterdir()):
@@ -530,6 +543,8 @@ class Daemon:
     def _take(self, rel: str) -> None:
         if self.stop_event.is_set() or not os.path.lexists(self.vault.root / rel):
             return
+        from . import inbox
+
         c = inbox.take(self.vault, rel, self.claims)
         if c:
             self.note(f"request taken: {c.name}")
@@ -541,6 +556,9 @@ class Daemon:
         self._schedule_inbox(rel)
 
     def _submit(self, c: inbox.TakenRequest) -> None:
+        from . import inbox
+
+        assert self.executor is not None  # a full daemon's
         self.state.queue(c.name, True)
         self.executor.submit(inbox.session_key(c), lambda: self._run_claim(c))
 
@@ -548,6 +566,8 @@ class Daemon:
         lower_this_thread()
         self.catch_up.wait()
         self.note(f"request started: {c.name}")
+        from . import inbox
+
         try:
             status = inbox.process(self.vault, c, self.note, claims=self.claims).status
             self.note(f"request finished: {c.name} ({status})")

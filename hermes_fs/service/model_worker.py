@@ -10,12 +10,16 @@ The skill embedding model (mind/embeddings.py) is run there too when `skills.emb
 the daemon's vector fills and a turn's query are encoded by the worker, so the model's weights
 are also let go with it.
 
+A voice note's hosted transcription (`voice.engine: api`) runs there too, so a voice note does
+not bring litellm into the daemon either.
+
 The protocol is JSON lines over the child's stdin and a dedicated copy of its stdout (what
 litellm prints goes to stderr). The daemon sends {"id": n, "op": "complete", "settings": {...},
 "key": ..., "messages": [...], "tools": [...], "response_format": ..., "stream": bool},
+{"id": n, "op": "transcribe", "settings": {...}, "key": ..., "audio": base64 WAV, "language": ...},
 {"id": n, "op": "encode", "texts": [...]} and {"id": n, "op": "cancel"}; the worker sends
 {"ready": pid, "protocol": PROTOCOL} once litellm is imported, then per request {"id": n, "text": piece} while
-streaming and one {"id": n, "done": reply | base64 float32 vectors} or {"id": n, "error":
+streaming and one {"id": n, "done": reply | transcript | base64 float32 vectors} or {"id": n, "error":
 {"type": name, "message": text}}. Requests run concurrently, one thread each.
 
 Invariants: the worker never outlives the daemon (it exits when its stdin closes, and it watches for
@@ -45,7 +49,7 @@ from .priority import AGENT_NICE
 
 log = logging.getLogger(__name__)
 POLL_S = 0.05  # how often a waiting call looks at its cancel event
-PROTOCOL = 1  # the worker's words; a worker from other code (an upgrade under a running daemon) is refused
+PROTOCOL = 2  # the worker's words; a worker from other code (an upgrade under a running daemon) is refused
 UNKNOWN_ANSWER = ("the model worker answered in a form this daemon does not know (was hermes-fs upgraded while "
                   "it ran?); restart the daemon")
 PARENT_CHECK_S = 1.0  # how often the worker looks whether the daemon is still there
@@ -172,6 +176,18 @@ class ModelWorker:
                                    "key_variable": settings.key_variable(), "key": key, "messages": messages,
                                    "tools": tools, "response_format": response_format, "stream": on_text is not None}
         return _reply(self._call(request, f"model {settings.model}", on_text, cancel))
+
+    def transcribe(self, settings: ModelSettings, key: str | None, wav: bytes, language: str | None) -> str:
+        """A voice note's words (agent.transcription in the daemon): litellm's `transcription` runs
+        in the worker, so a voice note never brings litellm into the daemon."""
+        import base64
+
+        request = {"op": "transcribe", "settings": {f: getattr(settings, f) for f in SETTINGS_FIELDS}, "key": key,
+                   "audio": base64.b64encode(wav).decode("ascii"), "language": language}
+        text = self._call(request, f"transcription by {settings.model}")
+        if not isinstance(text, str):
+            raise ModelError(UNKNOWN_ANSWER)
+        return text
 
     def encode(self, texts: list[str]):
         """Sentence vectors made in the worker (mind.embeddings' encoder in the daemon): the
@@ -353,6 +369,10 @@ class Server:
                 threading.Thread(target=self.complete, args=(request, cancel), daemon=True).start()
             elif op == "encode":
                 threading.Thread(target=self.encode, args=(request,), daemon=True).start()
+            elif op == "transcribe":
+                threading.Thread(target=self.transcribe, args=(request,), daemon=True).start()
+            else:  # never a call left waiting on an answer that will not come
+                self.send({"id": ident, "error": {"type": "ModelError", "message": f"model worker: unknown op {op!r}"}})
 
     def complete(self, request: dict, cancel: threading.Event) -> None:
         from ..agent.model import LiteLLMModel
@@ -377,6 +397,24 @@ class Server:
             with self.lock:
                 self.cancels.pop(ident, None)
 
+    def transcribe(self, request: dict) -> None:
+        """The words of one WAV (base64) from the hosted speech model the settings name."""
+        import base64
+
+        from ..agent.transcription import transcribe_wav
+
+        ident = int(request.get("id") or 0)
+        try:
+            settings = ModelSettings(**{k: v for k, v in request["settings"].items() if k in SETTINGS_FIELDS})
+            wav = base64.b64decode(str(request.get("audio") or ""), validate=True)
+            language = request.get("language")
+            text = transcribe_wav(settings, request.get("key"), wav, str(language) if language else None)
+            self.send({"id": ident, "done": text})
+        except HermesError as exc:
+            self.send({"id": ident, "error": {"type": type(exc).__name__, "message": str(exc)}})
+        except Exception as exc:  # a bug or a malformed request: the voice note's reply says one clear line
+            self.send({"id": ident, "error": {"type": "ModelError",
+                                              "message": f"model worker: unexpected {type(exc).__name__}: {exc}"}})
 
     def encode(self, request: dict) -> None:
         """Vectors of the texts, as base64 of float32 rows. A batch of several texts is a skill

@@ -6,6 +6,7 @@ an in-memory overlay of snapshot S during a review.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path, PurePosixPath
 from typing import Protocol
@@ -94,21 +95,24 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
+@functools.cache
 def _renameat2():
-    """libc's renameat2 (Linux 3.15+, glibc 2.28+), or None where it is missing."""
-    try:
-        import ctypes
-        import ctypes.util
+    """libc's renameat2 (Linux 3.15+, glibc 2.28+), or None where it is missing. Looked up on first
+    use, in the libc this process already runs on: `ctypes.util.find_library` starts `ldconfig`,
+    which every hermes-fs process would pay at start for a function most never call."""
+    import ctypes
 
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
+    fn = None
+    for name in (None, "libc.so.6"):
+        try:
+            fn = ctypes.CDLL(name, use_errno=True).renameat2
+            break
+        except (OSError, AttributeError):
+            continue
+    if fn is None:
         return None
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     return fn
-
-
-_EXCHANGE = _renameat2()
 
 
 def swap_in(target: Path, data: bytes | None, keep: list[Path] | None = None) -> bytes | None:
@@ -134,8 +138,9 @@ def swap_in(target: Path, data: bytes | None, keep: list[Path] | None = None) ->
             kept = _keep(tmp, keep)
             return old
         _put_bytes(tmp, data)
-        if _EXCHANGE is not None:
-            if _EXCHANGE(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(target), _RENAME_EXCHANGE) == 0:
+        exchange = _renameat2()
+        if exchange is not None:
+            if exchange(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(target), _RENAME_EXCHANGE) == 0:
                 old = _read_link_or_file(tmp)
                 kept = _keep(tmp, keep)
                 return old
