@@ -83,6 +83,7 @@ class ModelWorker:
         self.last_used = time.monotonic()
         self.ready = threading.Event()  # the current worker has imported litellm
         self.starts = 0  # workers started so far (the daemon's log and tests read it)
+        self.encoder_pid: int | None = None  # the worker that has the embedding model loaded
         self.stopped = threading.Event()
         self._reaper: threading.Thread | None = None
 
@@ -198,8 +199,15 @@ class ModelWorker:
 
         from ..mind.embeddings import DIM
 
+        pid = self.pid()
         value = self._call({"op": "encode", "texts": list(texts)}, "skill embeddings")
+        self.encoder_pid = pid if pid is not None else self.pid()  # this worker has the model loaded now
         return np.frombuffer(base64.b64decode(value), dtype=np.float32).reshape(-1, DIM)
+
+    def encoder_loaded(self) -> bool:
+        """The running worker has answered an encode, so it holds the model: a query costs no load."""
+        pid = self.pid()
+        return pid is not None and pid == self.encoder_pid
 
     def _call(self, request: dict[str, Any], what: str, on_text: OnText | None = None,
               cancel: threading.Event | None = None) -> Any:
