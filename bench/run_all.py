@@ -44,7 +44,7 @@ def issue_43(quick: bool, peer: str | None, before: str | None) -> dict[str, int
         "daemon_memory": ["--turns", "5" if quick else "10", *before_args, *peer_args],
         "memory_size": ["3" if quick else "5", *before_args, *peer_args],
         "daily_path": ["--rounds", "5" if quick else "9", *before_args, *peer_args],
-        "routing_heldout": ["--sizes", "150,1000"],
+        "routing_heldout": ["--sizes", "150,1000", *(["--no-embeddings"] if quick else [])],  # encoding takes minutes
     }
     codes = {}
     for name, args in runs.items():
