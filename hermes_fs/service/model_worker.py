@@ -4,7 +4,8 @@ litellm is most of a busy daemon's memory and all of its import time. The daemon
 loop and hands each model call to this worker: a child process that imports litellm once and
 runs `LiteLLMModel.complete` for it. After `daemon.model_worker_idle_s` without a call the worker
 is stopped, and the daemon is small again; the next call starts a new one. The daemon starts it in
-the background once everything else is up, so the first turn finds it ready.
+the background once everything else is up, and it runs litellm's call path once before it says it
+is ready, so the first turn finds it as warm as the later ones.
 
 The skill embedding model (mind/embeddings.py) is run there too when `skills.embeddings` is on:
 the daemon's vector fills and a turn's query are encoded by the worker, so the model's weights
@@ -472,6 +473,24 @@ def _lower_priority() -> None:
         pass
 
 
+def warm_call_path() -> None:
+    """Run litellm's streamed call once on a mock answer (nothing leaves the process) and make one
+    HTTP client, before saying ready: the first real call would otherwise import about a hundred
+    modules (the HTTP client's, litellm's streaming and logging types, the tokenizer's table) while
+    a person waits for the daemon's first turn. A failure here only leaves that to the first call."""
+    from ..agent.model import import_litellm
+    from ..agent.request import Request
+
+    litellm = import_litellm()
+    messages = [{"role": "user", "content": "warm up"}]
+    try:
+        stream = litellm.completion(model="openai/warm-up", messages=messages, mock_response="ok", stream=True)
+        litellm.stream_chunk_builder(list(stream), messages=messages)
+        Request().http_client(5.0).close()
+    except Exception as exc:  # noqa: BLE001 — the first real call reports its own errors
+        log.debug(f"model worker: warming the call path failed ({type(exc).__name__}: {exc})")
+
+
 def main() -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on a foreground daemon: the daemon stops it
@@ -481,6 +500,7 @@ def main() -> None:
     from ..agent.model import import_litellm
 
     import_litellm()
+    warm_call_path()
     server = Server(out)
     server.send({"ready": os.getpid(), "protocol": PROTOCOL})
     server.serve(sys.stdin.buffer)
