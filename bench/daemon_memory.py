@@ -14,7 +14,14 @@ Target (issue 43): the daemon's resident memory after turns <= 120 MiB, or the m
 worker that is let go when idle.
 `--calls N` also times N streamed model calls in this process and through a worker (the pipe's
 cost alone); `--calls-only` measures just that and keeps the daemon rows of the last run.
-Usage: python bench/daemon_memory.py [--turns N] [--idle S] [--before TREE] [--calls N] [--calls-only]
+`--peer PEER/bin/hermes` times as many `hermes -z hello` calls of Hermes Agent 0.19 in the same run
+(it has no daemon: each call is a first one), with each process's peak RSS. A tree without the
+background warm-up (before issue 43) is measured without waiting for one: its first turn imports.
+`--skills-from VAULT` copies VAULT's skills, with its skills index and vectors (.hermes/index.sqlite,
+the static token table), into the vault first, so every turn ranks skills past the index's budget
+(skills.embeddings at its default, auto); its figures go to daemon_memory_skills.json.
+Usage: python bench/daemon_memory.py [--turns N] [--idle S] [--before TREE] [--peer HERMES] [--calls N] [--calls-only]
+       [--skills-from VAULT]
 """
 
 from __future__ import annotations
@@ -82,7 +89,22 @@ def turn(root: Path, env: dict) -> float:
     return round(elapsed, 3)
 
 
-def measure(tree: Path, turns: int, idle_s: float) -> dict:
+def add_skills(root: Path, source: Path) -> int:
+    """The skills of `source` and its caches (mtimes kept, so its vectors stay fresh), committed."""
+    import shutil
+
+    for skill in (source / "skills").iterdir():
+        if skill.is_dir() and not (root / "skills" / skill.name).exists():
+            shutil.copytree(skill, root / "skills" / skill.name, copy_function=shutil.copy2)
+    for name in ("index.sqlite", "static-vectors.npy", "static-vectors.json"):
+        if (source / ".hermes" / name).exists():
+            shutil.copy2(source / ".hermes" / name, root / ".hermes" / name)
+    subprocess.run(["git", "-C", str(root), "add", "-A", "skills"], check=True, capture_output=True)
+    subprocess.run(["git", "-C", str(root), "commit", "-qm", "bench: skills"], check=True, capture_output=True)
+    return sum(1 for _ in (root / "skills").iterdir())
+
+
+def measure(tree: Path, turns: int, idle_s: float, skills_from: Path | None = None) -> dict:
     os.chdir(tree)  # `python -m` puts the working directory first on the path: the tree's code, not ours
     server = ModelServer(responder=lambda body: {"content": "hello"})
     root = Path(tempfile.mkdtemp(prefix="daemon-memory-")) / "vault"
@@ -93,11 +115,15 @@ def measure(tree: Path, turns: int, idle_s: float) -> dict:
     configure(root, server)
     with open(root / "hermes.yaml", "a") as f:  # an older tree refuses the key it does not know
         f.write(f"daemon:\n  model_worker_idle_s: {idle_s}\n" if (tree / "hermes_fs/service/model_worker.py").exists() else "")
-    proc = start_daemon(root, env=env)
     row: dict = {"tree": str(tree)}
+    if skills_from is not None:
+        row["skills"] = add_skills(root, skills_from)
+    proc = start_daemon(root, env=env)
     try:
         row["started"] = snapshot(proc.pid)
-        assert wait_logged(root, "model layer warm", 600), "the daemon never said its model layer was warm"
+        row["warm_up"] = "model layer warm" in (tree / "hermes_fs" / "service" / "daemon.py").read_text()
+        if row["warm_up"]:  # an older tree has none: its first turn imports the model layer itself
+            assert wait_logged(root, "model layer warm", 600), "the daemon never said its model layer was warm"
         row["warm"] = snapshot(proc.pid)
         row["first_turn_s"] = turn(root, env)
         times = [turn(root, env) for _ in range(turns)]
@@ -115,7 +141,34 @@ def measure(tree: Path, turns: int, idle_s: float) -> dict:
     finally:
         stop_daemon(proc)
         server.close()
+        os.chdir(ROOT)  # this process's own model worker (call_overhead) runs this tree's code
     return row
+
+
+def peer_calls(peer: str, calls: int) -> dict:
+    """Hermes Agent 0.19's `hermes -z hello` against the same scripted model, `calls` times: it has
+    no daemon, so each call is its first; wall, CPU and peak RSS of each whole process."""
+    server = ModelServer(responder=lambda body: {"content": "hello"})
+    home = Path(tempfile.mkdtemp(prefix="daemon-memory-peer-"))
+    (home / ".hermes").mkdir(parents=True)
+    (home / ".hermes" / "config.yaml").write_text(
+        f"model:\n  provider: custom\n  base_url: {server.api_base}\n  default: test-model\n  api_key: bench\n")
+    env = {**os.environ, "HOME": str(home)}
+    walls, cpus, peaks = [], [], []
+    try:
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            proc = subprocess.Popen([peer, "-z", "hello"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+            out = proc.stdout.read() if proc.stdout else b""
+            _, status, usage = os.wait4(proc.pid, 0)
+            walls.append(round(time.perf_counter() - t0, 3))
+            assert status == 0 and b"hello" in out, out[-300:]
+            cpus.append(usage.ru_utime + usage.ru_stime)
+            peaks.append(usage.ru_maxrss)  # KiB, the largest of the process and its waited-for children
+    finally:
+        server.close()
+    return {"calls": calls, "first_call_s": walls[0], "call_median_s": median(walls), "call_times_s": walls,
+            "cpu_median_s": round(median(cpus), 3), "peak_rss_mib": mib(max(peaks))}
 
 
 def call_overhead(calls: int) -> dict:
@@ -162,6 +215,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--before", help="a source tree to measure beside this one (its hermes_fs/ in PYTHONPATH)")
     p.add_argument("--calls", type=int, default=30, help="model calls timed in-process and through a worker")
     p.add_argument("--calls-only", action="store_true", help="only the per-call figure (keeps the daemon rows)")
+    p.add_argument("--peer", help="Hermes Agent's `hermes`: as many `hermes -z` calls as turns, in the same run")
+    p.add_argument("--skills-from", help="a vault whose skills (and their vectors) are copied in first")
     a = p.parse_args(argv)
     if a.calls_only:
         import json
@@ -178,7 +233,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = {}
     trees = [("after", ROOT)] + ([("before", Path(a.before).resolve())] if a.before else [])
     for name, tree in trees:
-        rows[name] = measure(tree, a.turns, a.idle)
+        rows[name] = measure(tree, a.turns, a.idle, Path(a.skills_from) if a.skills_from else None)
         r = rows[name]
         print(f"{name}: daemon RSS started {r['started']['daemon_rss_mib']} MiB, warm {r['warm']['daemon_rss_mib']}, "
               f"after {a.turns + 1} turns {r['after_turns']['daemon_rss_mib']} (peak {r['after_turns']['daemon_peak_mib']}), "
@@ -186,7 +241,12 @@ def main(argv: list[str] | None = None) -> dict:
               f"{r['warm_turn_median_s']} s" + (f"; after idle release {r['after_idle_release']['daemon_rss_mib']} MiB, "
                                                 f"turn that restarts the worker {r['turn_after_release_s']} s"
                                                 if r.get("worker") else ""), flush=True)
+    if a.peer:
+        result_peer = peer_calls(a.peer, a.turns + 1)
+        print(f"peer: first call {result_peer['first_call_s']} s, median {result_peer['call_median_s']} s, "
+              f"CPU {result_peer['cpu_median_s']} s, peak RSS {result_peer['peak_rss_mib']} MiB", flush=True)
     result: dict = {"turns": a.turns + 1, "idle_s": a.idle, "rows": rows, "target_daemon_rss_mib": 120,
+                    **({"peer": result_peer} if a.peer else {}),
                     "load_average_at_end": os.getloadavg()[0],
                     "command": "python bench/daemon_memory.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     if "before" in rows:
@@ -196,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict:
     result["model_call"] = call_overhead(a.calls)
     print(f"model call: in-process {result['model_call']['in_process_median_ms']} ms, through the worker "
           f"{result['model_call']['worker_median_ms']} ms (ratio {result['model_call']['ratio_worker_vs_in_process']})")
-    write_results("daemon_memory", result)
+    write_results("daemon_memory_skills" if a.skills_from else "daemon_memory", result)
     return result
 
 
