@@ -14,7 +14,10 @@ Target (issue 43): the daemon's resident memory after turns <= 120 MiB, or the m
 worker that is let go when idle.
 `--calls N` also times N streamed model calls in this process and through a worker (the pipe's
 cost alone); `--calls-only` measures just that and keeps the daemon rows of the last run.
-Usage: python bench/daemon_memory.py [--turns N] [--idle S] [--before TREE] [--calls N] [--calls-only]
+`--peer PEER/bin/hermes` times as many `hermes -z hello` calls of Hermes Agent 0.19 in the same run
+(it has no daemon: each call is a first one), with each process's peak RSS. A tree without the
+background warm-up (before issue 43) is measured without waiting for one: its first turn imports.
+Usage: python bench/daemon_memory.py [--turns N] [--idle S] [--before TREE] [--peer HERMES] [--calls N] [--calls-only]
 """
 
 from __future__ import annotations
@@ -97,7 +100,9 @@ def measure(tree: Path, turns: int, idle_s: float) -> dict:
     row: dict = {"tree": str(tree)}
     try:
         row["started"] = snapshot(proc.pid)
-        assert wait_logged(root, "model layer warm", 600), "the daemon never said its model layer was warm"
+        row["warm_up"] = "model layer warm" in (tree / "hermes_fs" / "service" / "daemon.py").read_text()
+        if row["warm_up"]:  # an older tree has none: its first turn imports the model layer itself
+            assert wait_logged(root, "model layer warm", 600), "the daemon never said its model layer was warm"
         row["warm"] = snapshot(proc.pid)
         row["first_turn_s"] = turn(root, env)
         times = [turn(root, env) for _ in range(turns)]
@@ -115,7 +120,34 @@ def measure(tree: Path, turns: int, idle_s: float) -> dict:
     finally:
         stop_daemon(proc)
         server.close()
+        os.chdir(ROOT)  # this process's own model worker (call_overhead) runs this tree's code
     return row
+
+
+def peer_calls(peer: str, calls: int) -> dict:
+    """Hermes Agent 0.19's `hermes -z hello` against the same scripted model, `calls` times: it has
+    no daemon, so each call is its first; wall, CPU and peak RSS of each whole process."""
+    server = ModelServer(responder=lambda body: {"content": "hello"})
+    home = Path(tempfile.mkdtemp(prefix="daemon-memory-peer-"))
+    (home / ".hermes").mkdir(parents=True)
+    (home / ".hermes" / "config.yaml").write_text(
+        f"model:\n  provider: custom\n  base_url: {server.api_base}\n  default: test-model\n  api_key: bench\n")
+    env = {**os.environ, "HOME": str(home)}
+    walls, cpus, peaks = [], [], []
+    try:
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            proc = subprocess.Popen([peer, "-z", "hello"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+            out = proc.stdout.read() if proc.stdout else b""
+            _, status, usage = os.wait4(proc.pid, 0)
+            walls.append(round(time.perf_counter() - t0, 3))
+            assert status == 0 and b"hello" in out, out[-300:]
+            cpus.append(usage.ru_utime + usage.ru_stime)
+            peaks.append(usage.ru_maxrss)  # KiB, the largest of the process and its waited-for children
+    finally:
+        server.close()
+    return {"calls": calls, "first_call_s": walls[0], "call_median_s": median(walls), "call_times_s": walls,
+            "cpu_median_s": round(median(cpus), 3), "peak_rss_mib": mib(max(peaks))}
 
 
 def call_overhead(calls: int) -> dict:
@@ -162,6 +194,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--before", help="a source tree to measure beside this one (its hermes_fs/ in PYTHONPATH)")
     p.add_argument("--calls", type=int, default=30, help="model calls timed in-process and through a worker")
     p.add_argument("--calls-only", action="store_true", help="only the per-call figure (keeps the daemon rows)")
+    p.add_argument("--peer", help="Hermes Agent's `hermes`: as many `hermes -z` calls as turns, in the same run")
     a = p.parse_args(argv)
     if a.calls_only:
         import json
@@ -186,7 +219,12 @@ def main(argv: list[str] | None = None) -> dict:
               f"{r['warm_turn_median_s']} s" + (f"; after idle release {r['after_idle_release']['daemon_rss_mib']} MiB, "
                                                 f"turn that restarts the worker {r['turn_after_release_s']} s"
                                                 if r.get("worker") else ""), flush=True)
+    if a.peer:
+        result_peer = peer_calls(a.peer, a.turns + 1)
+        print(f"peer: first call {result_peer['first_call_s']} s, median {result_peer['call_median_s']} s, "
+              f"CPU {result_peer['cpu_median_s']} s, peak RSS {result_peer['peak_rss_mib']} MiB", flush=True)
     result: dict = {"turns": a.turns + 1, "idle_s": a.idle, "rows": rows, "target_daemon_rss_mib": 120,
+                    **({"peer": result_peer} if a.peer else {}),
                     "load_average_at_end": os.getloadavg()[0],
                     "command": "python bench/daemon_memory.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     if "before" in rows:

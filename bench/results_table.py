@@ -140,7 +140,8 @@ def _daemon_memory(results: Path) -> list[str]:
         body.append((label, f"{r['warm']['daemon_rss_mib']:.0f} MiB", f"{a['daemon_rss_mib']:.0f} MiB",
                      f"{a['worker_rss_mib']:.0f} MiB" if a.get("worker_rss_mib") else "—",
                      f"{r['after_idle_release']['daemon_rss_mib']:.0f} MiB" if r.get("after_idle_release") else "—",
-                     f"{r['first_turn_s']:.2f} s", f"{r['warm_turn_median_s']:.2f} s"))
+                     f"{r['first_turn_s']:.2f} s" + ("" if r.get("warm_up", True) else " (no warm-up)"),
+                     f"{r['warm_turn_median_s']:.2f} s"))
     ratio = d.get("warm_turn_ratio_worker_vs_in_process")
     call = d.get("model_call")
     return ["## The daemon's memory", "",
@@ -225,20 +226,28 @@ def _gateway_lease(results: Path) -> list[str]:
 
 
 def _routing(results: Path) -> list[str]:
+    """Before (routing_*_before.json: `skills.embeddings` was off by default, `true` ran the model
+    alone) and after (full-text, static vectors: the default `auto`; the model; both fused)."""
+    def pair(row: dict, key: str) -> str:
+        return f"{row[key]['shown']:.2f} / {row[key]['described']:.2f}" if key in row else "—"
+
     body = []
-    for name, label in (("routing_heldout", "held-out"), ("routing_dev", "development")):
+    for name, label in (("routing_heldout_before", "held-out, before"), ("routing_dev_before", "development, before"),
+                        ("routing_heldout", "held-out"), ("routing_dev", "development")):
         r = _load(results, name)
         for row in (r or {}).get("rows", []):
-            body.append((f"{row['skills']:,}, {label}", f"{row['full_text']['shown']:.2f} / {row['full_text']['described']:.2f}",
-                         f"{row['embeddings']['shown']:.2f} / {row['embeddings']['described']:.2f}"
-                         if "embeddings" in row else "—"))
+            body.append((f"{row['skills']:,}, {label} ({row['requests']} requests)", pair(row, "full_text"),
+                         pair(row, "static"), pair(row, "embeddings") if "embeddings" in row else pair(row, "model"),
+                         pair(row, "both")))
     if not body:
         return []
     return ["## Skill routing on real phrasing", "",
-            "`python bench/routing_heldout.py`: requests sharing no word with their skill; is the needed skill shown in "
-            "the prompt's skills index, and described there (target: shown >= 0.95).", "",
-            *_table(("skills, request set", "full-text: shown / described", "with `skills.embeddings`: shown / described"),
-                    body)]
+            "`python bench/routing_heldout.py [--dev]`: requests sharing no word with their skill; is the needed skill shown in "
+            "the prompt's skills index, and described there (target: shown >= 0.95). Static vectors are what the default "
+            "(`skills.embeddings: auto`, the `embeddings` extra installed) ranks by in a CLI turn; the daemon adds the "
+            "model's once its worker has the model loaded (both). Before: full-text was the default, the model opt-in.", "",
+            *_table(("skills, request set", "full-text: shown / described", "static vectors (default)",
+                     "model (no torch)", "static + model (default in the daemon)"), body)]
 
 
 def _learning(results: Path) -> list[str]:
@@ -296,12 +305,86 @@ def _text_calls(results: Path) -> list[str]:
             ])]
 
 
+def _portable(command: str) -> str:
+    """A bench command without this machine's paths: the trees and the peer's executable by role."""
+    import re
+
+    command = re.sub(r"(--before(?:-daemon)?) \S+", r"\1 TREE", command)
+    return re.sub(r"--peer \S+", "--peer PEER/bin/hermes", command)
+
+
+def _issue_43(results: Path) -> list[str]:
+    """Each figure of issue 43 (fast from the first call): before, after and Hermes Agent 0.19,
+    measured in one run per bench. The cold-start and routing rows are their own sections'."""
+    daily, mem, size = _load(results, "daily_path"), _load(results, "daemon_memory"), _load(results, "memory_size")
+    if not (daily or mem or size):
+        return []
+    body: list[tuple] = [("cold `run \"say hello\"`, wall and CPU", "<= 1.0x Hermes Agent",
+                          "see [Cold start beside Hermes Agent](#cold-start-beside-hermes-agent)", "", "", "")]
+    if mem and "before" in mem["rows"]:
+        b, a, peer = mem["rows"]["before"], mem["rows"]["after"], mem.get("peer")
+        body.append(("the daemon's first turn / a later one (wall)", "first as fast as later",
+                     f"{b['first_turn_s']:.2f} s / {b['warm_turn_median_s']:.2f} s"
+                     + ("" if b.get("warm_up", True) else " (no warm-up)"),
+                     f"{a['first_turn_s']:.2f} s / {a['warm_turn_median_s']:.2f} s",
+                     f"{peer['first_call_s']:.2f} s / {peer['call_median_s']:.2f} s (no daemon: every call is cold)"
+                     if peer else "", f"{a['first_turn_s'] / peer['call_median_s']:.2f}x / "
+                     f"{a['warm_turn_median_s'] / peer['call_median_s']:.2f}x" if peer else ""))
+        after_turns = a["after_turns"]
+        body.append((f"resident memory after {mem['turns']} turns", "daemon <= 120 MiB, or a worker let go when idle",
+                     f"{b['after_turns']['daemon_rss_mib']:.0f} MiB (litellm in the daemon)",
+                     f"daemon {after_turns['daemon_rss_mib']:.0f} MiB + worker {after_turns['worker_rss_mib'] or 0:.0f} MiB"
+                     + (f"; {a['after_idle_release']['daemon_rss_mib']:.0f} MiB once it is let go"
+                        if a.get("after_idle_release") else ""),
+                     f"{peer['peak_rss_mib']:.0f} MiB per call (peak)" if peer else "",
+                     f"{(after_turns['daemon_rss_mib'] + (after_turns['worker_rss_mib'] or 0)) / peer['peak_rss_mib']:.2f}x "
+                     f"busy, {after_turns['daemon_rss_mib'] / peer['peak_rss_mib']:.2f}x idle" if peer else ""))
+    if size and "rows" in size and "before" in size["rows"]:
+        b, a, peer = size["rows"]["before"], size["rows"]["after"], size["rows"].get("peer")
+        body.append(("a turn with a 1 MB memory file / a normal one (CPU per turn)", "flat (about 1x)",
+                     f"{b['cpu_slowdown']:.1f}x ({b['daemon_cpu_per_turn_small_s']:.3f} → {b['daemon_cpu_per_turn_1mb_s']:.3f} s)",
+                     f"{a['cpu_slowdown']:.1f}x ({a['daemon_cpu_per_turn_small_s']:.3f} → {a['daemon_cpu_per_turn_1mb_s']:.3f} s)",
+                     f"{peer['cpu_slowdown']:.1f}x ({peer['cpu_per_call_small_s']:.2f} → {peer['cpu_per_call_1mb_s']:.2f} s, "
+                     f"cold calls)" if peer else "",
+                     f"{a['daemon_cpu_per_turn_1mb_s'] / peer['cpu_per_call_1mb_s']:.3f}x CPU" if peer else ""))
+    body.append(("skill routing at 1,000 skills, held-out requests, without torch", ">= 0.95",
+                 "see [Skill routing on real phrasing](#skill-routing-on-real-phrasing)", "", "", ""))
+    if daily and "before" in daily.get("help_cpu_s", {}):
+        h = daily["help_cpu_s"]
+        body.append(("`hermes-fs --help` CPU (median)", "< 0.1 s", f"{h['before']:.3f} s", f"{h['after']:.3f} s",
+                     f"{h['peer']:.3f} s (`hermes --help`)" if "peer" in h else "",
+                     f"{h['after_over_peer']:.2f}x" if "peer" in h else ""))
+    if daily:
+        heavy = ("litellm", "torch")
+        cli_bad = [" ".join(r["args"][:2]) for r in daily["cli"] if set(heavy) & set(r["imported"])]
+        after_bad = [r["after"] for r in daily["daemon"] if set(heavy) & set(r.get("heavy") or [])
+                     or "litellm" in r.get("mapped", [])]
+        before = daily.get("daemon_before") or []
+        before_bad = [r["after"] for r in before if "litellm" in r.get("mapped", [])]
+        body.append(("daily actions importing litellm or torch", "none",
+                     f"daemon (`--before-daemon` tree): litellm after {before_bad[0]}" if before_bad
+                     else ("daemon: none" if before else ""),
+                     f"{len(cli_bad)} of {len(daily['cli'])} CLI actions; daemon: "
+                     + (", ".join(after_bad) if after_bad else f"none of {len(daily['daemon'])} events"), "", ""))
+    loads = [f"{name} {d.get('load_average_at_end', (d.get('load_avg') or [None])[0]):.1f}"
+             for name, d in (("daemon_memory", mem), ("memory_size", size), ("daily_path", daily))
+             if d and (d.get("load_average_at_end") or d.get("load_avg"))]
+    commands = [f"`{_portable(d['command'])}`" for d in (mem, size, daily) if d and d.get("command")]
+    return ["## Fast from the first call: before, after, and Hermes Agent", "",
+            "Each figure of the issue, measured in one run per benchmark: *before* is the source tree before the "
+            "work (`git archive` of it, `--before`), *after* this one, and Hermes Agent 0.19 (`--peer`) against the "
+            "same scripted model. The machine is shared: read the ratios within a row "
+            f"(load average at the end: {', '.join(loads) or 'not recorded'}). Commands: {'; '.join(commands)}. "
+            "The [lab note](notes/2026-12-03-daily-path.md) has the runs.", "",
+            *_table(("figure", "goal", "before", "after", "Hermes Agent 0.19, same run", "after / Hermes Agent"), body)]
+
+
 def results_page(results: Path) -> str:
     out = [HEADER, "", "# Latest benchmark results", "",
            "The latest figures of each benchmark, from `bench/results/*.json`. Each benchmark prints its figures and "
            "writes its JSON there; runs, the commands that made them and what each change bought are in the "
            "[lab notes](notes/index.md). The machine is shared and small (2 cores), so figures move from run to run.", ""]
-    for part in (_run_all, _warm, _cold_start, _daemon_memory, _sync, _gateway_lease, _routing, _learning, _curate,
+    for part in (_run_all, _issue_43, _warm, _cold_start, _daemon_memory, _sync, _gateway_lease, _routing, _learning, _curate,
                  _text_calls):
         out += part(results)
     return "\n".join(out).rstrip("\n") + "\n"

@@ -3,17 +3,20 @@ sharing no word with the needed skill's name, description or body, against the 1
 Hermes Agent 0.19 (plus generic filler up to 150 and 1,000 skills). The figure is the one of
 routing_eval.py: is the needed skill in the first request's skills index, within the same prompt
 budget (skills.prompt_budget_chars, 4,000)? "Described" counts it only as a `- name: description`
-line, "shown" also when it is named in the index's "Also:" line. Measured three ways: full-text
-ranking alone (BM25 on name, description and body), full-text fused with words mined from the
-skills (SearchIndex.related), and with the optional embedding model (skills.embeddings: true, the
-`embeddings` extra: description and body passages, fused with full-text's top hits); BM25@10 on
-name + description beside them.
+line, "shown" also when it is named in the index's "Also:" line. Measured these ways: full-text
+ranking alone (BM25 on name, description and body: the default without the `embeddings` extra),
+full-text fused with words mined from the skills (SearchIndex.related), and with the `embeddings`
+extra (description and body passages, fused with full-text's top hits): `static` (static token
+vectors derived from all-MiniLM-L6-v2: what `skills.embeddings: auto`, the default, ranks by in a
+CLI turn and until the daemon's model worker has the model loaded), `model` (the transformer
+alone: the former `skills.embeddings: true`) and `both` (static and model fused: `auto` in the
+daemon once the model is loaded, and `true`); BM25@10 on name + description beside them.
 
 Settings were chosen on bench/routing_dev.yaml (`--dev`, other skills, the same rule); the held-out
 set is only measured. With a real model, bench/skill_search_model.py measures what happens when the
 index misses.
 
-Usage: python bench/routing_heldout.py [--dev] [--no-embeddings] [--sizes 150,1000] [--workdir DIR]
+Usage: python bench/routing_heldout.py [--dev] [--no-embeddings] [--static-only] [--sizes 150,1000] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from common import write_results  # noqa: E402
 from routing_eval import bm25_name_description, build, real_skills  # noqa: E402
 
 from hermes_fs.agent.prompt import DESCRIBED_SHARE, LEXICAL_TOP, SHORT_CHARS, skills_index  # noqa: E402
-from hermes_fs.mind import embeddings  # noqa: E402
+from hermes_fs.mind import embeddings, static_vectors  # noqa: E402
 from hermes_fs.mind.search import fill_vectors  # noqa: E402
 from hermes_fs.store.vault import Vault  # noqa: E402
 
@@ -90,8 +93,11 @@ def vault_with(tmp: Path, real: list[tuple[str, str]], needed: set[str], size: i
 METHODS = {  # name -> skills_index arguments
     "full_text": {"semantic": False},
     "full_text_related": {"semantic": False, "related": True},
-    "embeddings": {"semantic": True},
+    "static": {"semantic": "static"},
+    "model": {"semantic": "model"},
+    "both": {"semantic": "both"},
 }
+EMBEDDING_METHODS = ("static", "model", "both")
 
 
 def shown_rate(root: Path, cases, method: str) -> dict:
@@ -115,6 +121,7 @@ def shown_rate(root: Path, cases, method: str) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--no-embeddings", action="store_true", help="skip the embedding measurement")
+    p.add_argument("--static-only", action="store_true", help="of the embeddings, only the static vectors (no transformer)")
     p.add_argument("--dev", action="store_true", help="the development set (bench/routing_dev.yaml), not the held-out one")
     p.add_argument("--sizes", default="150,1000")
     p.add_argument("--workdir", help="build the vaults here and reuse them (and their cached vectors) next run")
@@ -126,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     if leaks:  # the set's one rule: a request that shares a word with its skill is not held out
         raise SystemExit(f"requests sharing words with their skill: {leaks}")
     use_emb = not a.no_embeddings and embeddings.available()
-    methods = [m for m in METHODS if use_emb or m != "embeddings"]
+    methods = [m for m in METHODS if m not in EMBEDDING_METHODS or (use_emb and (m == "static" or not a.static_only))]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         needed = {n for _q, n in load_requests(REQUESTS) + load_requests(DEV)}  # the same vaults for both sets
@@ -138,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
                          "bm25_name_description_at_10": round(sum(n in bm25_name_description(root, q) for q, n in cases) / len(cases), 3)}
             if use_emb:  # a turn never encodes skills (the daemon does, in the background): fill first
                 t0 = time.perf_counter()
-                row["vectors_encoded"] = fill_vectors(root)
+                row["vectors_encoded"] = fill_vectors(root, model=not a.static_only)
                 row["vectors_fill_seconds"] = round(time.perf_counter() - t0, 1)
             for m in methods:
                 row[m] = shown_rate(root, cases, m)
@@ -152,7 +159,8 @@ def main(argv: list[str] | None = None) -> dict:
               "torch_imported": any(sys.modules.get(m) is not None for m in ("torch", "sentence_transformers")),
               "settings": {"described_share": DESCRIBED_SHARE, "short_description_chars": SHORT_CHARS,
                            "lexical_top": LEXICAL_TOP,
-                           "body_weight": embeddings.BODY_WEIGHT, "body_chunks": embeddings.BODY_CHUNKS,
+                           "body_weight": embeddings.BODY_WEIGHT, "static_body_weight": embeddings.STATIC_BODY_WEIGHT,
+                           "static_sif": static_vectors.SIF, "body_chunks": embeddings.BODY_CHUNKS,
                            "chunk_words": embeddings.CHUNK_WORDS},
               "command": "python bench/routing_heldout.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     write_results("routing_dev" if a.dev else "routing_heldout", result)

@@ -1,7 +1,11 @@
 """Run every benchmark, then write bench/results.json and bench/results.md (figure, target,
-measured, ratio to the baseline where there is one). Usage: python bench/run_all.py [--quick]
+measured, ratio to the baseline where there is one). Usage:
+python bench/run_all.py [--quick] [--peer PEER/bin/hermes] [--before TREE] [--no-issue-43 | --only-issue-43]
 
 --quick shortens the long ones (fewer fault trials, a shorter stress run, no 100,000-file vault).
+Then the first call's benchmarks (issue 43) run, each in its own process: with --peer beside
+Hermes Agent 0.19, with --before beside an older source tree (`git archive` of a commit). `make
+reference` puts all of it on docs/benchmarks/results.md.
 """
 
 from __future__ import annotations
@@ -23,6 +27,30 @@ import startup  # noqa: E402
 import stress  # noqa: E402
 import web  # noqa: E402
 from results_table import rows  # noqa: E402
+
+
+def issue_43(quick: bool, peer: str | None, before: str | None) -> dict[str, int]:
+    """The first call's benchmarks (issue 43), each in a process of its own (they parse their own
+    arguments and start daemons of other trees): cold start and `--help` beside Hermes Agent
+    (`peer`), the daemon's memory and first turn, memory-file size, the daily path's imports,
+    routing at 1,000 skills. Each writes its own bench/results/*.json; the exit codes come back."""
+    import subprocess
+
+    peer_args = ["--peer", peer] if peer else []
+    before_args = ["--before", before] if before else []
+    runs = {
+        "cold_start": ["2" if quick else "3", *peer_args, *before_args],
+        "warm_start": ["3" if quick else "7"],
+        "daemon_memory": ["--turns", "5" if quick else "10", *before_args, *peer_args],
+        "memory_size": ["3" if quick else "5", *before_args, *peer_args],
+        "daily_path": ["--rounds", "5" if quick else "9", *before_args, *peer_args],
+        "routing_heldout": ["--sizes", "150,1000"],
+    }
+    codes = {}
+    for name, args in runs.items():
+        print(f"== bench/{name}.py {' '.join(args)}", flush=True)
+        codes[name] = subprocess.run([sys.executable, str(HERE / f"{name}.py"), *args], cwd=HERE.parent).returncode
+    return codes
 
 
 def main(quick: bool = False) -> dict:
@@ -51,10 +79,17 @@ def main(quick: bool = False) -> dict:
     return results
 
 
+def option(name: str) -> str | None:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv[:-1] else None
+
+
 if __name__ == "__main__":
     quick = "--quick" in sys.argv
     if quick:
         import os
 
         os.environ["HERMES_BENCH_SUFFIX"] = ".quick"  # keep the full runs' per-benchmark files
-    main(quick=quick)
+    if "--only-issue-43" not in sys.argv:
+        main(quick=quick)
+    if "--no-issue-43" not in sys.argv:
+        print(issue_43(quick, option("--peer"), option("--before")))

@@ -218,3 +218,29 @@ def daemons():
         if d.proc.poll() is None:
             d.proc.kill()
             d.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def static_table(tmp_path_factory) -> Path:
+    """The static token table (mind/static_vectors.py), built once per test session by the real
+    `hermes-fs skills embed --table` in a vault of its own (about a minute of CPU); tests copy it
+    into their vault's .hermes/ with `copy_static_table` instead of building it again."""
+    from hermes_fs.mind import embeddings, static_vectors
+
+    if not embeddings.available():
+        pytest.skip("the embeddings extra is not installed")
+    root = init_vault(tmp_path_factory.mktemp("static-table") / "vault").vault.root
+    proc = subprocess.run([sys.executable, "-m", "hermes_fs", "--vault", str(root), "skills", "embed", "--table"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert static_vectors.is_built(root / ".hermes")
+    return root / ".hermes"
+
+
+def copy_static_table(state_dir: Path, vault_root: Path) -> None:
+    import shutil
+
+    from hermes_fs.mind import static_vectors
+
+    for name in (static_vectors.TABLE, static_vectors.META):
+        shutil.copy(state_dir / name, vault_root / ".hermes" / name)

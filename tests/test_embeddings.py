@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DaemonProc, git, wait_for
+from conftest import DaemonProc, copy_static_table, git, wait_for
 
 from hermes_fs import Conversation, ConversationOptions
 from hermes_fs.agent.prompt import skills_index
@@ -56,10 +56,12 @@ def with_embeddings(root, extra: str = "") -> None:
 
 @needs_model
 @pytest.mark.slow
-def test_a_request_sharing_no_word_finds_its_skill(vault):
+def test_a_request_sharing_no_word_finds_its_skill(vault, static_table):
     total = library(vault.root)
-    assert fill_vectors(vault.root) == total
+    copy_static_table(static_table, vault.root)
+    assert fill_vectors(vault.root) == 2 * total  # static vectors and the model's
     assert "ssh-key-rotation" in skills_index(vault, REQUEST, 600, semantic=True).shown
+    assert "ssh-key-rotation" in skills_index(vault, REQUEST, 600, semantic="model").shown
     assert "ssh-key-rotation" not in skills_index(vault, REQUEST, 600, semantic=False).shown
     # vectors are cached by (mtime, size): a second fill re-encodes nothing
     assert len(vector_rows(vault.root)) == total and fill_vectors(vault.root) == 0
@@ -67,8 +69,9 @@ def test_a_request_sharing_no_word_finds_its_skill(vault):
 
 @needs_model
 @pytest.mark.slow
-def test_a_turn_with_a_cold_cache_does_not_wait_for_encoding(agent_vault, model_server, tmp_path, caplog):
+def test_a_turn_with_a_cold_cache_does_not_wait_for_encoding(agent_vault, model_server, tmp_path, caplog, static_table):
     total = library(agent_vault.root)
+    copy_static_table(static_table, agent_vault.root)
     with_embeddings(agent_vault.root)
     agent_vault._config = None
     model_server.add({"content": "ok"}, {"content": "ok"})
@@ -76,10 +79,11 @@ def test_a_turn_with_a_cold_cache_does_not_wait_for_encoding(agent_vault, model_
             agent_vault, ConversationOptions(workspace=tmp_path)) as c:
         c.ask(REQUEST)
     assert vector_rows(agent_vault.root) == {}  # the turn encoded nothing: no wait
-    assert f"{total} of {total} skills have no vectors yet (being built): ranked by full-text alone" in caplog.text
+    assert f"{total} of {total} skills have no static vectors yet (being built): ranked without them" in caplog.text
+    assert f"{total} of {total} skills have no model vectors yet (being built): ranked without them" in caplog.text
     assert "ssh-key-rotation" not in model_server.requests[0]["messages"][0]["content"]  # full-text misses it
     # filled afterwards (what the daemon's thread and `skills embed` run): the next turn ranks by meaning
-    assert fill_vectors(agent_vault.root) == total and vectors_missing(agent_vault.root) == 0
+    assert fill_vectors(agent_vault.root) == 2 * total and vectors_missing(agent_vault.root) == 0
     with Conversation(agent_vault, ConversationOptions(workspace=tmp_path)) as c:
         c.ask(REQUEST)
     assert "ssh-key-rotation" in model_server.requests[1]["messages"][0]["content"].split("# Skills")[1]
@@ -87,8 +91,9 @@ def test_a_turn_with_a_cold_cache_does_not_wait_for_encoding(agent_vault, model_
 
 @needs_model
 @pytest.mark.slow
-def test_the_daemon_builds_the_vectors_in_the_background_and_refreshes_a_changed_skill(vault):
+def test_the_daemon_builds_the_vectors_in_the_background_and_refreshes_a_changed_skill(vault, static_table):
     total = library(vault.root)
+    copy_static_table(static_table, vault.root)
     with_embeddings(vault.root)
     git(vault, "add", "-A")
     git(vault, "commit", "-qm", "test: skills")
@@ -108,8 +113,9 @@ def test_the_daemon_builds_the_vectors_in_the_background_and_refreshes_a_changed
 
 @needs_model
 @pytest.mark.slow
-def test_a_cli_turn_without_a_daemon_builds_the_vectors_in_a_background_process(agent_vault, model_server):
+def test_a_cli_turn_without_a_daemon_builds_the_vectors_in_a_background_process(agent_vault, model_server, static_table):
     total = library(agent_vault.root)
+    copy_static_table(static_table, agent_vault.root)
     with_embeddings(agent_vault.root)
     model_server.add({"content": "ok"})
     proc = subprocess.run([sys.executable, "-m", "hermes_fs", "--vault", str(agent_vault.root), "run", REQUEST],

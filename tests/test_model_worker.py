@@ -3,20 +3,25 @@ litellm, over HTTP to the scripted model server, exactly as they would in-proces
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
 import sys
 import threading
+from array import array
 from pathlib import Path
 
 import pytest
 from conftest import DaemonProc, wait_for
 from model_server import ModelServer, configure_vault
 
+from hermes_fs.agent.audio import Pcm
 from hermes_fs.agent.model import LiteLLMModel, ModelError, ModelSettings, TurnCancelled, remote, serve_from
+from hermes_fs.agent.transcription import transcribe
 from hermes_fs.mind import embeddings
 from hermes_fs.service.model_worker import ModelWorker
+from hermes_fs.store.config import VoiceConfig
 
 ENV_KEY = "sk-test-worker-key"
 
@@ -99,6 +104,33 @@ def test_an_interrupted_request_returns_at_once_and_the_worker_closes_the_connec
     assert wait_for(lambda: model_server.closed_early == [0], 30)  # the server saw the client go
     model_server.add({"content": "still here"})
     assert through(worker, model_server).complete([{"role": "user", "content": "again"}], []).content == "still here"
+
+
+def tone(seconds: float = 1.0) -> bytes:
+    """A WAV of a 440 Hz tone: sound the decoder takes and the scripted server "hears"."""
+    samples = array("h", (int(8000 * math.sin(2 * math.pi * 440 * i / 16_000)) for i in range(int(16_000 * seconds))))
+    return Pcm(samples.tobytes()).wav()
+
+
+def test_a_voice_note_is_transcribed_by_the_worker_as_it_would_be_here(worker, model_server):
+    model_server.transcripts += ["  turn the heating down  ", {"status": 401}]
+    config = VoiceConfig(engine="api", model="openai/whisper-1", api_base=model_server.api_base,
+                         api_key_env="HERMES_TEST_KEY", language="en")
+    serve_from(worker)
+    heard = transcribe(config, tone(), environ={"HERMES_TEST_KEY": ENV_KEY})
+    assert (heard.text, heard.engine) == ("turn the heating down", "api")
+    sent = model_server.transcriptions[0]
+    assert sent.fields["model"] == "whisper-1" and sent.fields["language"] == "en"
+    assert sent.audio == tone()  # the WAV made here crossed the pipe whole
+    assert {k.lower(): v for k, v in sent.headers.items()}["authorization"] == f"Bearer {ENV_KEY}"
+    with pytest.raises(ModelError, match="transcription by openai/whisper-1 failed"):  # the same error as in-process
+        transcribe(config, tone(), environ={"HERMES_TEST_KEY": ENV_KEY})
+    assert len(model_server.transcriptions) == 2 and model_server.requests == []
+
+
+def test_a_request_the_worker_does_not_know_is_answered_not_left_waiting(worker):
+    with pytest.raises(ModelError, match="unknown op 'nonsense'"):
+        worker._call({"op": "nonsense"}, "a test")
 
 
 def test_the_worker_is_let_go_when_idle_and_started_again_by_the_next_call(model_server):

@@ -189,11 +189,16 @@ def check_model(vault, environ: Mapping[str, str] | None = None) -> tuple[bool, 
 
 
 class Remote(Protocol):
-    """Where a process's model calls go instead of an in-process litellm: the daemon's model
-    worker (service/model_worker.py), a process of its own so the daemon stays small."""
+    """Where a process's model calls (completions and speech to text) go instead of an in-process
+    litellm: the daemon's model worker (service/model_worker.py), a process of its own so the
+    daemon stays small."""
 
     def complete(self, settings: ModelSettings, key: str | None, messages: list[dict], tools: list[dict],
                  response_format: dict | None, on_text: OnText | None, cancel: threading.Event | None) -> Reply:
+        ...
+
+    def transcribe(self, settings: ModelSettings, key: str | None, wav: bytes, language: str | None) -> str:
+        """A voice note's words from a hosted speech model (agent.transcription.transcribe_wav there)."""
         ...
 
 

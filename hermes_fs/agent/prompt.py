@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..mind import memory, skills
-from ..mind.embeddings import fuse
+from ..mind import embeddings, memory, skills
+from ..mind.embeddings import MODEL, STATIC, fuse
 from ..mind.search import SearchIndex
 from ..store import secrets
 from ..store.config import Config
@@ -41,14 +41,15 @@ class SkillsIndex:
     described: list[str] | None = None  # shown with a description (None: all of `shown`)
 
 
-def skills_index(vault: Vault, query: str, budget: int, semantic: bool | None = None, related: bool = False) -> SkillsIndex:
+def skills_index(vault: Vault, query: str, budget: int, semantic: str | bool | None = None,
+                 related: bool = False) -> SkillsIndex:
     """All skills if they fit the budget; otherwise the most relevant first, then a pointer to search.
-    Relevance is full-text (BM25), fused with meaning when `skills.embeddings` is on (or `semantic`).
+    Relevance is full-text (BM25), fused with meaning as `skills.embeddings` says (`meanings`), or
+    as `semantic` says (False, "static", "model" or "both": the bench's ways).
     `related`: full-text fused with a search for words mined from the skills (SearchIndex.related);
     measured by bench/routing_heldout.py, off by default (it named more needed skills on the development
     set but pushed exact full-text hits down)."""
     names = skills.names(vault.files)
-    use_meaning = vault.config.skills.embeddings if semantic is None else semantic
     index = SearchIndex(vault.root)
     try:
         index.refresh("skills")
@@ -60,16 +61,51 @@ def skills_index(vault: Vault, query: str, budget: int, semantic: bool | None = 
         ranked = [h.path.split("/")[1] for h in index.search("skills", query, limit=200)]
         if related:
             ranked = fuse(ranked, ranked, [h.path.split("/")[1] for h in index.search_related(query, limit=200)])
-        if use_meaning:  # full-text's few best hits, fused with the ranking by meaning
-            by_meaning, missing = index.semantic(query, limit=200)
+        rankings = []
+        for kind in meanings(vault.config.skills.embeddings if semantic is None else semantic):
+            by_meaning, missing = _by_meaning(index, query, kind)
             if missing:  # a cold or stale cache is filled in the background: never waited for here
-                log.info(f"skills index: {missing} of {len(names)} skills have no vectors yet (being built): "
-                         + ("ranked by full-text alone" if not by_meaning else "those are ranked by full-text only"))
+                log.info(f"skills index: {missing} of {len(names)} skills have no {kind} vectors yet (being built): "
+                         + ("ranked without them" if not by_meaning else "those are ranked by full-text only"))
             if by_meaning:
-                ranked = fuse(ranked[:LEXICAL_TOP], [p.split("/")[1] for p in by_meaning])
+                rankings.append([p.split("/")[1] for p in by_meaning])
+        if rankings:  # full-text's few best hits, fused with the rankings by meaning
+            ranked = fuse(ranked[:LEXICAL_TOP], *rankings)
     finally:
         index.close()
     return select_skills(entries, ranked, budget)
+
+
+def meanings(setting: str | bool) -> list[str]:
+    """The kinds of vectors a turn ranks by. `auto` (the default): static vectors wherever the
+    extra is installed (no transformer runs), plus the model's where it is already loaded (the
+    daemon's model worker; an unloaded one is loaded in the background for the next turn); `true`:
+    both, the model loaded wherever it is not; the bench names a way ("static", "model", "both")."""
+    if setting in (STATIC, MODEL):
+        return [str(setting)]
+    if setting == "both":
+        return [STATIC, MODEL]
+    kind = embeddings.mode(setting)
+    if kind == "model":
+        return [STATIC, MODEL]
+    if kind != "auto" or not embeddings.available():
+        return []
+    if embeddings.model_loaded():
+        return [STATIC, MODEL]
+    if embeddings.has_encoder():  # the daemon: loaded in its worker, off this turn's path
+        embeddings.warm_in_background()
+    return [STATIC]
+
+
+def _by_meaning(index: SearchIndex, query: str, kind: str) -> tuple[list[str], int]:
+    """One ranking by meaning; none when its table or model is missing (logged: full-text goes on)."""
+    from ..mind.static_vectors import TableMissing
+
+    try:
+        return index.semantic(query, limit=200, kind=kind)
+    except (TableMissing, embeddings.EmbeddingsUnavailable) as exc:
+        log.info(f"skills index: no {kind} ranking ({exc})")
+        return [], 0
 
 
 def fits(entries: dict[str, str], budget: int) -> bool:

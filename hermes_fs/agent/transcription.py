@@ -4,7 +4,8 @@
   PyPI package ships. Nothing leaves the machine. Its free dictation is rough (see
   docs/guide/voice.md): good for short, plain requests spoken clearly, not for dictating text.
 - `api`: a hosted speech model (Whisper and the like) through litellm's `transcription`,
-  imported lazily as every litellm call is. The model gets a WAV made from the decoded sound,
+  imported lazily as every litellm call is; in a daemon it runs in the model worker (as every
+  model call there does), so litellm never enters the daemon. The model gets a WAV made from the decoded sound,
   never the sender's own file.
 - `off`: no transcription; the caller says voice is off.
 
@@ -22,7 +23,7 @@ from functools import cache
 from ..errors import InputError
 from ..store.config import VoiceConfig
 from .audio import Pcm, decode
-from .model import ModelError, ModelSettings, import_litellm
+from .model import ModelError, ModelSettings, import_litellm, remote
 
 ENGINES = ("pocketsphinx", "api", "off")
 API_TIMEOUT_S = 120.0
@@ -123,24 +124,33 @@ def _api(config: VoiceConfig, pcm: Pcm, secrets: Mapping[str, str], environ: Map
     if environ is not None:
         settings.environ = environ
     key = settings.api_key()  # a missing key is said before litellm is imported
+    elsewhere = remote()
+    if elsewhere is not None:  # a daemon: litellm lives in its model worker, never in the daemon
+        return elsewhere.transcribe(settings, key, pcm.wav(), config.language)
+    return transcribe_wav(settings, key, pcm.wav(), config.language)
+
+
+def transcribe_wav(settings: ModelSettings, key: str | None, wav: bytes, language: str | None) -> str:
+    """The words in `wav` from the hosted model `settings` names, through litellm in this process
+    (the CLI's, or the daemon's model worker)."""
     litellm = import_litellm()
-    kwargs: dict = {"model": config.model, "file": ("voice.wav", pcm.wav(), "audio/wav"),
+    kwargs: dict = {"model": settings.model, "file": ("voice.wav", wav, "audio/wav"),
                     "timeout": API_TIMEOUT_S, "max_retries": 2}
-    if config.api_base:
-        kwargs["api_base"] = config.api_base
+    if settings.api_base:
+        kwargs["api_base"] = settings.api_base
         key = key or "no-key"  # a keyless OpenAI-compatible server: the client still wants one
     if key:
         kwargs["api_key"] = key
-    if config.language:
-        kwargs["language"] = config.language
+    if language:
+        kwargs["language"] = language
     try:
         response = litellm.transcription(**kwargs)
     except Exception as exc:  # litellm maps every provider's errors onto its own classes
-        raise ModelError(f"transcription by {config.model} failed: {type(exc).__name__}: {str(exc)[:300]}") from None
+        raise ModelError(f"transcription by {settings.model} failed: {type(exc).__name__}: {str(exc)[:300]}") from None
     text = getattr(response, "text", None)
     if not isinstance(text, str):
-        raise ModelError(f"transcription by {config.model}: the answer held no text")
+        raise ModelError(f"transcription by {settings.model}: the answer held no text")
     return text
 
 
-__all__ = ["ENGINES", "NothingHeard", "Transcript", "VoiceOff", "check", "transcribe"]
+__all__ = ["ENGINES", "NothingHeard", "Transcript", "VoiceOff", "check", "transcribe", "transcribe_wav"]

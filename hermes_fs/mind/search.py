@@ -160,24 +160,37 @@ class SearchIndex:
             "AND kind='skills' ORDER BY bm25(fts, 0, 0, 10.0, 4.0, 1.0) LIMIT ?", (match, limit)).fetchall()
         return [Hit(p, n, d, s, -score) for p, n, d, s, score in rows]
 
-    def semantic(self, query: str, limit: int = 50) -> tuple[list[str], int]:
+    def semantic(self, query: str, limit: int = 50, kind: str = "model") -> tuple[list[str], int]:
         """Skill paths by meaning (mind/embeddings.py; needs the `embeddings` extra), best first,
-        among the skills whose vectors are ready, and how many skills have none yet. Never encodes
-        a skill: that is `fill_vectors`' work (minutes for a large vault), so a turn never waits for
-        it. With no vector ready the model is not even loaded."""
+        among the skills whose vectors of `kind` (static | model) are ready, and how many skills
+        have none yet. Never encodes a skill: that is `fill_vectors`' work, so a turn never waits
+        for it. With no vector ready the model (or the static table) is not even opened."""
         from . import embeddings
 
-        ready, missing = embeddings.SkillVectors(self.db).cached(self._skill_signatures())
-        return (embeddings.rank(ready, query, limit) if ready else []), len(missing)
+        ready, missing = embeddings.SkillVectors(self.db, kind).cached(self._skill_signatures())
+        if not ready:
+            return [], len(missing)
+        if kind == embeddings.STATIC:
+            from .static_vectors import encoder_for
 
-    def fill_vectors(self, stop=None) -> int:
-        """Encode the skills that have no fresh vectors (new, changed, or a cold cache)."""
+            encoder = encoder_for(self.root / ".hermes").encode  # TableMissing when it went away
+            return embeddings.rank(ready, query, limit, embeddings.STATIC_BODY_WEIGHT, encoder), len(missing)
+        return embeddings.rank(ready, query, limit), len(missing)
+
+    def fill_vectors(self, stop=None, kind: str = "model") -> int:
+        """Encode the skills that have no fresh vectors of `kind` (new, changed, or a cold cache)."""
         from . import embeddings
 
         current = self._skill_signatures()
         rows = {p: (n, d, b) for p, n, d, b in
                 self.db.execute("SELECT path, name, description, body FROM fts WHERE kind='skills'")}
-        return embeddings.SkillVectors(self.db).fill(current, lambda p: embeddings.skill_texts(*rows[p]), stop=stop)
+        encoder = None
+        if kind == embeddings.STATIC:
+            from .static_vectors import encoder_for
+
+            encoder = encoder_for(self.root / ".hermes").encode
+        return embeddings.SkillVectors(self.db, kind, encoder).fill(
+            current, lambda p: embeddings.skill_texts(*rows[p]), stop=stop)
 
     def _skill_signatures(self) -> dict[str, tuple[int, int]]:
         self.refresh("skills")
@@ -196,9 +209,15 @@ def search(vault_root: Path, kind: str, query: str, limit: int = 10) -> list[Hit
         index.close()
 
 
-def fill_vectors(vault_root: Path, stop=None) -> int | None:
+def fill_vectors(vault_root: Path, stop=None, model: bool = True, build_table: bool = True) -> int | None:
     """Build or refresh the skill vectors of a vault (the daemon's background work, `hermes-fs
-    skills embed`); None when another process is already at it (one filler per vault)."""
+    skills embed`): the static token table if it is missing (a minute, once), the static vectors,
+    then, with `model`, the model's. How many skills were encoded (static and model counted once
+    each); None when another process is already at it (one filler per vault). Without
+    `build_table` a missing table raises TableMissing (the daemon builds it in a child process, so
+    the transformer's weights never enter the daemon)."""
+    from . import embeddings, static_vectors
+
     lock = vectors_lock(vault_root)
     try:
         lock.acquire(timeout=0)
@@ -206,7 +225,16 @@ def fill_vectors(vault_root: Path, stop=None) -> int | None:
         return None
     index = SearchIndex(vault_root)
     try:
-        return index.fill_vectors(stop)
+        state = Path(vault_root) / ".hermes"
+        if not static_vectors.is_built(state):
+            if not build_table:
+                raise static_vectors.TableMissing("the static token table is not built yet")
+            if static_vectors.build(state, stop=stop) is None:
+                return 0
+        done = index.fill_vectors(stop, embeddings.STATIC)
+        if model and not (stop is not None and stop.is_set()):
+            done += index.fill_vectors(stop, embeddings.MODEL)
+        return done
     finally:
         index.close()
         lock.release()
@@ -216,13 +244,33 @@ def vectors_lock(vault_root: Path) -> VaultLock:
     return VaultLock(Path(vault_root) / ".hermes" / "locks" / "skill-vectors.lock")
 
 
-def vectors_missing(vault_root: Path) -> int:
-    """How many skills have no fresh vectors yet (a stat per skill and one query; no model)."""
-    from . import embeddings
+def vectors_missing(vault_root: Path, model: bool = True) -> int:
+    """How many skills have no fresh vectors yet, static (or, with `model`, the model's); all of
+    them while the static table is not built (a stat per skill and one query; no model)."""
+    from . import embeddings, static_vectors
 
     index = SearchIndex(vault_root)
     try:
-        return len(embeddings.SkillVectors(index.db).stale(index._skill_signatures()))
+        current = index._skill_signatures()
+        if not static_vectors.is_built(Path(vault_root) / ".hermes"):
+            return len(current)
+        stale = set(embeddings.SkillVectors(index.db, embeddings.STATIC).stale(current))
+        if model:
+            stale |= set(embeddings.SkillVectors(index.db, embeddings.MODEL).stale(current))
+        return len(stale)
+    finally:
+        index.close()
+
+
+def over_budget(vault_root: Path, budget: int) -> bool:
+    """The skills index does not fit `budget`, so skills are ranked (what vectors are for): below
+    it, no table is built and no vectors are filled."""
+    index = SearchIndex(vault_root)
+    try:
+        index.refresh("skills")
+        used = sum(len(f"- {p.split('/')[1]}: {' '.join(d.split())}") + 1
+                   for p, d in index.db.execute("SELECT path, description FROM fts WHERE kind='skills'"))
+        return used - 1 > budget
     finally:
         index.close()
 

@@ -36,15 +36,19 @@ def refine_in_background(vault, options) -> tuple[int, Path]:
 
 
 def embed_in_background(vault) -> tuple[int, Path] | None:
-    """`hermes-fs skills embed` as a detached process when skills.embeddings is on and some skill has
-    no vectors yet, and nobody is building them (the daemon does it itself): a turn in a process
-    without a daemon ranks by full-text meanwhile instead of waiting minutes. Its pid and log file."""
+    """`hermes-fs skills embed` as a detached process when skills are ranked by meaning (the skills
+    index is over its budget), some skill has no vectors yet, and nobody is building them (the
+    daemon does it itself): a turn in a process without a daemon ranks by full-text meanwhile
+    instead of waiting. Its pid and log file."""
     from ..mind import embeddings
-    from ..mind.search import vectors_lock, vectors_missing
+    from ..mind.search import over_budget, vectors_lock, vectors_missing
 
-    if not vault.config.skills.embeddings or not embeddings.available() or vectors_lock(vault.root).is_held():
+    skills = vault.config.skills
+    if not embeddings.wanted(skills.embeddings) or not embeddings.available() or vectors_lock(vault.root).is_held():
         return None
-    if not vectors_missing(vault.root):
+    if not vectors_missing(vault.root, model=embeddings.mode(skills.embeddings) == "model"):
+        return None
+    if not over_budget(vault.root, skills.prompt_budget_chars):
         return None
     log = vault.state_dir / "logs" / f"embed-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}.log"
     return spawn(vault.root, ["skills", "embed", "--background"], log), log

@@ -315,7 +315,7 @@ class Daemon:
         self.model_worker = ModelWorker(lambda: 0 if turns_only else self.vault.config.daemon.model_worker_idle_s,
                                         nice=0 if turns_only else AGENT_NICE)
         serve_from(self.model_worker)
-        encode_with(self.model_worker.encode)  # the skill embedding model lives there too
+        encode_with(self.model_worker.encode, loaded=self.model_worker.encoder_loaded)  # the skill embedding model lives there too
 
     def _warm_up_model_layer(self, lower: bool = True) -> None:
         """Start the model worker (it imports litellm: seconds of CPU) in the background once

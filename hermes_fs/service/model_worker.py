@@ -4,18 +4,23 @@ litellm is most of a busy daemon's memory and all of its import time. The daemon
 loop and hands each model call to this worker: a child process that imports litellm once and
 runs `LiteLLMModel.complete` for it. After `daemon.model_worker_idle_s` without a call the worker
 is stopped, and the daemon is small again; the next call starts a new one. The daemon starts it in
-the background once everything else is up, so the first turn finds it ready.
+the background once everything else is up, and it runs litellm's call path once before it says it
+is ready, so the first turn finds it as warm as the later ones.
 
 The skill embedding model (mind/embeddings.py) is run there too when `skills.embeddings` is on:
 the daemon's vector fills and a turn's query are encoded by the worker, so the model's weights
 are also let go with it.
 
+A voice note's hosted transcription (`voice.engine: api`) runs there too, so a voice note does
+not bring litellm into the daemon either.
+
 The protocol is JSON lines over the child's stdin and a dedicated copy of its stdout (what
 litellm prints goes to stderr). The daemon sends {"id": n, "op": "complete", "settings": {...},
 "key": ..., "messages": [...], "tools": [...], "response_format": ..., "stream": bool},
+{"id": n, "op": "transcribe", "settings": {...}, "key": ..., "audio": base64 WAV, "language": ...},
 {"id": n, "op": "encode", "texts": [...]} and {"id": n, "op": "cancel"}; the worker sends
 {"ready": pid, "protocol": PROTOCOL} once litellm is imported, then per request {"id": n, "text": piece} while
-streaming and one {"id": n, "done": reply | base64 float32 vectors} or {"id": n, "error":
+streaming and one {"id": n, "done": reply | transcript | base64 float32 vectors} or {"id": n, "error":
 {"type": name, "message": text}}. Requests run concurrently, one thread each.
 
 Invariants: the worker never outlives the daemon (it exits when its stdin closes, and it watches for
@@ -45,7 +50,7 @@ from .priority import AGENT_NICE
 
 log = logging.getLogger(__name__)
 POLL_S = 0.05  # how often a waiting call looks at its cancel event
-PROTOCOL = 1  # the worker's words; a worker from other code (an upgrade under a running daemon) is refused
+PROTOCOL = 2  # the worker's words; a worker from other code (an upgrade under a running daemon) is refused
 UNKNOWN_ANSWER = ("the model worker answered in a form this daemon does not know (was hermes-fs upgraded while "
                   "it ran?); restart the daemon")
 PARENT_CHECK_S = 1.0  # how often the worker looks whether the daemon is still there
@@ -78,6 +83,7 @@ class ModelWorker:
         self.last_used = time.monotonic()
         self.ready = threading.Event()  # the current worker has imported litellm
         self.starts = 0  # workers started so far (the daemon's log and tests read it)
+        self.encoder_pid: int | None = None  # the worker that has the embedding model loaded
         self.stopped = threading.Event()
         self._reaper: threading.Thread | None = None
 
@@ -172,6 +178,18 @@ class ModelWorker:
                                    "tools": tools, "response_format": response_format, "stream": on_text is not None}
         return _reply(self._call(request, f"model {settings.model}", on_text, cancel))
 
+    def transcribe(self, settings: ModelSettings, key: str | None, wav: bytes, language: str | None) -> str:
+        """A voice note's words (agent.transcription in the daemon): litellm's `transcription` runs
+        in the worker, so a voice note never brings litellm into the daemon."""
+        import base64
+
+        request = {"op": "transcribe", "settings": {f: getattr(settings, f) for f in SETTINGS_FIELDS}, "key": key,
+                   "audio": base64.b64encode(wav).decode("ascii"), "language": language}
+        text = self._call(request, f"transcription by {settings.model}")
+        if not isinstance(text, str):
+            raise ModelError(UNKNOWN_ANSWER)
+        return text
+
     def encode(self, texts: list[str]):
         """Sentence vectors made in the worker (mind.embeddings' encoder in the daemon): the
         embedding model's weights live there, and go with it when it is let go."""
@@ -181,8 +199,15 @@ class ModelWorker:
 
         from ..mind.embeddings import DIM
 
+        pid = self.pid()
         value = self._call({"op": "encode", "texts": list(texts)}, "skill embeddings")
+        self.encoder_pid = pid if pid is not None else self.pid()  # this worker has the model loaded now
         return np.frombuffer(base64.b64decode(value), dtype=np.float32).reshape(-1, DIM)
+
+    def encoder_loaded(self) -> bool:
+        """The running worker has answered an encode, so it holds the model: a query costs no load."""
+        pid = self.pid()
+        return pid is not None and pid == self.encoder_pid
 
     def _call(self, request: dict[str, Any], what: str, on_text: OnText | None = None,
               cancel: threading.Event | None = None) -> Any:
@@ -345,6 +370,10 @@ class Server:
                 threading.Thread(target=self.complete, args=(request, cancel), daemon=True).start()
             elif op == "encode":
                 threading.Thread(target=self.encode, args=(request,), daemon=True).start()
+            elif op == "transcribe":
+                threading.Thread(target=self.transcribe, args=(request,), daemon=True).start()
+            else:  # never a call left waiting on an answer that will not come
+                self.send({"id": ident, "error": {"type": "ModelError", "message": f"model worker: unknown op {op!r}"}})
 
     def complete(self, request: dict, cancel: threading.Event) -> None:
         from ..agent.model import LiteLLMModel
@@ -369,6 +398,24 @@ class Server:
             with self.lock:
                 self.cancels.pop(ident, None)
 
+    def transcribe(self, request: dict) -> None:
+        """The words of one WAV (base64) from the hosted speech model the settings name."""
+        import base64
+
+        from ..agent.transcription import transcribe_wav
+
+        ident = int(request.get("id") or 0)
+        try:
+            settings = ModelSettings(**{k: v for k, v in request["settings"].items() if k in SETTINGS_FIELDS})
+            wav = base64.b64decode(str(request.get("audio") or ""), validate=True)
+            language = request.get("language")
+            text = transcribe_wav(settings, request.get("key"), wav, str(language) if language else None)
+            self.send({"id": ident, "done": text})
+        except HermesError as exc:
+            self.send({"id": ident, "error": {"type": type(exc).__name__, "message": str(exc)}})
+        except Exception as exc:  # a bug or a malformed request: the voice note's reply says one clear line
+            self.send({"id": ident, "error": {"type": "ModelError",
+                                              "message": f"model worker: unexpected {type(exc).__name__}: {exc}"}})
 
     def encode(self, request: dict) -> None:
         """Vectors of the texts, as base64 of float32 rows. A batch of several texts is a skill
@@ -426,6 +473,24 @@ def _lower_priority() -> None:
         pass
 
 
+def warm_call_path() -> None:
+    """Run litellm's streamed call once on a mock answer (nothing leaves the process) and make one
+    HTTP client, before saying ready: the first real call would otherwise import about a hundred
+    modules (the HTTP client's, litellm's streaming and logging types, the tokenizer's table) while
+    a person waits for the daemon's first turn. A failure here only leaves that to the first call."""
+    from ..agent.model import import_litellm
+    from ..agent.request import Request
+
+    litellm = import_litellm()
+    messages = [{"role": "user", "content": "warm up"}]
+    try:
+        stream = litellm.completion(model="openai/warm-up", messages=messages, mock_response="ok", stream=True)
+        litellm.stream_chunk_builder(list(stream), messages=messages)
+        Request().http_client(5.0).close()
+    except Exception as exc:  # noqa: BLE001 — the first real call reports its own errors
+        log.debug(f"model worker: warming the call path failed ({type(exc).__name__}: {exc})")
+
+
 def main() -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on a foreground daemon: the daemon stops it
@@ -435,6 +500,7 @@ def main() -> None:
     from ..agent.model import import_litellm
 
     import_litellm()
+    warm_call_path()
     server = Server(out)
     server.send({"ready": os.getpid(), "protocol": PROTOCOL})
     server.serve(sys.stdin.buffer)

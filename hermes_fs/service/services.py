@@ -45,7 +45,7 @@ def services_for(daemon: DaemonHost, early: bool = False) -> list[DaemonService]
         found.append(CuratorService(daemon))
     from ..mind import embeddings
 
-    if daemon.vault.config.skills.embeddings and embeddings.available():
+    if embeddings.wanted(daemon.vault.config.skills.embeddings) and embeddings.available():
         from .skill_vectors import SkillVectorsService
 
         found.append(SkillVectorsService(daemon))

