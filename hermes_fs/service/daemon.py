@@ -313,7 +313,7 @@ class Daemon:
 
         turns_only = self.options.turns_only  # its worker goes with it (idle_stop_min), never before
         self.model_worker = ModelWorker(lambda: 0 if turns_only else self.vault.config.daemon.model_worker_idle_s,
-                                        nice=0 if turns_only else AGENT_NICE)
+                                        nice=0 if turns_only else AGENT_NICE, warm=not turns_only)
         serve_from(self.model_worker)
         encode_with(self.model_worker.encode, loaded=self.model_worker.encoder_loaded)  # the skill embedding model lives there too
 
