@@ -17,7 +17,11 @@ cost alone); `--calls-only` measures just that and keeps the daemon rows of the 
 `--peer PEER/bin/hermes` times as many `hermes -z hello` calls of Hermes Agent 0.19 in the same run
 (it has no daemon: each call is a first one), with each process's peak RSS. A tree without the
 background warm-up (before issue 43) is measured without waiting for one: its first turn imports.
+`--skills-from VAULT` copies VAULT's skills, with its skills index and vectors (.hermes/index.sqlite,
+the static token table), into the vault first, so every turn ranks skills past the index's budget
+(skills.embeddings at its default, auto); its figures go to daemon_memory_skills.json.
 Usage: python bench/daemon_memory.py [--turns N] [--idle S] [--before TREE] [--peer HERMES] [--calls N] [--calls-only]
+       [--skills-from VAULT]
 """
 
 from __future__ import annotations
@@ -85,7 +89,22 @@ def turn(root: Path, env: dict) -> float:
     return round(elapsed, 3)
 
 
-def measure(tree: Path, turns: int, idle_s: float) -> dict:
+def add_skills(root: Path, source: Path) -> int:
+    """The skills of `source` and its caches (mtimes kept, so its vectors stay fresh), committed."""
+    import shutil
+
+    for skill in (source / "skills").iterdir():
+        if skill.is_dir() and not (root / "skills" / skill.name).exists():
+            shutil.copytree(skill, root / "skills" / skill.name, copy_function=shutil.copy2)
+    for name in ("index.sqlite", "static-vectors.npy", "static-vectors.json"):
+        if (source / ".hermes" / name).exists():
+            shutil.copy2(source / ".hermes" / name, root / ".hermes" / name)
+    subprocess.run(["git", "-C", str(root), "add", "-A", "skills"], check=True, capture_output=True)
+    subprocess.run(["git", "-C", str(root), "commit", "-qm", "bench: skills"], check=True, capture_output=True)
+    return sum(1 for _ in (root / "skills").iterdir())
+
+
+def measure(tree: Path, turns: int, idle_s: float, skills_from: Path | None = None) -> dict:
     os.chdir(tree)  # `python -m` puts the working directory first on the path: the tree's code, not ours
     server = ModelServer(responder=lambda body: {"content": "hello"})
     root = Path(tempfile.mkdtemp(prefix="daemon-memory-")) / "vault"
@@ -96,8 +115,10 @@ def measure(tree: Path, turns: int, idle_s: float) -> dict:
     configure(root, server)
     with open(root / "hermes.yaml", "a") as f:  # an older tree refuses the key it does not know
         f.write(f"daemon:\n  model_worker_idle_s: {idle_s}\n" if (tree / "hermes_fs/service/model_worker.py").exists() else "")
-    proc = start_daemon(root, env=env)
     row: dict = {"tree": str(tree)}
+    if skills_from is not None:
+        row["skills"] = add_skills(root, skills_from)
+    proc = start_daemon(root, env=env)
     try:
         row["started"] = snapshot(proc.pid)
         row["warm_up"] = "model layer warm" in (tree / "hermes_fs" / "service" / "daemon.py").read_text()
@@ -195,6 +216,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--calls", type=int, default=30, help="model calls timed in-process and through a worker")
     p.add_argument("--calls-only", action="store_true", help="only the per-call figure (keeps the daemon rows)")
     p.add_argument("--peer", help="Hermes Agent's `hermes`: as many `hermes -z` calls as turns, in the same run")
+    p.add_argument("--skills-from", help="a vault whose skills (and their vectors) are copied in first")
     a = p.parse_args(argv)
     if a.calls_only:
         import json
@@ -211,7 +233,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = {}
     trees = [("after", ROOT)] + ([("before", Path(a.before).resolve())] if a.before else [])
     for name, tree in trees:
-        rows[name] = measure(tree, a.turns, a.idle)
+        rows[name] = measure(tree, a.turns, a.idle, Path(a.skills_from) if a.skills_from else None)
         r = rows[name]
         print(f"{name}: daemon RSS started {r['started']['daemon_rss_mib']} MiB, warm {r['warm']['daemon_rss_mib']}, "
               f"after {a.turns + 1} turns {r['after_turns']['daemon_rss_mib']} (peak {r['after_turns']['daemon_peak_mib']}), "
@@ -234,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict:
     result["model_call"] = call_overhead(a.calls)
     print(f"model call: in-process {result['model_call']['in_process_median_ms']} ms, through the worker "
           f"{result['model_call']['worker_median_ms']} ms (ratio {result['model_call']['ratio_worker_vs_in_process']})")
-    write_results("daemon_memory", result)
+    write_results("daemon_memory_skills" if a.skills_from else "daemon_memory", result)
     return result
 
 

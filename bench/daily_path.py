@@ -121,6 +121,36 @@ def tone_wav(seconds: float = 1.0) -> bytes:
     return Pcm(samples.tobytes()).wav()
 
 
+def web_alone(root: Path) -> dict:
+    """`hermes-fs web` on its own (no daemon), five pages requested: what its process imported."""
+    import re
+    import threading
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-c", HOOK, "--vault", str(root), "web", "--listen", f"127.0.0.1:{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    said: list[str] = []
+    for stream in (proc.stdout, proc.stderr):
+        threading.Thread(target=lambda s=stream: said.extend(s), daemon=True).start()
+    try:
+        assert wait_for(lambda: re.search(r"token=(\S+)", "".join(said)), 60), "".join(said)
+        found = re.search(r"token=(\S+)", "".join(said))
+        token = found.group(1) if found else ""
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        for page in ("/", "/status", "/memory", "/skills", "/jobs"):
+            conn.request("GET", page, headers={"Authorization": f"Bearer {token}"})
+            r = conn.getresponse()
+            r.read()
+            assert r.status == 200, (page, r.status)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    imported = sorted({line.split()[1] for line in said if line.startswith("WATCHED-IMPORT ")})
+    return {"args": ["web", "(five pages)"], "exit_code": 0, "imported": imported}
+
+
 def cli_side(root: Path, server) -> list[dict]:
     from web_helpers import refine_change
 
@@ -134,6 +164,8 @@ def cli_side(root: Path, server) -> list[dict]:
                  ["doctor", "--no-model"]):
         rows.append(cli(root, *args))
         print(f"  {' '.join(args):<28} {rows[-1]['cpu_s']:.3f} s CPU  imports: {rows[-1]['imported'] or 'none'}")
+    rows.append(web_alone(root))
+    print(f"  {'web (five pages)':<28} imports: {rows[-1]['imported'] or 'none'}")
     config = root / "hermes.yaml"
     config.write_text(config.read_text() + f"remote:\n  url: {bare}\n")
     subprocess.run(["git", "-C", str(root), "commit", "-qam", "bench: a remote"], check=True)

@@ -157,3 +157,13 @@ def test_without_the_weights_auto_falls_back_to_full_text_and_doctor_says_how_to
     doctor = subprocess.run([sys.executable, "-m", "hermes_fs", "--vault", str(agent_vault.root), "doctor", "--no-model"],
                             capture_output=True, text=True, timeout=120, env=env)
     assert "skills.embeddings is on but not installed" in doctor.stdout + doctor.stderr
+
+
+def test_a_small_vault_is_known_to_fit_from_a_listing_and_nothing_is_built(vault):
+    from hermes_fs.mind.search import over_budget, surely_fits
+    from hermes_fs.service.background import embed_in_background
+
+    assert surely_fits(vault.root, 4000) and not over_budget(vault.root, 4000)
+    assert embed_in_background(vault) is None and not (vault.root / ".hermes" / static_vectors.TABLE).exists()
+    library(vault.root)
+    assert not surely_fits(vault.root, 600) and over_budget(vault.root, 600)

@@ -185,9 +185,24 @@ class SkillVectors:
         ready = {}
         for p, sig in current.items():
             row = known.get(p)
-            if row is not None and row[:2] == sig and isinstance(row[2], bytes) and row[2] and len(row[2]) % (DIM * 4) == 0:
+            if row is not None and row[:2] == sig and _whole(row[2]):
                 ready[p] = np.frombuffer(row[2], dtype="float32").reshape(-1, DIM)
         return ready, [p for p in current if p not in ready]
+
+    def ranked(self, current: dict[str, tuple[int, int]], query, body_weight: float, limit: int) -> list[str]:
+        """Paths of `current` with fresh vectors by similarity to the `query` vector, best first:
+        the description's cosine plus `body_weight` times the best body passage's. Rows are read
+        and scored one at a time, so a turn never holds every skill's vectors at once."""
+        import numpy as np
+
+        paths, scores = [], []
+        for p, m, s, v in self.db.execute(f"SELECT path, mtime_ns, size, vec FROM {self.table}"):
+            if current.get(p) != (m, s) or not _whole(v):
+                continue
+            sims = np.frombuffer(v, dtype="float32").reshape(-1, DIM) @ query
+            scores.append(float(sims[0]) + (body_weight * float(sims[1:].max()) if len(sims) > 1 else 0.0))
+            paths.append(p)
+        return [paths[i] for i in np.argsort(-np.array(scores), kind="stable")[:limit]]
 
     def stale(self, current: dict[str, tuple[int, int]]) -> list[str]:
         """The paths of `current` without fresh vectors (signatures only: no numpy, no model)."""
@@ -222,19 +237,9 @@ class SkillVectors:
         return done
 
 
-def rank(vectors: dict[str, Any], query: str, limit: int = 50, body_weight: float = BODY_WEIGHT,
-         encoder: Encoder | None = None) -> list[str]:
-    """Paths by similarity to the query, best first: the description's cosine plus `body_weight`
-    times the best body passage's."""
-    import numpy as np
-
-    if not vectors or not query.strip():
-        return []
-    paths = list(vectors)
-    q = (encoder or encode)([query])[0]
-    scores = np.array([float(v[0] @ q) + (body_weight * float((v[1:] @ q).max()) if len(v) > 1 else 0.0)
-                       for v in (vectors[p] for p in paths)])
-    return [paths[i] for i in np.argsort(-scores)[:limit]]
+def _whole(blob) -> bool:
+    """A vector row that is whole: bytes of one or more float32 vectors (a damaged row is not)."""
+    return isinstance(blob, bytes) and bool(blob) and len(blob) % (DIM * 4) == 0
 
 
 def fuse(*rankings: list[str], k: int = 60) -> list[str]:

@@ -167,15 +167,17 @@ class SearchIndex:
         for it. With no vector ready the model (or the static table) is not even opened."""
         from . import embeddings
 
-        ready, missing = embeddings.SkillVectors(self.db, kind).cached(self._skill_signatures())
-        if not ready:
-            return [], len(missing)
+        vectors = embeddings.SkillVectors(self.db, kind)
+        current = self._skill_signatures()
+        missing = len(vectors.stale(current))
+        if missing == len(current) or not query.strip():
+            return [], missing
         if kind == embeddings.STATIC:
             from .static_vectors import encoder_for
 
             encoder = encoder_for(self.root / ".hermes").encode  # TableMissing when it went away
-            return embeddings.rank(ready, query, limit, embeddings.STATIC_BODY_WEIGHT, encoder), len(missing)
-        return embeddings.rank(ready, query, limit), len(missing)
+            return vectors.ranked(current, encoder([query])[0], embeddings.STATIC_BODY_WEIGHT, limit), missing
+        return vectors.ranked(current, embeddings.encode([query])[0], embeddings.BODY_WEIGHT, limit), missing
 
     def fill_vectors(self, stop=None, kind: str = "model") -> int:
         """Encode the skills that have no fresh vectors of `kind` (new, changed, or a cold cache)."""
@@ -260,6 +262,27 @@ def vectors_missing(vault_root: Path, model: bool = True) -> int:
         return len(stale)
     finally:
         index.close()
+
+
+def surely_fits(vault_root: Path, budget: int) -> bool:
+    """The skills index fits `budget` for certain, from a directory listing alone (no SQLite): a
+    skill's line is never longer than its name plus its file. What a CLI call checks first, so a
+    small vault's first call opens nothing more than before."""
+    base = Path(vault_root) / SKILLS_DIR
+    total = 0
+    try:
+        with os.scandir(base) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+                    try:
+                        total += len(entry.name) + 4 + os.stat(os.path.join(entry.path, SKILL_FILE)).st_size
+                    except OSError:
+                        continue
+                    if total > budget:
+                        return False
+    except OSError:
+        return True
+    return True
 
 
 def over_budget(vault_root: Path, budget: int) -> bool:

@@ -41,9 +41,11 @@ def embed_in_background(vault) -> tuple[int, Path] | None:
     daemon does it itself): a turn in a process without a daemon ranks by full-text meanwhile
     instead of waiting. Its pid and log file."""
     from ..mind import embeddings
-    from ..mind.search import over_budget, vectors_lock, vectors_missing
+    from ..mind.search import over_budget, surely_fits, vectors_lock, vectors_missing
 
     skills = vault.config.skills
+    if embeddings.mode(skills.embeddings) == "off" or surely_fits(vault.root, skills.prompt_budget_chars):
+        return None  # nothing is ranked: a listing of skills/ was all this call paid
     if not embeddings.wanted(skills.embeddings) or not embeddings.available() or vectors_lock(vault.root).is_held():
         return None
     if not vectors_missing(vault.root, model=embeddings.mode(skills.embeddings) == "model"):
