@@ -95,7 +95,16 @@ def daemon_pid(root: Path) -> int:
 
 def summary(rows: list[tuple[float, float]]) -> dict:
     return {"wall_median_s": median([r[0] for r in rows]), "cpu_median_s": median([r[1] for r in rows]),
-            "runs": len(rows)}
+            "runs": len(rows), "wall_s": [round(r[0], 3) for r in rows], "cpu_s": [round(r[1], 3) for r in rows]}
+
+
+def per_round(ours: list[tuple[float, float]], peer: list[tuple[float, float]]) -> dict:
+    """Each round's call over the same round's peer call: how often it was at most the peer's."""
+    walls = [o[0] / p[0] for o, p in zip(ours, peer, strict=True)]
+    cpus = [o[1] / p[1] for o, p in zip(ours, peer, strict=True)]
+    return {"wall": [round(r, 3) for r in walls], "cpu": [round(r, 3) for r in cpus],
+            "rounds_at_most_peer_wall": sum(r <= 1.0 for r in walls),
+            "rounds_at_most_peer_cpu": sum(r <= 1.0 for r in cpus), "rounds": len(walls)}
 
 
 def main() -> dict:
@@ -176,6 +185,8 @@ def main() -> dict:
                            ("later_calls (2..N through the daemon it started; CLI + daemon CPU)", "later_calls")):
             result[f"{short}_over_peer_wall"] = result[key]["wall_median_s"] / pw
             result[f"{short}_over_peer_cpu"] = result[key]["cpu_median_s"] / pc
+        for name in trees:
+            result[f"{name}first_call_over_peer_per_round"] = per_round(first[name], peer)
         n = a.calls
         result["session_mean_over_peer_cpu"] = (result["first_call_over_peer_cpu"]
                                                 + (n - 1) * result["later_calls_over_peer_cpu"]) / n

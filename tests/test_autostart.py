@@ -141,3 +141,17 @@ def _alive(pid: int) -> bool:
         return os.waitpid(pid, os.WNOHANG) == (0, 0)
     except ChildProcessError:
         return True
+
+
+def test_the_daemon_run_starts_still_makes_older_state_files_private(autostarted, model_server, tmp_path):
+    """It does so after it has started serving (not before the first turn): the job still happens."""
+    vault = autostarted
+    old = vault.root / ".hermes" / "logs" / "old.log"
+    old.parent.mkdir(parents=True, exist_ok=True)
+    old.write_text("a line a person may not want others to read\n")
+    old.chmod(0o644)
+    model_server.add({"content": "private"})
+    r = watched(vault, "run", "hi", env=ON, cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (0, "private\n") and STARTED in r.stderr, r.stderr
+    assert wait_for(lambda: old.stat().st_mode & 0o777 == 0o600, 30)
+    assert (vault.root / ".hermes").stat().st_mode & 0o777 == 0o700

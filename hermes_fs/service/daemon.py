@@ -161,11 +161,11 @@ class Daemon:
             raise HermesError(f"a daemon is already running for this vault (pid {self.lock.holder()})") from None
         on_started()
         tighten_umask()  # every state file it (or a child) makes is 0600: message text lives there
-        protect_tree(self.vault.state_dir)
         favour_waiting_threads()  # sync's git calls beside agent work (priority.py)
         if self.options.turns_only:
-            self._serve_turns_only()
+            self._serve_turns_only()  # it protects the state folder once it serves (_protect_state_later)
             return
+        protect_tree(self.vault.state_dir)
         try:
             self._setup_logging()
             self._open_claims()
@@ -203,6 +203,7 @@ class Daemon:
             self._start_warm()
             if self.warm is None:
                 return
+            self._protect_state_later()
             idle = self.options.idle_stop_s
             self.note("daemon started (turns only: no watcher, inbox, cron, gateway or sync"
                       + (f"; stops after {idle / 60:g} min without a turn)" if idle else ")"))
@@ -213,6 +214,18 @@ class Daemon:
             self.note("stopping")
         finally:
             self._shutdown()
+
+    def _protect_state_later(self) -> None:
+        """Make the state folder's older files private (protect_tree walks all of .hermes, workspaces
+        included) on a low-priority thread once the socket is up, so the first turn of the daemon
+        `run` started does not wait for it. What is written meanwhile is private already
+        (tighten_umask); what was there before is no less private than before the daemon started."""
+
+        def protect() -> None:
+            lower_this_thread()
+            protect_tree(self.vault.state_dir)
+
+        threading.Thread(target=protect, name="protect-state", daemon=True).start()
 
     def _on_signal(self, signum: int, _frame) -> None:
         """The first SIGTERM or Ctrl-C stops in order; a second one, while stopping, exits at once
@@ -300,7 +313,7 @@ class Daemon:
 
         turns_only = self.options.turns_only  # its worker goes with it (idle_stop_min), never before
         self.model_worker = ModelWorker(lambda: 0 if turns_only else self.vault.config.daemon.model_worker_idle_s,
-                                        nice=0 if turns_only else AGENT_NICE)
+                                        nice=0 if turns_only else AGENT_NICE, warm=not turns_only)
         serve_from(self.model_worker)
         encode_with(self.model_worker.encode, loaded=self.model_worker.encoder_loaded)  # the skill embedding model lives there too
 

@@ -72,9 +72,13 @@ class ModelWorker:
     """The daemon's side: starts the worker, sends it calls, stops it after `idle_s()` seconds
     without one (0: never)."""
 
-    def __init__(self, idle_s: Callable[[], float], command: list[str] | None = None, nice: int = AGENT_NICE):
+    def __init__(self, idle_s: Callable[[], float], command: list[str] | None = None, nice: int = AGENT_NICE,
+                 warm: bool = True):
         self.idle_s = idle_s
         self.nice = nice  # the worker runs this much nicer than the daemon (its agent work's priority)
+        # run litellm's call path once before saying ready (warm_call_path); not when a turn is
+        # already waiting for the worker (the daemon `run` starts): its call warms the same path
+        self.warm = warm
         self.command = command or [sys.executable, "-m", "hermes_fs.service.model_worker"]
         self.lock = threading.Lock()
         self.proc: subprocess.Popen | None = None
@@ -143,7 +147,7 @@ class ModelWorker:
             return self.proc
         # one BLAS thread, as in the daemon (mind/embeddings.py): set before the worker's NumPy loads
         env = {"OPENBLAS_NUM_THREADS": "1", **os.environ, "HERMES_MODEL_WORKER_PARENT": str(os.getpid()),
-               "HERMES_MODEL_WORKER_NICE": str(self.nice)}
+               "HERMES_MODEL_WORKER_NICE": str(self.nice), "HERMES_MODEL_WORKER_WARM": "1" if self.warm else "0"}
         proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                 start_new_session=False)
         self.proc = proc
@@ -500,7 +504,8 @@ def main() -> None:
     from ..agent.model import import_litellm
 
     import_litellm()
-    warm_call_path()
+    if os.environ.get("HERMES_MODEL_WORKER_WARM") != "0":
+        warm_call_path()
     server = Server(out)
     server.send({"ready": os.getpid(), "protocol": PROTOCOL})
     server.serve(sys.stdin.buffer)
