@@ -18,6 +18,9 @@ rewritten without their quoted words), tokens and seconds per refine, probe pass
 Usage: python bench/learning_eval.py --model M [--api-base URL] [--mode tools|structured]
        [--cases 1,3,foo] [--no-probe] [--min-recall 0.8] [--max-trap-rate 0] [--out FILE]
        python bench/learning_eval.py --combine RUN.json... [--out FILE]   (one summary of runs in parts)
+       python bench/learning_eval.py --replay RUN.json [--out FILE]
+           (lessons first: the run's recorded model answers judged again by today's code, no model called;
+            tells a change of code from the model's sampling, which differs run to run)
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -40,7 +44,7 @@ sys.path.insert(0, str(HERE))
 CASES = HERE / "learning"
 
 from hermes_fs.agent.conversation import Conversation, ConversationOptions  # noqa: E402
-from hermes_fs.agent.model import LiteLLMModel, Model, ModelSettings, Usage  # noqa: E402
+from hermes_fs.agent.model import LiteLLMModel, Model, ModelSettings, Reply, Usage  # noqa: E402
 from hermes_fs.errors import HermesError  # noqa: E402
 from hermes_fs.learning import changes, pipeline  # noqa: E402
 from hermes_fs.learning.refine import RefineOptions, Reviewer  # noqa: E402
@@ -384,9 +388,48 @@ def combine(paths: list[str], out: str | None) -> dict:
     return data
 
 
+class Recorded:
+    """A model that answers with a run's recorded answers, in order (then an empty list of lessons):
+    the samples of lessons first are drawn at once, so which recorded answer is which sample does
+    not matter. Answers were recorded cut at 1,500 characters; one cut there no longer parses and
+    counts as an invalid answer."""
+
+    name = "recorded"
+
+    def __init__(self, answers: list[str]):
+        self.answers, self.usage, self._lock = list(answers), Usage(), threading.Lock()
+
+    def complete(self, messages, tools, response_format=None, on_text=None, temperature=None) -> Reply:
+        with self._lock:
+            return Reply(self.answers.pop(0) if self.answers else '{"lessons": []}')
+
+
+def replay(path: str, out: str | None) -> dict:
+    """Judge a lessons-first run's recorded answers again with today's code: the same answers, so a
+    difference in the figures is the code's alone."""
+    run = json.loads(Path(path).read_text())
+    first = run["summary"]
+    samples = max((len(c["answers"]) for c in run["cases"]), default=3) or 3
+    s = Settings(first["model"], mode=first["mode"], probe=False, samples=samples)
+    cases = {c.name: c for c in load_cases()}
+    results = []
+    with tempfile.TemporaryDirectory(prefix="hermes-replay-") as tmp:
+        for recorded in run["cases"]:
+            results.append(run_case(cases[recorded["case"]], s, Path(tmp), Recorded(recorded["answers"])))
+    data = {"summary": asdict(summarize(results, s, 0.5, 0.05)), "cases": [asdict(r) for r in results],
+            "command": f"python bench/learning_eval.py --replay {path}", "replay_of": path,
+            "complete": bool(run.get("complete", True))}
+    if out:
+        Path(out).write_text(json.dumps(data, indent=2) + "\n")
+    print(json.dumps(data["summary"], indent=2))
+    return data
+
+
 def main(argv: list[str] | None = None) -> dict:
     if argv is None:
         argv = sys.argv[1:]
+    if argv[:1] == ["--replay"] and len(argv) >= 2:
+        return replay(argv[1], argv[argv.index("--out") + 1] if "--out" in argv else None)
     if argv[:1] == ["--combine"]:
         rest = argv[1:]
         out = rest[rest.index("--out") + 1] if "--out" in rest else None

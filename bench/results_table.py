@@ -252,7 +252,9 @@ def _routing(results: Path) -> list[str]:
 
 def _learning(results: Path) -> list[str]:
     body = []
-    for mode, label in (("structured-lessons", "structured, lessons first (`refine.samples: 3`), no probes"),
+    for mode, label in (("structured-quotes", "structured, lessons first with the person's verbatim words "
+                                              "(`refine.samples: 3`), no probes"),
+                        ("structured-lessons", "structured, lessons first (`refine.samples: 3`), no probes"),
                         ("structured", "structured, one document (`refine.samples: 0`)"), ("tools", "tools")):
         d = _load(results, f"learning_eval-qwen2.5-coder-1.5b-instruct-{mode}")
         if not d:

@@ -15,6 +15,12 @@ every candidate and writes the memory entries itself:
 - a lesson counts only when at least `agree` of the samples propose it (or the person's own
   sentence states it outright as lasting: "always", "I use", "remember"), and never when memory
   already holds it.
+A quote a small model re-typed in its own words, or took from the assistant's answer to what the
+person said, may still stand on the person's own sentence that code finds for it (most of its
+words in one sentence of the person's own words, never a tool's output or a pasted text); that
+sentence, verbatim, is then the quote and the whole entry, and is judged as strictly. Every entry
+carries the verbatim words it stands on when they add to the lesson and pass the same screens: a
+small model's lesson often drops the very term (the host, the flag) the person's words hold.
 The model only proposes: what may be written, and where, is decided here.
 """
 
@@ -425,7 +431,8 @@ def gist(entry: str) -> list[str]:
     quoted = re.findall("“([^”]*)”", entry)
     if not quoted:
         return [entry]
-    head = entry.split(" (", 1)[0].strip() if entry.rstrip().endswith(")") else ""
+    cut = entry.rfind(" (", 0, entry.find("“"))  # where the quoted words begin, after the lesson
+    head = entry[:cut].strip() if cut > 0 and entry.rstrip().endswith(")") else ""
     return [x for x in [head, *quoted] if x and not x.startswith("The user said:")]
 
 

@@ -221,3 +221,22 @@ def test_the_harmful_counter_counts_a_persons_entry_removed_without_their_words(
 
     assert le.count_harmful(vault, Said("Tell me about tabs."), base, tip) == 1
     assert le.count_harmful(vault, Said("OK: no more concise answers please, I want detail."), base, tip) == 0
+
+
+def test_a_lessons_run_replays_its_recorded_answers_through_todays_code(tmp_path):
+    """--replay: the same recorded answers judged again, no model called; a quote of the assistant's
+    answer to the person's correction now stands on the person's own sentence (both ports learned)."""
+    said = json.dumps({"lessons": [{"quote": "The admin UI is open on port 9001", "lesson": "Admin UI on port 9001."}]})
+    made_up = json.dumps({"lessons": [{"quote": "atlas has no admin", "lesson": "Atlas has no admin UI."}]})
+    run = {"summary": {"model": "openai/recorded", "mode": "structured"}, "complete": True, "cases": [
+        {"case": "27-atlas-ports", "answers": [said, said, "not json"]},
+        {"case": "02-no-sudo", "answers": [made_up, made_up, made_up]}]}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    data = le.main(["--replay", str(tmp_path / "run.json"), "--out", str(tmp_path / "again.json")])
+    assert json.loads((tmp_path / "again.json").read_text()) == data
+    by = {c["case"]: c for c in data["cases"]}
+    assert by["27-atlas-ports"]["lessons"] == {"atlas-admin-port": True, "atlas-api-port": True}
+    assert by["27-atlas-ports"]["invalid_answers"] == 1
+    assert by["02-no-sudo"]["status"] == "nothing" and "not in what" in by["02-no-sudo"]["reason"]
+    assert data["summary"]["lesson_recall"] == 0.667 and data["summary"]["harmful_changes"] == 0
+    assert data["replay_of"] == str(tmp_path / "run.json")

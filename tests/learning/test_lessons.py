@@ -323,3 +323,10 @@ def test_a_corrections_evidence_brings_the_reason_stated_before_the_quote():
     v = judge(Candidate(quote="Always target develop, never main", lesson="PRs always target develop, never main."),
               one_off)
     assert v.kept and v.entry == "PRs always target develop, never main.", v.entry  # the PR number stays out
+
+
+def test_an_entrys_gist_is_its_lesson_and_quoted_words_apart():
+    assert lessons.gist("Use user-level installs (pipx, ~/.local/bin). (the user: \u201cNo root here.\u201d)") == [
+        "Use user-level installs (pipx, ~/.local/bin).", "No root here."]
+    assert lessons.gist("The user said: \u201cAlways use tabs.\u201d") == ["Always use tabs."]
+    assert lessons.gist("A plain entry (written by hand).") == ["A plain entry (written by hand)."]
