@@ -197,7 +197,7 @@ def test_doctor_names_the_missing_embeddings_extra(agent_vault, run_cli):
         "backend: local", "backend: none") + "skills:\n  embeddings: true\n")
     r = run_cli("--vault", str(agent_vault.root), "doctor", "--no-model")
     if embeddings.available():
-        assert "ok  skill embeddings: model at" in r.stdout
+        assert "ok  skill embeddings: static vectors + the model; model at" in r.stdout
     else:
         assert r.returncode == 1 and "skills.embeddings is on but not installed: pip install 'hermes-fs[embeddings]'" in r.stdout
 
