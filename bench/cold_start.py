@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from common import median, write_results  # noqa: E402
-from harness import ModelServer  # noqa: E402
+from harness import byte_compile, hello_vault  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("hermes-fs"))
 TREE = Path(__file__).resolve().parent.parent  # the hermes-fs measured (first on PYTHONPATH)
@@ -117,17 +117,9 @@ def main() -> dict:
     a = p.parse_args()
     trees = {"": TREE, **({"before ": a.before.resolve()} if a.before else {})}
     if not a.no_compile:
-        for tree in trees.values():
-            subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "hermes_fs")], check=True)
-    server = ModelServer(responder=lambda body: {"content": "hello"})
+        byte_compile(trees.values())
     work = Path(tempfile.mkdtemp(prefix="cold-"))
-    root = work / "vault"
-    subprocess.run([EXE, "init", str(root)], check=True, capture_output=True)
-    (root / "hermes.yaml").write_text(f"model: openai/test-model\napi_base: {server.api_base}\n"
-                                      "api_key_env: HERMES_TEST_KEY\nsandbox:\n  backend: none\n")
-    subprocess.run(["git", "-C", str(root), "commit", "-qam", "bench config"], check=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("HERMES_NO_DAEMON", "HERMES_NO_AUTOSTART")}
-    env["HERMES_TEST_KEY"] = "bench"
+    server, root, env = hello_vault(work, EXE)
     env["PYTHONPATH"] = os.pathsep.join([str(TREE), *filter(None, [os.environ.get("PYTHONPATH")])])
     ours = [EXE, "--vault", str(root), "run", "say hello"]
     peer_env = None

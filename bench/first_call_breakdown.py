@@ -30,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 
 from common import median, write_results  # noqa: E402
-from harness import ModelServer  # noqa: E402
+from harness import byte_compile, hello_vault  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("hermes-fs"))
 TICK = os.sysconf("SC_CLK_TCK")
@@ -137,17 +137,9 @@ def main() -> dict:
     p.add_argument("--before", type=Path, help="another hermes-fs tree, measured in the same rounds")
     a = p.parse_args()
     trees = {"after": Path(__file__).resolve().parent.parent, **({"before": a.before.resolve()} if a.before else {})}
-    for tree in trees.values():  # byte-compiled, as an installed package is
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "hermes_fs")], check=True)
-    server = ModelServer(responder=lambda body: {"content": "hello"})
+    byte_compile(trees.values())
     work = Path(tempfile.mkdtemp(prefix="first-call-"))
-    root = work / "vault"
-    subprocess.run([EXE, "init", str(root)], check=True, capture_output=True)
-    (root / "hermes.yaml").write_text(f"model: openai/test-model\napi_base: {server.api_base}\n"
-                                      "api_key_env: HERMES_TEST_KEY\nsandbox:\n  backend: none\n")
-    subprocess.run(["git", "-C", str(root), "commit", "-qam", "bench config"], check=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("HERMES_NO_DAEMON", "HERMES_NO_AUTOSTART")}
-    env["HERMES_TEST_KEY"] = "bench"
+    server, root, env = hello_vault(work, EXE)
     rows: dict[str, list[dict]] = {name: [] for name in trees}
     try:
         for i in range(a.rounds):

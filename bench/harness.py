@@ -105,3 +105,25 @@ def daemon_state(root: Path) -> dict:
         return json.loads((root / ".hermes" / "daemon.json").read_text())
     except (OSError, ValueError):
         return {}
+
+
+def byte_compile(trees) -> None:
+    """Compile each hermes-fs tree's modules, as an installed package is, so a tree run from source
+    does not pay for compiling them on every start."""
+    for tree in trees:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(tree) / "hermes_fs")], check=True)
+
+
+def hello_vault(work: Path, exe: str) -> tuple[ModelServer, Path, dict[str, str]]:
+    """A fresh vault the scripted model answers "hello" in, and the environment a call to it needs:
+    the daemon-disabling switches of the test suite are removed, so calls start the daemon as a
+    user's would."""
+    server = ModelServer(responder=lambda body: {"content": "hello"})
+    root = work / "vault"
+    subprocess.run([exe, "init", str(root)], check=True, capture_output=True)
+    (root / "hermes.yaml").write_text(f"model: openai/test-model\napi_base: {server.api_base}\n"
+                                      "api_key_env: HERMES_TEST_KEY\nsandbox:\n  backend: none\n")
+    subprocess.run(["git", "-C", str(root), "commit", "-qam", "bench config"], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("HERMES_NO_DAEMON", "HERMES_NO_AUTOSTART")}
+    env["HERMES_TEST_KEY"] = "bench"
+    return server, root, env
