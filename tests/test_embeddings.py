@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from conftest import DaemonProc, copy_static_table, git, wait_for
+from skill_library import REQUEST, library
 
 from hermes_fs import Conversation, ConversationOptions
 from hermes_fs.agent.prompt import skills_index
@@ -19,25 +20,11 @@ from hermes_fs.mind.embeddings import fuse
 from hermes_fs.mind.search import SearchIndex, fill_vectors, vectors_lock, vectors_missing
 
 needs_model = pytest.mark.skipif(not embeddings.available(), reason="the embeddings extra is not installed")
-REQUEST = "replace the old rsa credentials on all our machines"  # shares no word with ssh-key-rotation
 
 
 def test_fusion_puts_a_skill_high_in_either_ranking_first():
     assert fuse(["a", "b", "c"], ["c", "d"])[:2] == ["c", "a"]
     assert fuse([], ["x"]) == ["x"]
-
-
-def library(root, n=60):
-    """n filler skills (enough that the index no longer fits its budget) and ssh-key-rotation: with
-    the vault's own two, n + 3 skills."""
-    for i in range(n):
-        (root / "skills" / f"filler-{i}").mkdir()
-        (root / "skills" / f"filler-{i}" / "SKILL.md").write_text(
-            f"---\nname: filler-{i}\ndescription: Configure widget number {i} of the reporting pipeline, step by step.\n---\nbody\n")
-    (root / "skills" / "ssh-key-rotation").mkdir()
-    (root / "skills" / "ssh-key-rotation" / "SKILL.md").write_text(
-        "---\nname: ssh-key-rotation\ndescription: Rotate SSH keys on servers and revoke the previous ones.\n---\nbody\n")
-    return n + 3
 
 
 def vector_rows(root) -> dict[str, tuple[int, int]]:

@@ -11,26 +11,13 @@ import sys
 import numpy as np
 import pytest
 from conftest import copy_static_table
+from skill_library import REQUEST, library
 
 from hermes_fs.agent.prompt import skills_index
 from hermes_fs.errors import ConfigError
 from hermes_fs.mind import embeddings, static_vectors
 from hermes_fs.mind.search import SearchIndex, fill_vectors, vectors_missing
 from hermes_fs.store.config import load_config
-
-REQUEST = "replace the old rsa credentials on all our machines"  # shares no word with ssh-key-rotation
-
-
-def library(root, n=60) -> int:
-    """n filler skills (the index no longer fits a 600-character budget) and ssh-key-rotation."""
-    for i in range(n):
-        (root / "skills" / f"filler-{i}").mkdir()
-        (root / "skills" / f"filler-{i}" / "SKILL.md").write_text(
-            f"---\nname: filler-{i}\ndescription: Configure widget number {i} of the reporting pipeline, step by step.\n---\nbody\n")
-    (root / "skills" / "ssh-key-rotation").mkdir()
-    (root / "skills" / "ssh-key-rotation" / "SKILL.md").write_text(
-        "---\nname: ssh-key-rotation\ndescription: Rotate SSH keys on servers and revoke the previous ones.\n---\nbody\n")
-    return len(list((root / "skills").iterdir()))
 
 
 def small_budget(root, extra: str = "") -> None:
@@ -58,7 +45,8 @@ def test_the_table_built_by_the_cli_is_one_float16_row_per_token(static_table):
     assert np.allclose(enc.encode(["Rotate the SSH keys"])[0], v[0])  # the model's tokenizer lowercases
 
 
-def test_by_default_a_request_sharing_no_word_finds_its_skill_without_the_transformer(vault, static_table):
+def test_by_default_a_request_sharing_no_word_finds_its_skill_without_the_transformer(vault, static_table, monkeypatch):
+    monkeypatch.setattr(embeddings, "_MODEL", None)  # as in a fresh process: another test file may have loaded it
     total = library(vault.root)
     small_budget(vault.root)
     copy_static_table(static_table, vault.root)
