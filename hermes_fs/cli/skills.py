@@ -89,7 +89,7 @@ def skills_validate(ctx: click.Context, names: tuple[str, ...], fix: bool):
         ctx.exit(2)
 
 
-@skills.command("embed")
+@skills.command("embed", short_help="Build or refresh the skill vectors of skills.embeddings now.")
 @vault_option
 @click.option("--background", is_flag=True, hidden=True, help="At low priority (started by a CLI turn).")
 @click.option("--table", is_flag=True, hidden=True, help="Only the static token table (the daemon's child process).")

@@ -232,10 +232,10 @@ class Host:
 
 
 def test_the_daemon_runs_the_curator_on_its_schedule(vault, monkeypatch):
-    assert [s.name for s in services_for(Host(vault))] == ["curator"]  # curate.every: weekly by default
+    assert "curator" in [s.name for s in services_for(Host(vault))]  # curate.every: weekly by default
     (vault.root / "hermes.yaml").write_text((vault.root / "hermes.yaml").read_text() + "curate:\n  every: false\n")
     vault._config = None
-    assert services_for(Host(vault)) == []
+    assert "curator" not in [s.name for s in services_for(Host(vault))]
     assert schedule_of("weekly") is not None and schedule_of(False) is None
     with pytest.raises(InputError, match="curate.every"):
         schedule_of("now and then")
