@@ -89,8 +89,9 @@ def _check_embeddings(v) -> list[tuple[str, bool, str]]:
     from ..mind import embeddings, static_vectors
 
     kind = embeddings.mode(v.config.skills.embeddings)
-    if kind == "off":
-        return []
+    if kind == "off":  # older vaults have `false` written by their init: say what the default is now
+        return [("skill routing", True, "by full-text only (skills.embeddings: false); "
+                 "set it to auto to rank skills by meaning")]
     if not embeddings.available():
         if kind == "auto":  # not a failure: the default falls back to full-text
             return [("skill routing", True, f"by full-text only; to rank skills by meaning: {embeddings.EXTRA}")]

@@ -202,6 +202,15 @@ def test_doctor_names_the_missing_embeddings_extra(agent_vault, run_cli):
         assert r.returncode == 1 and "skills.embeddings is on but not installed: pip install 'hermes-fs[embeddings]'" in r.stdout
 
 
+def test_doctor_says_an_older_vault_routes_by_full_text_and_what_to_set(agent_vault, run_cli):
+    """A vault made before `auto` became the default has `embeddings: false` written in it."""
+    (agent_vault.root / "hermes.yaml").write_text((agent_vault.root / "hermes.yaml").read_text().replace(
+        "backend: local", "backend: none") + "skills:\n  embeddings: false\n")
+    r = run_cli("--vault", str(agent_vault.root), "doctor", "--no-model")
+    assert ("ok  skill routing: by full-text only (skills.embeddings: false); set it to auto to rank skills by "
+            "meaning") in r.stdout
+
+
 def test_the_schema_puts_the_lessons_first_and_the_prompt_example_is_a_document():
     """Under a grammar the fields are written in schema order: lessons before the summary, and each
     entry's reason (the user's words) before its text. The prompt's worked example must parse."""
