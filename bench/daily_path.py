@@ -123,31 +123,14 @@ def tone_wav(seconds: float = 1.0) -> bytes:
 
 def web_alone(root: Path) -> dict:
     """`hermes-fs web` on its own (no daemon), five pages requested: what its process imported."""
-    import re
-    import threading
+    from web_helpers import read_every_page, start_web
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-c", HOOK, "--vault", str(root), "web", "--listen", f"127.0.0.1:{port}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    said: list[str] = []
-    for stream in (proc.stdout, proc.stderr):
-        threading.Thread(target=lambda s=stream: said.extend(s), daemon=True).start()
+    web = start_web(root, timeout=60, program=HOOK)
     try:
-        assert wait_for(lambda: re.search(r"token=(\S+)", "".join(said)), 60), "".join(said)
-        found = re.search(r"token=(\S+)", "".join(said))
-        token = found.group(1) if found else ""
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        for page in ("/", "/status", "/memory", "/skills", "/jobs"):
-            conn.request("GET", page, headers={"Authorization": f"Bearer {token}"})
-            r = conn.getresponse()
-            r.read()
-            assert r.status == 200, (page, r.status)
+        read_every_page(web)
     finally:
-        proc.terminate()
-        proc.wait(30)
-    imported = sorted({line.split()[1] for line in said if line.startswith("WATCHED-IMPORT ")})
+        web.stop()
+    imported = sorted({line.split()[1] for line in web.output().splitlines() if line.startswith("WATCHED-IMPORT ")})
     return {"args": ["web", "(five pages)"], "exit_code": 0, "imported": imported}
 
 

@@ -146,37 +146,14 @@ web:
 
 def test_the_web_page_on_its_own_imports_neither(vault):
     """`hermes-fs web` without a daemon, its pages requested: the server process stays light."""
-    import http.client
-    import os
-    import re
-    import socket
-    import subprocess
-    import sys
-    import threading
-
     from import_watch import WATCHED
+    from web_helpers import read_every_page, start_web
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-c", WATCHED, "--vault", str(vault.root), "web", "--listen",
-                             f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ))
-    said: list[str] = []
-    for stream in (proc.stdout, proc.stderr):
-        threading.Thread(target=lambda s=stream: said.extend(s), daemon=True).start()
+    web = start_web(vault.root, timeout=60, program=WATCHED)
     try:
-        assert wait_for(lambda: re.search(r"token=(\S+)", "".join(said)), 60), "".join(said)
-        token = re.search(r"token=(\S+)", "".join(said)).group(1)
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        for page in ("/", "/status", "/memory", "/skills", "/jobs"):
-            conn.request("GET", page, headers={"Authorization": f"Bearer {token}"})
-            r = conn.getresponse()
-            r.read()
-            assert r.status == 200, (page, r.status)
+        read_every_page(web)
     finally:
-        proc.terminate()
-        proc.wait(30)
-    lines = [line.strip() for line in said]
+        web.stop()
+    lines = [line.strip() for line in web.output().splitlines()]
     assert "IMPORT-WATCH-ON" in lines
     assert [x for x in lines if x.startswith("HEAVY-IMPORT ")] == []

@@ -28,6 +28,10 @@ class WebProc:
     base: str  # http://127.0.0.1:PORT/
     token: str
     host: str  # 127.0.0.1:PORT
+    log: Path | None = None  # what the process wrote to stderr
+
+    def output(self) -> str:
+        return self.log.read_text() if self.log else ""
 
     def request(self, method: str, path: str, body: str | None = None, headers: dict | None = None,
                 cookie: bool = True) -> tuple[int, dict, str]:
@@ -53,10 +57,12 @@ class WebProc:
                 self.proc.wait()
 
 
-def start_web(root: Path, *args: str, timeout: float = 30) -> WebProc:
-    """`hermes-fs web --listen 127.0.0.1:0` (a free port), waiting for the URL it prints."""
+def start_web(root: Path, *args: str, timeout: float = 30, program: str | None = None) -> WebProc:
+    """`hermes-fs web --listen 127.0.0.1:0` (a free port), waiting for the URL it prints; `program`, a
+    `python -c` text that ends by calling the CLI, runs it under a hook of the caller's (an import watch)."""
     err = tempfile.NamedTemporaryFile("w+", delete=False, suffix=".log")
-    proc = subprocess.Popen([sys.executable, "-m", "hermes_fs", "--vault", str(root), "web",
+    launcher = ["-c", program] if program else ["-m", "hermes_fs"]
+    proc = subprocess.Popen([sys.executable, *launcher, "--vault", str(root), "web",
                              "--listen", "127.0.0.1:0", *args], stdout=subprocess.DEVNULL, stderr=err, text=True)
     deadline = time.time() + timeout
     text = ""
@@ -64,12 +70,22 @@ def start_web(root: Path, *args: str, timeout: float = 30) -> WebProc:
         text = Path(err.name).read_text()
         m = re.search(r"open (http://(127\.0\.0\.1:\d+)/\?token=(\S+))", text)
         if m:
-            return WebProc(proc, m.group(1), f"http://{m.group(2)}/", m.group(3), m.group(2))
+            return WebProc(proc, m.group(1), f"http://{m.group(2)}/", m.group(3), m.group(2), Path(err.name))
         if proc.poll() is not None:
             break
         time.sleep(0.05)
     proc.kill()
     raise AssertionError(f"hermes-fs web did not start: {text}")
+
+
+PAGES = ("/", "/status", "/memory", "/skills", "/jobs")
+
+
+def read_every_page(web: WebProc) -> None:
+    """Request each page of the web UI as a signed-in person; each must answer 200."""
+    for page in PAGES:
+        status, _, _ = web.request("GET", page)
+        assert status == 200, (page, status)
 
 
 def make_session(vault, model_server, workspace: Path, text: str = "I always use tabs, not spaces. Now deploy the app to fly.io please.") -> str:
