@@ -28,10 +28,10 @@ class WebProc:
     base: str  # http://127.0.0.1:PORT/
     token: str
     host: str  # 127.0.0.1:PORT
-    log: Path | None = None  # what the process wrote to stderr
+    log: Path  # what the process wrote to stderr
 
     def output(self) -> str:
-        return self.log.read_text() if self.log else ""
+        return self.log.read_text()
 
     def request(self, method: str, path: str, body: str | None = None, headers: dict | None = None,
                 cookie: bool = True) -> tuple[int, dict, str]:
