@@ -25,6 +25,8 @@ CHANNELS = {
     "email": "hermes_fs.service.gateway.email:EmailChannel",
     "telegram": "hermes_fs.service.gateway.telegram:TelegramChannel",
     "slack": "hermes_fs.service.gateway.slack:SlackChannel",
+    "signal": "hermes_fs.service.gateway.signal:SignalChannel",
+    "discord": "hermes_fs.service.gateway.discord:DiscordChannel",
 }
 
 
