@@ -25,8 +25,11 @@ from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault, init_vault
 
 PACKAGE = Path(hermes_fs.__file__).parent
-# the stdlib's `email` package and git's author e-mail are not the e-mail channel
-NOT_A_PLATFORM = re.compile(r"user\.email|GIT_(AUTHOR|COMMITTER)_EMAIL|<email>|^email\.(utils|policy|message|parser)$")
+# the stdlib's `email` package and git's author e-mail are not the e-mail channel; POSIX signals
+# (a handler's name, "killed by signal 9", an f-string's "signal {n}") are not the Signal channel
+NOT_A_PLATFORM = re.compile(r"user\.email|GIT_(AUTHOR|COMMITTER)_EMAIL|<email>|^email\.(utils|policy|message|parser)$"
+                            r"|_on_signal|killed by signal|^signal $|^webhook_id$")  # Discord's field, not the channel
+STDLIB_NAMESAKES = ("email", "signal")  # stdlib modules named like a channel: their own uses are not the channel
 
 
 def _adapter_files() -> dict[str, str]:
@@ -60,16 +63,16 @@ def platform_mentions(path: Path, names: list[str]) -> list[tuple[int, str]]:
     """(line, text) of every identifier or string in `path` that names a platform."""
     word = re.compile(r"(?<![a-z])(" + "|".join(map(re.escape, names)) + r")(?![a-z])", re.I)
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    imports_stdlib_email = any(isinstance(n, ast.Import) and any(a.name.split(".")[0] == "email" for a in n.names)
-                               for n in ast.walk(tree))
+    stdlib = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} & \
+        set(STDLIB_NAMESAKES)
     docstrings = _docstrings(tree)
     hits = []
     for node in ast.walk(tree):
         text = _words(node, docstrings)
         if not text or NOT_A_PLATFORM.search(text):
             continue
-        if imports_stdlib_email and text == "email" and isinstance(node, (ast.Name, ast.alias)):
-            continue
+        if text in stdlib and isinstance(node, (ast.Name, ast.alias, ast.Attribute)):
+            continue  # `import signal; signal.signal(...)`: the stdlib module
         if word.search(text.replace("_", " ")):
             hits.append((getattr(node, "lineno", 0), text[:80]))
     return hits
@@ -77,7 +80,7 @@ def platform_mentions(path: Path, names: list[str]) -> list[tuple[int, str]]:
 
 def test_no_module_outside_its_adapter_and_the_registry_line_names_a_platform():
     adapters = _adapter_files()
-    names = [*registry.CHANNELS, "telegram", "slack"]  # and the platforms the next adapters will add
+    names = [*registry.CHANNELS, "telegram", "slack", "signal", "discord"]  # and the next adapters' platforms
     own_helpers = {"service/gateway/mailauth.py": "email"}  # a helper module only its adapter imports
     # platforms named for what they are elsewhere, not as channels: token shapes to keep out of
     # commits, and the notification URL schemes (Apprise) a secret can hide in

@@ -391,8 +391,8 @@ class SignalChannel(AsyncChannel):
     def _addressed(self, data: dict[str, Any], text: str) -> tuple[bool, str]:
         """Whether a group message is for the agent (a mention of its account, or a quote of its
         message), and its text without that mention."""
-        mentions = data.get("mentions") if isinstance(data.get("mentions"), list) else []
-        for m in mentions:
+        mentions = data.get("mentions")
+        for m in mentions if isinstance(mentions, list) else []:
             if not isinstance(m, dict):
                 continue
             who_num, who_uuid = _str(m.get("number")), _str(m.get("uuid")).lower()
