@@ -281,3 +281,15 @@ def test_a_file_the_agent_sends_arrives_after_the_answer(world):
     [(name, data)] = doc.files
     assert name == "summary.pdf" and data.startswith(b"%PDF-") and doc.content == "the summary"
     assert gw.wait_idle(30)
+
+
+@pytest.mark.espeak
+def test_a_voice_message_is_transcribed_and_answered(world):
+    import speech
+
+    gw = started(world, extra="voice:\n  max_seconds: 30\n")
+    world.emu.voice(ME, speech.voice_note("what is the weather today"), seconds=3)
+    [sent] = world.emu.wait_sent(1, channel=world.emu.dm_channels[ME], timeout=90)
+    first, _, rest = sent.content.partition("\n")
+    assert "🎤" in first and "weather" in first.lower() and "weather" in rest
+    assert gw.wait_idle(30)
