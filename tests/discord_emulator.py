@@ -12,7 +12,8 @@ unknown opcode, 4002 decode error, 4004 authentication failed, 4014 disallowed i
 Events" (MESSAGE_CREATE: a message with `guild_id` in guilds, `mentions`, `referenced_message`;
 INTERACTION_CREATE), "Users" (`GET /users/@me`), "Application" (`GET /oauth2/applications/@me`),
 "Messages" (`POST /channels/{id}/messages` as JSON or multipart with `payload_json` and
-`files[n]`, `content` at most 2000 characters, `message_reference`, `allowed_mentions`),
+`files[n]`, `content` at most 2000 characters, `message_reference`, `allowed_mentions`; `GET
+/channels/{id}/messages` with `after` / `before` / `limit`, newest first, without `guild_id`),
 "Receiving and Responding" (`POST /interactions/{id}/{token}/callback` within 3 seconds, once;
 `PATCH /webhooks/{application.id}/{token}/messages/@original`) and "Application Commands"
 (`PUT /applications/{id}/commands`, names `^[-_\\w]{1,32}$` in lowercase, descriptions 1-100).
@@ -88,6 +89,7 @@ class DiscordEmulator:
         self.blocked: set[str] = set()  # users who cannot be messaged (their DM channel answers 403)
         self.interactions: dict[str, dict] = {}  # id -> {token, at, acked}
         self.files: dict[str, bytes] = {}  # path under /cdn -> bytes
+        self.history: dict[str, list[dict]] = {}  # channel id -> its messages (as REST returns them), oldest first
         self.sessions: dict[str, list[tuple[int, str, Any]]] = {}  # session id -> dispatched (s, t, d)
         self.sockets: list[tuple[web.WebSocketResponse, dict]] = []
         self.lock = threading.Condition()
@@ -226,6 +228,8 @@ class DiscordEmulator:
         if attachments:
             m["attachments"] = attachments
         m.update(extra or {})
+        with self.lock:
+            self.history.setdefault(chat, []).append({k: v for k, v in m.items() if k != "guild_id"})
         # "Message Content": without the intent a guild message that neither mentions nor answers the bot
         # comes without its content
         if guild and not self._content_intent() and not any(
@@ -378,6 +382,9 @@ class DiscordEmulator:
             m = re.fullmatch(r"webhooks/(\d+)/([^/]+)/messages/@original", path)
             if m and method == "PATCH":
                 return await self._edit_original(m.group(1), m.group(2), await request.json())
+            m = re.fullmatch(r"channels/(\d+)/messages", path)
+            if m and method == "GET":
+                return self._history(m.group(1), request.query)
             m = re.fullmatch(r"channels/(\d+)/typing", path)
             if m and method == "POST":
                 return web.Response(status=204)
@@ -429,11 +436,28 @@ class DiscordEmulator:
         mid = ref.get("message_id")
         sent = Sent(chat, snowflake(), content, str(mid) if mid is not None else None, payload.get("allowed_mentions"),
                     files)
+        answer = self._message_json(chat, sent.id, self.bot_id, content, bot=True)
         with self.lock:
             self.sent.append(sent)
+            self.history.setdefault(chat, []).append(answer)
             self.lock.notify_all()
-        return _json(self._message_json(chat, sent.id, self.bot_id, content,
-                                                    self.guild_channels.get(chat), bot=True))
+        return _json(answer)
+
+    def _history(self, chat: str, query: Any) -> web.Response:
+        """"Get Channel Messages": newest first, `after` / `before` a message id, `limit` 1-100."""
+        if chat not in set(self.dm_channels.values()) | set(self.guild_channels):
+            return _error(404, 10003, "Unknown Channel")
+        try:
+            limit = int(query.get("limit", 50))
+            after, before = int(query.get("after", 0)), int(query.get("before", 1 << 64))
+        except ValueError:
+            return _error(400, 50035, "Invalid Form Body")
+        if not 1 <= limit <= 100:
+            return _error(400, 50035, "Invalid Form Body: limit")
+        with self.lock:
+            found = [m for m in self.history.get(chat, []) if after < int(m["id"]) < before]
+        found = found[:limit] if "after" in query else found[-limit:]
+        return _json(list(reversed(found)))
 
     async def _callback(self, iid: str, token: str, body: Any) -> web.Response:
         it = self.interactions.get(iid)

@@ -149,6 +149,28 @@ def test_a_dropped_connection_resumes_and_replayed_events_are_taken_once(world):
     assert gw.states["discord"].state == "connected"
 
 
+def test_messages_sent_while_the_daemon_was_down_are_read_back_and_answered_once(world):
+    gw = started(world, allow=[ME, YOU])
+    world.emu.dm(ME, "before")
+    chat = world.emu.dm_channels[ME]
+    world.emu.say(GUILD, TEAM, YOU, "hello", mention=True)
+    assert world.emu.wait_sent(1, channel=chat) and world.emu.wait_sent(1, channel=TEAM)
+    assert gw.wait_idle(30)
+    gw.stop()
+    world.emu.dm(ME, "while you were away")  # nobody connected: no event reaches the agent
+    world.emu.say(GUILD, TEAM, YOU, "and in the channel", mention=True)
+    world.emu.say(GUILD, TEAM, EVE, "a stranger while away", mention=True)
+    world.start()
+    got = world.emu.wait_sent(2, channel=chat, timeout=60)
+    assert [s.content for s in got] == ["echo before (1 turns)", "echo while you were away (2 turns)"]
+    team = world.emu.wait_sent(2, channel=TEAM, timeout=60)
+    assert team[1].content.endswith("and in the channel (2 turns)")
+    assert world.gateway is not None and world.gateway.wait_idle(30)
+    assert len(world.emu.wait_sent(3, channel=chat, timeout=2)) == 2 and len(world.emu.wait_sent(3, channel=TEAM,
+                                                                                                 timeout=1)) == 2
+    assert any(c.startswith(f"GET /channels/{chat}/messages") for c in world.emu.calls)
+
+
 def test_malformed_and_forged_events_are_skipped_and_the_channel_goes_on(world):
     gw = started(world)
     emu = world.emu

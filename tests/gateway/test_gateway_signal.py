@@ -292,3 +292,42 @@ def test_a_file_the_agent_sends_arrives_as_an_attachment_after_the_answer(world)
     assert mime == "application/pdf" and name == "summary.pdf" and data.startswith(b"%PDF-")
     assert doc.message == "the summary"
     assert gw.wait_idle(30)
+
+
+@pytest.mark.slow
+def test_the_daemon_after_kill_9_answers_each_message_once(world, agent_vault, daemons):
+    import signal
+    import threading
+
+    from conftest import DaemonProc
+
+    world.configure(allow=[ME])
+    gate = threading.Event()
+    world.model_server.add({"content": "held", "wait": gate})
+    d = DaemonProc(agent_vault.root)
+    daemons.append(d)
+    try:
+        assert wait_for(lambda: "gateway signal: connected" in d.output(), 60), d.output()
+        world.emu.say(ME, "survive this")
+        assert wait_for(lambda: world.model_server.requests, 120)
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(10)
+    finally:
+        gate.set()
+    world.emu.say(ME, "sent while it was down")  # kept by signal-cli's event buffer
+    world.model_server.script.clear()
+    world.model_server.responder = echo
+    (agent_vault.root / ".hermes" / "daemon.json").unlink()
+    d = DaemonProc(agent_vault.root)
+    daemons.append(d)
+    try:
+        got = world.emu.wait_sent(2, to=ME, timeout=120)
+        assert sorted(s.message for s in got) == ["echo sent while it was down (2 turns)",
+                                                  "echo survive this (1 turns)"]
+        world.emu.say(ME, "and after")
+        assert world.emu.wait_sent(3, to=ME, timeout=60)[2].message == "echo and after (3 turns)"
+        assert len(world.emu.wait_sent(4, to=ME, timeout=5)) == 3  # nothing answered twice
+    finally:
+        d.stop()
+    assert len(list((agent_vault.root / "outputs" / "requests").glob("*.md"))) == 3
+    assert git(agent_vault, "status", "--porcelain") == ""

@@ -8,6 +8,12 @@ Gateway's URL is what `GET {api_base}/gateway/bot` answers (discord.py's auto-sh
 it, as Discord documents for bots). discord.py keeps the websocket: HELLO, IDENTIFY, heartbeats,
 RESUME after a broken connection (Discord then replays the events the bot missed).
 
+Messages sent while the daemon was down: Discord replays missed events only to a connection that
+resumes its session, so after each fresh session (READY) the channel reads the history of the
+chats it has seen (`GET /channels/{id}/messages?after=` the last message it took there; the last
+CHATS_KEPT chats, in the gateway's ledger) and takes what it missed, the core's dedupe keeping each
+message once.
+
 Messages and slash commands are read from the Gateway's raw `MESSAGE_CREATE` and
 `INTERACTION_CREATE` payloads (the client's parsers for those two events are this adapter's), so
 each payload is type-checked here and one the library could not parse is skipped instead of
@@ -66,6 +72,8 @@ CONTEXT_LINES = 10
 READY_WAIT_S = 60.0
 FETCH_WAIT_S = 120.0
 TOKEN_TTL_S = 14 * 60  # an interaction's token is valid 15 minutes
+CHATS_KEPT = 50  # chats whose last message is remembered, to read what was missed after a restart
+HISTORY_LIMIT = 100  # messages read back per chat (Discord's most per call)
 PERSON_TYPES = {0, 19}  # DEFAULT, REPLY (the rest: joins, pins, boosts, ...)
 CDN_HOSTS = ("cdn.discordapp.com", "media.discordapp.net")
 DEFAULT_API = "https://discord.com/api/v10"
@@ -164,6 +172,7 @@ class DiscordChannel(AsyncChannel):
         self.events: asyncio.Queue[tuple[str, Any]] | None = None
         self.pending: dict[str, Pending] = {}  # interaction id -> its acknowledgement, for the answer
         self.on_ready = asyncio.Event()
+        self.catching_up: asyncio.Task | None = None
 
     # -- settings ---------------------------------------------------------------------------------
     def _token(self) -> str:
@@ -314,10 +323,62 @@ class DiscordChannel(AsyncChannel):
             log.warning("discord: slash commands not registered: %s", exc)
 
     def ready_now(self) -> None:
-        """discord.py's on_ready (the client's cache is filled): the first time, the channel is up;
-        after a reconnect, it is connected again."""
+        """discord.py's on_ready (the client's cache is filled, a fresh session): the channel is up,
+        and what was missed since the last session is read back."""
         self.on_ready.set()
         self.report("connected")
+        if self.catching_up is None or self.catching_up.done():
+            self.catching_up = asyncio.get_running_loop().create_task(self._catch_up())
+
+    # -- what was missed while down -----------------------------------------------------------------
+    @property
+    def chats_key(self) -> str:
+        return f"discord:{self.account}:chats"
+
+    def _chats(self) -> dict[str, dict[str, Any]]:
+        """chat id -> {"last": the last message id taken there, "guild": its guild or None}."""
+        import json
+
+        assert self.sink is not None
+        try:
+            data = json.loads(self.sink.cursor(self.chats_key) or "{}")
+        except ValueError:
+            return {}
+        return {k: v for k, v in data.items() if isinstance(v, dict) and SNOWFLAKE.fullmatch(k)
+                and isinstance(v.get("last"), str) and SNOWFLAKE.fullmatch(v["last"])} if isinstance(data, dict) else {}
+
+    def _seen(self, d: dict[str, Any]) -> None:
+        """Remember a chat's newest message taken (after the core has it)."""
+        import json
+
+        assert self.sink is not None
+        chat, mid = _str(d.get("channel_id")), _str(d.get("id"))
+        if not SNOWFLAKE.fullmatch(chat) or not SNOWFLAKE.fullmatch(mid):
+            return
+        chats = self._chats()
+        old = chats.pop(chat, None)
+        if old is not None and int(old["last"]) >= int(mid):
+            chats[chat] = old
+        else:
+            guild = d.get("guild_id")
+            chats[chat] = {"last": mid, "guild": guild if isinstance(guild, str) and SNOWFLAKE.fullmatch(guild) else None}
+        self.sink.set_cursor(self.chats_key, json.dumps(dict(list(chats.items())[-CHATS_KEPT:])))
+
+    async def _catch_up(self) -> None:
+        """Each remembered chat's messages after the last one taken, oldest first, into the queue
+        (Discord's history has no guild id: the remembered one is put back)."""
+        assert self.events is not None
+        for chat, seen in self._chats().items():
+            try:
+                got = await self.client.http.logs_from(int(chat), HISTORY_LIMIT, after=int(seen["last"]))
+            except Exception as exc:  # a chat gone or out of reach: the others still
+                log.info("discord: history of %s not read: %s", chat, exc)
+                continue
+            for d in sorted((m for m in got if isinstance(m, dict) and SNOWFLAKE.fullmatch(_str(m.get("id")))),
+                            key=lambda m: int(m["id"])):
+                if seen.get("guild") and "guild_id" not in d:
+                    d["guild_id"] = seen["guild"]
+                self.events.put_nowait(("message", d))
 
     # -- events -----------------------------------------------------------------------------------
     def _raw(self, kind: str, data: Any) -> None:
@@ -334,6 +395,7 @@ class DiscordChannel(AsyncChannel):
                     message = self._message(data)
                     if message is not None:
                         await asyncio.to_thread(self.sink.submit, message)
+                    self._seen(data)
                 else:
                     await self._interaction(data)
             except Malformed as exc:
