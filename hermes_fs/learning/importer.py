@@ -194,7 +194,7 @@ def _memories(vault: Vault, files: PlannedFiles, home: Home, plan: ImportPlan) -
         for entry in entries_of(text):
             if _same_entry(entry) in existing:
                 continue  # imported before (or already written by the person)
-            if secrets.scan_text(f"memories/{name}", entry):
+            if secrets.find_secrets(entry, f"memories/{name}"):
                 plan.notes.append(f"an entry of memories/{name} not imported: it holds what looks like a secret")
                 continue
             memory.add(files, vault.config, name, entry, section=SECTION, check_budget=False)

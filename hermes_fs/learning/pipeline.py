@@ -292,7 +292,7 @@ def unique_branch(vault: Vault, kind: str, text: str, skip: int = 0) -> str:
         from ..store.host import host_id
 
         host = f"{host_id(vault.state_dir)}-"
-    slug = slugify(redact(text)[0])  # a focus may hold a key: never in a branch name
+    slug = slugify(redact(text, context=True)[0])  # a focus may hold a key: never in a branch name
     taken = {re.sub(r"^\d{8}-\d{6}-", "", b.name.split("/", 1)[-1])
              for b in [*vault.git.branches("refine/", "learn/", "install/"), *vault.git.rejected()]}
     n = 1

@@ -195,7 +195,7 @@ def _names_skill_md(file: str, name: str) -> bool:
 
 
 def _quote(text: str, limit: int = 80) -> str:
-    one = " ".join(redact(text)[0].split())  # shown to the model again and in the commit message
+    one = " ".join(redact(text, context=True)[0].split())  # shown to the model again and in the commit message
     return '"' + (one if len(one) <= limit else one[: limit - 3] + "...") + '"'
 
 

@@ -1,6 +1,9 @@
 """The commit-time secret scanner. Every commit path calls `scan`; a hit refuses the commit.
 
-Findings name the file, the line and the kind, never the secret itself.
+Findings name the file, the line and the kind, never the secret itself. Memory files, and anything
+code writes into memory (`find_secrets`, `redact(..., context=True)`), are also scanned for secrets
+told in prose (store/secret_context.py): a credential-shaped value in a credential's grammar, a
+high-entropy token, and detect-secrets' detectors.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from ..errors import SecretError
+from . import secret_context
 
 # Apprise schemes whose URLs carry tokens in the path (e.g. tgram://bottoken/chatid).
 APPRISE_TOKEN_SCHEMES = (
@@ -88,7 +92,8 @@ def _is_placeholder(kind: str, match: str) -> bool:
         return True
     if kind == "URL with credentials":  # postgres://user:pass@db/mydb
         creds = re.search(r"://[^:/]*:([^@]*)@", match)
-        return bool(creds and creds.group(1).lower() in {"pass", "password", "passwd", "pwd", "secret", "changeme"})
+        return bool(creds and creds.group(1).lower() in {"pass", "password", "passwd", "pwd", "secret", "changeme",
+                                                                "token", "key", "apikey", "api_key"})
     if kind not in _ASSIGNMENTS:
         return False
     if kind == "URL with a token parameter":
@@ -149,6 +154,20 @@ def scan_text(path: str, text: str) -> list[Finding]:
     return sorted(findings.values(), key=lambda f: f.line)
 
 
+def find_secrets(text: str, where: str = "text") -> list[Finding]:
+    """Every secret in text bound for memory: the key formats of `scan_text`, and secrets told in
+    prose (a value after "log in as USER with", userinfo in a URL, a high-entropy token,
+    detect-secrets' detectors). One finding per line; the value is never in the finding."""
+    findings = {f.line: f for f in scan_text(where, text)}
+    for kind, start, _end in secret_context.spans(text):
+        line = text.count("\n", 0, start) + 1
+        findings.setdefault(line, Finding(where, line, kind))
+    return sorted(findings.values(), key=lambda f: f.line)
+
+
+MEMORY_DIR = "memory/"  # files under it are what the agent knows: scanned as prose too
+
+
 def scan(path: str, data: bytes | None) -> list[Finding]:
     """Findings for one file about to be committed (None = deletion, never a secret)."""
     if data is None:
@@ -157,11 +176,14 @@ def scan(path: str, data: bytes | None) -> list[Finding]:
     if name in ENV_FILE_NAMES or name.startswith(".env."):
         return [Finding(path, 1, ".env file (keep it untracked)")]
     in_name = [Finding(path, 0, f"{f.kind} in the file name") for f in scan_text(path, path)]
-    return in_name + scan_text(path, data.decode("utf-8", errors="replace"))
+    text = data.decode("utf-8", errors="replace")
+    return in_name + (find_secrets(text, path) if path.startswith(MEMORY_DIR) else scan_text(path, text))
 
 
-def redact(text: str) -> tuple[str, int]:
-    """Replace every secret in text with [REDACTED <kind>]; returns the text and how many."""
+def redact(text: str, context: bool = False) -> tuple[str, int]:
+    """Replace every secret in text with [REDACTED <kind>]; returns the text and how many.
+    `context=True` (text bound for memory) also replaces secrets told in prose, value only, so
+    "log in as deploy with [REDACTED ...]" keeps its sentence."""
     count = 0
     for kind, pattern in PATTERNS:
         def sub(m: re.Match, kind: str = kind) -> str:
@@ -177,7 +199,13 @@ def redact(text: str) -> tuple[str, int]:
         line_start = text.rfind("\n", 0, start) + 1
         line_end = text.find("\n", end)
         text = text[:line_start] + f"[REDACTED {kind}]" + (text[line_end:] if line_end != -1 else "")
-    return text, count + len(spans)
+    count += len(spans)
+    if context:
+        for kind, start, end in reversed(secret_context.spans(text)):
+            if "[REDACTED" not in text[start:end]:
+                text = text[:start] + f"[REDACTED {kind}]" + text[end:]
+                count += 1
+    return text, count
 
 
 def check_text(where: str, text: str) -> None:
