@@ -128,12 +128,90 @@ def test_learn_bisect_names_the_change_that_broke_a_check(agent_vault, model_ser
     found = bisect(v, "node-pm")
     assert found.culprit == branches[1], found.text()
     assert not found.reverted and f"hermes-fs revert {branches[1]}" in found.text()
-    assert [s.passed for s in found.steps][:2] == [False, True]  # main fails, before any learned change passes
+    # main and the last merge fail; the check was written after them, so a passing point is looked for
+    assert [s.passed for s in found.steps][:2] == [False, False] and any(s.passed for s in found.steps)
     review.revert(v.git, branches[1])
     again = bisect(v, "node-pm")
     assert again.culprit is None and "passes on main now" in again.note
     with pytest.raises(Exception, match="no check 'nope'"):
         bisect(v, "nope")
+
+
+def knows_from_prompt(body: dict) -> dict:
+    """The agent as its memory makes it, and nothing more: npm if memory says npm install, pnpm if it
+    says pnpm, else it does not know (so the state before any learned change fails the check)."""
+    system = body["messages"][0]["content"]
+    if "npm install" in system:
+        return {"content": "Run `npm install`."}
+    return {"content": "You use pnpm." if "pnpm" in system else "I do not know which one you use."}
+
+
+def learn_in_turn(v, server, tmp_path, lessons, check_after: int | None = None, check_text: str = NODE) -> list[str]:
+    """Merge one refine per lesson (real git, the scripted model); the person commits the check after
+    lesson `check_after` (0-based), or after all of them when None. Once the check exists, `auto`
+    holds back a change that fails it: the person merges it anyway (`review merge`), as people do."""
+    branches = []
+    for i, (words, entry) in enumerate(lessons):
+        sid = session(v, server, tmp_path, words)
+        learned(server, entry, entry.lower().rstrip("."))
+        if checks.main_checks(v.git):
+            server.add(knows_from_prompt)  # the check run on the change, before `auto` merges it
+        out = refine(v, RefineOptions(session=sid, policy="auto"))
+        if out.status == "pending":
+            review.merge(v.git, out.branch)
+        else:
+            assert out.status == "merged", out.line()
+        branches.append(out.branch)
+        if i == check_after:
+            commit_check(v, text=check_text)
+    if check_after is None:
+        commit_check(v, text=check_text)
+    server.responder = knows_from_prompt
+    return branches
+
+
+LEARNED_THEN_BROKEN = [("I drink tea.", "Drinks tea."), ("For node I use pnpm.", "Uses pnpm for node projects."),
+                       ("I live in Lyon.", "Lives in Lyon."), ("Just run npm install for node.", "Runs npm install for node."),
+                       ("I like jazz.", "Likes jazz.")]
+
+
+def test_learn_bisect_starts_where_the_check_was_written_when_the_knowledge_was_itself_learned(
+        agent_vault, model_server, tmp_path):
+    """pnpm was learned by a merge (the check was written then, and passed); a later learned merge broke
+    it. Before any learned change the agent knew nothing, so a bisect from there could name nothing."""
+    v = agent_vault
+    branches = learn_in_turn(v, model_server, tmp_path, LEARNED_THEN_BROKEN, check_after=1)
+    found = bisect(v, "node-pm")
+    assert found.culprit == branches[3], found.text()
+    labels = {s.label: s.passed for s in found.steps}
+    assert labels["where the check was written"] is True and labels["main now"] is False
+    assert "before any learned change" not in labels  # it started from where the check passed
+    assert branches[0] not in labels and branches[1] not in labels  # merges before the passing point: not suspects
+    assert f"first fails after {branches[3]}" in found.text()
+
+
+def test_learn_bisect_finds_a_passing_point_when_the_check_was_added_after_the_learning(
+        agent_vault, model_server, tmp_path):
+    v = agent_vault
+    branches = learn_in_turn(v, model_server, tmp_path, LEARNED_THEN_BROKEN)
+    found = bisect(v, "node-pm")
+    assert found.culprit == branches[3], found.text()
+    passed = [s.label for s in found.steps if s.passed]
+    assert passed and "before any learned change" not in passed  # a learned state was the passing point
+    assert len(found.steps) <= 5  # main, the last merge, and a few more: not one call per merge
+
+
+def test_learn_bisect_says_plainly_when_the_check_never_passed(agent_vault, model_server, tmp_path, run_cli):
+    v = agent_vault
+    yarn = NODE.replace("expect: [pnpm]", "expect: [yarn]")
+    learn_in_turn(v, model_server, tmp_path, LEARNED_THEN_BROKEN[:3], check_after=1, check_text=yarn)
+    found = bisect(v, "node-pm")
+    assert found.culprit is None and found.note.startswith("never passed"), found.text()
+    labels = [s.label for s in found.steps]
+    assert "where the check was written" in labels and "before any learned change" in labels
+    assert all(not s.passed for s in found.steps)
+    cli = run_cli("--vault", str(v.root), "learn", "bisect", "node-pm")
+    assert cli.returncode == 1 and "never passed" in cli.stdout and "No learned change broke it" in cli.stdout
 
 
 @pytest.mark.slow
