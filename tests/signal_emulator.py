@@ -5,7 +5,8 @@ request, `GET /api/v1/events` a Server-Sent Events stream of `receive` events, `
 each event has an `id`, the last 1000 are kept, a client reconnecting with `Last-Event-ID` first
 gets the events after it, an unknown id gets all kept events; multi-account mode: an `account`
 param on every request and `?account=` on the stream), from signal-cli(1) for the commands' params
-(`send`: `recipient` / `groupId`, `message`, `attachments` as paths or RFC 2397 data URIs
+(`send`: `recipient` / `groupId`, `message`, `textStyle` as `start:length:STYLE` (BOLD, ITALIC,
+SPOILER, STRIKETHROUGH, MONOSPACE; in UTF-16 code units, as Signal's body ranges), `attachments` as paths or RFC 2397 data URIs
 `data:<MIME>;filename=<NAME>;base64,<DATA>`, `quoteTimestamp`, `quoteAuthor`; `getAttachment`:
 `id` with `recipient` or `groupId`, answering the data in base64; `getUserStatus`; `version`) and
 from signal-cli's JSON output records (the envelope: `source`, `sourceNumber`, `sourceUuid`,
@@ -41,6 +42,7 @@ from urllib.parse import parse_qs, urlsplit
 
 MAX_ATTACHMENT = 100 * 1024 * 1024
 KEEP_EVENTS = 1000
+TEXT_STYLE = re.compile(r"(\d+):(\d+):(BOLD|ITALIC|SPOILER|STRIKETHROUGH|MONOSPACE)")
 DATA_URI = re.compile(r"data:([\w.+-]+/[\w.+-]+)(?:;filename=([^;,]*))?;base64,(.*)", re.S)
 
 
@@ -54,6 +56,12 @@ class Sent:
     timestamp: int
     attachments: list[tuple[str, str, bytes]] = field(default_factory=list)  # (mime, filename, data)
     quote: tuple[int, str] | None = None
+    styles: list[tuple[int, int, str]] = field(default_factory=list)  # textStyle: (start, length, style)
+
+    def styled(self, style: str) -> list[str]:
+        """The parts of the message shown in `style` (ranges in UTF-16 code units, as Signal's)."""
+        units = self.message.encode("utf-16-le")
+        return [units[2 * s:2 * (s + n)].decode("utf-16-le") for s, n, k in self.styles if k == style]
 
 
 class SignalEmulator:
@@ -238,6 +246,16 @@ class SignalEmulator:
             if not isinstance(params["quoteTimestamp"], int) or not isinstance(params.get("quoteAuthor"), str):
                 raise ValueError("quoteTimestamp needs quoteAuthor")
             quote = (params["quoteTimestamp"], params["quoteAuthor"])
+        styles = []
+        raw_styles = params.get("textStyle", [])
+        for st in [raw_styles] if isinstance(raw_styles, str) else raw_styles:
+            m = TEXT_STYLE.fullmatch(st) if isinstance(st, str) else None
+            if not m:
+                raise ValueError(f"Invalid text style: {st!r}")
+            start, length = int(m.group(1)), int(m.group(2))
+            if start + length > len(message.encode("utf-16-le")) // 2:
+                raise ValueError(f"text style {st!r} is past the end of the message")
+            styles.append((start, length, m.group(3)))
         stamp = self._stamp()
         results = [{"recipientAddress": {"uuid": self.uuid_of(r), "number": r},
                     "type": "UNREGISTERED_FAILURE" if r in self.unregistered else "SUCCESS"}
@@ -245,7 +263,7 @@ class SignalEmulator:
         if not any(r["type"] == "SUCCESS" for r in results) and results:
             return {"timestamp": stamp, "results": results}
         with self.lock:
-            self.sent.append(Sent(list(recipients or []), group, message, stamp, files, quote))
+            self.sent.append(Sent(list(recipients or []), group, message, stamp, files, quote, styles))
             self.lock.notify_all()
         return {"timestamp": stamp, "results": results or [{"type": "SUCCESS"}]}
 

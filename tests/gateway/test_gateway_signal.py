@@ -80,6 +80,35 @@ def test_a_dm_is_answered_in_the_chat_with_one_session_per_chat(world):
     assert {"getUserStatus", "send"} <= set(world.emu.calls)
 
 
+def test_markdown_goes_as_signal_text_styles_and_markup_in_the_answer_stays_text(world):
+    started(world)
+    world.model_server.responder = lambda body: {"content": (
+        "# Plan\n\n😀 **Bold** and *it* and `x<y` <b>raw</b> ~~gone~~ [a link](https://example.org/?a=1)\n\n"
+        "- one\n- [bad](javascript:alert(1))\n\n```py\nprint('hi')\n```")}
+    world.emu.say(ME, "format please")
+    [sent] = world.emu.wait_sent(1, to=ME)
+    assert "**" not in sent.message and "`" not in sent.message and "<b>raw</b>" in sent.message
+    assert sent.styled("BOLD") == ["Plan", "Bold"] and sent.styled("ITALIC") == ["it"]
+    assert sent.styled("MONOSPACE") == ["x<y", "print('hi')"] and sent.styled("STRIKETHROUGH") == ["gone"]
+    assert "a link (https://example.org/?a=1)" in sent.message
+    assert "• [bad](javascript:alert(1))" in sent.message  # not a link to Markdown: shown as written
+
+
+def test_whatever_the_model_writes_the_styles_stay_inside_the_text():
+    import random
+
+    from hermes_fs.service.gateway.render import styled
+
+    rng = random.Random(5)
+    pieces = ["**", "*", "_", "`", "```", "~~", "<", ">", "&", "\ue000", "\ue001", "\ue006", "[t](http://a.b)",
+              "\n", "\n\n", "- ", "1. ", "> ", "# ", "|a|b|\n|-|-|\n", "word", " ", "ü", "😀", "\\", "    code"]
+    for _ in range(400):
+        out = styled("".join(rng.choice(pieces) for _ in range(rng.randint(1, 40))))
+        units = len(out.text.encode("utf-16-le")) // 2
+        assert not any("\ue000" <= c <= "\ue007" for c in out.text)  # the marks never reach the person
+        assert all(0 <= start and length > 0 and start + length <= units for start, length, _ in out.styles)
+
+
 def test_strangers_get_a_pairing_code_or_silence_and_a_hidden_number_is_known_by_its_uuid(world, run_cli):
     gw = started(world, allow=[])
     world.emu.say(EVE, "hi?")

@@ -183,6 +183,63 @@ MRKDWN = Markup(
     quote=lambda text: "\n".join("> " + line for line in text.split("\n")), finish=lambda text: text)
 
 
+# styles as ranges over plain text (Signal's): each written as a pair of private-use characters by
+# the writer, then taken out and turned into (start, length, style) in UTF-16 code units
+_STYLE_MARKS = {"BOLD": "\ue000\ue001", "ITALIC": "\ue002\ue003", "STRIKETHROUGH": "\ue004\ue005",
+                "MONOSPACE": "\ue006\ue007"}
+_PRIVATE = re.compile("[\ue000-\ue007]")
+
+
+def _plain(text: str) -> str:
+    return _PRIVATE.sub("", text)
+
+
+def _mono(raw: str) -> str:
+    m = _STYLE_MARKS["MONOSPACE"]
+    return m[0] + _plain(raw) + m[1] if raw.strip() else _plain(raw)
+
+
+STYLED = Markup(
+    escape=_plain, bold=tuple(_STYLE_MARKS["BOLD"]), italic=tuple(_STYLE_MARKS["ITALIC"]),  # type: ignore[arg-type]
+    strike=tuple(_STYLE_MARKS["STRIKETHROUGH"]), code=_mono,  # type: ignore[arg-type]
+    pre=lambda raw, lang: _mono(raw),
+    link=lambda href, text: text if text.strip() == href else f"{text} ({href})",
+    quote=lambda text: "\n".join("> " + line for line in text.split("\n")), finish=lambda text: text)
+
+
+@dataclass(frozen=True)
+class Styled:
+    """A reply as plain text and its styles: (start, length, style) in UTF-16 code units."""
+
+    text: str
+    styles: list[tuple[int, int, str]]
+
+
+def styled(markdown: str) -> Styled:
+    """The reply's Markdown as plain text with style ranges (bold, italic, strikethrough,
+    monospace), for chats that style ranges of a text rather than parse markup (Signal). Links are
+    written out as `text (url)`; nothing the model writes becomes markup."""
+    text = inline_markup(markdown, STYLED)
+    kinds = {c: (style, i == 0) for style, pair in _STYLE_MARKS.items() for i, c in enumerate(pair)}
+    out: list[str] = []
+    opened: dict[str, list[int]] = {}
+    spans: list[tuple[int, int, str]] = []
+    pos = 0
+    for ch in text:
+        if ch in kinds:
+            style, opening = kinds[ch]
+            if opening:
+                opened.setdefault(style, []).append(pos)
+            elif opened.get(style):
+                start = opened[style].pop()
+                if pos > start:
+                    spans.append((start, pos - start, style))
+            continue
+        out.append(ch)
+        pos += 2 if ord(ch) > 0xFFFF else 1
+    return Styled("".join(out), sorted(spans))
+
+
 def inline_html(text: str) -> str:
     """The reply's Markdown in a small HTML subset (INLINE_TAGS; block structure as text),
     escaped and sanitised: for chats whose HTML mode knows only inline tags."""
@@ -292,5 +349,5 @@ def _trimmed(out: list[str]) -> str:
     return "".join(out).rstrip()
 
 
-__all__ = ["HTML_SUBSET", "INLINE_TAGS", "MRKDWN", "TAGS", "Markup", "Rendered", "html_document", "inline_html",
-           "inline_markup", "mrkdwn", "render", "sanitise"]
+__all__ = ["HTML_SUBSET", "INLINE_TAGS", "MRKDWN", "STYLED", "TAGS", "Markup", "Rendered", "Styled", "html_document",
+           "inline_html", "inline_markup", "mrkdwn", "render", "sanitise", "styled"]

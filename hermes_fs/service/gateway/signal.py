@@ -23,8 +23,9 @@ typing notices, reactions, edits and deletions are not requests.
 
 Voice notes (an `audio/*` attachment) become an `Audio` whose download (`getAttachment`, base64)
 the core runs only if it takes the message. Files out go as attachments (RFC 2397 data URIs, so
-signal-cli needs no access to the vault's disk). Replies are the model's Markdown as plain text
-(Signal shows no markup). signal-cli's `send` has no idempotency key, so a send cut short by a
+signal-cli needs no access to the vault's disk). Replies are plain text with Signal's text styles
+(render.styled: bold, italic, strikethrough, monospace as ranges; Signal parses no markup, so
+nothing the model writes becomes formatting or a mention). signal-cli's `send` has no idempotency key, so a send cut short by a
 crash is marked failed rather than risk a second copy.
 """
 
@@ -45,6 +46,7 @@ from ...store.vault import Vault
 from .access import AccessRules
 from .channel import AsyncChannel, ChatSettings, Inbound, Origin, Outbound, Sink, check_api_base, room_context
 from .message import Audio, AudioTooLarge
+from .render import Styled, styled
 
 log = logging.getLogger(__name__)
 
@@ -449,8 +451,11 @@ class SignalChannel(AsyncChannel):
             where.update(quoteTimestamp=int(stamp), quoteAuthor=author)
         return where
 
-    async def _send(self, reply: Outbound, attachments: list[str]) -> str:
-        params = {**self._where(reply.origin), "message": cut(reply.text)}
+    async def _send(self, reply: Outbound, attachments: list[str], style: bool = True) -> str:
+        text = styled(cut(reply.text)) if style else Styled(reply.text, [])
+        params: dict[str, Any] = {**self._where(reply.origin), "message": text.text or "(no answer)"}
+        if text.styles:
+            params["textStyle"] = [f"{start}:{length}:{kind}" for start, length, kind in text.styles]
         if attachments:
             params["attachments"] = attachments
         result = await self.rpc("send", params)
@@ -470,7 +475,7 @@ class SignalChannel(AsyncChannel):
         data = await asyncio.to_thread(f.path.read_bytes)
         name = re.sub(r"[;,\s]", "_", f.name)[:200] or "file"
         uri = f"data:{f.mime or 'application/octet-stream'};filename={name};base64,{base64.b64encode(data).decode()}"
-        return await self._send(Outbound(reply.origin, reply.text, reply.reply_id), [uri])
+        return await self._send(Outbound(reply.origin, reply.text[:2000], reply.reply_id), [uri], style=False)
 
 
 def cut(text: str, limit: int = MAX_SOURCE) -> str:
