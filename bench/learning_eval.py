@@ -1,6 +1,8 @@
 """Learning you can measure: does refine turn recorded conversations into the right memory and skills?
 
-Each case in bench/learning/ is a conversation in the transcript format (`<case>.md`, exactly what
+Each case in bench/learning/dev/ (the development set: settings are chosen on it) and
+bench/learning/test/ (the test set: written apart from the code that judges it, never tuned on) is a
+conversation in the transcript format (`<case>.md`, exactly what
 mind/sessions.py writes and parses back) and its checks (`<case>.yaml`): the lessons that must be
 learned (which file, what the entry or skill must say: groups of keywords, each group any-of, all
 groups required, matched at word starts, case-insensitive), the traps that must not be (a transient
@@ -16,11 +18,14 @@ validator, budgets, secrets), duplicates created, harmful changes (a person's en
 rewritten without their quoted words), tokens and seconds per refine, probe pass rate.
 
 Usage: python bench/learning_eval.py --model M [--api-base URL] [--mode tools|structured]
-       [--cases 1,3,foo] [--no-probe] [--min-recall 0.8] [--max-trap-rate 0] [--out FILE]
+       [--split dev|test|all] [--cases-dir DIR] [--cases 1,3,foo] [--no-probe] [--min-recall 0.8] [--max-trap-rate 0] [--out FILE]
        python bench/learning_eval.py --combine RUN.json... [--out FILE]   (one summary of runs in parts)
        python bench/learning_eval.py --replay RUN.json [--out FILE]
            (lessons first: the run's recorded model answers judged again by today's code, no model called;
             tells a change of code from the model's sampling, which differs run to run)
+       python bench/learning_eval.py --candidates [--split dev|test|all] [--cases-dir DIR] [--out FILE]
+           (no model: each case's `replay:` candidates, traps included, fed through the whole pipeline
+            as if every sample proposed each of them; every trap candidate must be refused)
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 CASES = HERE / "learning"
+SPLITS = ("dev", "test")  # bench/learning/dev: settings are chosen on it; bench/learning/test: never
 
 from hermes_fs.agent.conversation import Conversation, ConversationOptions  # noqa: E402
 from hermes_fs.agent.model import LiteLLMModel, Model, ModelSettings, Reply, Usage  # noqa: E402
@@ -98,9 +104,20 @@ class Case:
     probe: Probe | None
     reference: dict
     setup: dict
+    split: str = ""  # dev | test | "" (a folder given as it is)
+    replay: list[dict] = field(default_factory=list)  # candidates as a model might propose them (--candidates)
 
 
-def load_cases(folder: Path = CASES, only: list[str] | None = None) -> list[Case]:
+def load_cases(folder: Path = CASES, only: list[str] | None = None, split: str = "all") -> list[Case]:
+    """The cases of `folder`'s dev/ and test/ subfolders (`split`: one of them, or all); a folder
+    without them is read as it is (--cases-dir)."""
+    parts = [(folder / name, name) for name in SPLITS if split in ("all", name) and (folder / name).is_dir()]
+    if not any((folder / name).is_dir() for name in SPLITS):
+        parts = [(folder, "")]
+    return [c for sub, name in parts for c in _load(sub, name, only)]
+
+
+def _load(folder: Path, split: str, only: list[str] | None) -> list[Case]:
     out = []
     for spec_path in sorted(folder.glob("*.yaml")):
         name = spec_path.stem
@@ -112,7 +129,8 @@ def load_cases(folder: Path = CASES, only: list[str] | None = None) -> list[Case
             name, spec["kind"], spec["session"], (folder / f"{name}.md").read_text(),
             [Check(**c) for c in spec.get("expect") or []], [Check(**c) for c in spec.get("traps") or []],
             [Check(**c) for c in spec.get("known") or []], Probe(**probe) if probe else None,
-            spec.get("reference") or {"memory": [], "skills": []}, spec.get("setup") or {}))
+            spec.get("reference") or {"memory": [], "skills": []}, spec.get("setup") or {}, split,
+            spec.get("replay") or []))
     return out
 
 
@@ -146,6 +164,7 @@ class CaseResult:
     answers: list[str] = field(default_factory=list)  # what the reviewer model answered (for reading why)
     refused: list[str] = field(default_factory=list)  # structured mode: entries the tools refused, and why
     harmful: int = 0  # entries a person wrote that the change removes or rewrites without their quoted words
+    split: str = ""  # dev | test | "" (a folder run as it is)
 
 
 @dataclass
@@ -271,7 +290,7 @@ def run_case(case: Case, s: Settings, workdir: Path, refine_model: Model | None 
                         {c.id: c.hit(added) for c in case.expect},
                         {f"{c.kind}:{c.example[:40]}": c.hit(added) for c in case.traps}, dups,
                         outcome.status in ("pending", "merged", "nothing"), invalid, tokens, round(seconds, 2),
-                        answers=answers, refused=refused, harmful=harmful)
+                        answers=answers, refused=refused, harmful=harmful, split=case.split)
     if s.probe and case.probe:
         run_probe(vault, case.probe, s, probe_model or s.new_model(s.probe_max_tokens), workdir / "ws", result)
     return result
@@ -425,6 +444,53 @@ def replay(path: str, out: str | None) -> dict:
     return data
 
 
+class Candidates:
+    """No model: every lessons call is answered with the case's `replay:` candidates (each sample
+    the same, so agreement never stands in the way of a trap), and the one verification question
+    (does the person's sentence replace their entry?) with no."""
+
+    name = "candidates"
+
+    def __init__(self, case: Case):
+        keep = ("quote", "kind", "lesson", "steps")
+        self.doc = {"lessons": [{k: c.get(k, [] if k == "steps" else "") for k in keep} for c in case.replay]}
+        self.usage = Usage()
+
+    def complete(self, messages, tools, response_format=None, on_text=None, temperature=None) -> Reply:
+        schema = (response_format or {}).get("json_schema", {}).get("name", "")
+        return Reply(json.dumps({"replaces": False} if schema == "Replaces" else self.doc))
+
+
+def candidates(cases: list[Case], out: str | None) -> dict:
+    """Each case's given candidates through the whole pipeline (3 samples, all agreeing): every
+    trap candidate must be refused; the good ones kept show what code lets through at best."""
+    s = Settings("candidates", mode="structured", probe=False, samples=3)
+    results, given = [], []
+    with tempfile.TemporaryDirectory(prefix="hermes-candidates-") as tmp:
+        for case in [c for c in cases if c.replay]:
+            r = run_case(case, s, Path(tmp), Candidates(case))
+            results.append(r)
+            given += [(case.name, c) for c in case.replay]
+            print(f"{case.name:<34} lessons {sum(r.lessons.values())}/{len(r.lessons)} "
+                  f"traps {sum(r.traps.values())}/{len(r.traps)} harmful {r.harmful}")
+    summary = summarize(results, s, 0.0, 0.0)
+    data = {"summary": asdict(summary), "splits": split_summaries(results, s, 0.0, 0.0),
+            "trap_candidates": sum(1 for _n, c in given if c.get("trap")),
+            "good_candidates": sum(1 for _n, c in given if not c.get("trap")),
+            "cases": [asdict(r) for r in results], "command": "python bench/learning_eval.py --candidates"}
+    if out:
+        Path(out).write_text(json.dumps(data, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in data.items() if k != "cases"}, indent=2))
+    return data
+
+
+def split_summaries(results: list[CaseResult], s: Settings, min_recall: float, max_trap_rate: float) -> dict:
+    """The development and test sets' figures apart (never one number over both)."""
+    names = sorted({r.split for r in results})
+    return {n or "folder": asdict(summarize([r for r in results if r.split == n], s, min_recall, max_trap_rate))
+            for n in names}
+
+
 def main(argv: list[str] | None = None) -> dict:
     if argv is None:
         argv = sys.argv[1:]
@@ -434,12 +500,25 @@ def main(argv: list[str] | None = None) -> dict:
         rest = argv[1:]
         out = rest[rest.index("--out") + 1] if "--out" in rest else None
         return combine([a for i, a in enumerate(rest) if a != "--out" and (i == 0 or rest[i - 1] != "--out")], out)
+    if argv[:1] == ["--candidates"]:
+        c = argparse.ArgumentParser()
+        c.add_argument("--candidates", action="store_true")
+        c.add_argument("--split", choices=["dev", "test", "all"], default="all")
+        c.add_argument("--cases-dir")
+        c.add_argument("--cases")
+        c.add_argument("--out")
+        ca = c.parse_args(argv)
+        return candidates(load_cases(Path(ca.cases_dir) if ca.cases_dir else CASES,
+                                     ca.cases.split(",") if ca.cases else None, ca.split), ca.out)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="a litellm model string, e.g. openai/qwen2.5-coder-1.5b-instruct")
     p.add_argument("--api-base", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8090/v1")
     p.add_argument("--api-key-env", help="the variable holding the key (default with --api-base: none needed)")
     p.add_argument("--mode", choices=["tools", "structured"], default="structured")
     p.add_argument("--cases", help="comma-separated case numbers or names (default: all)")
+    p.add_argument("--split", choices=["dev", "test", "all"], default="dev",
+                   help="bench/learning/dev (settings are chosen on it), test (never tuned on) or all; reported apart")
+    p.add_argument("--cases-dir", help="a folder of cases, run as it is (its dev/ and test/ when it has them)")
     p.add_argument("--no-probe", action="store_true", help="skip the follow-up probes")
     p.add_argument("--min-recall", type=float, default=0.8)
     p.add_argument("--max-trap-rate", type=float, default=0.0)
@@ -453,7 +532,7 @@ def main(argv: list[str] | None = None) -> dict:
         os.environ.setdefault("HERMES_BENCH_API_KEY", "local")
         key_env = "HERMES_BENCH_API_KEY"
     s = Settings(a.model, a.api_base, key_env, a.mode, not a.no_probe, a.timeout, samples=a.samples)
-    cases = load_cases(only=a.cases.split(",") if a.cases else None)
+    cases = load_cases(Path(a.cases_dir) if a.cases_dir else CASES, a.cases.split(",") if a.cases else None, a.split)
     slug = re.sub(r"[^a-z0-9.]+", "-", a.model.lower()).strip("-")
     out = Path(a.out) if a.out else HERE / "results" / f"learning_eval-{slug}-{a.mode}.json"
     out.parent.mkdir(exist_ok=True)
@@ -462,6 +541,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     def write(results: list[CaseResult], done: bool = False) -> dict:
         data = {"summary": asdict(summarize(results, s, a.min_recall, a.max_trap_rate)),
+                "splits": split_summaries(results, s, a.min_recall, a.max_trap_rate),
                 "cases": [asdict(r) for r in results], "command": command, "complete": done,
                 "cases_planned": len(cases), "wall_seconds": round(time.perf_counter() - t0, 1)}
         out.write_text(json.dumps(data, indent=2) + "\n")
@@ -469,7 +549,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     summary, results = evaluate(s, cases, a.min_recall, a.max_trap_rate, on_result=write)
     data = write(results, done=True)
-    print(json.dumps(asdict(summary), indent=2))
+    print(json.dumps(data["splits"], indent=2))
     print(f"wrote {out}")
     return data
 

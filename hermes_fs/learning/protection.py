@@ -173,3 +173,35 @@ def _norm(text: str) -> str:
 def _brief(text: str, limit: int = 80) -> str:
     t = " ".join(text.split()).removeprefix("- ").removeprefix("* ")
     return t if len(t) <= limit else t[: limit - 3] + "..."
+
+
+@dataclass
+class PersonEntry:
+    """A memory entry a person wrote (git blame at the base: not the agent's commit)."""
+
+    file: str  # memory file name, e.g. USER.md
+    text: str  # the entry as it reads
+
+
+def person_entries(vault: Vault, commit: str, files: list[str]) -> list[PersonEntry]:
+    """Every entry of the given memory files, as of `commit`, that a person wrote."""
+    agent = vault.provenance.agent()
+    out = []
+    for name in files:
+        path = f"memory/{name}"
+        data = vault.git.read_file(commit, path)
+        if data is None:
+            continue
+        try:
+            text = decode(data, path)
+            doc = parse_doc(text, path)
+        except InputError:
+            continue
+        blame = vault.git.blame_authors(commit, path)
+        for u in units(doc.body, doc.body_start):
+            if u.kind != "entry":
+                continue
+            line = text.count("\n", 0, u.start)
+            if line < len(blame) and blame[line][0] != agent:
+                out.append(PersonEntry(name, re.sub(r"^\s*[-*+]\s+", "", _raw(u)).strip()))
+    return out

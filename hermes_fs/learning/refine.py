@@ -29,7 +29,7 @@ from ..store.vault import Vault
 from . import lessons, pipeline
 from .lessons import LessonTask
 from .pipeline import Description, ModelTask, Outcome, Task
-from .protection import Evidence, grounded
+from .protection import Evidence, grounded, person_entries
 from .structured import ReviewDocument, StructuredTask
 from .validate import DuplicateGuard, duplicate_guard, skills_at, tokens
 
@@ -179,8 +179,10 @@ class Reviewer:
         if structured and samples > 0:  # lessons with their quotes, judged by code (learning/lessons.py)
             assert self.session and self.snapshot
             data = self.vault.git.read_file(self.snapshot, session_path(self.session)) or b""
+            people = person_entries(self.vault, self.snapshot, memory.list_memory(overlay))
             self.task = LessonTask(self.model, tools, overlay, lessons.said(_messages(data, self.session)), cfg,
-                                   samples=samples, agree=min(lessons.AGREE, samples))
+                                   samples=samples, agree=min(lessons.AGREE, samples), people=people,
+                                   session=self.session)
             self.task.ask(lessons_brief(data, self.session, self.options.focus))
             return
         if structured:  # one schema-constrained document, applied through the same tools

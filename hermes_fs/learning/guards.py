@@ -1,0 +1,280 @@
+"""The invariants code keeps over a lesson a model proposed, whatever the person's phrasing.
+
+The model judges meaning: whether a lesson lasts (its `kind`). Code keeps only what holds however a
+person words it, and each guard only ever refuses:
+- the quote is the person's own words: verbatim (after normalising case, spacing, quotes and
+  Markdown) in their turns, pasted documents and tool output cut out, and not inside quotation
+  marks (someone else's words the person relays); a quote the model re-typed may stand on the
+  person's sentence that holds most of its words, which then becomes the entry;
+- the person's later words on the same topic win: a quote the person came back to later in the
+  conversation (to take it back, or to change it) is refused; the later words stand on their own;
+- a statement bound to a time ("until Friday", "this week", "tomorrow") is not lasting;
+- no credential: the secret scanner, secrets told in prose included, passes the lesson, the quote
+  and every word code writes beside it;
+- no one-off detail (a commit id, an issue number, a count, a clock time) and no failure that may
+  not happen again, in the lesson;
+- most of the lesson's words are the conversation's own, so an invented lesson cannot ride on a
+  good quote.
+Procedures stand on commands the assistant really ran (see `procedures.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..store.secrets import find_secrets
+from .validate import tokens
+
+KINDS = ("preference", "fact", "procedure", "one-off", "not-theirs")
+LASTING_KINDS = frozenset({"preference", "fact", "procedure"})
+MIN_QUOTE_WORDS = 3
+LOCATE_SHARE, LOCATE_MIN = 0.6, 3  # of a quote's (or lesson's) topic words one of the person's sentences must hold
+GROUNDED_SHARE = 0.5  # of a lesson's words that must be the conversation's own (person or assistant)
+REVISIT_MIN = 2  # topic words a later sentence of the person shares with the quoted one to be about the same
+EVIDENCE_CHARS = 300  # longest verbatim sentence written beside a lesson
+ALREADY_SAID = 0.8  # share of the sentence's words the lesson already holds: the sentence adds nothing
+STEM = 5  # letters that make two words one (a crude stem, enough for inflections)
+
+# Structural screens: the grammar of time limits, ids and counts, and failures. They only refuse.
+TIME_BOUND = re.compile(
+    r"\b(until|till|through|thru|before|by)\s+(the\s+end\s+of\s+)?(mon|tues|wednes|thurs|fri|satur|sun)day\b"
+    r"|\b(until|till|through|thru)\s+(tomorrow|tonight|next|the\s+end|end\s+of|\d|jan|feb|mar|apr|may|jun|jul|aug"
+    r"|sep|oct|nov|dec)"
+    r"|\b(this|next|coming)\s+(week|weekend|month|morning|afternoon|evening|sprint|quarter)\b"
+    r"|\b(today|tonight|tomorrow|yesterday|for now|right now|at the moment|for the moment|temporar(y|ily)"
+    r"|for the (next|coming) \w+ (days?|weeks?|hours?)|for (a|one|two|three) (days?|weeks?)"
+    r"|just this once|this time only|only this time|for this one)\b", re.I)
+ONE_OFF = re.compile(r"(\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"  # a commit id
+                     r"|#\d+\b|\bpull/\d+"  # a PR or issue number
+                     r"|\b\d[\d,]*\s+(tests?|users?|rows?|files?|lines?|commits?|records?|items?|errors?)\b"  # a count
+                     r"|\b\d{1,2}:\d{2}\b)", re.I)  # a clock time
+TRANSIENT = re.compile(r"(?<![-\w])(timed out|times out|timing out|timeouts? (error|exceeded)|dns|name resolution|"
+                       r"50[234]|outage|unavailable|flaky|blip|no space|disk (is )?full|out of disk|"
+                       r"connection (reset|refused)|reset by peer)\b", re.I)
+FIRST_PERSON = re.compile(r"\b(i|i'm|im|i've|i'd|me|my|mine|myself)\b", re.I)
+QUOTED = re.compile(r"[\"“«]([^\"”»]{3,})[\"”»]")  # words inside quotation marks: someone else's, relayed
+
+
+@dataclass
+class Turn:
+    role: str  # person | assistant
+    text: str  # person: their own words only (pasted documents cut out); assistant: answers and commands
+    commands: list[str] = field(default_factory=list)  # assistant: what its tool calls ran, verbatim
+    skills: list[str] = field(default_factory=list)  # assistant: skills it opened (skill_view)
+
+
+@dataclass
+class Said:
+    """The conversation's turns as code judges quotes against them (tool output is never here)."""
+
+    turns: list[Turn]
+
+    def own_words(self) -> str:
+        return " ".join(t.text for t in self.turns)
+
+    def person(self) -> list[tuple[int, str]]:
+        """(turn index, sentence) for every sentence of the person's own words."""
+        return [(i, s) for i, t in enumerate(self.turns) if t.role == "person" for s in sentences(t.text)]
+
+    def commands(self) -> list[str]:
+        return [c for t in self.turns for c in t.commands]
+
+    def skills_used(self) -> list[str]:
+        return list(dict.fromkeys(s for t in self.turns for s in t.skills))
+
+
+@dataclass
+class Verdict:
+    """Code's judgement of one candidate: kept, or why not."""
+
+    quote: str
+    lesson: str
+    kind: str
+    steps: list[str] = field(default_factory=list)
+    why: str = ""  # empty: kept
+    file: str = "MEMORY.md"
+    turn: int = -1  # the person's turn the quote stands on (-1: the assistant's words, procedures only)
+    sentence: str = ""  # the person's sentences the quote spans, verbatim
+    located: bool = False  # the quote is the person's sentence code found for it (see `locate`)
+
+    @property
+    def kept(self) -> bool:
+        return not self.why
+
+    @property
+    def entry(self) -> str:
+        """The memory entry: the person's own sentence when code found it for a re-typed quote;
+        else the lesson, with the person's verbatim sentence when it adds to it."""
+        if self.located:
+            return f"The user said: “{self.sentence}”"
+        s = self.sentence
+        have = stems(self.lesson)
+        if s and len(s) <= EVIDENCE_CHARS and not find_secrets(s) and \
+                len(stems(s) - have) > (1 - ALREADY_SAID) * len(stems(s)):
+            return f"{self.lesson} (the user: “{s}”)"
+        return self.lesson
+
+
+def norm(text: str) -> str:
+    """Case, spacing, quotes, Markdown emphasis and the punctuation at either end do not count."""
+    t = str(text).replace("’", "'").replace("‘", "'").replace("“", '"').replace("”", '"')
+    t = re.sub(r"[`*_\"]", "", t)
+    return " ".join(t.lower().split()).strip(" .,;:!?'()")
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a turn, verbatim (a dot inside a name or a version does not end one)."""
+    return [p.strip() for p in _SENTENCE_END.split(str(text)) if p and p.strip()]
+
+
+def stems(text: str) -> set[str]:
+    return {w[:STEM] for w in tokens(text)}
+
+
+def judge(quote: str, lesson: str, kind: str, steps: list[str], conv: Said) -> Verdict:
+    """Every guard, in turn; the first that refuses says why."""
+    kind = kind.strip().lower() if kind.strip().lower() in KINDS else "one-off"
+    v = Verdict(" ".join(quote.split()), " ".join(lesson.split()), kind, [" ".join(s.split()) for s in steps])
+    if kind not in LASTING_KINDS:
+        v.why = f"the model judged it {kind}, not something lasting"
+        return v
+    for guard in (_place, _no_secret, _not_relayed, _not_revisited, _not_time_bound, _not_one_off, _grounded):
+        why = guard(v, conv)
+        if why:
+            v.why = why
+            return v
+    v.file = "USER.md" if kind == "preference" or FIRST_PERSON.search(v.sentence) else "MEMORY.md"
+    return v
+
+
+def _place(v: Verdict, conv: Said) -> str:
+    """Find the quote in the person's words (or, for a procedure, in the assistant's answers and
+    commands); else the person's one sentence that holds most of its words."""
+    found = find_quote(v.quote, conv, "person")
+    if found is not None:
+        v.turn = found
+        v.sentence = sentence_around(conv.turns[found].text, v.quote)
+        return ""
+    if v.kind == "procedure" and find_quote(v.quote, conv, "assistant") is not None:
+        return ""  # a procedure stands on its commands (procedures.py), not on the quote
+    placed = locate([v.quote, v.lesson], conv)
+    if placed is None:
+        return ("its quote is not the person's own words (the assistant's, a tool's output, a pasted text, "
+                "or made up)")
+    v.turn, v.sentence, v.located = placed[0], placed[1], v.kind != "procedure"
+    return ""
+
+
+def _not_relayed(v: Verdict, conv: Said) -> str:
+    """Words the person puts in quotation marks are someone else's, relayed."""
+    if v.turn < 0:
+        return ""
+    q = norm(v.quote if not v.located else v.sentence)
+    for m in QUOTED.finditer(conv.turns[v.turn].text):
+        inner = norm(m.group(1))
+        if inner and (q in inner or (len(inner.split()) >= MIN_QUOTE_WORDS and inner in q)):
+            return "someone else's words, which the person quoted"
+    return ""
+
+
+def _not_revisited(v: Verdict, conv: Said) -> str:
+    """The person's last word on a topic wins: a quote they came back to later is not kept."""
+    if v.turn < 0:
+        return ""
+    later = revisits(conv, v.turn, v.sentence)
+    if later:
+        return f"the person came back to this later (“{later[-1][:80]}”): their later words count"
+    return ""
+
+
+def revisits(conv: Said, turn: int, sentence: str) -> list[str]:
+    """The person's sentences after `turn` on the topic of `sentence`: sharing at least REVISIT_MIN
+    of its topic words (one is enough in the person's very next turn, which answers what was done
+    about it)."""
+    want = stems(sentence)
+    nxt = next((i for i in range(turn + 1, len(conv.turns)) if conv.turns[i].role == "person"), None)
+    out = []
+    for i, s in conv.person():
+        if i <= turn:
+            continue
+        shared = len(want & stems(s))
+        if shared >= REVISIT_MIN or (i == nxt and shared >= 1 and len(stems(s)) <= 6):
+            out.append(s)
+    return out
+
+
+def _not_time_bound(v: Verdict, conv: Said) -> str:
+    for text in (v.sentence, v.lesson):
+        if TIME_BOUND.search(text):
+            return "it is bound to a time (it does not last)"
+    return ""
+
+
+def _no_secret(v: Verdict, conv: Said) -> str:
+    texts = [v.lesson, v.quote] + ([v.sentence] if v.located else []) + v.steps
+    if any(find_secrets(t) for t in texts):
+        return "it holds a credential"
+    return ""
+
+
+def _not_one_off(v: Verdict, conv: Said) -> str:
+    if ONE_OFF.search(v.lesson):
+        return "it carries a one-off detail (an id, a number, a count or a time)"
+    if v.kind != "procedure" and TRANSIENT.search(v.lesson):
+        return "it describes a failure that may not happen again"
+    return ""
+
+
+def _grounded(v: Verdict, conv: Said) -> str:
+    """Most of the lesson's words are the conversation's own (compared by stem)."""
+    words = stems(v.lesson)
+    if v.located or not words:
+        return "" if v.located else "its lesson says nothing"
+    if len(words & stems(conv.own_words())) < GROUNDED_SHARE * len(words):
+        return "its words are not the conversation's (invented, or taken from a tool's output)"
+    return ""
+
+
+def find_quote(quote: str, conv: Said, role: str) -> int | None:
+    """The first turn of `role` holding the quote; pieces around an ellipsis each must be found."""
+    pieces = [norm(p) for p in re.split(r"\.\.\.|…", quote) if norm(p)]
+    if not pieces or sum(len(p.split()) for p in pieces) < MIN_QUOTE_WORDS:
+        return None
+    for i, t in enumerate(conv.turns):
+        text = norm(t.text + ("\n" + "\n".join(t.commands) if role == "assistant" else ""))
+        if t.role == role and all(p in text for p in pieces):
+            return i
+    return None
+
+
+def locate(probes: list[str], conv: Said) -> tuple[int, str] | None:
+    """One sentence of the person's own words that holds most of a probe's topic words: the
+    model's quote, then its lesson. Returns (turn index, sentence)."""
+    places = [(i, s, stems(s)) for i, s in conv.person()]
+    for probe in probes:
+        want = stems(probe)
+        if not want:
+            continue
+        best = max(((len(want & has), len(want & has) / max(1, len(has)), i, s) for i, s, has in places),
+                   default=None, key=lambda x: (x[0], x[1]))
+        if best and best[0] >= LOCATE_MIN and best[0] >= LOCATE_SHARE * len(want):
+            return best[2], best[3]
+    return None
+
+
+def sentence_around(text: str, quote: str) -> str:
+    """The sentences of `text` the quote spans, verbatim: from the first to the last that holds a
+    piece of it."""
+    parts = sentences(text)
+    q = f" {norm(quote)} "
+    pieces = [norm(p) for p in sentences(quote)]
+    hit = [n for n, s in enumerate(parts) if norm(s) and (
+        f" {norm(s)} " in q or any(p and (p == norm(s) or (len(p.split()) >= MIN_QUOTE_WORDS and p in norm(s))
+                                   or norm(s) in p) for p in pieces))]
+    if not hit:
+        return " ".join(quote.split())
+    return " ".join(parts[hit[0]:hit[-1] + 1])

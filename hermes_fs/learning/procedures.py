@@ -1,0 +1,97 @@
+"""A procedure that worked becomes a skill: a new one, or a patch of the skill the conversation used.
+
+The model judges that a procedure worked and names its steps; code keeps only the steps that are
+commands the assistant really ran (verbatim, from its tool calls: never a tool's output or a pasted
+text, so an injected command cannot become a skill), drops any that hold a credential, and writes
+the skill in the Agent Skills form the validator checks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from ..store.secrets import find_secrets
+from .guards import Said, Verdict, norm, stems
+from .validate import tokens
+
+STEP_SHARE = 0.6  # of a step's words a command must hold to be that step
+MAX_STEPS = 8
+NAME_WORDS = 4
+
+
+@dataclass
+class SkillChange:
+    """The skill_manage call a procedure becomes."""
+
+    action: str  # create | patch
+    name: str
+    content: str = ""
+    old_text: str = ""
+    new_text: str = ""
+
+
+def grounded_steps(steps: list[str], conv: Said) -> list[str]:
+    """The commands the assistant ran that the model's steps name, verbatim, in the order they ran."""
+    ran = conv.commands()
+    chosen: set[int] = set()
+    for step in steps:
+        want = tokens(step)
+        for n, cmd in enumerate(ran):
+            c = norm(cmd)
+            if norm(step) and (norm(step) in c or (want and len(want & tokens(cmd)) >= STEP_SHARE * len(want))):
+                chosen.add(n)
+    # a command run again later replaces its earlier tries: keep the last of each
+    last: dict[str, int] = {}
+    for n in sorted(chosen):
+        last[_head(ran[n])] = n
+    return [ran[n] for n in sorted(last.values()) if not find_secrets(ran[n])][:MAX_STEPS]
+
+
+def _head(cmd: str) -> str:
+    """A command's program and subcommand: `fly deploy --x` and `fly deploy --y` are two tries of one step."""
+    return " ".join(cmd.split()[:2])
+
+
+def skill_change(v: Verdict, commands: list[str], conv: Said, existing: dict[str, str], session: str) -> SkillChange:
+    """Patch the skill the conversation opened when the lesson is about it; else a new skill."""
+    used = [s for s in conv.skills_used() if s in existing]
+    about = max(used, key=lambda s: len(stems(v.lesson) & stems(s.replace("-", " ") + " " + existing[s])),
+                default=None)
+    if about is not None:
+        return SkillChange("patch", about, old_text="", new_text=learned_section(v, commands, session))
+    name = skill_name(v.lesson)
+    ask = first_request(conv)
+    description = f"{_sentence(v.lesson)} Use when asked: {ask}" if ask else f"{_sentence(v.lesson)} Use to do it again"
+    description = " ".join(description.split())[:300].rstrip(" .") + "."
+    steps = "\n".join(f"{n}. `{c}`" if "`" not in c else f"{n}. {c}" for n, c in enumerate(commands, 1))
+    why = f"The user: “{v.sentence}”" if v.sentence else "It worked in the conversation this was learned from."
+    content = (f"---\nname: {name}\ndescription: {json.dumps(description, ensure_ascii=False)}\n---\n# {_sentence(v.lesson)}\n\n"
+               f"## Steps\n{steps}\n\n## Why\n{why} (session {session})\n")
+    return SkillChange("create", name, content=content)
+
+
+def learned_section(v: Verdict, commands: list[str], session: str) -> str:
+    """What a patch adds to a skill the procedure belongs to: the lesson and its commands."""
+    lines = [f"\n## Learned (session {session})\n", f"- {_sentence(v.lesson)}"]
+    lines += [f"  - `{c}`" for c in commands]
+    return "\n".join(lines) + "\n"
+
+
+def skill_name(lesson: str) -> str:
+    words = [w for w in re.findall(r"[a-z0-9]+", lesson.lower()) if w in tokens(w)][:NAME_WORDS]
+    return "-".join(words)[:60].strip("-") or "learned-procedure"
+
+
+def first_request(conv: Said) -> str:
+    """The person's first sentence: what they asked for, in their words (the skill is for that)."""
+    for i, s in conv.person():
+        if len(s.split()) >= 3 and not find_secrets(s):
+            return s.rstrip(" .?!")[:160]
+    return ""
+
+
+def _sentence(text: str) -> str:
+    t = " ".join(text.split()).rstrip(" .")
+    return (t[:1].upper() + t[1:] + ".") if t else ""
