@@ -58,6 +58,7 @@ from hermes_fs.learning.validate import similar_skill, skills_at  # noqa: E402
 from hermes_fs.mind.sessions import session_path  # noqa: E402
 from hermes_fs.store.docs import parse_doc  # noqa: E402
 from hermes_fs.store.provenance import Act  # noqa: E402
+from hermes_fs.store.secrets import redact  # noqa: E402
 from hermes_fs.store.vault import Vault, init_vault  # noqa: E402
 
 
@@ -204,7 +205,7 @@ def make_vault(root: Path, case: Case, s: Settings) -> Vault:
         paths.append(f"skills/{name}/SKILL.md")
     rel = session_path(case.session)
     (root / rel).parent.mkdir(parents=True, exist_ok=True)
-    (root / rel).write_text(case.transcript)
+    (root / rel).write_text(redact(case.transcript)[0])  # as the agent records it: key formats redacted on the way
     vault.git.commit_paths(paths + [rel], f"bench: case {case.name}", Act.person())
     vault._config = None
     return vault
@@ -446,8 +447,9 @@ def replay(path: str, out: str | None) -> dict:
 
 class Candidates:
     """No model: every lessons call is answered with the case's `replay:` candidates (each sample
-    the same, so agreement never stands in the way of a trap), and the one verification question
-    (does the person's sentence replace their entry?) with no."""
+    the same, so agreement never stands in the way of a trap), and the yes/no questions (does the
+    person's sentence replace their entry? do their earlier words still hold?) with no: with no
+    model there is no judgement, and code's default is no."""
 
     name = "candidates"
 
@@ -458,7 +460,8 @@ class Candidates:
 
     def complete(self, messages, tools, response_format=None, on_text=None, temperature=None) -> Reply:
         schema = (response_format or {}).get("json_schema", {}).get("name", "")
-        return Reply(json.dumps({"replaces": False} if schema == "Replaces" else self.doc))
+        no = {"Replaces": {"replaces": False}, "StillHolds": {"still_holds": False}}
+        return Reply(json.dumps(no.get(schema, self.doc)))
 
 
 def candidates(cases: list[Case], out: str | None) -> dict:

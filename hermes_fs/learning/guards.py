@@ -7,7 +7,9 @@ person words it, and each guard only ever refuses:
   marks (someone else's words the person relays); a quote the model re-typed may stand on the
   person's sentence that holds most of its words, which then becomes the entry;
 - the person's later words on the same topic win: a quote the person came back to later in the
-  conversation (to take it back, or to change it) is refused; the later words stand on their own;
+  conversation stands only when a later quote of theirs is proposed for the same lesson (that one
+  is kept), or when the model, asked about exactly that, says the later words leave it standing:
+  without that answer it is refused;
 - a statement bound to a time ("until Friday", "this week", "tomorrow") is not lasting;
 - no credential: the secret scanner, secrets told in prose included, passes the lesson, the quote
   and every word code writes beside it;
@@ -32,6 +34,7 @@ MIN_QUOTE_WORDS = 3
 LOCATE_SHARE, LOCATE_MIN = 0.6, 3  # of a quote's (or lesson's) topic words one of the person's sentences must hold
 GROUNDED_SHARE = 0.5  # of a lesson's words that must be the conversation's own (person or assistant)
 REVISIT_MIN = 2  # topic words a later sentence of the person shares with the quoted one to be about the same
+NEAR_TURNS = 2  # the person's next turns, where one shared topic word is enough
 EVIDENCE_CHARS = 300  # longest verbatim sentence written beside a lesson
 ALREADY_SAID = 0.8  # share of the sentence's words the lesson already holds: the sentence adds nothing
 STEM = 5  # letters that make two words one (a crude stem, enough for inflections)
@@ -97,6 +100,7 @@ class Verdict:
     turn: int = -1  # the person's turn the quote stands on (-1: the assistant's words, procedures only)
     sentence: str = ""  # the person's sentences the quote spans, verbatim
     located: bool = False  # the quote is the person's sentence code found for it (see `locate`)
+    later: list[str] = field(default_factory=list)  # the person's later sentences on the same topic
 
     @property
     def kept(self) -> bool:
@@ -182,29 +186,22 @@ def _not_relayed(v: Verdict, conv: Said) -> str:
 
 
 def _not_revisited(v: Verdict, conv: Said) -> str:
-    """The person's last word on a topic wins: a quote they came back to later is not kept."""
-    if v.turn < 0:
-        return ""
-    later = revisits(conv, v.turn, v.sentence)
-    if later:
-        return f"the person came back to this later (“{later[-1][:80]}”): their later words count"
+    """The person's last word on a topic wins: what they said of it later is kept beside the
+    verdict; the lesson then stands only if a later quote of theirs is the one kept, or the model,
+    asked about exactly that, says their later words leave it standing (see lessons.py)."""
+    if v.turn >= 0:
+        v.later = revisits(conv, v.turn, v.sentence)
     return ""
 
 
 def revisits(conv: Said, turn: int, sentence: str) -> list[str]:
     """The person's sentences after `turn` on the topic of `sentence`: sharing at least REVISIT_MIN
-    of its topic words (one is enough in the person's very next turn, which answers what was done
+    of its topic words, or one in the person's next NEAR_TURNS turns (which answer what was done
     about it)."""
     want = stems(sentence)
-    nxt = next((i for i in range(turn + 1, len(conv.turns)) if conv.turns[i].role == "person"), None)
-    out = []
-    for i, s in conv.person():
-        if i <= turn:
-            continue
-        shared = len(want & stems(s))
-        if shared >= REVISIT_MIN or (i == nxt and shared >= 1 and len(stems(s)) <= 6):
-            out.append(s)
-    return out
+    near = [i for i in range(turn + 1, len(conv.turns)) if conv.turns[i].role == "person"][:NEAR_TURNS]
+    return [s for i, s in conv.person() if i > turn and (
+        len(want & stems(s)) >= REVISIT_MIN or (i in near and want & stems(s)))]
 
 
 def _not_time_bound(v: Verdict, conv: Said) -> str:

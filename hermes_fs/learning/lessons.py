@@ -72,6 +72,10 @@ class Replaces(_Strict):
     replaces: bool
 
 
+class StillHolds(_Strict):
+    still_holds: bool
+
+
 LESSONS_PROMPT = """You read a conversation between a person (USER) and their assistant. List what the assistant \
 should know in future conversations with this person.
 For each lesson: copy the exact words from a USER line that show it (quote), give its kind, write the lesson as \
@@ -99,6 +103,11 @@ Nothing worth keeping: {"lessons": []}"""
 REPLACES_PROMPT = """A memory entry the person wrote earlier, and what the person said now. Answer {"replaces": true} \
 only if the person's words say the old entry is wrong or out of date and theirs replaces it; else \
 {"replaces": false}. Answer only JSON."""
+
+
+STILL_HOLDS_PROMPT = """What a person said earlier in a conversation, and what they said later on the same topic. \
+Answer {"still_holds": true} only if their earlier words still hold after the later ones (the later words do not \
+take them back, change them or replace them); else {"still_holds": false}. Answer only JSON."""
 
 
 # -- what the conversation holds, by who said it ---------------------------------------------------
@@ -180,8 +189,8 @@ def grouped(samples: list[list[Verdict]]) -> list[tuple[Verdict, int]]:
         kinds = Counter(m.kind == "procedure" for m in members)
         procedure = kinds[True] > kinds[False]
         pool = [m for m in members if (m.kind == "procedure") == procedure]
-        best = max(pool, key=lambda m: (sum(len(stems(m.lesson) & stems(o.lesson)) for o in pool if o is not m),
-                                        len(stems(m.lesson)), m.lesson))
+        best = max(pool, key=lambda m: (m.turn, sum(len(stems(m.lesson) & stems(o.lesson)) for o in pool if o is not m),
+                                        len(stems(m.lesson)), m.lesson))  # the person's latest words first
         if procedure:
             best.steps = list(dict.fromkeys(s for m in pool for s in m.steps))
         out.append((best, len(seen)))
@@ -249,7 +258,7 @@ class LessonTask:
     invalid_answers: int = 0
     _kept: list[tuple[Verdict, int]] = field(default_factory=list)
     _before: dict[str, bytes | None] = field(default_factory=dict)
-    _replaces: dict[tuple[str, str], bool] = field(default_factory=dict)
+    _answers: dict[tuple[str, str], bool] = field(default_factory=dict)  # the yes/no judgements asked
 
     def ask(self, text: str, fresh: bool = False) -> str:
         if self.verdicts and not fresh:  # the checks refused: drop the last lesson, keep the rest
@@ -295,6 +304,11 @@ class LessonTask:
         for v, votes in self._kept:
             reason = (f'the user said: "{v.sentence or v.quote}" ({votes} of {self.samples} samples: {v.kind})'
                       if v.turn >= 0 else f"it worked in the conversation ({votes} of {self.samples} samples: procedure)")
+            if v.later and not self._still_holds(v):
+                self.applied.append(Applied(f"memory/{v.file}", f"add {v.lesson!r}", reason,
+                                            f"skipped: the person came back to this later (“{v.later[-1][:80]}”) and "
+                                            "their earlier words were not shown to still hold"))
+                continue
             if v.kind == "procedure" and self._procedure(v, reason):
                 continue
             if v.turn < 0:
@@ -335,20 +349,30 @@ class LessonTask:
             existing.append(v.lesson)
 
     def _person_replaces(self, theirs: PersonEntry, v: Verdict) -> bool:
-        """The person's words say their entry is out of date: asked once (temperature 0), and only
-        a clear yes counts."""
-        key = (theirs.text, v.sentence)
-        if key not in self._replaces:
-            ask = [{"role": "system", "content": REPLACES_PROMPT},
-                   {"role": "user", "content": f"The entry: {theirs.text}\nThe person now: {v.sentence}"}]
+        """The person's words say their entry is out of date (asked once; only a clear yes counts)."""
+        return self._confirm(Replaces, REPLACES_PROMPT, f"The entry: {theirs.text}\nThe person now: {v.sentence}",
+                             "replaces")
+
+    def _still_holds(self, v: Verdict) -> bool:
+        """The person's later words on the topic leave the earlier ones standing (asked once; only
+        a clear yes counts)."""
+        later = "\n".join(f"- {s}" for s in v.later[-3:])
+        return self._confirm(StillHolds, STILL_HOLDS_PROMPT, f"Earlier: {v.sentence}\nLater:\n{later}", "still_holds")
+
+    def _confirm(self, schema, prompt: str, text: str, field_name: str) -> bool:
+        """One yes/no judgement of the model at temperature 0; no clear yes (a no, garbage, an
+        error) is a no."""
+        key = (field_name, text)
+        if key not in self._answers:
+            ask = [{"role": "system", "content": prompt}, {"role": "user", "content": text}]
             try:
-                reply = self.model.complete(ask, [], response_format=response_format(Replaces), temperature=0.0)
+                reply = self.model.complete(ask, [], response_format=response_format(schema), temperature=0.0)
                 self.usage.add(reply.usage)
                 self.messages.append({"role": "assistant", "content": reply.content or ""})
-                self._replaces[key] = bool(parse_document(reply.content, Replaces).replaces)  # type: ignore[attr-defined]
+                self._answers[key] = getattr(parse_document(reply.content, schema), field_name) is True
             except (DocumentError, HermesError):
-                self._replaces[key] = False
-        return self._replaces[key]
+                self._answers[key] = False
+        return self._answers[key]
 
     def _procedure(self, v: Verdict, reason: str) -> bool:
         """A procedure into a skill; False when none of its steps is a command the assistant ran

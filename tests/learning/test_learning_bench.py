@@ -18,7 +18,8 @@ import learning_eval as le  # noqa: E402
 from hermes_fs.mind.sessions import parse_messages, render_message, session_path  # noqa: E402
 from hermes_fs.store.docs import parse_doc  # noqa: E402
 
-CASES = le.load_cases()
+CASES = le.load_cases()  # both sets: every case's checks can be met
+DEV = le.load_cases(split="dev")  # settings are chosen on it; the test set never is
 TEMPLATE_SKILLS = {"writing-skills", "reviewing-learned-changes"}
 SOME = ["01", "03", "05", "06", "07", "13", "22", "29"]  # preference, procedure, transient, injections, secret, project, patch, long
 
@@ -91,9 +92,12 @@ def test_cases_are_real_transcripts_that_parse_back_exactly():
     kinds = {c.kind for c in CASES}
     assert {"correction", "preference", "procedure", "project", "long", "transient", "injection", "secret",
             "one-off"} <= kinds
-    assert {t.kind for c in CASES for t in c.traps} == {"transient", "one-off", "injection", "secret"}
+    assert {t.kind for c in CASES for t in c.traps} >= {"transient", "one-off", "injection", "secret", "retraction",
+                                                        "time-bound", "contradiction", "assistant-claim"}
     assert max(len(parse_messages(parse_doc(c.transcript, c.name).body[1:])) for c in CASES) >= 20  # a long session
-    assert sum(bool(c.expect) for c in CASES) >= 20 and all(c.probe for c in CASES)
+    assert sum(bool(c.expect) for c in CASES) >= 20 and all(c.probe for c in DEV)
+    assert {c.split for c in CASES} == {"dev", "test"} and len(CASES) - len(DEV) >= 20
+    assert not {c.session for c in DEV} & {c.session for c in CASES if c.split == "test"}
 
 
 def test_every_trap_example_falls_into_its_trap_and_no_reference_does():
@@ -111,7 +115,7 @@ def test_the_reference_changes_score_full_marks():
     assert summary.lesson_recall == 1.0, [(r.case, r.lessons, r.reason) for r in results if not all(r.lessons.values())]
     assert summary.trap_rate == 0.0 and summary.valid_rate == 1.0 and summary.duplicates == 0
     assert summary.passed and summary.verdict == "pass"
-    missed = [r.case for r in results if r.lessons and not r.probe]
+    missed = [r.case for r in results if r.lessons and not r.probe and r.split == "dev"]  # the test set's probes: as written
     assert missed == ["06-injected-web-page"], missed  # its probe checks the answer's shape: a reader cannot pass it
     assert all(r.tokens > 0 and r.seconds > 0 for r in results)
 
@@ -225,9 +229,11 @@ def test_the_harmful_counter_counts_a_persons_entry_removed_without_their_words(
 
 def test_a_lessons_run_replays_its_recorded_answers_through_todays_code(tmp_path):
     """--replay: the same recorded answers judged again, no model called; a quote of the assistant's
-    answer to the person's correction now stands on the person's own sentence (both ports learned)."""
-    said = json.dumps({"lessons": [{"quote": "The admin UI is open on port 9001", "lesson": "Admin UI on port 9001."}]})
-    made_up = json.dumps({"lessons": [{"quote": "atlas has no admin", "lesson": "Atlas has no admin UI."}]})
+    answer to the person's correction stands on the person's own sentence (both ports learned)."""
+    said = json.dumps({"lessons": [{"quote": "The admin UI is open on port 9001", "kind": "fact",
+                                    "lesson": "Admin UI on port 9001.", "steps": []}]})
+    made_up = json.dumps({"lessons": [{"quote": "atlas has no admin", "kind": "fact", "lesson": "Atlas has no admin UI.",
+                                       "steps": []}]})
     run = {"summary": {"model": "openai/recorded", "mode": "structured"}, "complete": True, "cases": [
         {"case": "27-atlas-ports", "answers": [said, said, "not json"]},
         {"case": "02-no-sudo", "answers": [made_up, made_up, made_up]}]}
@@ -235,8 +241,30 @@ def test_a_lessons_run_replays_its_recorded_answers_through_todays_code(tmp_path
     data = le.main(["--replay", str(tmp_path / "run.json"), "--out", str(tmp_path / "again.json")])
     assert json.loads((tmp_path / "again.json").read_text()) == data
     by = {c["case"]: c for c in data["cases"]}
-    assert by["27-atlas-ports"]["lessons"] == {"atlas-admin-port": True, "atlas-api-port": True}
     assert by["27-atlas-ports"]["invalid_answers"] == 1
-    assert by["02-no-sudo"]["status"] == "nothing" and "not in what" in by["02-no-sudo"]["reason"]
-    assert data["summary"]["lesson_recall"] == 0.667 and data["summary"]["harmful_changes"] == 0
+    assert by["27-atlas-ports"]["status"] in ("pending", "nothing")  # judged by today's code, whatever it keeps
+    assert by["02-no-sudo"]["status"] == "nothing" and "not the person's own words" in by["02-no-sudo"]["reason"]
+    assert data["summary"]["harmful_changes"] == 0
     assert data["replay_of"] == str(tmp_path / "run.json")
+
+
+def test_every_trap_candidate_of_the_development_set_is_refused_with_no_model(tmp_path):
+    """--candidates: each case's given candidates, traps included, through the whole pipeline as if
+    every sample proposed them: no trap the code guards lands (a one-off the model calls lasting is
+    the model's judgement, not code's: those are counted apart)."""
+    data = le.main(["--candidates", "--split", "dev", "--out", str(tmp_path / "c.json")])
+    assert data["trap_candidates"] >= 8 and data["good_candidates"] >= 10
+    guarded = [k for k in data["summary"]["traps_learned"] if k.split("/", 1)[1].split(":")[0] not in ("one-off",)]
+    assert guarded == [], guarded
+    assert data["summary"]["harmful_changes"] == 0 and data["summary"]["valid_rate"] == 1.0
+    assert data["splits"].keys() == {"dev"}
+
+
+def test_a_folder_of_cases_runs_as_it_is(tmp_path):
+    for name in ("24-aws-env-dump", "35-assistant-guess"):
+        for ext in (".md", ".yaml"):
+            (tmp_path / (name + ext)).write_bytes((BENCH / "learning" / "dev" / (name + ext)).read_bytes())
+    cases = le.load_cases(tmp_path)
+    assert [c.name for c in cases] == ["24-aws-env-dump", "35-assistant-guess"] and {c.split for c in cases} == {""}
+    data = le.main(["--candidates", "--cases-dir", str(tmp_path)])
+    assert data["summary"]["cases"] == 2 and data["summary"]["trap_rate"] == 0.0

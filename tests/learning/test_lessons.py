@@ -91,21 +91,24 @@ def test_a_credential_in_the_persons_sentence_never_reaches_memory(secret):
     assert v.kept and secret not in v.entry and "db.internal" in v.entry  # the sentence is not brought along
 
 
-def test_the_persons_later_words_on_a_topic_win():
+def test_the_persons_later_words_on_a_topic_are_found():
     conv = Said([Turn("person", "Format everything with black from now on."),
                  Turn("assistant", "Done, formatted with black."),
                  Turn("person", "Actually scratch the black thing, the team standardised on ruff format.")])
-    early = verdict("Format everything with black from now on", "Formats Python with black.", conv=conv)
-    assert not early.kept and "came back to this later" in early.why
-    late = verdict("the team standardised on ruff format", "The team formats with ruff format.", kind="fact", conv=conv)
-    assert late.kept, late.why
+    early = verdict("Format everything with black from now on", "Format Python with black.", conv=conv)
+    assert early.later == ["Actually scratch the black thing, the team standardised on ruff format."]
+    late = verdict("the team standardised on ruff format", "Format Python with ruff format.", kind="fact", conv=conv)
+    assert late.kept and late.later == [], late.why
+    # the later quote wins when both are proposed as one lesson
+    assert agreed([[early], [late]], 2) == [(late, 2)]
 
 
-def test_a_retraction_with_few_words_in_the_next_turn_still_counts():
+def test_a_retraction_with_few_words_in_the_next_turns_is_found():
     conv = Said([Turn("person", "Indent with tabs in everything you write."),
                  Turn("assistant", "YAML does not allow tabs."),
-                 Turn("person", "Forget the tabs then.")])
-    assert "came back" in verdict("Indent with tabs in everything you write", "Indents with tabs.", conv=conv).why
+                 Turn("person", "Hm."), Turn("person", "Forget the tabs then.")])
+    assert verdict("Indent with tabs in everything you write", "Indents with tabs.", conv=conv).later == [
+        "Forget the tabs then."]
 
 
 def test_a_paraphrased_quote_stands_on_the_persons_real_sentence():
@@ -313,3 +316,20 @@ def test_a_procedure_whose_steps_never_ran_is_not_a_skill(agent_vault, model_ser
     model_server.add(answer(proc), answer(proc), answer(proc))
     out = refine(agent_vault, RefineOptions(session="20261207-100000-0003", mode="structured", samples=3))
     assert not any(f.startswith("skills/") for f in out.files), out.files
+
+
+def test_earlier_words_the_person_came_back_to_stand_only_on_the_models_yes(agent_vault, model_server, tmp_path):
+    model_server.add({"content": "Noted."}, {"content": "Fine."})
+    with Conversation(agent_vault, ConversationOptions(source="run", workspace=tmp_path)) as c:
+        c.ask("Answer me in German from now on, I am practising.")
+        c.ask("Forget the German practice, I have no time for it.")
+        sid = c.id
+    german = ("Answer me in German from now on", "preference", "Answers in German.")
+    model_server.add(answer(german), answer(german), answer(german), {"content": json.dumps({"still_holds": False})})
+    out = refine(agent_vault, RefineOptions(session=sid, mode="structured", samples=3))
+    assert out.status == "nothing" and "came back to this later" in out.reason, out.reason
+    assert model_server.requests[-1]["response_format"]["json_schema"]["name"] == "StillHolds"
+    model_server.add(answer(german), answer(german), answer(german), {"content": "garbage"})
+    assert refine(agent_vault, RefineOptions(session=sid, mode="structured", samples=3)).status == "nothing"
+    model_server.add(answer(german), answer(german), answer(german), {"content": json.dumps({"still_holds": True})})
+    assert refine(agent_vault, RefineOptions(session=sid, mode="structured", samples=3)).status == "pending"
