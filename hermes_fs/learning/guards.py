@@ -227,11 +227,13 @@ def _not_one_off(v: Verdict, conv: Said) -> str:
 
 
 def _grounded(v: Verdict, conv: Said) -> str:
-    """Most of the lesson's words are the conversation's own (compared by stem)."""
+    """Most of the lesson's words are the conversation's own (compared by stem; a procedure's
+    include the commands the assistant ran)."""
     words = stems(v.lesson)
     if v.located or not words:
         return "" if v.located else "its lesson says nothing"
-    if len(words & stems(conv.own_words())) < GROUNDED_SHARE * len(words):
+    said = conv.own_words() + (" " + " ".join(conv.commands()) if v.kind == "procedure" else "")
+    if len(words & stems(said)) < GROUNDED_SHARE * len(words):
         return "its words are not the conversation's (invented, or taken from a tool's output)"
     return ""
 

@@ -390,6 +390,10 @@ class LessonTask:
                 change.new_text = learned_section(v, commands, self.session)
         if change.action == "patch":
             text = (self.overlay.read(f"skills/{change.name}/SKILL.md") or b"").decode("utf-8", "replace")
+            if all(c in text for c in commands):
+                self.applied.append(Applied(f"skills/{change.name}/SKILL.md", f"patch skill {change.name}", reason,
+                                            "skipped: the skill already holds these steps"))
+                return True
             tail = next((ln for ln in reversed(text.splitlines()) if ln.strip() and text.count(ln) == 1), "")
             result = self._call("skill_manage", {"action": "patch", "name": change.name, "old_text": tail,
                                                  "new_text": tail + "\n" + change.new_text}) if tail else \

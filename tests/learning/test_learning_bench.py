@@ -268,3 +268,18 @@ def test_a_folder_of_cases_runs_as_it_is(tmp_path):
     assert [c.name for c in cases] == ["24-aws-env-dump", "35-assistant-guess"] and {c.split for c in cases} == {""}
     data = le.main(["--candidates", "--cases-dir", str(tmp_path)])
     assert data["summary"]["cases"] == 2 and data["summary"]["trap_rate"] == 0.0
+
+
+def test_compounding_a_learned_procedure_saves_the_next_tasks_turns(tmp_path):
+    """bench/compounding.py with the scripted model: the first task of a family fails its way to the
+    right flags; refine (lessons first, the default path) makes the commands that worked a skill;
+    the next task, asked in other words, opens it and runs the right command at once. Learning off
+    fails its way every time."""
+    import compounding
+
+    data = compounding.main(["--families", "2", "--repeats", "2", "--out", str(tmp_path / "c.json")])
+    s = data["summary"]
+    assert s["off"]["success"] == 1.0 and s["on"]["success"] == 1.0
+    assert s["on"]["turns_later"] < s["off"]["turns_later"] and s["on"]["skills_opened_later"] == 1.0
+    first = [t for t in data["tasks"] if t["learning"] and t["repeat"] == 1]
+    assert all(len(t["learned"]) == 1 and t["learned"][0].startswith("skills/") for t in first), first
