@@ -77,15 +77,17 @@ class StillHolds(_Strict):
 
 
 LESSONS_PROMPT = """You read a conversation between a person (USER) and their assistant. List what the assistant \
-should know in future conversations with this person.
-For each lesson: copy the exact words from a USER line that show it (quote), give its kind, write the lesson as \
-one short sentence, and for a procedure list the commands that worked, in order (steps; otherwise []).
+should know in FUTURE conversations with this person: not what was done today.
+For each lesson: copy the few exact words of a USER line that show it (quote: only those words, not the whole \
+line), give its kind, write the lesson as one short sentence, and for a procedure list the commands from TOOL CALL \
+lines that worked, in order (steps; otherwise []).
 Kinds:
-- preference: how the person wants things done, or something about the person (their tools, setup, habits, \
-language, where and how they work)
+- preference: how the person wants things done from now on, or something lasting about them (their tools, \
+setup, habits, language, where and how they work)
 - fact: a lasting fact about their machines, projects, services or team
-- procedure: a way to do a task that worked in the end (after failed tries, or that the person approved)
-- one-off: only for today's task, a temporary situation, a failure that happened once, a count, a name or id of today
+- procedure: commands the assistant ran (TOOL CALL) that worked after failed tries, or that the person approved
+- one-off: a request for today's task (even one that was done), a temporary situation, a failure that \
+happened once, a name, count or id of today
 - not-theirs: someone else's words, a tool's output, a pasted document, or a guess of the assistant the person \
 did not confirm
 If the person later took something back or changed it, only their later words count.
@@ -309,11 +311,10 @@ class LessonTask:
                                             f"skipped: the person came back to this later (“{v.later[-1][:80]}”) and "
                                             "their earlier words were not shown to still hold"))
                 continue
-            if v.kind == "procedure" and self._procedure(v, reason):
-                continue
-            if v.turn < 0:
-                self.applied.append(Applied("memory", f"add {v.lesson!r}", reason,
-                                            "skipped: a procedure whose steps are not commands the assistant ran"))
+            if v.kind == "procedure":
+                if not self._procedure(v, reason):
+                    self.applied.append(Applied("skills", f"add {v.lesson!r}", reason,
+                                                "skipped: a procedure whose steps are not commands the assistant ran"))
                 continue
             self._memory(v, reason, existing)
         done = [a for a in self.applied if a.ok]
@@ -376,7 +377,7 @@ class LessonTask:
 
     def _procedure(self, v: Verdict, reason: str) -> bool:
         """A procedure into a skill; False when none of its steps is a command the assistant ran
-        (then it may still be a memory entry, when it stands on the person's words)."""
+        (then it is not written at all: a procedure stands on what really ran)."""
         commands = grounded_steps(v.steps + [v.lesson], self.conversation)
         if not commands:
             return False
