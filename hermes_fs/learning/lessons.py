@@ -49,6 +49,7 @@ SAME_LESSON = 0.5  # share of words two lessons have in common to be one lesson
 DUPLICATE_ENTRY = 0.6  # share of words a lesson has in common with a memory entry to be a repeat
 SAME_TOPIC = 2  # topic words a lesson shares with a person's entry to be about the same thing (or half of a short entry's)
 
+CONTRADICTION = "skipped: a contradiction"  # a lesson on a person's entry, held back and named in the review
 Kind = Literal["preference", "fact", "procedure", "one-off", "not-theirs"]
 
 
@@ -322,8 +323,11 @@ class LessonTask:
             self.answer = "Summary: nothing to change"
             return
         summary = "learn: " + "; ".join(a.what.split(" ", 1)[-1].strip("'\"") for a in done)
+        kept_back = [a for a in self.applied if a.result.startswith(CONTRADICTION)]  # shown to the reviewer, not written
         self.answer = "\n".join([f"Summary: {summary[:120]}",
-                                 *[f"- {a.path}: {a.what} (because {a.reason})" for a in done]])
+                                 *[f"- {a.path}: {a.what} (because {a.reason})" for a in done],
+                                 *[f"- held, not written: {a.what} in {a.path}: {a.result.removeprefix('skipped: ')} "
+                                   f"(because {a.reason})" for a in kept_back]])
 
     def _memory(self, v: Verdict, reason: str, existing: list[str]) -> None:
         what = f"add {v.lesson!r}"
@@ -336,7 +340,7 @@ class LessonTask:
         if theirs is not None:
             if not self._person_replaces(theirs, v):
                 self.applied.append(Applied(f"memory/{theirs.file}", what, reason,
-                                            f"skipped: a contradiction: it is about the person's own entry "
+                                            f"{CONTRADICTION}: it is about the person's own entry "
                                             f"“{theirs.text[:100]}”, which only the person changes"))
                 return
             args = {"action": "replace", "file": theirs.file, "old_text": theirs.text, "text": v.entry}

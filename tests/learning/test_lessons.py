@@ -228,6 +228,14 @@ def test_a_lesson_on_a_persons_entry_is_held_as_a_contradiction(agent_vault, mod
     assert "a contradiction" in out.reason and "Indents with spaces, four wide." in out.reason
     ask = model_server.requests[-1]
     assert ask["response_format"]["json_schema"]["name"] == "Replaces" and ask["temperature"] == 0.0
+    # beside a change that is written, the held contradiction is named in the change for the reviewer
+    model_server.add(answer(TABS, NAME_WRONG), answer(TABS, NAME_WRONG), answer(TABS, NAME_WRONG),
+                     {"content": json.dumps({"replaces": False})})
+    out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
+    assert out.status == "pending", out.reason
+    body = agent_vault.git.commit_info(out.branch).body
+    assert "held, not written: add 'Indents with tabs, not spaces.' in memory/USER.md: a contradiction" in body
+    assert "Indents with tabs" not in agent_vault.git.read_file(out.branch, USER).decode()
 
 
 def test_the_persons_words_replace_their_entry_and_wait_for_review(agent_vault, model_server, session):
