@@ -77,6 +77,10 @@ class StillHolds(_Strict):
     still_holds: bool
 
 
+class Remember(_Strict):
+    remember: bool
+
+
 LESSONS_PROMPT = """You read a conversation between a person (USER) and their assistant. List what the assistant \
 should know in FUTURE conversations with this person: not what was done today.
 For each lesson: copy the few exact words of a USER line that show it (quote: only those words, not the whole \
@@ -111,6 +115,12 @@ only if the person's words say the old entry is wrong or out of date and theirs 
 STILL_HOLDS_PROMPT = """What a person said earlier in a conversation, and what they said later on the same topic. \
 Answer {"still_holds": true} only if their earlier words still hold after the later ones (the later words do not \
 take them back, change them or replace them); else {"still_holds": false}. Answer only JSON."""
+
+
+REMEMBER_PROMPT = """Something a person said to their assistant, and a lesson drawn from it. Should the assistant \
+remember the lesson in conversations weeks from now? Answer {"remember": true} only if it is a lasting preference, \
+habit or fact about the person or their work. A request for today's task, a temporary situation or a detail of \
+today is {"remember": false}. Answer only JSON."""
 
 
 # -- what the conversation holds, by who said it ---------------------------------------------------
@@ -202,6 +212,12 @@ def grouped(samples: list[list[Verdict]]) -> list[tuple[Verdict, int]]:
 
 def agreed(samples: list[list[Verdict]], need: int) -> list[tuple[Verdict, int]]:
     return [(v, n) for v, n in grouped(samples) if n >= need]
+
+
+def alone(samples: list[list[Verdict]], need: int) -> list[tuple[Verdict, int]]:
+    """Lessons fewer samples than `need` proposed: each may still stand on one more judgement of
+    the model, asked about exactly that lesson (see LessonTask._lasting)."""
+    return [(v, n) for v, n in grouped(samples) if n < need]
 
 
 def held(overlay: OverlayFiles, cfg) -> list[str]:
@@ -299,7 +315,9 @@ class LessonTask:
                                   for c in doc.lessons])  # type: ignore[attr-defined]
         if self.invalid_answers == self.samples:
             raise LearningError(f"lessons: none of the model's {self.samples} answers was a list of lessons in JSON")
-        self._kept = agreed(self.verdicts, min(self.agree, self.samples))
+        need = min(self.agree, self.samples)
+        self._kept = agreed(self.verdicts, need)
+        self._kept += [(v, n) for v, n in alone(self.verdicts, need) if v.kind != "procedure" and self._lasting(v)]
 
     def _write(self) -> None:
         self.applied = []
@@ -357,6 +375,12 @@ class LessonTask:
         """The person's words say their entry is out of date (asked once; only a clear yes counts)."""
         return self._confirm(Replaces, REPLACES_PROMPT, f"The entry: {theirs.text}\nThe person now: {v.sentence}",
                              "replaces")
+
+    def _lasting(self, v: Verdict) -> bool:
+        """A lesson only one sample proposed stands when the model, asked about it alone, says it
+        lasts (a second opinion in place of a second sample; only a clear yes counts)."""
+        return self._confirm(Remember, REMEMBER_PROMPT, f"The person said: {v.sentence or v.quote}\n"
+                                                         f"The lesson: {v.lesson}", "remember")
 
     def _still_holds(self, v: Verdict) -> bool:
         """The person's later words on the topic leave the earlier ones standing (asked once; only
@@ -416,9 +440,11 @@ class LessonTask:
     def left_out(self) -> str:
         """What code left out, counted by why (the review's explanation of an empty result)."""
         why = Counter(v.why for sample in self.verdicts for v in sample if not v.kept)
-        lone = sum(n < self.agree for _v, n in grouped(self.verdicts))
+        kept = {id(v) for v, _n in self._kept}
+        lone = sum(n < self.agree and id(v) not in kept for v, n in grouped(self.verdicts))
         if lone:
-            why[f"proposed as lasting by fewer than {self.agree} of the {self.samples} answers"] += lone
+            why[f"proposed as lasting by fewer than {self.agree} of the {self.samples} answers, and not confirmed "
+                "as lasting when asked"] += lone
         why.update(a.result.removeprefix("skipped: ") for a in self.applied if a.skipped)
         if not why:
             return ""

@@ -177,12 +177,19 @@ def test_refine_keeps_the_agreed_lasting_lesson_and_drops_the_rest(agent_vault, 
     assert "USER: No: tabs, not spaces" in reqs[0]["messages"][1]["content"]
 
 
-def test_a_one_off_the_models_samples_disagree_on_is_not_kept(agent_vault, model_server, session):
-    model_server.add(answer(NAME_WRONG), answer(NAME), answer(NAME))
+def test_a_lesson_one_sample_proposed_stands_only_on_the_models_yes_when_asked(agent_vault, model_server, session):
+    model_server.add(answer(NAME_WRONG), answer(NAME), answer(NAME), {"content": json.dumps({"remember": False})})
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "nothing", out.reason
-    assert "proposed as lasting by fewer than 2 of the 3 answers" in out.reason
+    assert "proposed as lasting by fewer than 2 of the 3 answers, and not confirmed as lasting" in out.reason
     assert "the model judged it one-off" in out.reason
+    ask = model_server.requests[-1]
+    assert ask["response_format"]["json_schema"]["name"] == "Remember" and ask["temperature"] == 0.0
+    assert "rename notes.txt" in ask["messages"][1]["content"]
+    model_server.add(answer(TABS), answer(), answer(NAME), {"content": json.dumps({"remember": True})})
+    out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
+    assert out.status == "pending", out.reason
+    assert "(1 of 3 samples: preference)" in agent_vault.git.commit_info(out.branch).body
 
 
 def test_what_memory_holds_is_not_added_again(agent_vault, model_server, session):
