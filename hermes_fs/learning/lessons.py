@@ -4,7 +4,8 @@ Structured refine for small models. One short call asks for candidate lessons, e
 person's words that show it, its kind (a lasting preference, a lasting fact, a procedure that
 worked, a one-off, someone else's words) and, for a procedure, its steps. It is sampled several
 times at a temperature above zero. Meaning is the model's judgement: a lesson is kept when at
-least `agree` samples propose it as lasting. What must hold however the person phrased it is
+least `agree` samples propose it as lasting, or when one did and the model, asked about that
+lesson alone at temperature 0, says it lasts. What must hold however the person phrased it is
 code's (`guards.py`): the quote is the person's own words, their later words win, nothing bound to
 a time, no credential, no one-off detail, the lesson's words the conversation's own. Then:
 - a memory entry that repeats one memory holds is not added again;
