@@ -258,9 +258,15 @@ def locate(probes: list[str], conv: Said) -> tuple[int, str] | None:
         want = stems(probe)
         if not want:
             continue
-        best = max(((len(want & has), len(want & has) / max(1, len(has)), i, s) for i, s, has in places),
-                   default=None, key=lambda x: (x[0], x[1]))
-        if best and best[0] >= LOCATE_MIN and best[0] >= LOCATE_SHARE * len(want):
+        scored = sorted(((len(want & has), len(want & has) / max(1, len(has)), i, s) for i, s, has in places),
+                        key=lambda x: (x[0], x[1]), reverse=True)
+        if not scored:
+            continue
+        best = scored[0]
+        # a short probe (fewer topic words than LOCATE_MIN) needs all of them, in one sentence only
+        least = LOCATE_MIN if len(want) >= LOCATE_MIN else len(want)
+        alone = len(want) >= LOCATE_MIN or len(scored) < 2 or scored[1][0] < best[0]
+        if best[0] >= least and best[0] >= LOCATE_SHARE * len(want) and alone:
             return best[2], best[3]
     return None
 
