@@ -189,19 +189,29 @@ class SkillVectors:
                 ready[p] = np.frombuffer(row[2], dtype="float32").reshape(-1, DIM)
         return ready, [p for p in current if p not in ready]
 
-    def ranked(self, current: dict[str, tuple[int, int]], query, body_weight: float, limit: int) -> list[str]:
-        """Paths of `current` with fresh vectors by similarity to the `query` vector, best first:
-        the description's cosine plus `body_weight` times the best body passage's. Rows are read
-        and scored one at a time, so a turn never holds every skill's vectors at once."""
+    def ranked(self, current: dict[str, tuple[int, int]], query, body_weight: float, limit: int,
+               made: dict[str, Any] | None = None) -> list[str]:
+        """Paths of `current` with fresh vectors (cached, or `made` in this turn: path -> rows) by
+        similarity to the `query` vector, best first: the description's cosine plus `body_weight`
+        times the best body passage's. Cached rows are read and scored one at a time, so a turn
+        never holds every skill's vectors at once."""
         import numpy as np
 
+        made = made or {}
         paths, scores = [], []
-        for p, m, s, v in self.db.execute(f"SELECT path, mtime_ns, size, vec FROM {self.table}"):
-            if current.get(p) != (m, s) or not _whole(v):
-                continue
-            sims = np.frombuffer(v, dtype="float32").reshape(-1, DIM) @ query
+
+        def score(p: str, vecs) -> None:
+            sims = vecs @ query
             scores.append(float(sims[0]) + (body_weight * float(sims[1:].max()) if len(sims) > 1 else 0.0))
             paths.append(p)
+
+        for p, m, s, v in self.db.execute(f"SELECT path, mtime_ns, size, vec FROM {self.table}"):
+            if p in made or current.get(p) != (m, s) or not _whole(v):
+                continue
+            score(p, np.frombuffer(v, dtype="float32").reshape(-1, DIM))
+        for p, vecs in made.items():
+            if p in current:
+                score(p, vecs)
         return [paths[i] for i in np.argsort(-np.array(scores), kind="stable")[:limit]]
 
     def stale(self, current: dict[str, tuple[int, int]]) -> list[str]:

