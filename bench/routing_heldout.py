@@ -110,7 +110,7 @@ METHODS = {  # name -> skills_index arguments
     "static_first_turn": {"semantic": "static"},
 }
 EMBEDDING_METHODS = ("static", "model", "both", "static_first_turn")
-VECTOR_TABLES = ("skill_static_vectors", "skill_vectors")
+VECTOR_TABLES = tuple(embeddings.TABLES.values())
 
 
 def forget_vectors(root: Path) -> None:
@@ -194,8 +194,10 @@ def main(argv: list[str] | None = None) -> dict:
         texts.update({n: skill_md(n, d) for n, d in skill_library(1000)})
         leaks = shared_words(cases, texts)
         plain = {q for q, n in cases if n not in leaks}
-    else:
-        leaks = shared_words(cases, texts)
+    else:  # requests marked `free` (some of the development set's) are held to it loosely too
+        free = {c["skill"] for c in yaml.safe_load((DEV if a.dev else REQUESTS).read_text()) if c.get("free")}
+        texts.update({n: skill_md(n, d) for n, d in skill_library(1000) if n in free})
+        leaks = {n: w for n, w in shared_words(cases, texts).items() if n not in free}
         if leaks:  # the set's one rule: a request that shares a word with its skill is not held out
             raise SystemExit(f"requests sharing words with their skill: {leaks}")
     use_emb = not a.no_embeddings and embeddings.available()

@@ -105,7 +105,7 @@ def test_a_damaged_vector_row_is_encoded_again(vault, static_table):
     assert fill_vectors(vault.root, model=False) == total
     index = SearchIndex(vault.root)
     try:
-        index.db.execute("UPDATE skill_static_vectors SET vec=? WHERE path='skills/ssh-key-rotation/SKILL.md'", (b"abc",))
+        index.db.execute("UPDATE skill_static_vectors_2 SET vec=? WHERE path='skills/ssh-key-rotation/SKILL.md'", (b"abc",))
         index.db.commit()
         ready, missing = embeddings.SkillVectors(index.db, embeddings.STATIC).cached(index._skill_signatures())
         assert missing == ["skills/ssh-key-rotation/SKILL.md"] and len(ready) == total - 1

