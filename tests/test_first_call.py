@@ -75,3 +75,19 @@ def test_a_swap_returns_what_was_there_and_creates_what_was_not(tmp_path):
     assert target.read_bytes() == b"second"
     assert swap_in(target, None) == b"second" and not target.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no temporary file left behind
+
+
+@pytest.mark.slow
+def test_a_plain_call_does_not_load_litellms_proxy_but_files_are_still_mapped():
+    code = """
+import sys
+from hermes_fs.agent.model import import_litellm
+litellm = import_litellm()
+update = litellm.main.update_messages_with_model_file_ids
+plain = [{"role": "user", "content": "hi"}]
+print(update(plain, model_id=None, model_file_id_mapping={}) is plain, "litellm.proxy._types" in sys.modules)
+parts = [{"role": "user", "content": [{"type": "file", "file": {"file_id": "file-abc"}}]}]
+update(parts, model_id=None, model_file_id_mapping={})
+print("litellm.proxy._types" in sys.modules, parts[0]["content"][0]["file"]["file_id"])
+"""
+    assert _python(code) == "True False\nTrue file-abc"

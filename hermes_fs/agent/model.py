@@ -235,6 +235,7 @@ def import_litellm():
 
         if first:
             gc.freeze()
+            _skip_file_ids(litellm)
     finally:
         if collecting:
             gc.enable()
@@ -242,6 +243,25 @@ def import_litellm():
     litellm.suppress_debug_info = True
     quiet_litellm_logs()
     return litellm
+
+
+def _skip_file_ids(litellm) -> None:
+    """litellm's every completion passes the messages through its proxy's file-id mapping, whose
+    first use imports the proxy's types (about 0.1 s of CPU in a cold call's or a worker's first
+    model call); it changes only messages with content parts (files), which are the ones still
+    handed to it."""
+    main = getattr(litellm, "main", None)
+    original = getattr(main, "update_messages_with_model_file_ids", None)
+    if original is None or getattr(original, "_hermes_skips", False):
+        return
+
+    def update_messages_with_model_file_ids(messages, *args, **kwargs):
+        if any(isinstance(m, dict) and isinstance(m.get("content"), list) for m in messages or ()):
+            return original(messages, *args, **kwargs)
+        return messages
+
+    update_messages_with_model_file_ids._hermes_skips = True  # type: ignore[attr-defined]
+    main.update_messages_with_model_file_ids = update_messages_with_model_file_ids
 
 
 def import_litellm_in_background() -> None:
