@@ -202,6 +202,8 @@ def main(argv: list[str] | None = None) -> dict:
             raise SystemExit(f"requests sharing words with their skill: {leaks}")
     use_emb = not a.no_embeddings and embeddings.available()
     methods = [m for m in METHODS if m not in EMBEDDING_METHODS or (use_emb and (m in ("static", "static_first_turn") or not a.static_only))]
+    if not hasattr(static_vectors, "locate") and "static_first_turn" in methods:
+        methods.remove("static_first_turn")  # an older tree: its first turn ranks by full-text alone
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         needed = {n for _q, n in load_requests(REQUESTS) + load_requests(DEV)}  # the same vaults for both sets
