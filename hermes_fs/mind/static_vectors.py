@@ -69,9 +69,14 @@ def locate(state_dir: Path, folder: Path | None = None) -> Path | None:
 def install(folder: Path | None = None) -> Path | None:
     """Build the installation's table (make install), unless it is already built from these weights."""
     folder = folder or minilm.model_dir()
-    if folder is not None and _built_in(installed_dir(), folder):
-        return installed_dir() / TABLE
-    return build(installed_dir(), folder)
+    where = installed_dir()
+    if folder is not None and _built_in(where, folder):
+        if not (where / COMMON).is_file():  # a table built before the common directions were kept
+            import numpy as np
+
+            _save(where / COMMON, common_directions(np.load(where / TABLE, mmap_mode="r", allow_pickle=False)))
+        return where / TABLE
+    return build(where, folder)
 
 
 def weights_signature(folder: Path) -> dict[str, int]:
