@@ -236,6 +236,7 @@ def import_litellm():
         if first:
             gc.freeze()
             _skip_file_ids(litellm)
+            _no_price_at_stream_start()
     finally:
         if collecting:
             gc.enable()
@@ -262,6 +263,29 @@ def _skip_file_ids(litellm) -> None:
 
     update_messages_with_model_file_ids._hermes_skips = True  # type: ignore[attr-defined]
     main.update_messages_with_model_file_ids = update_messages_with_model_file_ids
+
+
+def _no_price_at_stream_start() -> None:
+    """litellm prices a streamed call the moment the stream opens, before any answer: it counts the
+    prompt's tokens with tiktoken (loading its cl100k table: 0.1 s of CPU on a model it has no
+    price for, 0.3 s on one it has) for a figure it keeps on the stream object and nobody reads.
+    The call's price is worked out from the finished response's usage (`_reply`), as before."""
+    try:
+        from litellm.litellm_core_utils.litellm_logging import Logging
+        from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
+    except ImportError:  # another litellm layout: left as it is
+        return
+    original = Logging.response_cost_calculator
+    if getattr(original, "_hermes_skips", False):
+        return
+
+    def response_cost_calculator(self, result, *args, **kwargs):
+        if isinstance(result, CustomStreamWrapper):
+            return None
+        return original(self, result, *args, **kwargs)
+
+    response_cost_calculator._hermes_skips = True  # type: ignore[attr-defined]
+    Logging.response_cost_calculator = response_cost_calculator
 
 
 def import_litellm_in_background() -> None:
