@@ -262,7 +262,7 @@ def _skip_file_ids(litellm) -> None:
         return messages
 
     update_messages_with_model_file_ids._hermes_skips = True  # type: ignore[attr-defined]
-    main.update_messages_with_model_file_ids = update_messages_with_model_file_ids
+    setattr(main, "update_messages_with_model_file_ids", update_messages_with_model_file_ids)  # noqa: B010
 
 
 def _no_price_at_stream_start() -> None:
@@ -285,7 +285,7 @@ def _no_price_at_stream_start() -> None:
         return original(self, result, *args, **kwargs)
 
     response_cost_calculator._hermes_skips = True  # type: ignore[attr-defined]
-    Logging.response_cost_calculator = response_cost_calculator
+    setattr(Logging, "response_cost_calculator", response_cost_calculator)  # noqa: B010
 
 
 def import_litellm_in_background() -> None:
