@@ -162,7 +162,10 @@ def first_turn(root: Path, cases, plain: set[str] | None) -> dict:
         share = Path(tmp) / "share"
         share.mkdir()
         for name in (static_vectors.TABLE, static_vectors.META):
-            os.link(root / ".hermes" / name, share / name)
+            try:
+                os.link(root / ".hermes" / name, share / name)
+            except OSError:  # another file system
+                shutil.copy(root / ".hermes" / name, share / name)
         before = os.environ.get("HERMES_FS_SHARE")
         os.environ["HERMES_FS_SHARE"] = str(share)
         try:
