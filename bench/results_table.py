@@ -242,27 +242,42 @@ def _gateway_lease(results: Path) -> list[str]:
 
 def _routing(results: Path) -> list[str]:
     """Before (routing_*_before.json: `skills.embeddings` was off by default, `true` ran the model
-    alone) and after (full-text, static vectors: the default `auto`; the model; both fused)."""
+    alone) and after (full-text, static vectors: the default `auto`; the first turn after skills
+    arrive, before their vectors are cached; the model; both fused). routing_test*.json: issue 52's
+    set, written apart and never tuned on (before: the tree before that issue's work)."""
     def pair(row: dict, key: str) -> str:
         return f"{row[key]['shown']:.2f} / {row[key]['described']:.2f}" if key in row else "—"
 
+    def first_turn(row: dict) -> str:
+        if "static_first_turn" in row:
+            return pair(row, "static_first_turn")
+        return pair(row, "full_text") + " (full-text)" if "full_text" in row else "—"
+
     body = []
     for name, label in (("routing_heldout_before", "held-out, before"), ("routing_dev_before", "development, before"),
-                        ("routing_heldout", "held-out"), ("routing_dev", "development")):
+                        ("routing_heldout", "held-out"), ("routing_dev", "development"),
+                        ("routing_test_before", "test (issue 52), before"), ("routing_test", "test (issue 52)")):
         r = _load(results, name)
         for row in (r or {}).get("rows", []):
+            load = r.get("load_average")
             body.append((f"{row['skills']:,}, {label} ({row['requests']} requests)", pair(row, "full_text"),
-                         pair(row, "static"), pair(row, "embeddings") if "embeddings" in row else pair(row, "model"),
-                         pair(row, "both")))
+                         pair(row, "static"), first_turn(row) if name.startswith("routing_test") or "static_first_turn" in row
+                         else "—", pair(row, "embeddings") if "embeddings" in row else pair(row, "model"),
+                         pair(row, "both"), f"{load[0]:.1f}" if load else "—"))
     if not body:
         return []
     return ["## Skill routing on real phrasing", "",
-            "`python bench/routing_heldout.py [--dev]`: requests sharing no word with their skill; is the needed skill shown in "
-            "the prompt's skills index, and described there (target: shown >= 0.95). Static vectors are what the default "
-            "(`skills.embeddings: auto`, the `embeddings` extra installed) ranks by in a CLI turn; the daemon adds the "
-            "model's once its worker has the model loaded (both). Before: full-text was the default, the model opt-in.", "",
+            "`python bench/routing_heldout.py [--dev | --test]`: is the needed skill shown in the prompt's skills index, and "
+            "described there (target: shown >= 0.95). Held-out and development requests share no word with their skill; "
+            "the test set (issue 52: asked by symptom and goal, written apart from the code, never tuned on) may name a "
+            "tool. Static vectors are what the default (`skills.embeddings: auto`, the `embeddings` extra installed) ranks "
+            "by in a CLI turn; the daemon adds the model's once its worker has the model loaded (both). The first turn is "
+            "the one right after skills arrive, before any skill vector is cached: the turn encodes their static vectors "
+            "from the token table built at install time (before: full-text alone). Before (held-out, development): "
+            "full-text was the default, the model opt-in.", "",
             *_table(("skills, request set", "full-text: shown / described", "static vectors (default)",
-                     "model (no torch)", "static + model (default in the daemon)"), body)]
+                     "first turn, no vectors yet", "model (no torch)", "static + model (default in the daemon)",
+                     "load average"), body)]
 
 
 def _learning(results: Path) -> list[str]:
@@ -396,12 +411,88 @@ def _issue_43(results: Path) -> list[str]:
             *_table(("figure", "goal", "before", "after", "Hermes Agent 0.19, same run", "after / Hermes Agent"), body)]
 
 
+PARITY = 0.10  # a ratio to the peer within 10 % of 1: measured at parity, not ahead (nor behind)
+
+
+def standing(ratio: float) -> str:
+    """Where a figure stands beside the peer's (lower is better): ahead, at parity or behind."""
+    if ratio < 1 - PARITY:
+        return "ahead"
+    return "at parity" if ratio <= 1 + PARITY else "behind"
+
+
+def _load_of(d: dict) -> float | None:
+    for key in ("load_average", "load_avg", "load_average_at_end"):
+        value = d.get(key)
+        if isinstance(value, (list, tuple)) and value:
+            return float(value[0])
+        if isinstance(value, (int, float)):
+            return float(value)
+    return None
+
+
+def beside_peer(results: Path) -> list[tuple[str, str, str, str, str, str]]:
+    """Every figure measured beside Hermes Agent 0.19 in the same run: (figure, hermes-fs, Hermes
+    Agent, ratio, standing, load average of that run). Lower is better for all of them."""
+    out: list[tuple[str, str, str, str, str, str]] = []
+
+    def row(figure: str, ours: float, peer: float, unit: str, load: float | None) -> None:
+        if not peer:
+            return
+        ratio = ours / peer
+        out.append((figure, f"{ours:.3g} {unit}", f"{peer:.3g} {unit}", f"{ratio:.2f}x", standing(ratio),
+                    f"{load:.1f}" if load is not None else "not recorded"))
+
+    c = _load(results, "cold_start")
+    if c and isinstance(c.get("peer"), dict):
+        load, peer = _load_of(c), c["peer"]
+        for key, label in (("cold_run (no daemon, before autostart)", "`run \"say hello\"`, no daemon"),
+                           ("first_call (autostart; CLI + daemon CPU)", "`run`, first call (starts the daemon)"),
+                           ("later_calls (2..N through the daemon it started; CLI + daemon CPU)", "`run`, later calls")):
+            if isinstance(c.get(key), dict):
+                row(f"{label}: wall", c[key]["wall_median_s"], peer["wall_median_s"], "s", load)
+                row(f"{label}: CPU", c[key]["cpu_median_s"], peer["cpu_median_s"], "s", load)
+    mem = _load(results, "daemon_memory")
+    if mem and mem.get("peer") and "after" in mem.get("rows", {}):
+        a, peer, load = mem["rows"]["after"], mem["peer"], _load_of(mem)
+        row("the daemon's first turn (wall) / the peer's call", a["first_turn_s"], peer["call_median_s"], "s", load)
+        row("the daemon's warm turn (wall) / the peer's call", a["warm_turn_median_s"], peer["call_median_s"], "s", load)
+        turns = a["after_turns"]
+        row("resident memory after turns: daemon + worker / the peer's peak",
+            turns["daemon_rss_mib"] + (turns.get("worker_rss_mib") or 0), peer["peak_rss_mib"], "MiB", load)
+    size = _load(results, "memory_size")
+    if size and (size.get("rows") or {}).get("peer") and "after" in size["rows"]:
+        a, peer = size["rows"]["after"], size["rows"]["peer"]
+        row("CPU of a turn with a 1 MB memory file", a["daemon_cpu_per_turn_1mb_s"], peer["cpu_per_call_1mb_s"], "s",
+            _load_of(size))
+    daily = _load(results, "daily_path")
+    if daily and "peer" in daily.get("help_cpu_s", {}):
+        row("`--help` CPU", daily["help_cpu_s"]["after"], daily["help_cpu_s"]["peer"], "s", _load_of(daily))
+    return out
+
+
+def _beside_peer(results: Path) -> list[str]:
+    body = beside_peer(results)
+    if not body:
+        return []
+    parity = [r[0] for r in body if r[4] == "at parity"]
+    behind = [r[0] for r in body if r[4] == "behind"]
+    summary = (f" Measured at parity, not ahead: {'; '.join(parity)}." if parity else "") + \
+              (f" Behind: {'; '.join(behind)}." if behind else "")
+    return ["## Beside Hermes Agent: ahead, or at parity", "",
+            "Every figure measured beside Hermes Agent 0.19 in the same run (lower is better), with that run's load "
+            f"average (the machine is shared: a figure is as good as its run). A ratio within {PARITY:.0%} of 1 is "
+            f"*at parity*, not ahead.{summary} `python bench/run_all.py --peer PEER/bin/hermes` prints this table "
+            "after its runs.", "",
+            *_table(("figure", "hermes-fs", "Hermes Agent 0.19", "ratio", "standing", "load average"), body)]
+
+
 def results_page(results: Path) -> str:
     out = [HEADER, "", "# Latest benchmark results", "",
            "The latest figures of each benchmark, from `bench/results/*.json`. Each benchmark prints its figures and "
            "writes its JSON there; runs, the commands that made them and what each change bought are in the "
            "[lab notes](notes/index.md). The machine is shared and small (2 cores), so figures move from run to run.", ""]
-    for part in (_run_all, _issue_43, _warm, _cold_start, _daemon_memory, _sync, _gateway_lease, _routing, _learning, _curate,
+    for part in (_run_all, _beside_peer, _issue_43, _warm, _cold_start, _daemon_memory, _sync, _gateway_lease, _routing, _learning, _curate,
                  _text_calls):
         out += part(results)
     return "\n".join(out).rstrip("\n") + "\n"

@@ -4,8 +4,10 @@ python bench/run_all.py [--quick] [--peer PEER/bin/hermes] [--before TREE] [--no
 
 --quick shortens the long ones (fewer fault trials, a shorter stress run, no 100,000-file vault).
 Then the first call's benchmarks (issue 43) run, each in its own process: with --peer beside
-Hermes Agent 0.19, with --before beside an older source tree (`git archive` of a commit). `make
-reference` puts all of it on docs/benchmarks/results.md.
+Hermes Agent 0.19, with --before beside an older source tree (`git archive` of a commit). Last, every
+figure measured beside Hermes Agent is printed with its ratio, whether that is ahead or only at
+parity (within 10 %), and the load average of its run. `make reference` puts all of it on
+docs/benchmarks/results.md.
 """
 
 from __future__ import annotations
@@ -26,14 +28,15 @@ import refine_overhead  # noqa: E402
 import startup  # noqa: E402
 import stress  # noqa: E402
 import web  # noqa: E402
-from results_table import rows  # noqa: E402
+from results_table import beside_peer, rows  # noqa: E402
 
 
 def issue_43(quick: bool, peer: str | None, before: str | None) -> dict[str, int]:
-    """The first call's benchmarks (issue 43), each in a process of its own (they parse their own
-    arguments and start daemons of other trees): cold start and `--help` beside Hermes Agent
+    """The first call's benchmarks (issues 43 and 52), each in a process of its own (they parse their
+    own arguments and start daemons of other trees): cold start and `--help` beside Hermes Agent
     (`peer`), the daemon's memory and first turn, memory-file size, the daily path's imports,
-    routing at 1,000 skills. Each writes its own bench/results/*.json; the exit codes come back."""
+    routing at 1,000 skills (the held-out set, and the test set with the first turn before any
+    vector exists). Each writes its own bench/results/*.json; the exit codes come back."""
     import subprocess
 
     peer_args = ["--peer", peer] if peer else []
@@ -45,12 +48,29 @@ def issue_43(quick: bool, peer: str | None, before: str | None) -> dict[str, int
         "memory_size": ["3" if quick else "5", *before_args, *peer_args],
         "daily_path": ["--rounds", "5" if quick else "9", *before_args, *peer_args],
         "routing_heldout": ["--sizes", "150,1000", *(["--no-embeddings"] if quick else [])],  # encoding takes minutes
+        # issue 52's test set (written apart, never tuned on), in the 1,000-skill vault; the first turn included
+        "routing_heldout --test": ["--test", *(["--static-only"] if quick else [])],
     }
     codes = {}
     for name, args in runs.items():
-        print(f"== bench/{name}.py {' '.join(args)}", flush=True)
-        codes[name] = subprocess.run([sys.executable, str(HERE / f"{name}.py"), *args], cwd=HERE.parent).returncode
+        script = name.split()[0]
+        print(f"== bench/{script}.py {' '.join(args)}", flush=True)
+        codes[name] = subprocess.run([sys.executable, str(HERE / f"{script}.py"), *args], cwd=HERE.parent).returncode
     return codes
+
+
+def print_beside_peer() -> list[tuple]:
+    """Each figure measured beside Hermes Agent, its ratio, whether it is ahead or only at parity,
+    and the load average of the run that measured it (from bench/results/*.json)."""
+    body = beside_peer(HERE / "results")
+    if not body:
+        print("no figure measured beside Hermes Agent (pass --peer PEER/bin/hermes)")
+        return body
+    head = ("figure", "hermes-fs", "Hermes Agent 0.19", "ratio", "standing", "load average")
+    widths = [max(len(str(r[i])) for r in [head, *body]) for i in range(len(head))]
+    for r in [head, *body]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)))
+    return body
 
 
 def main(quick: bool = False) -> dict:
@@ -93,3 +113,4 @@ if __name__ == "__main__":
         main(quick=quick)
     if "--no-issue-43" not in sys.argv:
         print(issue_43(quick, option("--peer"), option("--before")))
+    print_beside_peer()

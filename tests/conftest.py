@@ -24,6 +24,9 @@ os.environ.setdefault("HERMES_RETRY_BASE_S", "0.05")  # keep retry backoff short
 os.environ.setdefault("HERMES_NO_WARM_UP", "1")
 # `run` and `chat` never start a daemon by themselves in tests (tests/test_autostart.py turns it on)
 os.environ.setdefault("HERMES_NO_AUTOSTART", "1")
+# no installation's static token table (make install builds one into the venv): tests that want one
+# put it in a folder of their own (mind/static_vectors.py installed_dir)
+os.environ["HERMES_FS_SHARE"] = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".no-share")
 
 
 SERVER_MARKS = ("docker", "synapse", "mail", "chromium", "gitdaemon", "sshd", "espeak")

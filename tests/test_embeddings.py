@@ -65,12 +65,14 @@ def test_a_turn_with_a_cold_cache_does_not_wait_for_encoding(agent_vault, model_
     with caplog.at_level(logging.INFO, logger="hermes_fs"), Conversation(
             agent_vault, ConversationOptions(workspace=tmp_path)) as c:
         c.ask(REQUEST)
-    assert vector_rows(agent_vault.root) == {}  # the turn encoded nothing: no wait
-    assert f"{total} of {total} skills have no static vectors yet (being built): ranked without them" in caplog.text
+    assert vector_rows(agent_vault.root) == {}  # the turn ran no transformer: no wait
+    # static vectors need only the token table: the turn encoded them itself (and kept them)
+    assert f"{total} of {total} skills had no static vectors: encoded now" in caplog.text
     assert f"{total} of {total} skills have no model vectors yet (being built): ranked without them" in caplog.text
-    assert "ssh-key-rotation" not in model_server.requests[0]["messages"][0]["content"]  # full-text misses it
-    # filled afterwards (what the daemon's thread and `skills embed` run): the next turn ranks by meaning
-    assert fill_vectors(agent_vault.root) == 2 * total and vectors_missing(agent_vault.root) == 0
+    assert "ssh-key-rotation" in model_server.requests[0]["messages"][0]["content"].split("# Skills")[1]
+    assert "ssh-key-rotation" not in skills_index(agent_vault, REQUEST, 600, semantic=False).shown  # full-text misses it
+    # the model's filled afterwards (what the daemon's thread and `skills embed` run); the static ones were kept
+    assert fill_vectors(agent_vault.root) == total and vectors_missing(agent_vault.root) == 0
     with Conversation(agent_vault, ConversationOptions(workspace=tmp_path)) as c:
         c.ask(REQUEST)
     assert "ssh-key-rotation" in model_server.requests[1]["messages"][0]["content"].split("# Skills")[1]
@@ -109,6 +111,7 @@ def test_a_cli_turn_without_a_daemon_builds_the_vectors_in_a_background_process(
                           capture_output=True, text=True, timeout=300, env={**os.environ, "HERMES_NO_DAEMON": "1"})
     assert proc.returncode == 0, proc.stderr
     assert "building skill vectors in the background" in proc.stderr
-    assert "ssh-key-rotation" not in model_server.requests[0]["messages"][0]["content"]  # ranked by full-text
+    # the turn itself ranked by the static vectors it encoded from the token table; the model's come later
+    assert "ssh-key-rotation" in model_server.requests[0]["messages"][0]["content"].split("# Skills")[1]
     assert wait_for(lambda: len(vector_rows(agent_vault.root)) == total, timeout=600, interval=0.5)
     assert wait_for(lambda: not vectors_lock(agent_vault.root).is_held(), timeout=60)  # the process is done

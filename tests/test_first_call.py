@@ -75,3 +75,33 @@ def test_a_swap_returns_what_was_there_and_creates_what_was_not(tmp_path):
     assert target.read_bytes() == b"second"
     assert swap_in(target, None) == b"second" and not target.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no temporary file left behind
+
+
+@pytest.mark.slow
+def test_a_plain_call_does_not_load_litellms_proxy_but_files_are_still_mapped():
+    code = """
+import sys
+from hermes_fs.agent.model import import_litellm
+litellm = import_litellm()
+update = litellm.main.update_messages_with_model_file_ids
+plain = [{"role": "user", "content": "hi"}]
+print(update(plain, model_id=None, model_file_id_mapping={}) is plain, "litellm.proxy._types" in sys.modules)
+parts = [{"role": "user", "content": [{"type": "file", "file": {"file_id": "file-abc"}}]}]
+update(parts, model_id=None, model_file_id_mapping={})
+print("litellm.proxy._types" in sys.modules, parts[0]["content"][0]["file"]["file_id"])
+"""
+    assert _python(code) == "True False\nTrue file-abc"
+
+
+@pytest.mark.slow
+def test_a_streamed_call_is_priced_from_its_usage_without_pricing_the_stream_at_its_start(model_server):
+    model_server.add({"content": "hello"})
+    code = f"""
+import sys
+from hermes_fs.agent.model import LiteLLMModel, ModelSettings
+settings = ModelSettings(model="openai/gpt-4o-mini", api_base="{model_server.api_base}", api_key_env="HERMES_TEST_KEY")
+reply = LiteLLMModel(settings).complete([{{"role": "user", "content": "hi"}}], [], on_text=lambda t: None)
+enc = sys.modules.get("litellm.litellm_core_utils.default_encoding")
+print(reply.content, reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.usage.cost_usd > 0, enc is None)
+"""
+    assert _python(code) == "hello 11 7 True True"

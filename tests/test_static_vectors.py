@@ -50,7 +50,6 @@ def test_by_default_a_request_sharing_no_word_finds_its_skill_without_the_transf
     total = library(vault.root)
     small_budget(vault.root)
     copy_static_table(static_table, vault.root)
-    assert "ssh-key-rotation" not in skills_index(vault, REQUEST, 600).shown  # no vectors yet: full-text alone
     assert fill_vectors(vault.root, model=False) == total
     assert vectors_missing(vault.root, model=False) == 0
     assert "ssh-key-rotation" in skills_index(vault, REQUEST, 600).shown
@@ -106,7 +105,7 @@ def test_a_damaged_vector_row_is_encoded_again(vault, static_table):
     assert fill_vectors(vault.root, model=False) == total
     index = SearchIndex(vault.root)
     try:
-        index.db.execute("UPDATE skill_static_vectors SET vec=? WHERE path='skills/ssh-key-rotation/SKILL.md'", (b"abc",))
+        index.db.execute("UPDATE skill_static_vectors_2 SET vec=? WHERE path='skills/ssh-key-rotation/SKILL.md'", (b"abc",))
         index.db.commit()
         ready, missing = embeddings.SkillVectors(index.db, embeddings.STATIC).cached(index._skill_signatures())
         assert missing == ["skills/ssh-key-rotation/SKILL.md"] and len(ready) == total - 1
@@ -155,3 +154,43 @@ def test_a_small_vault_is_known_to_fit_from_a_listing_and_nothing_is_built(vault
     assert embed_in_background(vault) is None and not (vault.root / ".hermes" / static_vectors.TABLE).exists()
     library(vault.root)
     assert not surely_fits(vault.root, 600) and over_budget(vault.root, 600)
+
+
+def test_the_first_turn_after_skills_arrive_ranks_them_by_meaning_from_the_installations_table(
+        vault, static_table, tmp_path, monkeypatch, run_cli):
+    """The table is built at install time (make install: `skills embed --install-table`), not in the
+    vault; skills that arrived since the last fill are encoded by the turn itself and cached."""
+    share = tmp_path / "share"
+    share.mkdir()
+    for name in (static_vectors.TABLE, static_vectors.META):
+        (share / name).write_bytes((static_table / name).read_bytes())
+    monkeypatch.setenv("HERMES_FS_SHARE", str(share))
+    total = library(vault.root)
+    small_budget(vault.root)
+    state = vault.root / ".hermes"
+    assert not (state / static_vectors.TABLE).exists()
+    assert static_vectors.locate(state) == share / static_vectors.TABLE and static_vectors.is_built(state)
+    assert vectors_missing(vault.root, model=False) == total  # nothing filled: the skills just arrived
+    assert "ssh-key-rotation" in skills_index(vault, REQUEST, 600).shown
+    assert "ssh-key-rotation" not in skills_index(vault, REQUEST, 600, semantic=False).shown
+    assert vectors_missing(vault.root, model=False) == 0  # the turn kept what it encoded
+    assert fill_vectors(vault.root, model=False) == 0  # and the same vectors the fill makes
+    index = SearchIndex(vault.root)
+    try:
+        current = index._skill_signatures()
+        made = embeddings.SkillVectors(index.db, embeddings.STATIC).cached(current)[0]
+        rows = {p: (n, d, b) for p, n, d, b in index.db.execute("SELECT path, name, description, body FROM fts")}
+        p = "skills/ssh-key-rotation/SKILL.md"
+        again = static_vectors.encoder_for(state).encode(embeddings.skill_texts(*rows[p]))
+        assert np.allclose(made[p], again)
+    finally:
+        index.close()
+    # built once: asked again, the installation's table is kept as it is
+    stamp = (share / static_vectors.TABLE).stat().st_mtime_ns
+    out = run_cli("skills", "embed", "--install-table")
+    assert out.returncode == 0 and str(share / static_vectors.TABLE) in out.stdout, out.stderr
+    assert (share / static_vectors.TABLE).stat().st_mtime_ns == stamp
+    # a vault's own table comes first
+    (state / static_vectors.TABLE).write_bytes((static_table / static_vectors.TABLE).read_bytes())
+    (state / static_vectors.META).write_bytes((static_table / static_vectors.META).read_bytes())
+    assert static_vectors.locate(state) == state / static_vectors.TABLE

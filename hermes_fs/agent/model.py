@@ -235,6 +235,8 @@ def import_litellm():
 
         if first:
             gc.freeze()
+            _skip_file_ids(litellm)
+            _no_price_at_stream_start()
     finally:
         if collecting:
             gc.enable()
@@ -242,6 +244,48 @@ def import_litellm():
     litellm.suppress_debug_info = True
     quiet_litellm_logs()
     return litellm
+
+
+def _skip_file_ids(litellm) -> None:
+    """litellm's every completion passes the messages through its proxy's file-id mapping, whose
+    first use imports the proxy's types (about 0.1 s of CPU in a cold call's or a worker's first
+    model call); it changes only messages with content parts (files), which are the ones still
+    handed to it."""
+    main = getattr(litellm, "main", None)
+    original = getattr(main, "update_messages_with_model_file_ids", None)
+    if original is None or getattr(original, "_hermes_skips", False):
+        return
+
+    def update_messages_with_model_file_ids(messages, *args, **kwargs):
+        if any(isinstance(m, dict) and isinstance(m.get("content"), list) for m in messages or ()):
+            return original(messages, *args, **kwargs)
+        return messages
+
+    update_messages_with_model_file_ids._hermes_skips = True  # type: ignore[attr-defined]
+    setattr(main, "update_messages_with_model_file_ids", update_messages_with_model_file_ids)  # noqa: B010
+
+
+def _no_price_at_stream_start() -> None:
+    """litellm prices a streamed call the moment the stream opens, before any answer: it counts the
+    prompt's tokens with tiktoken (loading its cl100k table: 0.1 s of CPU on a model it has no
+    price for, 0.3 s on one it has) for a figure it keeps on the stream object and nobody reads.
+    The call's price is worked out from the finished response's usage (`_reply`), as before."""
+    try:
+        from litellm.litellm_core_utils.litellm_logging import Logging
+        from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
+    except ImportError:  # another litellm layout: left as it is
+        return
+    original = Logging.response_cost_calculator
+    if getattr(original, "_hermes_skips", False):
+        return
+
+    def response_cost_calculator(self, result, *args, **kwargs):
+        if isinstance(result, CustomStreamWrapper):
+            return None
+        return original(self, result, *args, **kwargs)
+
+    response_cost_calculator._hermes_skips = True  # type: ignore[attr-defined]
+    setattr(Logging, "response_cost_calculator", response_cost_calculator)  # noqa: B010
 
 
 def import_litellm_in_background() -> None:

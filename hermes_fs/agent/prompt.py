@@ -64,9 +64,11 @@ def skills_index(vault: Vault, query: str, budget: int, semantic: str | bool | N
         rankings = []
         for kind in meanings(vault.config.skills.embeddings if semantic is None else semantic):
             by_meaning, missing = _by_meaning(index, query, kind)
-            if missing:  # a cold or stale cache is filled in the background: never waited for here
+            if missing and kind == STATIC and by_meaning:
+                log.info(f"skills index: {missing} of {len(names)} skills had no static vectors: encoded now")
+            elif missing:  # a cold or stale cache is filled in the background: never waited for here
                 log.info(f"skills index: {missing} of {len(names)} skills have no {kind} vectors yet (being built): "
-                         + ("ranked without them" if not by_meaning else "those are ranked by full-text only"))
+                         + ("ranked without them" if not by_meaning else "those are ranked by the other rankings only"))
             if by_meaning:
                 rankings.append([p.split("/")[1] for p in by_meaning])
         if rankings:  # full-text's few best hits, fused with the rankings by meaning

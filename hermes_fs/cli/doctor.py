@@ -96,6 +96,11 @@ def _check_embeddings(v) -> list[tuple[str, bool, str]]:
         if kind == "auto":  # not a failure: the default falls back to full-text
             return [("skill routing", True, f"by full-text only; to rank skills by meaning: {embeddings.EXTRA}")]
         return [("skill embeddings", False, f"skills.embeddings is on but not installed: {embeddings.EXTRA}")]
-    table = "built" if static_vectors.is_built(v.state_dir) else "built in the background when the skills index is over its budget"
+    where = static_vectors.locate(v.state_dir)
+    if where is None:
+        table = ("not built (`hermes-fs skills embed --install-table` builds it once; else the daemon builds it "
+                 "when the skills index is over its budget)")
+    else:
+        table = "built" if where.parent == v.state_dir else f"the installation's ({where})"
     return [("skill embeddings", True, f"{'static vectors (+ the model in the daemon)' if kind == 'auto' else 'static vectors + the model'}; "
              f"model at {embeddings.model_dir()}; token table {table}")]

@@ -93,17 +93,28 @@ def skills_validate(ctx: click.Context, names: tuple[str, ...], fix: bool):
 @vault_option
 @click.option("--background", is_flag=True, hidden=True, help="At low priority (started by a CLI turn).")
 @click.option("--table", is_flag=True, hidden=True, help="Only the static token table (the daemon's child process).")
+@click.option("--install-table", is_flag=True,
+              help="Only the installation's static token table, for every vault (make install runs this).")
 @click.pass_context
-def skills_embed(ctx: click.Context, background: bool, table: bool):
+def skills_embed(ctx: click.Context, background: bool, table: bool, install_table: bool):
     """Build or refresh the skill vectors of skills.embeddings: the static token table (once, about
-    a minute), the static vectors, and the model's. The daemon does this in the background, and a
-    CLI turn without a daemon starts it detached; no turn waits for it."""
+    a minute; `make install` builds it for the installation), the static vectors, and the model's.
+    The daemon does this in the background, and a CLI turn without a daemon starts it detached; no
+    turn waits for it (a turn encodes skills without static vectors itself, from the table)."""
     import os
     import time
 
     from ..mind import embeddings, static_vectors
     from ..mind.search import fill_vectors, vectors_missing
 
+    if install_table:
+        if not embeddings.available():
+            echo(f"no embedding model installed ({embeddings.EXTRA}): skills are ranked by full-text")
+            return
+        t0 = time.monotonic()
+        path = static_vectors.install()
+        echo(f"static token table at {path} ({time.monotonic() - t0:.1f} s)")
+        return
     v = vault_for(ctx)
     if background:
         os.nice(10)  # the turn that started it, and the next ones, come first

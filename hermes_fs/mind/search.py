@@ -162,22 +162,58 @@ class SearchIndex:
 
     def semantic(self, query: str, limit: int = 50, kind: str = "model") -> tuple[list[str], int]:
         """Skill paths by meaning (mind/embeddings.py; needs the `embeddings` extra), best first,
-        among the skills whose vectors of `kind` (static | model) are ready, and how many skills
-        have none yet. Never encodes a skill: that is `fill_vectors`' work, so a turn never waits
-        for it. With no vector ready the model (or the static table) is not even opened."""
+        and how many skills had no vectors of `kind` (static | model) cached. The model's vectors
+        are never made here (that is `fill_vectors`' work, so a turn never waits for the
+        transformer): skills without them are left to the other rankings, and with none ready the
+        model is not even opened. Static vectors need no transformer, only the token table (built
+        at install time): skills that arrived since the last fill are encoded here, the same way
+        the fill encodes them (about a millisecond a skill), and kept in the cache, so the first
+        turn after skills arrive ranks them by meaning too."""
         from . import embeddings
 
         vectors = embeddings.SkillVectors(self.db, kind)
         current = self._skill_signatures()
-        missing = len(vectors.stale(current))
-        if missing == len(current) or not query.strip():
-            return [], missing
+        stale = vectors.stale(current)
+        if not query.strip() or (kind != embeddings.STATIC and len(stale) == len(current)):
+            return [], len(stale)
         if kind == embeddings.STATIC:
             from .static_vectors import encoder_for
 
-            encoder = encoder_for(self.root / ".hermes").encode  # TableMissing when it went away
-            return vectors.ranked(current, encoder([query])[0], embeddings.STATIC_BODY_WEIGHT, limit), missing
-        return vectors.ranked(current, embeddings.encode([query])[0], embeddings.BODY_WEIGHT, limit), missing
+            encoder = encoder_for(self.root / ".hermes").encode  # TableMissing when there is none
+            made = self._encode_now(stale, current, encoder) if stale else {}
+            return vectors.ranked(current, encoder([query])[0], embeddings.STATIC_BODY_WEIGHT, limit, made), len(stale)
+        return vectors.ranked(current, embeddings.encode([query])[0], embeddings.BODY_WEIGHT, limit), len(stale)
+
+    def _encode_now(self, paths: list[str], current: dict[str, tuple[int, int]], encoder) -> dict:
+        """Static vectors of `paths` made in this turn (skill_texts, as the fill makes them), stored
+        in the cache when the database is free at once (a fill or another turn may hold it: then
+        only this turn uses them)."""
+        import sqlite3
+
+        from . import embeddings
+
+        wanted = set(paths)
+        rows = {p: (n, d, b) for p, n, d, b in
+                self.db.execute("SELECT path, name, description, body FROM fts WHERE kind='skills'") if p in wanted}
+        order = [p for p in paths if p in rows]
+        texts = [embeddings.skill_texts(*rows[p]) for p in order]
+        flat = encoder([t for ts in texts for t in ts])
+        made, i = {}, 0
+        for p, ts in zip(order, texts, strict=True):
+            made[p] = flat[i: i + len(ts)]
+            i += len(ts)
+        table = embeddings.TABLES[embeddings.STATIC]
+        try:
+            self.db.execute("PRAGMA busy_timeout=100")
+            with self.db:
+                self.db.executemany(f"DELETE FROM {table} WHERE path=?", [(p,) for p in order])
+                self.db.executemany(f"INSERT INTO {table} VALUES (?,?,?,?)",
+                                    [(p, *current[p], made[p].tobytes()) for p in order])
+        except sqlite3.OperationalError:
+            pass
+        finally:
+            self.db.execute("PRAGMA busy_timeout=30000")
+        return made
 
     def fill_vectors(self, stop=None, kind: str = "model") -> int:
         """Encode the skills that have no fresh vectors of `kind` (new, changed, or a cold cache)."""
