@@ -16,6 +16,7 @@ import ast
 import dataclasses
 import inspect
 import io
+import re
 import sys
 import textwrap
 import tokenize
@@ -55,12 +56,17 @@ def _comments(cls: type) -> dict[str, str]:
     return found
 
 
+PRAGMA = re.compile(r"^\s*type:\s*ignore(\[[^\]]*\])?")
+
+
 def _own_comments(cls: type) -> dict[str, str]:
     source = textwrap.dedent(inspect.getsource(cls))
     by_line: dict[int, str] = {}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
-            by_line[tok.start[0]] = tok.string.lstrip("#").strip()
+            # a checker's pragma (`# type: ignore[...]`) is for mypy, never a key's meaning
+            text = PRAGMA.sub("", tok.string.lstrip("#")).strip().lstrip("#").strip()
+            by_line[tok.start[0]] = text
     lines = source.splitlines()
     found: dict[str, str] = {}
     for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
