@@ -357,7 +357,7 @@ def test_the_channel_refuses_to_start_without_the_listener_or_its_secrets(agent_
         (agent_vault.root / "hermes.yaml").write_text(text)
         agent_vault.reload_config()
         ch = registry.load_channel(agent_vault, "whatsapp")
-        with pytest.raises(HermesError, match="nothing listens for the webhook"):
+        with pytest.raises(HermesError, match="no HTTP listener runs"):
             ch.start(object())  # type: ignore[arg-type]  # refused before the sink is used
         agent_vault.secrets_env.write_text("HERMES_TEST_KEY=x\n")
         with pytest.raises(HermesError, match="WHATSAPP_TOKEN"):

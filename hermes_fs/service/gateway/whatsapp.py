@@ -240,7 +240,8 @@ class WhatsAppChannel(ChannelBase):
 
         self._secrets()
         if listener.serving(self.vault) is None:
-            raise HermesError("nothing listens for the webhook: gateway.webhook (its listen:) must be set and running")
+            raise HermesError("no HTTP listener runs in this gateway for Meta's callbacks: set `listen:` in the signed "
+                              "hooks' section of gateway (see the guide's set-up)")
         self.sink = sink
         self.client = httpx.Client(timeout=TIMEOUT_S, follow_redirects=False)
         listener.mount(self.vault, self.settings.path, self.handle)
@@ -259,7 +260,7 @@ class WhatsAppChannel(ChannelBase):
         if r.status_code != 200:
             raise HermesError(f"the Graph API answered {r.status_code}: {_error(r)[1]}")
         listen = listener.serving(self.vault)
-        where = f"served on {listen}{self.settings.path}" if listen else "the webhook listener is not running here"
+        where = f"served on {listen}{self.settings.path}" if listen else "the gateway's HTTP listener is not running here"
         return f"phone number {self.settings.phone_number_id} answers; {where}"
 
     def should_retry(self, exc: Exception) -> bool:
