@@ -145,7 +145,9 @@ def config_keys(cls=None, prefix: str = "", instance=None) -> list[Key]:
             keys += config_keys(item, f"{dotted}.<name>.", item())
         elif sub is not None:
             default = "not set" if value is None else "see below"
-            keys.append(Key(dotted, "mapping" + (" or null" if value is None else ""), default, meaning or _doc(sub)))
+            plain = [_type_name(a) for a in typing.get_args(hint) if a is not type(None) and a is not sub]
+            kinds = " or ".join([*plain, "mapping"]) + (" or null" if value is None else "")  # `str | Chat | None`
+            keys.append(Key(dotted, kinds, default, meaning or _doc(sub)))
             keys += config_keys(sub, dotted + ".", value if value is not None else sub())
         else:
             keys.append(Key(dotted, _type_name(hint), _show(value), meaning))
