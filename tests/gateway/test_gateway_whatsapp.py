@@ -364,3 +364,35 @@ def test_the_channel_refuses_to_start_without_the_listener_or_its_secrets(agent_
             registry.load_channel(agent_vault, "whatsapp").start(object())  # type: ignore[arg-type]
     finally:
         w.close()
+
+
+def test_gateway_test_whatsapp_asks_the_graph_api_and_names_where_it_listens(world):
+    from hermes_fs.errors import HermesError
+    from hermes_fs.service.gateway import registry
+
+    world.started([ME])
+    line = registry.load_channel(world.vault, "whatsapp").check()
+    assert "phone number 1234567890 answers" in line and "/whatsapp" in line
+    world.emu.token = "another-token"  # the token in secrets.env is no longer valid
+    with pytest.raises(HermesError, match="answered 401"):
+        registry.load_channel(world.vault, "whatsapp").check()
+
+
+def test_an_automatic_review_is_never_posted_in_a_customer_s_chat(world):
+    from hermes_fs.store.provenance import Act
+
+    world.model_server.responder = echo
+    world.configure([ME])
+    path = world.vault.root / "hermes.yaml"
+    path.write_text(path.read_text().replace("every_turns: 0", "every_turns: 1"))
+    world.vault.git.commit_paths(["hermes.yaml"], "test: review every turn", Act.person())
+    world.vault.reload_config()
+    world.start()
+    world.say(ME, "hello, it is me")
+    assert wait_for(lambda: any("automatic review" in s.body for s in world.emu.wait_sent(2, to=ME, timeout=1)), 90)
+    world.say(CUSTOMER, "hello")
+    world.emu.wait_sent(1, to=CUSTOMER)
+    assert world.gateway is not None and world.gateway.wait_idle(60)
+    world.gateway.reviews.join(60)
+    assert world.gateway.wait_idle(30)
+    assert [s.body for s in world.emu.sent if s.to == CUSTOMER and "automatic review" in s.body] == []

@@ -676,8 +676,9 @@ class Gateway:
         return self.verdict(Inbound(origin, "")) not in (Verdict.ADMIN, Verdict.ALLOWED)
 
     def _with_a_person(self, origin: Origin, verdict: Verdict) -> handoff.Handoff | None:
-        """The open hand-off of this chat, for anyone but an admin (who may still use commands there)."""
-        if verdict is Verdict.ADMIN:
+        """The open hand-off of this chat, for a customer's message (the allowed and admins of a
+        shared room are answered as before: only customers' turns can hand a chat over)."""
+        if verdict is not Verdict.CUSTOMER:
             return None
         return self.handoffs.get(handoff.chat_key(origin.platform, origin.chat))
 
@@ -766,7 +767,7 @@ class Gateway:
         """An automatic review finished: say so in the chat it came from."""
         origin = self.session_origins.get(session)
         self.note(f"gateway: automatic review of {session}: {line}")
-        if origin is not None and not self.stopped.is_set():
+        if origin is not None and not self.stopped.is_set() and not self._is_customer(origin):  # not the owner's business
             note = Origin(origin.platform, origin.chat, origin.sender, f"review:{session}:{line[:40]}", origin.thread)
             self._reply(request_id(note), note, f"(automatic review of this chat) {line}")  # a note, not a reply
 
