@@ -18,9 +18,9 @@ from conftest import git, wait_for
 from emulated_world import EmulatedWorld, echo
 from whatsapp_emulator import WhatsAppEmulator
 
+from hermes_fs.service.gateway.channel import Origin
 from hermes_fs.service.gateway.handoff import CUSTOMER_LINE, HandoffBook
 from hermes_fs.service.gateway.ledger import request_id
-from hermes_fs.service.gateway.channel import Origin
 from hermes_fs.store.vault import Vault
 
 ME, CUSTOMER, OTHER = "15551234567", "15557654321", "15550001111"

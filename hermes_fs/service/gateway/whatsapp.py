@@ -33,6 +33,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -168,7 +169,8 @@ def _message(m: dict) -> Incoming:
         return Incoming(sender, mid, when, text)
     if kind == "audio":
         audio = _dict(m.get("audio"), "an audio message's audio")
-        mime = audio.get("mime_type") if isinstance(audio.get("mime_type"), str) else ""
+        given = audio.get("mime_type")
+        mime = given if isinstance(given, str) else ""
         return Incoming(sender, mid, when, "", (_id(audio.get("id"), "the audio's media id", MEDIA_ID), mime[:100]))
     caption = ""
     part = m.get(kind)
@@ -318,7 +320,7 @@ class WhatsAppChannel(ChannelBase):
         audio = None
         if m.audio is not None:
             media_id, mime = m.audio
-            audio = Audio(lambda limit, mid=media_id: self._fetch_media(mid, limit), mime, f"{media_id}.audio")
+            audio = Audio(partial(self._fetch_media, media_id), mime, f"{media_id}.audio")
         return self.sink.submit(Inbound(origin, m.text, direct=True, audio=audio))
 
     # -- the Graph API ----------------------------------------------------------------------------
