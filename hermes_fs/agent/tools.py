@@ -97,7 +97,7 @@ SCHEMAS = {
         "summary": _s("the chat so far and what was already tried, for the owner")}, ["reason", "summary"]),
 }
 SENDING_TOOLS = frozenset({"send_file"})  # offered only where the answer goes somewhere that carries files
-READ_ONLY_TOOLS = frozenset({"skill_view", "skill_search", "read_file", "session_search"})  # change nothing
+READ_ONLY_TOOLS = frozenset({"skill_view", "skill_search", "read_file", "session_search", "memory_read"})  # change nothing
 REVIEW_TOOLS = ["memory", "skill_view", "skill_manage", "read_file"]  # on an overlay: vault paths only
 SUPPORT_ONLY = frozenset({"memory_read", "handoff"})  # offered to a customer's turn only (boundary.customer_tools)
 
