@@ -312,6 +312,7 @@ def test_a_hand_off_reaches_the_owner_and_silences_the_chat_until_it_is_resumed(
     assert len(world.model_server.requests) == asked and len(world.emu.sent) == 1
     listed = run_cli("--vault", str(world.vault.root), "gateway", "handoffs")
     assert listed.returncode == 0 and f"whatsapp:{CUSTOMER}" in listed.stdout, listed.stdout + listed.stderr
+    assert "a refund over the limit" in listed.stdout and "owner: notify owner" in listed.stdout
     world.say(ME, f"/reply whatsapp:{CUSTOMER} Your refund is on its way.")  # the owner answers through the agent
     assert world.emu.wait_sent(2, to=CUSTOMER)[1].body == "Your refund is on its way."
     world.say(OTHER, f"/resume whatsapp:{CUSTOMER}")  # a customer cannot give it back

@@ -68,10 +68,10 @@ class HandoffBook:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 book = self._read()
-                before = dict(book)
+                before = {k: asdict(h) for k, h in book.items()}  # copies: a record changed in place shows
                 yield book
-                if book != before:
-                    data = {k: asdict(h) for k, h in book.items()}
+                data = {k: asdict(h) for k, h in book.items()}
+                if data != before:
                     atomic_write(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=0o600)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
