@@ -585,7 +585,7 @@ class Gateway:
             result = run_request(vault, req, options)
         if result.session and req.origin:
             self.session_origins[result.session] = req.origin
-        if options.customer and req.origin is not None and self._handed_now(req.origin, options):
+        if options.customer and req.origin is not None and self._handed_now(req.origin):
             result.body = f"{result.body}\n\n{handoff.CUSTOMER_LINE}".strip()
         transcript = voice.transcript_of(req.text) if req.voice else None
         if transcript:  # the person sees what was heard, first
@@ -704,7 +704,7 @@ class Gateway:
                     "customer a person will answer here as soon as they can")
         return "ok: the owner has your summary and this chat is now with a person; tell the customer so, briefly"
 
-    def _handed_now(self, origin: Origin, options: ExecOptions) -> bool:
+    def _handed_now(self, origin: Origin) -> bool:
         """Whether the turn just run handed its chat over (the customer is then told so)."""
         return self.handoffs.get(handoff.chat_key(origin.platform, origin.chat)) is not None
 
