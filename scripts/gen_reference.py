@@ -16,6 +16,7 @@ import ast
 import dataclasses
 import inspect
 import io
+import re
 import sys
 import textwrap
 import tokenize
@@ -55,12 +56,17 @@ def _comments(cls: type) -> dict[str, str]:
     return found
 
 
+PRAGMA = re.compile(r"^\s*type:\s*ignore(\[[^\]]*\])?")
+
+
 def _own_comments(cls: type) -> dict[str, str]:
     source = textwrap.dedent(inspect.getsource(cls))
     by_line: dict[int, str] = {}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
-            by_line[tok.start[0]] = tok.string.lstrip("#").strip()
+            # a checker's pragma (`# type: ignore[...]`) is for mypy, never a key's meaning
+            text = PRAGMA.sub("", tok.string.lstrip("#")).strip().lstrip("#").strip()
+            by_line[tok.start[0]] = text
     lines = source.splitlines()
     found: dict[str, str] = {}
     for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
@@ -139,7 +145,9 @@ def config_keys(cls=None, prefix: str = "", instance=None) -> list[Key]:
             keys += config_keys(item, f"{dotted}.<name>.", item())
         elif sub is not None:
             default = "not set" if value is None else "see below"
-            keys.append(Key(dotted, "mapping" + (" or null" if value is None else ""), default, meaning or _doc(sub)))
+            plain = [_type_name(a) for a in typing.get_args(hint) if a is not type(None) and a is not sub]
+            kinds = " or ".join([*plain, "mapping"]) + (" or null" if value is None else "")  # `str | Chat | None`
+            keys.append(Key(dotted, kinds, default, meaning or _doc(sub)))
             keys += config_keys(sub, dotted + ".", value if value is not None else sub())
         else:
             keys.append(Key(dotted, _type_name(hint), _show(value), meaning))

@@ -5,7 +5,7 @@ from conftest import git
 
 from hermes_fs.agent.conversation import Conversation, ConversationOptions
 from hermes_fs.agent.model import ModelError
-from hermes_fs.agent.tools import SCHEMAS, SENDING_TOOLS
+from hermes_fs.agent.tools import SCHEMAS, SENDING_TOOLS, SUPPORT_ONLY
 from hermes_fs.mind.sessions import Transcript
 
 
@@ -27,7 +27,7 @@ def test_answer_and_what_the_model_was_sent(agent_vault, model_server, tmp_path)
     assert "- writing-skills:" in system["content"] and "- reviewing-learned-changes:" in system["content"]
     assert req["messages"][-1] == {"role": "user", "content": "Hi, who are you?"}
     # delegate: max_depth 1; send_file only where the answer carries files (a chat)
-    assert sorted(t["function"]["name"] for t in req["tools"]) == sorted([*(set(SCHEMAS) - SENDING_TOOLS), "delegate"])
+    assert sorted(t["function"]["name"] for t in req["tools"]) == sorted([*(set(SCHEMAS) - SENDING_TOOLS - SUPPORT_ONLY), "delegate"])
 
 
 def test_memory_tool_writes_and_commits_with_session_trailer(agent_vault, model_server, tmp_path):

@@ -14,6 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from ..errors import InputError
+from ..store.config import CUSTOMER_TOOLS
 from ..store.files import symlink_on_path
 
 AGENT_VAULT_TOPS = ("memory", "skills")
@@ -71,6 +72,14 @@ def mcp_servers_for(servers: dict, source: str | None, wanted: list[str] | None 
     attended = is_attended(source)
     return {name: cfg for name, cfg in servers.items()
             if (wanted is None or name in wanted) and (attended or cfg.unattended)}
+
+
+def customer_tools(wanted: list[str]) -> list[str]:
+    """The tools a customer's turn is offered: those `support.tools` names, but never one outside
+    CUSTOMER_TOOLS (reading skills and memory, handing the chat over), whatever the settings say:
+    a customer is a stranger, so nothing of theirs writes, runs a command, sends a file or reaches
+    another chat. No MCP server and no sub-agent either (Conversation)."""
+    return [t for t in dict.fromkeys(wanted) if t in CUSTOMER_TOOLS]
 
 
 def check_vault_write(root: Path | None, rel: str) -> None:

@@ -18,7 +18,7 @@ from ..mind.search import search
 from ..mind.sessions import Transcript
 from ..store.provenance import Act
 from ..store.vault import Vault
-from .boundary import choose_workspace, mcp_servers_for, sandbox_for
+from .boundary import choose_workspace, customer_tools, mcp_servers_for, sandbox_for
 from .delegate import Delegator, SubTask
 from .loop import Agent, AgentConfig, TurnCancelled, TurnResult
 from .model import LiteLLMModel, Model, ModelError, ModelSettings, OnText
@@ -54,6 +54,8 @@ class ConversationOptions:
     parent: str | None = None  # the session that delegated this one (a sub-agent's)
     send_files: bool = False  # offer send_file: the answer goes somewhere that carries files (a chat)
     destinations: tuple[str, ...] = ()  # gateway.destinations this session's sender may send files to
+    customer: bool = False  # a customer's chat (gateway `customers: true`): support.tools only, nothing else
+    handoff: Callable[[str, str], str] | None = None  # the `handoff` tool's action (a customer's chat to its owner)
 
 
 def describe_call(name: str, arguments: str) -> str:
@@ -85,10 +87,13 @@ class Conversation:
         self.tools = ToolBox(
             files=vault.files, config=vault.config, committer=VaultCommitter(vault.git, Act.session(self.transcript.id)),
             vault_root=vault.root, workspace=self.workspace,
-            sandbox=self.sandbox, searcher=partial(search, vault.root), mcp=self._mcp_hub(),
-            permission=self.options.permission,
+            sandbox=self.sandbox, searcher=partial(search, vault.root),
+            mcp=None if self.options.customer else self._mcp_hub(), permission=self.options.permission,
         )
-        if self.options.send_files:
+        if self.options.customer:  # decided here, where the turn's tools are built: nothing else is offered
+            self.tools.enabled = customer_tools(vault.config.support.tools)
+            self.tools.handoff = self.options.handoff
+        elif self.options.send_files:
             self.tools.outbox = vault.state_dir / OUTBOX_DIR / self.transcript.id
             self.tools.enabled.append("send_file")
             self.tools.destinations = self.options.destinations
@@ -98,7 +103,7 @@ class Conversation:
             self.transcript.set_parent(self.options.parent)
         self._note_lock = threading.Lock()  # sub-agents' threads note into this transcript too
         self.delegator: Delegator | None = None
-        if self.options.depth < vault.config.delegation.max_depth:
+        if self.options.depth < vault.config.delegation.max_depth and not self.options.customer:
             self.delegator = Delegator(vault.config.delegation, self._own_tools, self._start_child)
             self.tools.delegator = self.delegator
         asked: Model = TextCallModel(self.model) if vault.config.tools.read_text_calls else self.model

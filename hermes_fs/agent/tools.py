@@ -87,10 +87,19 @@ SCHEMAS = {
                          "(then send_file it, if the person should get it).", {
         "markdown": _s("the report's Markdown (headings, lists, tables, code; images are named, not embedded)"),
         "filename": _s("the PDF's file name, e.g. summary.pdf")}, ["markdown", "filename"]),
+    "memory_read": _schema("memory_read", "Read a memory file (what you know about your owner, their work and their "
+                           "customers' questions); it changes nothing.", {
+        "file": _s("USER.md, MEMORY.md or projects/<slug>.md")}, ["file"]),
+    "handoff": _schema("handoff", "Hand this chat to a person (your owner): when you cannot help, or the person asks "
+                       "for a human. The owner gets your summary; you answer this chat no more until they give it "
+                       "back.", {
+        "reason": _s("why a person should take over, in one line"),
+        "summary": _s("the chat so far and what was already tried, for the owner")}, ["reason", "summary"]),
 }
 SENDING_TOOLS = frozenset({"send_file"})  # offered only where the answer goes somewhere that carries files
-READ_ONLY_TOOLS = frozenset({"skill_view", "skill_search", "read_file", "session_search"})  # change nothing
+READ_ONLY_TOOLS = frozenset({"skill_view", "skill_search", "read_file", "session_search", "memory_read"})  # change nothing
 REVIEW_TOOLS = ["memory", "skill_view", "skill_manage", "read_file"]  # on an overlay: vault paths only
+SUPPORT_ONLY = frozenset({"memory_read", "handoff"})  # offered to a customer's turn only (boundary.customer_tools)
 
 
 @dataclass(frozen=True)
@@ -153,7 +162,8 @@ class VaultCommitter:
 class ToolBox:
     files: FileStore
     config: Config
-    enabled: list[str] = field(default_factory=lambda: [n for n in SCHEMAS if n not in SENDING_TOOLS])
+    enabled: list[str] = field(default_factory=lambda: [n for n in SCHEMAS
+                                                        if n not in SENDING_TOOLS and n not in SUPPORT_ONLY])
     committer: Committer | None = None
     vault_root: Path | None = None
     workspace: Path | None = None
@@ -170,6 +180,7 @@ class ToolBox:
     outbox: Path | None = None  # where send_file stages the files it sends (.hermes/outbox); None: it cannot
     outgoing: list[OutgoingFile] = field(default_factory=list)  # files to send with this turn's answer
     destinations: tuple[str, ...] = ()  # names send_file's `to` may take (gateway.destinations this sender may use)
+    handoff: Callable[[str, str], str] | None = None  # (reason, summary) -> what to tell the model: a customer's chat to its owner
 
     def schemas(self) -> list[dict]:
         return ([self._schema(n) for n in self.enabled] + ([delegate.SCHEMA] if self.delegator else [])
@@ -265,6 +276,15 @@ class ToolBox:
         m = self._write([path], f"memory: {action} in {path}", op, "memory")
         n = len(m.entries)
         return f"ok: {action} in {path} ({m.size}/{m.budget} chars, {n} {'entry' if n == 1 else 'entries'})"
+
+    def _t_memory_read(self, file: str) -> str:
+        view = memory.prompt_view(self.files, file, self.config)
+        return view.body or f"({view.path} is empty)"
+
+    def _t_handoff(self, reason: str, summary: str) -> str:
+        if self.handoff is None:
+            raise InputError("there is nobody to hand this chat to here")
+        return self.handoff(reason.strip(), summary.strip())
 
     def _t_skill_view(self, name: str, file: str | None = None) -> str:
         text = skills.view(self.files, name, file)

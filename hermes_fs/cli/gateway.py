@@ -1,4 +1,4 @@
-"""`hermes-fs gateway`: the channels' state, pairing approvals, and a test of one channel."""
+"""`hermes-fs gateway`: the channels' state, pairing approvals, hand-offs, and a test of one channel."""
 
 from __future__ import annotations
 
@@ -118,6 +118,34 @@ def _decide(ctx: click.Context, code: str, approved: bool) -> None:
                          "(and handed to the next holder): run this there — the one whose `hermes-fs gateway "
                          "status` says connected") from None
     echo(f"{'approved' if approved else 'denied'} {found.sender} on {found.platform}")
+
+
+@gateway.command("handoffs")
+@vault_option
+@click.pass_context
+def gateway_handoffs(ctx: click.Context):
+    """Chats handed to a person (the `handoff` tool): the agent answers them no more until resumed."""
+    from ..service.gateway.handoff import HandoffBook, describe
+
+    rows = HandoffBook(_vault(ctx).state_dir).all()
+    for h in rows:
+        echo(safe(describe(h)))
+    if not rows:
+        echo("no chat is with a person")
+
+
+@gateway.command("resume")
+@vault_option
+@click.argument("chat", metavar="CHANNEL:CHAT")
+@click.pass_context
+def gateway_resume(ctx: click.Context, chat: str):
+    """Give a handed-over chat back to the agent (a running daemon answers its next message)."""
+    from ..service.gateway.handoff import HandoffBook, parse_key
+
+    key = ":".join(parse_key(chat))
+    if HandoffBook(_vault(ctx).state_dir).close(key) is None:
+        raise InputError(f"{key} is not with a person (`hermes-fs gateway handoffs` lists them)")
+    echo(safe(f"{key} is the agent's again"))
 
 
 @gateway.command("test")

@@ -227,6 +227,40 @@ class GatewayConfig:
     destinations: dict[str, DestinationConfig] = field(default_factory=dict)
 
 
+# the tools a customer's turn may ever be offered (support.tools picks among them): reading the
+# agent's skills and memory, and handing the chat to a person; nothing that writes, runs or sends
+CUSTOMER_TOOLS = ("skill_view", "skill_search", "memory_read", "handoff")
+
+
+@dataclass
+class HandoffChat:
+    """A chat of a configured gateway channel that receives hand-offs (and from which the owner
+    answers with /reply and /resume)."""
+
+    channel: str = ""  # a channel configured under gateway: (whatsapp, signal, discord, telegram, ...)
+    chat: str = ""  # the chat there: a phone number, a channel or user id, a room
+    thread: str | None = None  # optional: a thread in that chat
+
+
+@dataclass
+class HandoffConfig:
+    """Where a hand-off goes: the owner, told of the chat and what was tried."""
+
+    # a notify target's name (notify.targets), or a gateway chat {channel, chat}; unset: a hand-off
+    # still silences the chat and is listed by `gateway handoffs`, but nobody is told
+    owner: str | HandoffChat | None = None
+
+
+@dataclass
+class SupportConfig:
+    """Customers: people a channel with `customers: true` answers though they are not on its allow
+    list. Their turns get these tools and no others (never a write, a shell, a file or another chat)."""
+
+    # all that a customer's turn may use, among skill_view, skill_search, memory_read, handoff
+    tools: list[str] = field(default_factory=lambda: ["skill_view", "memory_read", "handoff"])
+    handoff: HandoffConfig = field(default_factory=HandoffConfig)
+
+
 @dataclass
 class VoiceConfig:
     """Voice messages from the gateway's chats: transcribed, and the transcript is the message.
@@ -317,6 +351,7 @@ class Config:
     learn: LearnConfig = field(default_factory=LearnConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     voice: VoiceConfig = field(default_factory=VoiceConfig)
+    support: SupportConfig = field(default_factory=SupportConfig)
     remote: RemoteConfig | None = None
     sync: SyncConfig = field(default_factory=SyncConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
@@ -341,6 +376,7 @@ CHOICES = {
     "tools.text_calls": {"auto", "off"},
     "skills.embeddings": {"auto"},
     "voice.engine": {"pocketsphinx", "api", "off"},
+    "support.tools": set(CUSTOMER_TOOLS),
 }
 RENAMED = {"from": "from_"}  # YAML keys that are Python keywords
 

@@ -315,3 +315,42 @@ def test_a_voice_message_is_transcribed_and_answered(world):
     first, _, rest = sent.content.partition("\n")
     assert "🎤" in first and "weather" in first.lower() and "weather" in rest
     assert gw.wait_idle(30)
+
+
+def test_a_customer_gets_the_support_tools_only_and_the_hand_off_reaches_the_owner_s_own_dm(world):
+    owner_dm = "1500000000000000009"
+    world.emu.dm_channels[ME] = owner_dm  # the owner's DM with the bot, where hand-offs go
+    extra = f"    customers: true\nsupport:\n  handoff:\n    owner: {{channel: discord, chat: '{owner_dm}'}}\n"
+
+    def hand_over(body):
+        names = {t["function"]["name"] for t in body.get("tools") or []}
+        last_user = max(i for i, m in enumerate(body["messages"]) if m["role"] == "user")
+        done = [m for m in body["messages"][last_user:] if m["role"] == "tool"]
+        asks = "crashes" in str(body["messages"][last_user]["content"])  # only this message asks for a person
+        if "handoff" in names and asks and not done:
+            return {"tool_calls": [("handoff", {"reason": "a bug report", "summary": "the app crashes on login; "
+                                                                                      "a reinstall did not help"})]}
+        users = [m["content"] for m in body["messages"] if m["role"] == "user"]
+        return {"content": "Someone will be with you." if done else f"echo {users[-1][-30:]} ({len(users)} turns)"}
+
+    gw = started(world, allow=[ME], admins=[ME], pairing=False, extra=extra)
+    world.model_server.responder = hand_over
+    world.emu.dm(EVE, "the app crashes")
+    chat = world.emu.dm_channels[EVE]
+    [told] = world.emu.wait_sent(1, channel=chat)
+    assert told.content.startswith("Someone will be with you.")
+    assert {t["function"]["name"] for t in world.model_server.requests[0]["tools"]} == {"skill_view", "memory_read",
+                                                                                     "handoff"}
+    [note] = world.emu.wait_sent(1, channel=owner_dm)
+    assert f"discord:{chat}" in note.content and "a reinstall did not help" in note.content
+    asked = len(world.model_server.requests)
+    world.emu.dm(EVE, "any news?")  # with a person: passed to the owner's DM, nothing run
+    assert "any news?" in world.emu.wait_sent(2, channel=owner_dm)[1].content
+    world.emu.dm(ME, f"/reply discord:{chat} Fixed in 2.1, please update.")
+    assert world.emu.wait_sent(2, channel=chat)[1].content == "Fixed in 2.1, please update."
+    world.emu.dm(ME, f"/resume discord:{chat}")
+    answers = world.emu.wait_sent(4, channel=owner_dm)
+    assert answers[2].content.startswith(f"Sent to discord:{chat}") and "is the agent's again" in answers[3].content
+    assert gw.wait_idle(30) and len(world.model_server.requests) == asked  # the owner's commands ran no model
+    world.emu.dm(EVE, "updated, works")
+    assert world.emu.wait_sent(3, channel=chat)[2].content.endswith("updated, works (2 turns)")

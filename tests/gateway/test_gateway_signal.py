@@ -360,3 +360,40 @@ def test_the_daemon_after_kill_9_answers_each_message_once(world, agent_vault, d
         d.stop()
     assert len(list((agent_vault.root / "outputs" / "requests").glob("*.md"))) == 3
     assert git(agent_vault, "status", "--porcelain") == ""
+
+
+def _customer_settings(receiver) -> str:
+    return (f"    customers: true\nnotify:\n  targets: {{owner: '{receiver.url('owner')}'}}\n"
+            "support:\n  handoff:\n    owner: owner\n")
+
+
+def _hand_over(body):
+    """The model hands a customer's chat over on their first message; echoes otherwise."""
+    names = {t["function"]["name"] for t in body.get("tools") or []}
+    last_user = max(i for i, m in enumerate(body["messages"]) if m["role"] == "user")
+    done = [m for m in body["messages"][last_user:] if m["role"] == "tool"]
+    asks = "human" in str(body["messages"][last_user]["content"])  # only this message asks for a person
+    if "handoff" in names and asks and not done:
+        return {"tool_calls": [("handoff", {"reason": "wants a person", "summary": "asked about an invoice twice"})]}
+    return {"content": "A person will help you." if done else echo(body)["content"]}
+
+
+def test_a_customer_gets_the_support_tools_only_and_a_hand_off_silences_the_chat_until_resumed(world, receiver):
+    gw = started(world, allow=[ME], admins=[ME], pairing=False, extra=_customer_settings(receiver))
+    world.model_server.responder = _hand_over
+    world.emu.say(EVE, "I need a human about my invoice")
+    [told] = world.emu.wait_sent(1, to=EVE)
+    assert told.message.startswith("A person will help you.")
+    assert {t["function"]["name"] for t in world.model_server.requests[0]["tools"]} == {"skill_view", "memory_read",
+                                                                                     "handoff"}
+    assert wait_for(lambda: receiver.received, 30)
+    assert f"signal:{EVE}" in receiver.received[0]["body"]["message"]
+    assert "asked about an invoice twice" in receiver.received[0]["body"]["message"]
+    asked = len(world.model_server.requests)
+    world.emu.say(EVE, "hello?")  # with a person: not run, passed on
+    assert wait_for(lambda: len(receiver.received) == 2, 30)
+    assert gw.wait_idle(30) and len(world.model_server.requests) == asked
+    world.emu.say(ME, f"/resume signal:{EVE}")
+    assert "is the agent's again" in world.emu.wait_sent(1, to=ME)[0].message
+    world.emu.say(EVE, "thanks")
+    assert world.emu.wait_sent(2, to=EVE)[1].message.endswith("thanks (2 turns)")

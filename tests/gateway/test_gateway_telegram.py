@@ -357,3 +357,20 @@ def test_a_file_the_agent_sends_arrives_as_a_document_after_the_answer(world, mo
     mine = [s for s in world.emu.sent if s.chat_id == ME]
     assert len(mine) == 3 and "summary.pdf was not sent" in mine[2].visible and "over the 100 bytes telegram takes" \
         in mine[2].visible
+
+
+def test_a_customer_is_answered_with_the_support_tools_only_and_cannot_run_owner_commands(world, receiver):
+    extra = (f"    customers: true\nnotify:\n  targets: {{owner: '{receiver.url('owner')}'}}\n"
+             "support:\n  handoff:\n    owner: owner\n")
+    gw = started(world, allow=[ME], admins=[ME], pairing=False, extra=extra)
+    world.emu.say(EVE, "what are your opening hours?")
+    [got] = world.emu.wait_sent(1, chat_id=EVE)
+    assert got.visible.endswith("what are your opening hours? (1 turns)")
+    assert {t["function"]["name"] for t in world.model_server.requests[0]["tools"]} == {"skill_view", "memory_read",
+                                                                                     "handoff"}
+    world.emu.say(EVE, "/merge refine/anything")
+    assert "not available here" in world.emu.wait_sent(2, chat_id=EVE)[1].visible
+    world.emu.say(ME, "and me?")
+    world.emu.wait_sent(1, chat_id=ME)
+    assert "shell" in {t["function"]["name"] for t in world.model_server.requests[-1]["tools"]}
+    assert gw.wait_idle(30)

@@ -2,8 +2,10 @@
 
 A sender is allowed when named in the channel's `allow` or `admins`, or approved through pairing,
 or when the channel itself proved the sender (a signed webhook: whoever holds the route's secret).
-An empty allow list never means "everyone". With no allow list and `pairing: true`, an unknown
-sender in a direct chat gets one pairing code; everything else from unknown senders gets silence.
+An empty allow list never means "everyone". A channel with `customers: true` answers everyone else as
+a customer (support.tools only, decided where the turn's tools are built). Otherwise, with no allow
+list and `pairing: true`, an unknown sender in a direct chat gets one pairing code; everything else
+from unknown senders gets silence.
 
 Pairing codes: 8 characters from an alphabet without 0/O/1/I, valid 1 hour, at most 3 pending per
 platform, one per sender per 10 minutes; only their SHA-256 is stored and they are never logged.
@@ -43,6 +45,7 @@ class AccessRules:
     admins: list[str] = field(default_factory=list)
     pairing: bool = False
     authenticated: bool = False  # the channel proved the sender itself (signed webhooks): allowed, never admin
+    customers: bool = False  # anyone else is a customer: answered with support.tools only, never denied
 
 
 RULES = PairingRules(code_ttl_s=CODE_TTL_S, max_failures=MAX_FAILURES, lock_s=LOCK_S)
@@ -51,6 +54,7 @@ RULES = PairingRules(code_ttl_s=CODE_TTL_S, max_failures=MAX_FAILURES, lock_s=LO
 class Verdict(Enum):
     ADMIN = "admin"
     ALLOWED = "allowed"
+    CUSTOMER = "customer"  # answered, with the support tools only (a channel with `customers: true`)
     PAIR = "pair"  # send this sender a pairing code
     SILENCE = "silence"
 
@@ -69,6 +73,8 @@ def decide(rules: AccessRules, ledger: GatewayLedger, message: Inbound) -> Verdi
         return Verdict.ALLOWED
     if rules.authenticated:
         return Verdict.ALLOWED
+    if rules.customers:
+        return Verdict.CUSTOMER
     if rules.pairing and not rules.allow and message.direct:
         return Verdict.PAIR
     return Verdict.SILENCE

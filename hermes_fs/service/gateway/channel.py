@@ -60,6 +60,9 @@ class ChatSettings:
     allow: list[str] = field(default_factory=list)  # who may talk to the agent; empty = nobody (plus approved pairings)
     admins: list[str] = field(default_factory=list)  # who may also /merge and /reject
     pairing: bool = False  # with no allow list, a stranger in a direct chat gets a pairing code to approve
+    # anyone not allowed is a customer: answered, with support.tools only (read skills and memory,
+    # hand the chat to a person); never a write, a shell, a file or another chat
+    customers: bool = False
 
 
 def printable(text: str) -> str:
@@ -228,7 +231,8 @@ class ChannelBase(ABC):
         its settings (ChatSettings); a channel without them admits nobody unless it says otherwise
         (a signed webhook: whoever holds the route's secret)."""
         if isinstance(self.settings, ChatSettings):
-            return AccessRules(list(self.settings.allow), list(self.settings.admins), self.settings.pairing)
+            return AccessRules(list(self.settings.allow), list(self.settings.admins), self.settings.pairing,
+                               customers=self.settings.customers)
         return AccessRules()
 
     def per_sender(self, origin: Origin) -> bool:

@@ -1,5 +1,7 @@
 """Commands from chat: `/refine [focus]`, `/review`, `/show B`, `/merge B`, `/reject B`,
-`/status`, `/new`, `/help`. `/hermes refine` (Slack's form) and `!refine` (for clients that eat a
+`/status`, `/new`, `/help`; for admins also `/handoffs`, `/resume CHANNEL:CHAT` (give a chat handed
+to a person back to the agent) and `/reply CHANNEL:CHAT text` (answer that customer). A customer
+(a channel's `customers: true`) may use only `/new` and `/help`. `/hermes refine` (Slack's form) and `!refine` (for clients that eat a
 leading `/`) are the same commands. Merging and rejecting are for admins only.
 
 A command runs in its chat's queue like a message, so `/new` or `/refine` sent after a message
@@ -13,8 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...errors import InputError
 from ...store.claims import RefClaims
 from ...store.vault import Vault
+from .handoff import HandoffBook, describe, parse_key
 
 if TYPE_CHECKING:
     from ..decisions import Action
@@ -30,10 +34,15 @@ HELP = """Commands (also as /hermes <command> or !<command>):
 /reject BRANCH   refuse a change (admins only)
 /status          this chat's session and the pending reviews
 /new             start a new session for this chat
+/handoffs        chats handed to a person (admins only)
+/resume CHAT     give a chat handed to a person back to the agent: /resume CHANNEL:ID (admins only)
+/reply CHAT      answer a handed-over customer: /reply CHANNEL:ID TEXT (admins only)
 /help            this list"""
 
-ADMIN_ONLY = {"merge", "reject"}
-NAMES = {"refine", "learn", "review", "show", "merge", "reject", "status", "new", "help"}
+CUSTOMER_HELP = """Commands here: /new (start a new conversation), /help (this list)."""
+CUSTOMER_COMMANDS = {"new", "help"}  # all a customer may run: nothing that reads or decides the owner's things
+ADMIN_ONLY = {"merge", "reject", "handoffs", "resume", "reply"}
+NAMES = {"refine", "learn", "review", "show", "merge", "reject", "status", "new", "help", "handoffs", "resume", "reply"}
 
 
 @dataclass
@@ -66,6 +75,8 @@ class ChatContext:
     attachments: list[Path] = field(default_factory=list)  # files the channel saved for this message
     text: str = ""  # the whole message: the command line, then the person's notes (a mail's body)
     claims: RefClaims | None = None  # the daemon's claims on the remote: a decision is claimed there first
+    handoffs: HandoffBook | None = None  # chats handed to a person (/handoffs, /resume)
+    reply: Callable[[str, str], str] | None = None  # (CHANNEL:CHAT, text): an admin's answer to a handed-over customer
 
 
 def run(cmd: Command, ctx: ChatContext) -> tuple[str, str]:
@@ -76,6 +87,8 @@ def run(cmd: Command, ctx: ChatContext) -> tuple[str, str]:
         return "error", f"/{cmd.name} is for admins only (gateway.<channel>.admins in hermes.yaml)."
     if cmd.name in ("show", "merge", "reject") and not cmd.arg:
         return "error", f"usage: /{cmd.name} BRANCH (see /review)"
+    if cmd.name in ("resume", "reply") and not cmd.arg:
+        return "error", f"usage: /{cmd.name} CHANNEL:CHAT{' TEXT' if cmd.name == 'reply' else ''} (see /handoffs)"
     return COMMANDS[cmd.name](ctx, cmd.arg)
 
 
@@ -164,6 +177,38 @@ def _status(ctx: ChatContext, arg: str) -> tuple[str, str]:
     return "ok", f"session: {session}\npending reviews: {waiting}\nyou are {'an admin' if ctx.admin else 'allowed'}"
 
 
+def _handoffs(ctx: ChatContext, arg: str) -> tuple[str, str]:
+    open_ = ctx.handoffs.all() if ctx.handoffs else []
+    return "ok", "\n".join(describe(h) for h in open_) or "No chat is with a person."
+
+
+def _resume(ctx: ChatContext, arg: str) -> tuple[str, str]:
+    """Give a handed-over chat back to the agent: its next message is answered again."""
+    try:
+        key = ":".join(parse_key(arg.split()[0]))
+    except InputError as exc:
+        return "error", str(exc)
+    closed = ctx.handoffs.close(key) if ctx.handoffs else None
+    if closed is None:
+        return "error", f"{key} is not with a person (see /handoffs)."
+    return "ok", f"{key} is the agent's again: its next message is answered."
+
+
+def _reply(ctx: ChatContext, arg: str) -> tuple[str, str]:
+    """The owner's answer to a handed-over customer, on the customer's own channel. The text is the
+    rest of the message (its first line after the chat, then any further lines)."""
+    words = arg.split(None, 1)
+    lines = ctx.text.splitlines()[1:]
+    text = "\n".join([words[1] if len(words) > 1 else "", *lines]).strip()
+    if not text or ctx.reply is None:
+        return "error", "usage: /reply CHANNEL:CHAT TEXT"
+    try:
+        return "ok", ctx.reply(":".join(parse_key(words[0])), text)
+    except InputError as exc:
+        return "error", str(exc)
+
+
 COMMANDS: dict[str, Callable[[ChatContext, str], tuple[str, str]]] = {
     "help": _help, "new": _new, "refine": _refine, "learn": _learn, "review": _review, "show": _show,
-    "merge": _merge, "reject": _reject, "status": _status}
+    "merge": _merge, "reject": _reject, "status": _status, "handoffs": _handoffs, "resume": _resume,
+    "reply": _reply}

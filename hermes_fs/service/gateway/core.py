@@ -55,7 +55,7 @@ from ...store.provenance import Act
 from ...store.vault import Vault
 from .. import inbox
 from ..requests import ExecOptions, Handler, Request, Result, SerialExecutor, run_request
-from . import commands, registry, voice
+from . import commands, handoff, registry, voice
 from .access import AccessRules, Verdict, decide, new_code, pairing_text
 from .channel import ChannelBase, Inbound, Origin, attachments_dir, printable
 from .delivery import STOP_WAIT_S, CommitCadence, Deliverer, set_reply_state
@@ -72,6 +72,7 @@ from .ledger import (
     TOO_LONG,
     TOO_MANY,
     UNHEARD,
+    WITH_A_PERSON,
     GatewayLedger,
     Message,
     file_delivery_id,
@@ -179,6 +180,7 @@ class Gateway:
         self.cadence = CommitCadence(vault, self.ledger, self.config.commit_idle_s)
         self.reviews = AutoReview(vault, self._review_done)
         self.session_origins: dict[str, Origin] = {}
+        self.handoffs = handoff.HandoffBook(vault.state_dir)
         self.leased = LeasedChannels(vault, self.ledger, self, self.channels.__getitem__, self._start_leased,
                                      self._stop_leased, self._process_parked, self.note)
         self.deliverer = Deliverer(self.ledger, self.channels, self._connected, self.leased.may_send,
@@ -426,7 +428,12 @@ class Gateway:
                 log.info("gateway %s: ignored a message from a sender who is not allowed", origin.platform)
                 return rid
             self.leased.take(origin.platform, rid)
-            if verdict is Verdict.PAIR:
+            held = self._with_a_person(origin, verdict)
+            if held is not None:
+                self.ledger.add_message(origin, skey, REFUSED)
+                self.ledger.refuse_message(rid, WITH_A_PERSON, f"this chat is with a person ({held.key})")
+                self.leased.settle(origin.platform, rid)
+            elif verdict is Verdict.PAIR:
                 self.ledger.add_message(origin, skey, REFUSED)
                 code = new_code(self.ledger, origin.platform, origin.sender)
                 if code:  # never logged; the ledger drops the text once it is sent
@@ -435,18 +442,21 @@ class Gateway:
                 else:
                     self.leased.settle(origin.platform, rid)
                 return rid
-            text = message.text.strip()
-            refusal = heard.refusal or self._refusal(origin, text, message)
-            if refusal is not None:
-                self.ledger.add_message(origin, skey, REFUSED)
-                self.ledger.refuse_message(rid, refusal.kind, refusal.reason)  # the sender can ask why
-                if refusal.reply:
-                    self._reply(rid, origin, refusal.reply)
-                else:
-                    self.leased.settle(origin.platform, rid)
-                return rid
-            claim = self._write_claim(rid, message, text, heard.voice)
-            self.ledger.add_message(origin, skey, CLAIMED, claim.path.name)
+            else:
+                text = message.text.strip()
+                refusal = heard.refusal or self._refusal(origin, text, message)
+                if refusal is not None:
+                    self.ledger.add_message(origin, skey, REFUSED)
+                    self.ledger.refuse_message(rid, refusal.kind, refusal.reason)  # the sender can ask why
+                    if refusal.reply:
+                        self._reply(rid, origin, refusal.reply)
+                    else:
+                        self.leased.settle(origin.platform, rid)
+                    return rid
+                claim = self._write_claim(rid, message, text, heard.voice)
+                self.ledger.add_message(origin, skey, CLAIMED, claim.path.name)
+        if held is not None:  # outside the lock: telling the owner may take a while
+            return self._forward(held, rid, message.text)
         self.executor.submit(skey, partial(self._process, claim, skey, origin))
         return rid
 
@@ -455,7 +465,9 @@ class Gateway:
         that would run: a duplicate, a stranger's or a pairing sender's audio is never fetched."""
         assert message.audio is not None
         bare = replace(message, audio=None)
-        if self.lookup(message.origin) is not None or self.verdict(message) in (Verdict.SILENCE, Verdict.PAIR):
+        verdict = self.verdict(message)
+        if self.lookup(message.origin) is not None or verdict in (Verdict.SILENCE, Verdict.PAIR) \
+                or self._with_a_person(message.origin, verdict) is not None:
             return Heard(bare, False)
         try:
             transcript = voice.hear(self.vault, message.audio)
@@ -547,8 +559,11 @@ class Gateway:
             return  # stays claimed; run at the next start
         handlers: dict[str, Handler] = {"run": partial(self._run_chat, skey),
                                         "command": partial(self._run_command, skey)}
+        customer = origin is None or self._is_customer(origin)
         options = ExecOptions(source=Source.GATEWAY, commit_session=False, auto_review=self.reviews,
-                              send_files=self._sends_files(origin), destinations=self.destinations(origin))
+                              send_files=not customer and self._sends_files(origin),
+                              destinations=() if customer else self.destinations(origin), customer=customer,
+                              handoff=partial(self._handoff, origin, skey) if customer and origin else None)
         try:
             inbox.process(self.vault, c, self.note, options, partial(self._done, c, skey, origin),
                           chat=True, commit=False, handlers=handlers)
@@ -570,6 +585,8 @@ class Gateway:
             result = run_request(vault, req, options)
         if result.session and req.origin:
             self.session_origins[result.session] = req.origin
+        if options.customer and req.origin is not None and self._handed_now(req.origin):
+            result.body = f"{result.body}\n\n{handoff.CUSTOMER_LINE}".strip()
         transcript = voice.transcript_of(req.text) if req.voice else None
         if transcript:  # the person sees what was heard, first
             result.body = f"{voice.transcript_quote(transcript)}\n\n{result.body}"
@@ -579,11 +596,15 @@ class Gateway:
         assert req.origin is not None  # a gateway request always has one (_claim_origin)
         ledger = self.ledger
         cmd = commands.parse(req.text) or commands.Command("help", "")
-        admin = self.verdict(Inbound(req.origin, req.text)) is Verdict.ADMIN  # the settings now, not at submit
+        verdict = self.verdict(Inbound(req.origin, req.text))  # the settings now, not at submit
+        admin = verdict is Verdict.ADMIN
+        if verdict not in (Verdict.ADMIN, Verdict.ALLOWED) and cmd.name not in commands.CUSTOMER_COMMANDS:
+            return Result("error", f"/{cmd.name} is not available here. {commands.CUSTOMER_HELP}", "command",
+                          outcome=cmd.name)
         folder = attachments_dir(vault.state_dir, req.origin)
         files = sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
         ctx = commands.ChatContext(vault, admin, ledger.session(skey), lambda: ledger.set_session(skey, None), files,
-                                   req.text, self.claims)
+                                   req.text, self.claims, self.handoffs, self._owner_reply)
         status, answer = commands.run(cmd, ctx)
         return Result(status, answer, "command", outcome=cmd.name)
 
@@ -648,6 +669,71 @@ class Gateway:
             line = (line + " " if line else "") + f"({f.name} was not sent to {'; '.join(refused)}.)"
         return line
 
+    # -- customers and hand-offs --------------------------------------------------------------------
+    def _is_customer(self, origin: Origin) -> bool:
+        """Whether a message runs as a customer's: decided from the settings now (fail closed:
+        anyone who is not allowed or an admin now gets the support tools only)."""
+        return self.verdict(Inbound(origin, "")) not in (Verdict.ADMIN, Verdict.ALLOWED)
+
+    def _with_a_person(self, origin: Origin, verdict: Verdict) -> handoff.Handoff | None:
+        """The open hand-off of this chat, for a customer's message (the allowed and admins of a
+        shared room are answered as before: only customers' turns can hand a chat over)."""
+        if verdict is not Verdict.CUSTOMER:
+            return None
+        return self.handoffs.get(handoff.chat_key(origin.platform, origin.chat))
+
+    def _forward(self, held: handoff.Handoff, rid: str, text: str) -> str:
+        """A message in a chat with a person: passed on to the owner, nothing run, nothing answered."""
+        log.info("gateway %s: a message in a chat with a person, passed to the owner", held.platform)
+        if text.strip():
+            self._tell_owner(f"forward:{rid}", handoff.forwarded_text(held, printable(text)))
+        return rid
+
+    def _handoff(self, origin: Origin, skey: str, reason: str, summary: str) -> str:
+        """The `handoff` tool of a customer's turn: the chat is with a person from now on (also
+        across restarts), and the owner is told; what the model is told back."""
+        record = handoff.new_handoff(origin, reason, summary, self.ledger.session(skey))
+        if not self.handoffs.open(record):
+            return "ok: this chat is already with a person; tell the customer someone will answer here"
+        told = self._tell_owner(f"handoff:{record.key}:{record.opened}", handoff.owner_text(record))
+        self.handoffs.set_told(record.key, told)
+        self.note(f"gateway: {record.key} handed to a person ({record.reason[:80]}); owner: {told}")
+        if told.startswith("not told"):
+            self.error(f"gateway: hand-off of {record.key}: the owner was {told}")
+            return (f"ok: this chat is now with a person, but the owner could not be reached ({told}); tell the "
+                    "customer a person will answer here as soon as they can")
+        return "ok: the owner has your summary and this chat is now with a person; tell the customer so, briefly"
+
+    def _handed_now(self, origin: Origin) -> bool:
+        """Whether the turn just run handed its chat over (the customer is then told so)."""
+        return self.handoffs.get(handoff.chat_key(origin.platform, origin.chat)) is not None
+
+    def _tell_owner(self, key: str, text: str) -> str:
+        """Send `text` to support.handoff.owner (a notify target, or a chat of a running channel);
+        how it went, in a few words."""
+        owner = self.vault.config.support.handoff.owner
+        if owner is None:
+            return "not told: support.handoff.owner is not set"
+        if isinstance(owner, str):
+            [d] = self.vault.notifier.send([owner], "hermes-fs: a chat handed to you", text)
+            return f"notify {owner}" if d.ok else f"not told: notify {owner} failed ({d.error})"
+        if owner.channel not in self.channels:
+            return f"not told: the {owner.channel} channel does not run here"
+        to = Origin(owner.channel, owner.chat, owner.chat, key, owner.thread)
+        self.deliverer.queue(request_id(to), to, text)
+        return f"{owner.channel}:{owner.chat}"
+
+    def _owner_reply(self, key: str, text: str) -> str:
+        """An admin's `/reply CHANNEL:CHAT text`: sent to a customer whose chat is with a person."""
+        held = self.handoffs.get(key)
+        if held is None:
+            raise InputError(f"{key} is not with a person (see /handoffs); replies go only to handed-over chats")
+        if held.platform not in self.channels:
+            raise InputError(f"the {held.platform} channel does not run here")
+        to = Origin(held.platform, held.chat, held.sender, f"owner-reply:{time.time_ns()}", held.thread)
+        self.deliverer.queue(request_id(to), to, text)
+        return f"Sent to {key} (its delivery is retried like any reply)."
+
     def destinations(self, origin: Origin | None) -> tuple[str, ...]:
         """The named destinations this sender may send files to: listed in the destination's
         `senders` as `<channel>:<sender id>`, on a channel that runs here and carries files."""
@@ -681,7 +767,7 @@ class Gateway:
         """An automatic review finished: say so in the chat it came from."""
         origin = self.session_origins.get(session)
         self.note(f"gateway: automatic review of {session}: {line}")
-        if origin is not None and not self.stopped.is_set():
+        if origin is not None and not self.stopped.is_set() and not self._is_customer(origin):  # not the owner's business
             note = Origin(origin.platform, origin.chat, origin.sender, f"review:{session}:{line[:40]}", origin.thread)
             self._reply(request_id(note), note, f"(automatic review of this chat) {line}")  # a note, not a reply
 

@@ -87,7 +87,10 @@ class DiscordSettings(ChatSettings):
 
     token_env: str = "DISCORD_BOT_TOKEN"  # the variable holding the bot token (.hermes/secrets.env)
     api_base: str = DEFAULT_API  # the REST API; the Gateway URL comes from GET {api_base}/gateway/bot
-    allow: list[str | int] = field(default_factory=list)  # type: ignore[assignment]  # YAML writes ids as numbers
+    # who may talk to the agent: user ids (snowflakes), quoted or not (YAML writes ids as numbers); empty = nobody
+    # (plus approved pairings)
+    allow: list[str | int] = field(default_factory=list)  # type: ignore[assignment]
+    # who may also /merge and /reject (and /resume, /reply): user ids (snowflakes)
     admins: list[str | int] = field(default_factory=list)  # type: ignore[assignment]
     pairing: bool = True
     per_sender_in_rooms: bool = True  # guild channels: one session per sender
@@ -199,7 +202,7 @@ class DiscordChannel(AsyncChannel):
             return "default"
 
     def access(self) -> AccessRules:
-        return AccessRules(self.allow, self.admins, self.settings.pairing)
+        return AccessRules(self.allow, self.admins, self.settings.pairing, customers=self.settings.customers)
 
     def per_sender(self, origin: Origin) -> bool:
         return self.settings.per_sender_in_rooms

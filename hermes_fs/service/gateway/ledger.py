@@ -67,6 +67,7 @@ ANSWERED_ELSEWHERE = "elsewhere"  # taken and answered by the channel's last hol
 # why a message was refused (its status while REFUSED)
 EMPTY, TOO_LONG, TOO_MANY = "empty", "too long", "too many"
 UNHEARD = "voice not transcribed"  # a voice message refused: voice off, over a limit, not audio, no words
+WITH_A_PERSON = "with a person"  # a chat handed to its owner (handoff.py): passed on to them, not run
 
 DELIVERY_COLUMNS = "id, platform, origin, text, state, attempts, reason, platform_id, updated, files"
 

@@ -27,6 +27,7 @@ CHANNELS = {
     "slack": "hermes_fs.service.gateway.slack:SlackChannel",
     "signal": "hermes_fs.service.gateway.signal:SignalChannel",
     "discord": "hermes_fs.service.gateway.discord:DiscordChannel",
+    "whatsapp": "hermes_fs.service.gateway.whatsapp:WhatsAppChannel",
 }
 
 

@@ -185,7 +185,7 @@ class SignalChannel(AsyncChannel):
         return f"signal:{self.account}"
 
     def access(self) -> AccessRules:
-        return AccessRules(self.allow, self.admins, self.settings.pairing)
+        return AccessRules(self.allow, self.admins, self.settings.pairing, customers=self.settings.customers)
 
     def per_sender(self, origin: Origin) -> bool:
         return self.settings.per_sender_in_rooms

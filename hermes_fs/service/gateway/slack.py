@@ -187,7 +187,7 @@ class SlackChannel(AsyncChannel):
         return parts[2] if len(parts) > 2 and parts[2] else "default"
 
     def access(self) -> AccessRules:
-        return AccessRules(self.allow, self.admins, self.settings.pairing)
+        return AccessRules(self.allow, self.admins, self.settings.pairing, customers=self.settings.customers)
 
     def should_retry(self, exc: Exception) -> bool:
         """Slack's refusals that another try gets again (the channel is gone or archived, the bot

@@ -62,7 +62,10 @@ class TelegramSettings(ChatSettings):
 
     token_env: str | None = None  # the variable holding the bot token from BotFather (.hermes/secrets.env)
     api_base: str = "https://api.telegram.org"  # a Bot API server (a local one, or a test emulator)
-    allow: list[str | int] = field(default_factory=list)  # type: ignore[assignment]  # YAML writes ids as numbers
+    # who may talk to the agent: numeric user ids, quoted or not (YAML writes ids as numbers); empty = nobody
+    # (plus approved pairings)
+    allow: list[str | int] = field(default_factory=list)  # type: ignore[assignment]
+    # who may also /merge and /reject (and /resume, /reply): numeric user ids
     admins: list[str | int] = field(default_factory=list)  # type: ignore[assignment]
     pairing: bool = True
     per_sender_in_rooms: bool = True  # groups: one session per sender
@@ -134,7 +137,7 @@ class TelegramChannel(AsyncChannel):
         return f"telegram:{self.account}"
 
     def access(self) -> AccessRules:
-        return AccessRules(self.allow, self.admins, self.settings.pairing)
+        return AccessRules(self.allow, self.admins, self.settings.pairing, customers=self.settings.customers)
 
     def per_sender(self, origin: Origin) -> bool:
         return self.settings.per_sender_in_rooms

@@ -50,6 +50,7 @@ from urllib.parse import parse_qs
 from ...errors import HermesError
 from ...store.files import atomic_write
 from ...store.vault import Vault
+from . import listener
 from .access import AccessRules
 from .channel import ChannelBase, Inbound, Origin, Outbound, Sink, attachments_dir, secret_value
 from .ledger import REFUSED, TOO_LONG, TOO_MANY, Message
@@ -242,6 +243,7 @@ class WebhookChannel(ChannelBase):
         import uvicorn
 
         self.sink = sink
+        listener.serve(self.vault, self.settings.listen)  # other channels' paths are served here too (listener.py)
         # log_config=None: uvicorn's own dictConfig would close every handler of the process,
         # the daemon's log file among them
         config = uvicorn.Config(self.app(), host=self.host, port=self.port, log_level="warning",
@@ -253,6 +255,7 @@ class WebhookChannel(ChannelBase):
         while not server.started and self.thread.is_alive() and time.time() < deadline:
             time.sleep(0.02)
         if not server.started:
+            listener.unserve(self.vault)
             raise HermesError(f"webhook listener could not start on {self.settings.listen} (port in use?)")
 
     @property
@@ -262,6 +265,7 @@ class WebhookChannel(ChannelBase):
         return self.server.servers[0].sockets[0].getsockname()[1]
 
     def stop(self) -> None:
+        listener.unserve(self.vault)
         if self.server is not None:
             self.server.should_exit = True
         if self.thread:
@@ -314,7 +318,17 @@ class WebhookChannel(ChannelBase):
         from starlette.routing import Route
 
         return Starlette(routes=[Route("/hooks/{route}", self.post, methods=["POST"]),
-                                 Route("/hooks/{route}/requests/{rid}", self.get, methods=["GET"])])
+                                 Route("/hooks/{route}/requests/{rid}", self.get, methods=["GET"]),
+                                 Route("/{rest:path}", self.mounted, methods=["GET", "POST"])])
+
+    async def mounted(self, request):
+        """A path another channel serves on this listener (listener.mount), else 404."""
+        from starlette.responses import JSONResponse
+
+        found = listener.handler(self.vault, request.url.path)
+        if found is None:
+            return JSONResponse({"error": "not found"}, 404)
+        return await found(request)
 
     def _route(self, name: str):
         """(route, secret) or an error response."""
