@@ -158,7 +158,7 @@ class Conversation:
         """One turn; with `on_text` the answer's text is streamed to it as the model writes it."""
         if not self.transcript.user_turns and self.transcript.meta.get("title") in (None, "", "untitled"):
             self.transcript.set_title(text)
-        system = system_prompt(self.vault, text, self.project, self.options.skills)
+        system = system_prompt(self.vault, text, self.project, self.options.skills, customer=self.options.customer)
         history = [m for m in self.transcript.messages if m["role"] in MODEL_ROLES]
         user = {"role": "user", "content": text}
         self.transcript.append(user)

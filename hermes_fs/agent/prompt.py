@@ -178,10 +178,17 @@ def first_sentence(description: str, limit: int) -> str:
 _MORE = "\n({} more skills not listed: call skill_search with keywords to find them.)"
 
 
-def system_prompt(vault: Vault, query: str = "", project: str | None = None, extra_skills: list[str] | tuple[str, ...] = ()) -> str:
+PRIVATE_MEMORY = frozenset({"USER.md"})  # about the owner: never in a customer's turn (prompt or memory_read)
+
+
+def system_prompt(vault: Vault, query: str = "", project: str | None = None, extra_skills: list[str] | tuple[str, ...] = (),
+                  customer: bool = False) -> str:
+    """`customer`: a stranger's support turn: what memory says of the owner (USER.md) is left out."""
     cfg = vault.config
     parts = [soul(vault) or IDENTITY]
     for name, title in (("USER.md", "About the user (memory/USER.md)"), ("MEMORY.md", "Your notes (memory/MEMORY.md)")):
+        if customer and name in PRIVATE_MEMORY:
+            continue
         body = _memory_body(vault, name)
         if body:
             parts.append(f"# {title}\n{body}")

@@ -278,6 +278,8 @@ class ToolBox:
         return f"ok: {action} in {path} ({m.size}/{m.budget} chars, {n} {'entry' if n == 1 else 'entries'})"
 
     def _t_memory_read(self, file: str) -> str:
+        if memory.memory_name(file) in ("USER.md",):  # the owner's own file: never read out to a customer
+            raise ValueError("USER.md is the owner's own and is not shown here")
         view = memory.prompt_view(self.files, file, self.config)
         return view.body or f"({view.path} is empty)"
 
