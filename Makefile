@@ -73,6 +73,7 @@ test: install lint
 	bash scripts/synapse-test-env.sh
 	bash scripts/embeddings-test-env.sh
 	bash scripts/voice-test-env.sh
+	bash scripts/reports-test-env.sh
 	sh scripts/sshd-test-env.sh --install
 	$(BIN)/python -m pytest -q $(PARALLEL)
 

@@ -107,13 +107,26 @@ def test_whatever_the_model_writes_telegram_can_parse():
     rng = random.Random(7)
     pieces = ["**", "*", "_", "`", "```", "~~", "<", ">", "&", "&amp;", "&#x41;", "<b>", "</i>", "<a href='x'>",
               "[t](http://a.b/?x=<>)", "[t](javascript:x)", "\n", "\n\n", "- ", "1. ", "> ", "# ", "|a|b|\n|-|-|\n",
-              "word", " ", "ü", "😀", "\\", '"', "'", "    code", "<!--", "-->", "![img](http://i/x.png)"]
+              "word", " ", "ü", "😀", "\u00a0", "&nbsp;", "&#160;", "\\", '"', "'", "    code", "<!--", "-->", "![img](http://i/x.png)"]
     for _ in range(400):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 40)))
         out = inline_html(text)
         TelegramHTML().parse(out)  # raises ParseError on anything Telegram would refuse
     deep = "> " * 200 + "deep"
     assert "deep" in TelegramHTML().parse(inline_html(deep))
+
+
+def test_a_no_break_space_is_a_character_and_only_telegrams_entities_are_written():
+    """U+00A0 goes as itself, never `&nbsp;` (not an entity Telegram accepts), also where the model
+    wrote `&nbsp;` (Markdown's entity for it); only &lt; &gt; &amp; &quot; appear, in text and in a link."""
+    import re
+
+    out = inline_html("10\u00a0000 **km\u00a0h** `a\u00a0b` [x\u00a0y](https://e.org/?a=1&b=\"2\") &nbsp; < > & \"q\"")
+    assert "&nbsp;" not in out.replace("&amp;nbsp;", "")
+    assert set(re.findall(r"&([#A-Za-z0-9]+);", out)) <= {"lt", "gt", "amp", "quot"}, out
+    shown = TelegramHTML().parse(out)
+    assert "10\u00a0000" in shown and "km\u00a0h" in shown and "a\u00a0b" in shown and "x\u00a0y" in shown
+    assert "\u00a0 < > &" in shown
 
 
 def test_a_long_answer_is_cut_and_a_long_message_refused(world):

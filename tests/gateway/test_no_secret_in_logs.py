@@ -132,3 +132,58 @@ def test_log_records_and_streams_are_redacted(tmp_path, monkeypatch):
     stream.write("tail")
     stream.flush()
     assert "AAEmulator" not in out.getvalue() and out.getvalue().endswith("tail")
+
+
+@pytest.mark.mail
+def test_email_the_password_is_in_no_file_under_hermes(agent_vault, model_server):
+    """The e-mail channel in this process (DKIM's DNS is the test's own zone, which a detached daemon
+    could not use), its log records written under .hermes/ as the daemon's are."""
+    from mailenv import PASSWORD, dovecot_missing
+    from test_email_gateway import AGENT, ME, DkimKey, Gateway, MailEnv, mail, send
+
+    if dovecot_missing():
+        pytest.skip(dovecot_missing())
+    from model_server import configure_vault
+
+    from hermes_fs.service.gateway import registry
+    from hermes_fs.service.gateway.email import EmailChannel
+    from hermes_fs.store.provenance import Act
+    from hermes_fs.store.vault import Vault
+
+    keys = {"people.example": DkimKey.make("people.example")}
+    env = MailEnv([AGENT, ME]).start()
+    env.zone.add(keys["people.example"])
+    handler = logging.FileHandler(agent_vault.state_dir / "email-test.log")
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        configure_vault(agent_vault.root, model_server, f"""refine:
+  every_turns: 0
+gateway:
+  commit_idle_s: 0.2
+  email:
+    imap: {{host: 127.0.0.1, port: {env.imap_port}, tls: false, user: {AGENT}, password_env: MAIL_PASSWORD}}
+    smtp: {{host: 127.0.0.1, port: {env.smtp_port}, starttls: false, user: {AGENT}, password_env: MAIL_PASSWORD, from: {AGENT}}}
+    allow: [{ME}]
+""")
+        agent_vault.secrets_env.write_text(f"MAIL_PASSWORD={PASSWORD}\n")
+        agent_vault.git.commit_paths(["hermes.yaml"], "test: e-mail", Act.person())
+        log_redaction.install(agent_vault.secrets_env)
+        vault = Vault(agent_vault.root)
+        channel = EmailChannel(vault, registry.settings(vault, "email"), dns=env.zone)
+        gw = Gateway(vault, channels=[channel])
+        gw.start()
+        try:
+            model_server.add({"content": "Four."})
+            send(env, keys, mail(body="What is 2+2?"))
+            assert env.wait_for(ME, 1, timeout=180)
+        finally:
+            gw.stop()
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        handler.close()
+        env.stop()
+    assert leaks(agent_vault.state_dir, [PASSWORD]) == []
