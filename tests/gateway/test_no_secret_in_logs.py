@@ -165,7 +165,7 @@ gateway:
   commit_idle_s: 0.2
   email:
     imap: {{host: 127.0.0.1, port: {env.imap_port}, tls: false, user: {AGENT}, password_env: MAIL_PASSWORD}}
-    smtp: {{host: 127.0.0.1, port: {env.smtp_port}, starttls: false, user: {AGENT}, password_env: MAIL_PASSWORD, from: {AGENT}}}
+    smtp: {{host: 127.0.0.1, port: {env.smtp_port}, starttls: false, from: {AGENT}}}
     allow: [{ME}]
 """)
         agent_vault.secrets_env.write_text(f"MAIL_PASSWORD={PASSWORD}\n")
