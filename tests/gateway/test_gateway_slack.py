@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import random
+import re
+import urllib.parse
 import signal
 import threading
 
@@ -370,3 +372,95 @@ def test_an_audio_clip_is_fetched_with_the_token_transcribed_and_answered(world)
     [_, refused] = world.emu.wait_sent(2, channel=dm(ME))
     assert "a file URL outside Slack" in refused.visible  # the token never goes there
     assert gw.wait_idle(30) and len(world.emu.downloads) == 1 and len(world.model_server.transcriptions) == 1
+
+
+# -- the bot token's origin, and Slack's special forms in a model's answer ----------------------------
+def test_the_bot_token_goes_only_to_the_exact_api_origin(world):
+    """A file URL on another port of the API's host is another server: it never gets the token,
+    as the emulator's file server on a port of its own shows (asked by nobody)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    asked: list[dict] = []
+
+    class Other(BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(dict(self.headers))
+            self.send_response(200)
+            self.send_header("Content-Type", "audio/webm")
+            self.end_headers()
+            self.wfile.write(b"\x1aE\xdf\xa3 not audio")
+
+        def log_message(self, *args):
+            pass
+
+    other = ThreadingHTTPServer(("127.0.0.1", 0), Other)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        world.configure(allow=[ME], extra=f"voice:\n  engine: api\n  model: openai/whisper-1\n"
+                                          f"  api_base: {world.model_server.api_base}\n  api_key_env: HERMES_TEST_KEY\n")
+        world.model_server.responder = echo
+        gw = world.start()
+        url = f"http://127.0.0.1:{other.server_port}/files-pri/T0-F1/clip.webm"
+        world.emu.share_file(ME, b"clip", "clip.webm", "audio/webm", duration_ms=1000,
+                             extra={"url_private": url, "url_private_download": url})
+        [refused] = world.emu.wait_sent(1, channel=dm(ME))
+        assert "a file URL outside Slack's API" in refused.visible and gw.wait_idle(30)
+        assert asked == [] and world.emu.downloads == []
+    finally:
+        other.shutdown()
+        other.server_close()
+
+
+@pytest.mark.parametrize("url, ok", [
+    ("http://127.0.0.1:8000/api/files-pri/x", True),  # the API's own origin (api_base below)
+    ("http://127.0.0.1:8001/files-pri/x", False),  # another port of the same host
+    ("https://127.0.0.1:8000/files-pri/x", False),  # another scheme
+    ("http://localhost:8000/files-pri/x", False),  # another name for the host is another origin
+    ("https://files.slack.com/files-pri/T1-F1/a.webm", True),  # Slack's own file host
+    ("https://files.slack.com:443/files-pri/T1-F1/a.webm", True),
+    ("https://files.slack.com:8443/files-pri/T1-F1/a.webm", False),
+    ("http://files.slack.com/files-pri/T1-F1/a.webm", False),
+    ("https://files.slack.com.evil.example/a.webm", False),
+    ("https://evil.example/files.slack.com/a.webm", False),
+    ("https://x@files.slack.com/a.webm", False),
+    ("https://files.slack.com:notaport/a", False),
+])
+def test_token_origin_rules(url, ok):
+    from hermes_fs.errors import HermesError
+    from hermes_fs.service.gateway.slack import check_token_origin
+
+    if ok:
+        check_token_origin(url, "http://127.0.0.1:8000/api")
+    else:
+        with pytest.raises(HermesError):
+            check_token_origin(url, "http://127.0.0.1:8000/api")
+
+
+@pytest.mark.parametrize("form", ["<!channel>", "<!here>", "<!everyone>", "<!subteam^S0123ABC>",
+                                  "<!subteam^S0123ABC|@oncall>", "<@U0123ABC>", "<@U0123ABC|eve>", "<#C0123ABC>",
+                                  "<#C0123ABC|general>", "<https://evil.example|innocent>", "<https://evil.example>",
+                                  "<mailto:a@evil.example|support>", "<!date^1392734382^{date}|Feb 18>",
+                                  "a & b", "x < y", "y > x"])
+def test_each_special_form_in_an_answer_is_text(form):
+    """Each of mrkdwn's special forms a model might write (broadcasts, user group, user and channel
+    mentions, links with or without a disguising label, dates) and its three reserved characters
+    reach Slack as the text written: no mention, no broadcast. What CommonMark reads as an autolink
+    (`<https://evil.example|innocent>`: `|` may be part of a URL) stays a link whose label is its
+    whole target, so "innocent" never stands alone for evil.example."""
+    for text in (form, f"see {form} now", f"**{form}**", f"- {form}", f"> {form}"):
+        out = mrkdwn(text)
+        shown, links, specials = read_mrkdwn(out)
+        assert specials == [], (text, out)
+        for token in re.findall(r"<([^<>]*)>", out):
+            target, _, label = token.partition("|")
+            assert label.replace("\u00a6", "|") in (urllib.parse.unquote(target),
+                                                     urllib.parse.unquote(target).removeprefix("mailto:")), out
+        if not links:
+            assert form in shown, (text, out, shown)
+
+
+def test_a_markdown_link_cannot_disguise_where_it_goes():
+    shown, links, _ = read_mrkdwn(mrkdwn("[https://bank.example/login](https://evil.example/x) and [docs](https://e.org)"))
+    assert links == ["https://evil.example/x", "https://e.org"]
+    assert "https://bank.example/login (evil.example)" in shown and "docs" in shown
+    assert read_mrkdwn(mrkdwn("[www.e.org/page](https://www.e.org/page)"))[0] == "www.e.org/page"  # honest: as is

@@ -190,9 +190,27 @@ def _mrkdwn_pre(raw: str, lang: str) -> str:
     return "```\n" + _escape_mrkdwn(raw.replace("```", "`\u200b``")) + "\n```"
 
 
+_DOMAIN = re.compile(r"(?:[a-z][a-z0-9+.-]*://)?((?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z]{2,})", re.I)
+
+
+def honest_label(href: str, label: str) -> str:
+    """A link's label that names a web address other than where the link goes (`[https://bank.example]
+    (https://evil.example)`, Slack's disguised `<https://evil|innocent>` written as Markdown) gets
+    the real host after it, so no label hides where a link leads."""
+    from urllib.parse import unquote, urlsplit
+
+    if label.replace("\u00a6", "|") in (href, unquote(href)):  # an autolink: labelled with its own target
+        return label
+    host = (urlsplit(href).hostname or "").lower()
+    named = {m.group(1).lower().rstrip(".") for m in _DOMAIN.finditer(label)}
+    if named and any(n != host and not host.endswith("." + n) for n in named):
+        return f"{label} ({host or href})"
+    return label
+
+
 def _mrkdwn_link(href: str, text: str) -> str:
     target = _escape_mrkdwn(href).replace("|", "%7C")
-    label = text.replace("|", "\u00a6").strip()
+    label = honest_label(href, text.replace("|", "\u00a6").strip())
     return f"<{target}|{label}>" if label else f"<{target}>"
 
 
