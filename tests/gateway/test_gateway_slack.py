@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import random
 import re
-import urllib.parse
 import signal
 import threading
+import urllib.parse
 
 import pytest
 from conftest import DaemonProc, git, wait_for
