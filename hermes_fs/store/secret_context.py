@@ -154,7 +154,8 @@ def _ds_prefilters() -> tuple[tuple[re.Pattern, bool], ...] | None:
     from detect_secrets.plugins import keyword
     from detect_secrets.plugins.base import RegexBasedDetector
 
-    classes = {c.__name__: c for c in get_mapping_from_secret_type_to_class().values()}
+    found: list[type] = list(get_mapping_from_secret_type_to_class().values())
+    classes = {c.__name__: c for c in found}
     out: list[tuple[re.Pattern, bool]] = []  # (regex, only on lines holding one of _DS_KEYWORDS)
     for name in _ds_plugins():
         cls = classes[name]
