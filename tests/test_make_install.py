@@ -32,7 +32,7 @@ def fake_venv(tmp_path, tail: str):
 
 def make_install(venv):
     return subprocess.run(["make", "-s", "-C", str(ROOT), "install", f"VENV={venv}"], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=180)
 
 
 def test_install_shows_one_line_per_package_and_keeps_the_log(tmp_path):

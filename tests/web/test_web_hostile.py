@@ -166,7 +166,7 @@ def test_a_memory_file_of_1_8_mb_saves_in_a_few_seconds(vault, web):
 
 def test_a_body_over_the_form_limit_is_answered_413_not_csrf(vault, web):
     w = web()
-    with socket.create_connection(tuple(w.host.split(":")[:1]) + (int(w.host.split(":")[1]),), timeout=30) as s:
+    with socket.create_connection(tuple(w.host.split(":")[:1]) + (int(w.host.split(":")[1]),), timeout=180) as s:
         s.sendall((f"POST /memory/USER.md HTTP/1.1\r\nHost: {w.host}\r\nAuthorization: Bearer {w.token}\r\n"
                    "Content-Type: application/x-www-form-urlencoded\r\n"
                    f"Content-Length: {MAX_FORM_BYTES + 1}\r\n\r\n").encode() + b"csrf=x&text=")
