@@ -19,7 +19,14 @@ pytestmark = pytest.mark.slow  # a venv and ~165 packages (from pip's cache afte
 INSTALL_TIMEOUT = 1800  # a cold cache on a loaded machine
 
 
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without what would show the venv this source tree (PYTHONPATH: pip would
+    take the tree's hermes_fs.egg-info for an installed hermes-fs and skip the wheel)."""
+    return {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}, **extra}
+
+
 def _run(*cmd, timeout=INSTALL_TIMEOUT, **kw) -> subprocess.CompletedProcess:
+    kw.setdefault("env", clean_env())
     r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, **kw)
     assert r.returncode == 0, f"{cmd}\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
     return r
@@ -56,8 +63,7 @@ def test_the_wheel_carries_the_template_and_the_web_assets(wheel):
 
 def test_a_fresh_venv_with_the_lock_inits_checks_and_runs(venv, tmp_path, model_server):
     exe = venv / "bin" / "hermes-fs"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["HERMES_TEST_KEY"] = "test-key"
+    env = clean_env(HERMES_TEST_KEY="test-key")
     where = _run(venv / "bin" / "python", "-c", "import hermes_fs; print(hermes_fs.__file__)", cwd=tmp_path, env=env)
     assert str(venv) in where.stdout, where.stdout  # the installed wheel, not this source tree
     # the commands the ACP and MCP registries start (`uvx hermes-fs acp`, `uvx hermes-fs mcp`)
