@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import urllib.parse
 from pathlib import Path
 
@@ -18,6 +19,21 @@ from emulated_world import echo
 from hermes_fs.store import log_redaction
 
 pytestmark = pytest.mark.slow  # a real detached daemon per channel
+
+
+@pytest.fixture
+def redaction(monkeypatch):
+    """log_redaction.install in this test only: the log record factory and the module's redactor
+    are put back after it, so later tests in this worker log as before."""
+    factory = logging.getLogRecordFactory()
+    before = os.environ.get(log_redaction.SECRETS_ENV_VAR)
+    monkeypatch.setattr(log_redaction, "_redactor", None)
+    yield log_redaction
+    logging.setLogRecordFactory(factory)
+    if before is None:
+        os.environ.pop(log_redaction.SECRETS_ENV_VAR, None)
+    else:
+        os.environ[log_redaction.SECRETS_ENV_VAR] = before
 
 
 def secret_values(vault) -> list[str]:
@@ -107,7 +123,7 @@ def test_a_telegram_token_in_a_url_is_redacted_without_being_configured():
         assert "AAEmulator" not in r(url), url
 
 
-def test_log_records_and_streams_are_redacted(tmp_path, monkeypatch):
+def test_log_records_and_streams_are_redacted(tmp_path, redaction):
     env = tmp_path / "secrets.env"
     env.write_text(f"TELEGRAM_BOT_TOKEN={TOKEN}\n")
     log_redaction.install(env)
@@ -135,7 +151,7 @@ def test_log_records_and_streams_are_redacted(tmp_path, monkeypatch):
 
 
 @pytest.mark.mail
-def test_email_the_password_is_in_no_file_under_hermes(agent_vault, model_server):
+def test_email_the_password_is_in_no_file_under_hermes(agent_vault, model_server, redaction):
     """The e-mail channel in this process (DKIM's DNS is the test's own zone, which a detached daemon
     could not use), its log records written under .hermes/ as the daemon's are."""
     from mailenv import PASSWORD, dovecot_missing
