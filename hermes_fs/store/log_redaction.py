@@ -130,6 +130,14 @@ class RedactingStream(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
+    @property
+    def buffer(self):
+        """The stream's bytes (not redacted: what writes bytes there is not text a log holds)."""
+        return self.inner.buffer
+
+    def __getattr__(self, name: str):  # anything else a library asks of stdout/stderr
+        return getattr(self.inner, name)
+
 
 def install(secrets_env: Path | None, streams: tuple[str, ...] = ()) -> None:
     """From now on in this process: every log record is made redacted (message, arguments,
