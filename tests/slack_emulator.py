@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import WSMsgType, web
+from deadlines import deadline as generous
 
 TEAM, APP = "T0HERMES", "A0HERMES"
 BOT_USER, BOT_ID = "U0BOT", "B0BOT"
@@ -506,6 +507,7 @@ class SlackEmulator:
 
     # -- what tests wait for -----------------------------------------------------------------------
     def wait_sent(self, n: int, timeout: float = 60, channel: str | None = None) -> list[Sent]:
+        timeout = generous(timeout)  # tests/deadlines.py: a deadline, generous under load
         deadline = time.monotonic() + timeout
         with self.lock:
             while True:
@@ -516,6 +518,7 @@ class SlackEmulator:
                 self.changed.wait(min(left, 0.5))
 
     def wait_acked(self, frame: dict[str, Any], timeout: float = 30) -> bool:
+        timeout = generous(timeout)  # tests/deadlines.py: a deadline, generous under load
         deadline = time.monotonic() + timeout
         with self.lock:
             while frame["envelope_id"] not in self.acked:

@@ -21,7 +21,7 @@ def available() -> bool:
 def speak(text: str, speed: int = 130) -> bytes:
     """`text` spoken by espeak-ng's American English voice, as a WAV file's bytes."""
     return subprocess.run(["espeak-ng", "-v", "en-us", "-s", str(speed), "--stdout", text],
-                          capture_output=True, check=True, timeout=60).stdout
+                          capture_output=True, check=True, timeout=180).stdout
 
 
 def encode(wav: bytes, kind: str) -> bytes:

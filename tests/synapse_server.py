@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+from deadlines import deadline as generous
 
 ROOT = Path(__file__).resolve().parents[1]
 SYNAPSE_PY = ROOT / ".venv-synapse" / "bin" / "python"
@@ -114,12 +115,12 @@ class Synapse:
     def register(self, localpart: str, password: str, admin: bool = False) -> str:
         """Create a user with the shared secret (the admin API's nonce + HMAC); its user id."""
         url = f"{self.url}/_synapse/admin/v1/register"
-        nonce = httpx.get(url, timeout=10).json()["nonce"]
+        nonce = httpx.get(url, timeout=180).json()["nonce"]
         mac = hmac.new(SHARED_SECRET.encode(), digestmod=hashlib.sha1)
         mac.update(b"\x00".join([nonce.encode(), localpart.encode(), password.encode(),
                                  b"admin" if admin else b"notadmin"]))
         r = httpx.post(url, json={"nonce": nonce, "username": localpart, "password": password, "admin": admin,
-                                  "mac": mac.hexdigest()}, timeout=30)
+                                  "mac": mac.hexdigest()}, timeout=180)
         if r.status_code != 200 and "User ID already taken" not in r.text:
             raise RuntimeError(f"register {localpart}: {r.status_code} {r.text}")
         return f"@{localpart}:{SERVER_NAME}"
@@ -231,6 +232,7 @@ class Person:
     def wait_messages(self, n: int, timeout: float = 60.0, room: str | None = None,
                       sender: str | None = None) -> list[dict]:
         """Wait until `n` messages (in `room`, from `sender`, if given) from others were seen in all."""
+        timeout = generous(timeout)  # tests/deadlines.py: a deadline, generous under load
         def mine() -> list[dict]:
             return [e for e in self.seen if (room is None or e["room_id"] == room)
                     and (sender is None or e["sender"] == sender)]

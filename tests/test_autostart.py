@@ -58,7 +58,7 @@ def test_the_first_call_starts_a_daemon_and_later_calls_are_served_by_it(autosta
     events = " ".join(state(vault)["last_events"])
     assert "turns only" in events and "cron job" not in events  # no watcher, cron, gateway or sync
     out = subprocess.run([sys.executable, "-m", "hermes_fs", "--vault", str(vault.root), "daemon", "status"],
-                         capture_output=True, text=True, timeout=60).stdout
+                         capture_output=True, text=True, timeout=180).stdout
     assert "turns only" in out
     r = subprocess.run([sys.executable, "-m", "hermes_fs", "--vault", str(vault.root), "daemon", "stop"],
                        capture_output=True, text=True, timeout=90)

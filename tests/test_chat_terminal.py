@@ -25,7 +25,7 @@ REFINE = [{"tool_calls": [("memory", {"action": "add", "file": "USER.md", "text"
 def spawn(vault, tmp_path, *args: str, env: dict | None = None):
     """The CLI in a pty; `child.screen` holds everything it wrote."""
     child = pexpect.spawn(sys.executable, ["-m", "hermes_fs", "--vault", str(vault.root), *args],
-                          cwd=str(tmp_path), encoding="utf-8", timeout=60, dimensions=(40, 160),
+                          cwd=str(tmp_path), encoding="utf-8", timeout=180, dimensions=(40, 160),
                           env={**os.environ, KEY: "sk-test-not-a-real-key", "TERM": "xterm-256color", **(env or {})})
     child.screen = child.logfile_read = io.StringIO()
     return child

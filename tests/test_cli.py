@@ -113,7 +113,7 @@ def test_the_installed_console_script_runs(tmp_path):
 
     exe = Path(sys.executable).with_name("hermes-fs")
     assert exe.exists(), "the package is not installed with its console script"
-    r = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0 and "review" in r.stdout
 
 

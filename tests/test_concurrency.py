@@ -59,7 +59,7 @@ def test_mcp_writers_and_a_person_typing_lose_no_line(vault):
     editor = subprocess.Popen([sys.executable, "-c", EDITOR, str(user), str(stop)], stdout=subprocess.PIPE, text=True)
     outputs = [w.communicate(timeout=600) for w in workers]
     stop.touch()
-    typed = int(editor.communicate(timeout=60)[0])
+    typed = int(editor.communicate(timeout=180)[0])
     assert all(w.returncode == 0 for w in workers), [o[1][-2000:] for o in outputs]
     results = [json.loads(line) for out, _ in outputs for line in out.splitlines()]
     final = user.read_text()
@@ -137,7 +137,7 @@ def test_saves_from_the_web_page_and_a_person_typing_lose_no_line(vault):
             refused += not saved.ok
     finally:
         stop.touch()
-        typed = int(editor.communicate(timeout=60)[0])
+        typed = int(editor.communicate(timeout=180)[0])
     final = user.read_text()
     assert landed, "no save landed"
     assert [x for x in landed if x not in final] == []

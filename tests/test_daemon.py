@@ -274,7 +274,7 @@ def test_a_sigterm_caught_by_another_thread_still_stops_the_daemon(vault, daemon
     makes that thread the one that takes it."""
     d = daemon()
     os.kill(_other_thread(d.proc.pid), signal.SIGTERM)
-    assert d.proc.wait(60) == 0, d.output()
+    assert d.proc.wait(180) == 0, d.output()
     assert "stopping" in d.output()
 
 
@@ -306,7 +306,7 @@ def test_a_second_sigterm_while_stopping_exits_at_once_and_the_request_resumes(a
     assert wait_for(lambda: "stopping" in d.output(), 30), d.output()
     assert d.proc.poll() is None  # waiting for the running turn
     d.proc.send_signal(signal.SIGTERM)
-    assert d.proc.wait(30) == 128 + signal.SIGTERM, d.output()
+    assert d.proc.wait(180) == 128 + signal.SIGTERM, d.output()
     assert "again while stopping" in d.output()
     daemon()
     assert wait_for(lambda: commits(vault)[0].startswith("request: job.md"), 60)

@@ -114,7 +114,7 @@ web:
                         "notes.md" in git(agent_vault, "log", "--name-only", "--format="), 30), d.output()
 
         token = read_secrets_env(agent_vault.secrets_env)[TOKEN_NAME]
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=180)
         for page in ("/status", "/"):
             conn.request("GET", page, headers={"Authorization": f"Bearer {token}"})
             r = conn.getresponse()
@@ -149,7 +149,7 @@ def test_the_web_page_on_its_own_imports_neither(vault):
     from import_watch import WATCHED
     from web_helpers import read_every_page, start_web
 
-    web = start_web(vault.root, timeout=60, program=WATCHED)
+    web = start_web(vault.root, timeout=180, program=WATCHED)
     try:
         read_every_page(web)
     finally:

@@ -563,7 +563,7 @@ def test_ctrl_c_during_a_long_shell_command_kills_it_and_the_chat_goes_on(agent_
     else:
         env["HERMES_NO_DAEMON"] = "1"
     child = pexpect.spawn(sys.executable, ["-m", "hermes_fs", "--vault", str(agent_vault.root), "chat"],
-                          cwd=str(tmp_path), encoding="utf-8", timeout=60, env=env)
+                          cwd=str(tmp_path), encoding="utf-8", timeout=180, env=env)
     try:
         child.expect("you> ")
         child.sendline("wait a long time")

@@ -114,4 +114,4 @@ def test_a_cli_turn_without_a_daemon_builds_the_vectors_in_a_background_process(
     # the turn itself ranked by the static vectors it encoded from the token table; the model's come later
     assert "ssh-key-rotation" in model_server.requests[0]["messages"][0]["content"].split("# Skills")[1]
     assert wait_for(lambda: len(vector_rows(agent_vault.root)) == total, timeout=600, interval=0.5)
-    assert wait_for(lambda: not vectors_lock(agent_vault.root).is_held(), timeout=60)  # the process is done
+    assert wait_for(lambda: not vectors_lock(agent_vault.root).is_held(), timeout=180)  # the process is done

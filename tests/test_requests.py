@@ -75,7 +75,7 @@ def test_serial_executor_keeps_order_per_key():
     for i in range(20):
         ex.submit("a", job(f"a{i}"))
         ex.submit("b", job(f"b{i}"))
-    assert ex.wait_idle(10)
+    assert ex.wait_idle(180)
     ex.shutdown()
     assert [t for t in seen if t[0] == "a"] == [f"a{i}" for i in range(20)]
     assert [t for t in seen if t[0] == "b"] == [f"b{i}" for i in range(20)]
@@ -107,7 +107,7 @@ def test_the_daemon_runs_the_gateway_and_a_kill_loses_nothing(agent_vault, model
         assert "gateway\n  webhook  connected" in r.stdout, r.stdout
         r = run_cli("--vault", str(agent_vault.root), "gateway", "test", "webhook")
         assert r.returncode == 1 and "route(s) without a secret in .hermes/secrets.env: open, missing" in r.stderr
-        posted = httpx.post(f"{base}/hooks/deploys", content=b"deploy 9", headers=signed(b"deploy 9", "k1"), timeout=10)
+        posted = httpx.post(f"{base}/hooks/deploys", content=b"deploy 9", headers=signed(b"deploy 9", "k1"), timeout=180)
         assert posted.status_code == 202
         rid = posted.json()["id"]
         assert wait_for(lambda: model_server.requests, 120)  # the turn is running: kill -9 now
@@ -122,12 +122,12 @@ def test_the_daemon_runs_the_gateway_and_a_kill_loses_nothing(agent_vault, model
     try:
         def answered():
             try:
-                got = httpx.get(f"{base}/hooks/deploys/requests/{rid}", headers=signed(b"", "poll"), timeout=10)
+                got = httpx.get(f"{base}/hooks/deploys/requests/{rid}", headers=signed(b"", "poll"), timeout=180)
             except httpx.ConnectError:  # the listener is still starting
                 return None
             return got.json() if got.status_code == 200 and got.json()["status"] != "pending" else None
         assert wait_for(answered, 60) == {"status": "ok", "answer": "answered after the crash"}
-        again = httpx.post(f"{base}/hooks/deploys", content=b"deploy 9", headers=signed(b"deploy 9", "k1"), timeout=10)
+        again = httpx.post(f"{base}/hooks/deploys", content=b"deploy 9", headers=signed(b"deploy 9", "k1"), timeout=180)
         assert again.status_code == 200 and again.json()["status"] == "duplicate"
     finally:
         assert d.stop() == 0, d.output()

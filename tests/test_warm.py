@@ -111,10 +111,10 @@ def test_a_second_user_is_refused(agent_vault, warm):
             opened.append((folder, folder.stat().st_mode))
             os.chmod(folder, folder.stat().st_mode | 0o001)
     try:
-        r = subprocess.run([python, "-c", probe, str(sock)], capture_output=True, text=True, user=1234, group=1234, extra_groups=[], timeout=30, cwd="/")
+        r = subprocess.run([python, "-c", probe, str(sock)], capture_output=True, text=True, user=1234, group=1234, extra_groups=[], timeout=180, cwd="/")
         assert "OSError 13" in r.stdout, r  # 0600: the kernel refuses the connection
         os.chmod(sock, 0o666)  # even past the file mode, the daemon checks who is calling
-        r = subprocess.run([python, "-c", probe, str(sock)], capture_output=True, text=True, user=1234, group=1234, extra_groups=[], timeout=30, cwd="/")
+        r = subprocess.run([python, "-c", probe, str(sock)], capture_output=True, text=True, user=1234, group=1234, extra_groups=[], timeout=180, cwd="/")
         assert "refused: this daemon serves only its own user" in r.stdout, [oct(f.stat().st_mode) for f in [sock, *sock.parents]]
     finally:
         for folder, mode in opened:
@@ -150,7 +150,7 @@ def test_daemon_restart_mid_chat_keeps_the_session(agent_vault, model_server, tm
     hold.set()
     d2 = DaemonProc(agent_vault.root)
     try:
-        out, err = proc.communicate("three\n", timeout=60)
+        out, err = proc.communicate("three\n", timeout=180)
     finally:
         d2.stop()
     assert "first answer" in out and "third answer" in out and "daemon went away" in out
@@ -169,7 +169,7 @@ def test_ctrl_c_in_a_warm_chat_stops_the_turn_in_the_daemon(agent_vault, model_s
     model_server.add({"tool_calls": [("skill_search", {"query": "deploy"})], "wait": hold},
                      {"content": "after the interrupt"})
     child = pexpect.spawn(sys.executable, ["-m", "hermes_fs", "--vault", str(agent_vault.root), "chat"],
-                          cwd=str(tmp_path), encoding="utf-8", timeout=60,
+                          cwd=str(tmp_path), encoding="utf-8", timeout=180,
                           env={**os.environ, KEY: "sk-test-not-a-real-key", **POISON, "TERM": "dumb"})
     try:
         child.expect("you> ")

@@ -35,7 +35,7 @@ class WebProc:
 
     def request(self, method: str, path: str, body: str | None = None, headers: dict | None = None,
                 cookie: bool = True) -> tuple[int, dict, str]:
-        conn = http.client.HTTPConnection(self.host, timeout=30)
+        conn = http.client.HTTPConnection(self.host, timeout=180)  # generous: a loaded machine
         h = {"Host": self.host, **(headers or {})}
         if cookie:
             h.setdefault("Authorization", f"Bearer {self.token}")

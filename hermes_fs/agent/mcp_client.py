@@ -9,7 +9,9 @@ A stdio server runs in a session of its own (the SDK starts it so), so a termina
 the turn and never reaches it: the session's cancel event abandons the call in flight (the server
 is told with notifications/cancelled) and the server stays up for the next turn. It ends with the
 session (stdin closed, then its whole process tree killed), or, when our process is killed, when
-it reads the end of its stdin.
+it reads the end of its stdin. "Its whole process tree" is found two ways: by parent links, and by a
+mark in the environment each stdio server is started with (HERMES_MCP_RUN), which its children
+inherit, so a daemon it started (a double fork, adopted by init, in a session of its own) ends too.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what providers accept (OpenA
 MAX_SCHEMA_BYTES = 16_000  # one tool's parameters, sent with every request of the session
 MAX_SCHEMAS_BYTES = 64_000  # all MCP tools together
 MAX_RESULT_CHARS = 50_000  # one tool result, sent to the model and kept in the transcript
+RUN_MARK = "HERMES_MCP_RUN"  # in each stdio server's environment: <hub id>; what carries it is the hub's
 
 
 class Interrupted(Exception):
@@ -69,6 +72,7 @@ class McpHub:
         self.thread: threading.Thread | None = None
         self.started = False
         self.lock = threading.Lock()
+        self.mark = f"{os.getpid()}-{id(self):x}-{time.monotonic_ns():x}"  # RUN_MARK's value for this hub
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -121,7 +125,7 @@ class McpHub:
             raise ValueError("give either `command` (stdio) or `url` (HTTP), not both or neither")
         info = Implementation(name="hermes-fs", version="0.1.0")
         if cfg.command:
-            env = {**_base_env(), **{k: expand(v, self.secrets) for k, v in cfg.env.items()}}
+            env = {**_base_env(), **{k: expand(v, self.secrets) for k, v in cfg.env.items()}, RUN_MARK: self.mark}
             target: Any = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=env, cwd=cfg.cwd)
         else:
             target = _http_transport(cfg, self.secrets)
@@ -177,12 +181,14 @@ class McpHub:
     async def _close(self) -> None:
         tasks = [s.task for s in self.servers.values() if s.task is not None]
         family = _family([pid for s in self.servers.values() for pid in s.pids])
+        family.update(_marked(self.mark))
         for s in self.servers.values():
             if s.stop is not None:
                 s.stop.set()
         if tasks:
             await asyncio.wait(tasks, timeout=8)
-        _kill(family)  # what a server started (even in a session of its own) ends with it
+        family.update(_marked(self.mark))  # started while the servers stopped
+        _kill(family)  # what a server started (even in a session of its own, or adopted by init) ends with it
 
     def _run(self, coro, timeout: float, cancel: threading.Event | None = None):
         """The coroutine's result, run on the hub's loop; on a timeout or `cancel` the coroutine is
@@ -314,6 +320,23 @@ def _procs() -> dict[int, tuple[int, str]]:
 def _family(pids: list[int]) -> dict[int, str]:
     procs = _procs()
     return {p: procs[p][1] for pid in pids for p in (pid, *_descendants(pid)) if p in procs}
+
+
+def _marked(mark: str) -> dict[int, str]:
+    """pid -> start time of every process whose environment carries RUN_MARK=mark (ours only: another
+    user's environ is not readable)."""
+    needle = f"{RUN_MARK}={mark}".encode()
+    found: dict[int, str] = {}
+    for pid, (_parent, start) in _procs().items():
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found[pid] = start
+        except OSError:
+            continue
+    return found
 
 
 def _kill(family: dict[int, str]) -> None:

@@ -7,8 +7,13 @@ cut down by nh3 to the tags fpdf2 lays out. Size is bounded (characters in, page
 document fpdf2 cannot lay out (a word too long for a table cell, say) is laid out again as plain
 text, so a report is always produced from valid text.
 
-Fonts: DejaVu (Debian's fonts-dejavu-core) when installed, for any script it covers; otherwise
-the PDF core fonts, which hold Latin-1 only (other characters become "?").
+Fonts: DejaVu (Debian's fonts-dejavu-core) when installed, for the scripts it covers, with fallback
+fonts for what it lacks: Noto Sans CJK (fonts-noto-cjk) for Chinese, Japanese and Korean, Symbola
+(fonts-symbola) or Noto Emoji for emoji (monochrome outlines: fpdf2 cannot embed colour bitmap emoji),
+and any font files named in HERMES_PDF_FONTS (paths separated by ":"). Without DejaVu, the PDF core
+fonts, which hold Latin-1 only. Characters no loaded font has are never dropped silently: they are
+drawn as "?" and the report says which (`Report.missing`, logged as a warning, and shown by the
+write_pdf tool), naming the package that would draw them.
 """
 
 from __future__ import annotations
@@ -32,6 +37,20 @@ MONO_FILE = "DejaVuSansMono.ttf"
 TAGS = {"h1", "h2", "h3", "h4", "h5", "h6", "p", "br", "hr", "b", "strong", "i", "em", "u", "s", "a", "ul", "ol",
         "li", "pre", "code", "blockquote", "table", "thead", "tbody", "tr", "th", "td"}
 LINK_SCHEMES = {"http", "https", "mailto"}
+# fallback fonts, each the first file found: (name, candidates, what installs it)
+FALLBACK_FONTS = (
+    ("cjk", (Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc"),
+             Path("/usr/share/fonts/opentype/noto/NotoSansCJKsc-Regular.otf"),
+             Path("/usr/share/fonts/noto-cjk/NotoSansCJK-Regular.ttc"),  # Fedora, Arch
+             Path("/usr/share/fonts/google-noto-cjk/NotoSansCJK-Regular.ttc")),
+     "fonts-noto-cjk"),
+    ("emoji", (Path("/usr/share/fonts/truetype/ancient-scripts/Symbola_hint.ttf"),
+               Path("/usr/share/fonts/truetype/ancient-scripts/Symbola.ttf"),
+               Path("/usr/share/fonts/truetype/noto/NotoEmoji-Regular.ttf"),
+               Path("/usr/share/fonts/TTF/Symbola.ttf")),
+     "fonts-symbola"),
+)
+EXTRA_FONTS_ENV = "HERMES_PDF_FONTS"
 
 
 @dataclass(frozen=True)
@@ -41,6 +60,15 @@ class Report:
     data: bytes
     pages: int
     plain: bool = False
+    missing: str = ""  # characters of the text no loaded font has (drawn as "?"); "" when all are drawn
+
+    def warning(self) -> str:
+        """What the person should know about missing characters ("" when none are)."""
+        if not self.missing:
+            return ""
+        shown = "".join(sorted(set(self.missing)))[:20]
+        return (f"{len(self.missing)} characters of the report have no font here and show as '?' ({shown}); "
+                f"install {missing_font_hint(self.missing)}")
 
 
 def check_markdown(text: object) -> str:
@@ -75,7 +103,43 @@ def markdown_to_pdf(markdown: str, title: str = "") -> Report:
         plain = True
     if pdf.pages_count > MAX_PAGES:
         raise InputError(f"the report would be {pdf.pages_count} pages; at most {MAX_PAGES}")
-    return Report(bytes(pdf.output()), pdf.pages_count, plain)
+    report = Report(bytes(pdf.output()), pdf.pages_count, plain, _missing(text, pdf))
+    if report.missing:
+        log.warning("pdf: %s", report.warning())
+    return report
+
+
+def _missing(text: str, pdf) -> str:
+    """The characters of `text` (each time it occurs, spaces and controls aside) that none of the
+    document's fonts can draw."""
+    wanted = {c for c in text if ord(c) > 0x7F and c.isprintable() and not c.isspace()}
+    if not wanted:
+        return ""
+    covered: set[int] = set()
+    core = True
+    for font in pdf.fonts.values():
+        cmap = getattr(font, "cmap", None)
+        if isinstance(cmap, dict) and cmap:
+            covered |= set(cmap)
+            core = False
+    if core:
+        covered = set(range(0x100))
+    # variation selectors and joiners only shape what is around them: nothing to draw
+    gone = {c for c in wanted if ord(c) not in covered and not (0xFE00 <= ord(c) <= 0xFE0F or ord(c) in (0x200D, 0x20E3))}
+    return "".join(c for c in text if c in gone)
+
+
+def missing_font_hint(chars: str) -> str:
+    """Which Debian package would draw these characters."""
+    packages = []
+    if any(0x2E80 <= ord(c) <= 0x9FFF or 0xAC00 <= ord(c) <= 0xD7AF or 0xF900 <= ord(c) <= 0xFFEF
+           or 0x20000 <= ord(c) <= 0x3FFFF for c in chars):
+        packages.append("fonts-noto-cjk")
+    if any(ord(c) >= 0x1F000 or 0x2600 <= ord(c) <= 0x27BF for c in chars):
+        packages.append("fonts-symbola")
+    if not packages or any(ord(c) < 0x2E80 for c in chars):
+        packages.insert(0, "fonts-dejavu-core")
+    return " and ".join(dict.fromkeys(packages)) + f" (or name font files in {EXTRA_FONTS_ENV})"
 
 
 @dataclass(frozen=True)
@@ -116,10 +180,42 @@ def _fonts() -> tuple[dict[str, Path], Path | None] | None:
     return None
 
 
-def _document(title: str):
+def fallback_fonts() -> list[tuple[str, Path]]:
+    """The fallback fonts found on this machine: the first file of each of FALLBACK_FONTS, then
+    the files named in HERMES_PDF_FONTS."""
+    import os
+
+    found = []
+    for name, candidates, _package in FALLBACK_FONTS:
+        path = next((p for p in candidates if p.is_file()), None)
+        if path is not None:
+            found.append((name, path))
+    for i, extra in enumerate(p for p in os.environ.get(EXTRA_FONTS_ENV, "").split(":") if p):
+        if Path(extra).is_file():
+            found.append((f"extra{i}", Path(extra)))
+        else:
+            log.warning("pdf: %s names %s, which is not a file", EXTRA_FONTS_ENV, extra)
+    return found
+
+
+def _pdf_class():
     from fpdf import FPDF
 
-    pdf = FPDF(format="A4")
+    class ReportPDF(FPDF):
+        """fpdf2 with each text line naming its font again. With fallback fonts, a line that began
+        in a fallback (CJK, emoji) could leave the next paragraph's first line without any font
+        (fpdf2 2.8.9: "No font in show", its text lost to a reader): one `Tf` per line costs a few
+        bytes and leaves nothing to chance."""
+
+        def _render_styled_text_line(self, *args, **kwargs):
+            self.current_font_is_set_on_page = False
+            return super()._render_styled_text_line(*args, **kwargs)
+
+    return ReportPDF
+
+
+def _document(title: str):
+    pdf = _pdf_class()(format="A4")
     pdf.set_auto_page_break(True, margin=15)
     pdf.set_margins(18, 18, 18)
     pdf.set_creator("hermes-fs")
@@ -132,6 +228,15 @@ def _document(title: str):
             pdf.add_font("dejavu", style, str(path))
         if mono is not None:
             pdf.add_font("dejavumono", "", str(mono))
+        fallbacks = []
+        for name, path in fallback_fonts():
+            try:
+                pdf.add_font(name, "", str(path))
+                fallbacks.append(name)
+            except Exception as exc:  # noqa: BLE001 - a broken font file: the others still serve
+                log.warning("pdf: cannot use the font %s (%s: %s)", path, type(exc).__name__, exc)
+        if fallbacks:  # a glyph DejaVu lacks comes from the first of these that has it, in any style
+            pdf.set_fallback_fonts(fallbacks, exact_match=False)
         fonts = _Fonts("dejavu", "dejavumono" if mono else "dejavu", True)
     else:
         fonts = _Fonts("helvetica", "courier", False)

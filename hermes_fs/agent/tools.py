@@ -416,6 +416,8 @@ class ToolBox:
         os.replace(tmp, target)
         shown = f"{SANDBOX_MOUNT}/{REPORTS_DIR}/{name}" if _mounts_workspace(self.sandbox) else str(target)
         note = " (laid out as plain text: the Markdown could not be laid out as a document)" if report.plain else ""
+        if report.missing:
+            note += f"; warning: {report.warning()}"
         return f"ok: wrote {shown} ({report.pages} page{'s' if report.pages != 1 else ''}, {len(report.data)} bytes){note}"
 
     def take_outgoing(self) -> list[OutgoingFile]:

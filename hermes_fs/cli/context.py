@@ -16,6 +16,9 @@ def vault_for(ctx: click.Context):
     from ..store.vault import secrets_env_warning
 
     vault = find_vault(ctx.find_root().obj.get("vault"))
+    from ..store import log_redaction
+
+    log_redaction.install(vault.secrets_env)  # no configured secret in any log line (-v, errors.log, daemon.log)
     _log_errors_to(vault.state_dir / "logs" / "errors.log")
     warning = secrets_env_warning(vault.root)
     if warning:

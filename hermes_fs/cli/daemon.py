@@ -43,6 +43,10 @@ def daemon(ctx: click.Context, detach: bool, debounce: float, workers: int, turn
         return
     import logging
 
+    from ..store import log_redaction
+
+    # detached, stdout and stderr are .hermes/daemon.out: what any library prints there is redacted too
+    log_redaction.install(v.secrets_env, streams=("stdout", "stderr"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     Daemon(v, DaemonOptions(debounce_s=debounce, workers=workers, turns_only=turns_only, idle_stop_s=idle_stop)).run(
         on_started=lambda: echo(f"hermes-fs daemon watching {v.root} (Ctrl-C to stop)"))

@@ -42,6 +42,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..agent.model import ModelError, ModelSettings, OnText, Reply, ToolCall, TurnCancelled, Usage
@@ -501,6 +502,10 @@ def main() -> None:
     _lower_priority()
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")  # the protocol's own copy of stdout
     os.dup2(2, 1)  # whatever litellm prints goes to stderr
+    from ..store import log_redaction
+
+    secrets_env = os.environ.get(log_redaction.SECRETS_ENV_VAR)  # the daemon's: its stderr is daemon.out
+    log_redaction.install(Path(secrets_env) if secrets_env else None, streams=("stdout", "stderr"))
     from ..agent.model import import_litellm
 
     import_litellm()

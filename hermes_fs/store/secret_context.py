@@ -135,14 +135,87 @@ def _ds_plugins() -> tuple[str, ...]:
     return tuple(sorted(c.__name__ for c in classes if c.__name__ not in _DS_SKIP))
 
 
+# detectors whose own analyze_string filters what their regexes found (never adds to it)
+_DS_FILTERING = {"JwtTokenDetector"}
+
+
+# detectors whose every regex needs one of these words (case-insensitive): run only on lines holding one
+_DS_KEYWORDED = {"CloudantDetector", "IbmCloudIamDetector", "IbmCosHmacDetector", "SoftlayerDetector", "KeywordDetector"}
+_DS_KEYWORDS = ("key", "pw", "pass", "token", "secret", "contrase")
+
+
+@lru_cache(maxsize=1)
+def _ds_prefilters() -> tuple[tuple[re.Pattern, bool], ...] | None:
+    """Every regex a detector needs to match before it can report anything, made multi-line, to find
+    in one pass over a whole text the lines worth handing to detect-secrets (a 1.8 MB memory file has
+    ~24,000 lines; each through every detector took seconds). None: a detector that cannot be
+    pre-filtered so, and every line goes through."""
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.plugins import keyword
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    found: list[type] = list(get_mapping_from_secret_type_to_class().values())
+    classes = {c.__name__: c for c in found}
+    out: list[tuple[re.Pattern, bool]] = []  # (regex, only on lines holding one of _DS_KEYWORDS)
+    for name in _ds_plugins():
+        cls = classes[name]
+        keyed = name in _DS_KEYWORDED
+        if name == "KeywordDetector":  # each of its regexes holds one of its keywords
+            out.append((re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE | re.MULTILINE), keyed))
+        elif (issubclass(cls, RegexBasedDetector) and "analyze_line" not in cls.__dict__
+              and ("analyze_string" not in cls.__dict__ or name in _DS_FILTERING)):
+            out += [(re.compile(r.pattern, r.flags | re.MULTILINE), keyed) for r in cls().denylist]
+        else:
+            return None
+    return tuple(out)
+
+
+def _candidate_lines(text: str, starts: list[int]) -> set[int] | None:
+    """Indexes of the lines any detector's regex touches (a superset of those it reports on:
+    `^`, `$` and the lookbehinds at a line's start mean the same with MULTILINE); None: all."""
+    import bisect
+
+    filters = _ds_prefilters()
+    if filters is None:
+        return None
+    lines: set[int] = set()
+    if not starts:
+        return lines
+    keyed: list[int] | None = None
+    for rx, only_keyed in filters:
+        if only_keyed:  # casefold: re.IGNORECASE matches "ſ" for "s", and so does casefold
+            if keyed is None:
+                ends = [*starts[1:], len(text)]
+                keyed = [i for i, (a, b) in enumerate(zip(starts, ends, strict=True))
+                         if any(k in text[a:b].casefold() for k in _DS_KEYWORDS)]
+            lines.update(i for i in keyed if rx.search(text[starts[i]:ends[i]]))
+            continue
+        for m in rx.finditer(text):
+            first = bisect.bisect_right(starts, m.start()) - 1
+            last = bisect.bisect_right(starts, max(m.end() - 1, m.start())) - 1
+            lines.update(range(first, last + 1))
+    return lines
+
+
 def detect_secrets_spans(text: str) -> Iterator[Span]:
     from detect_secrets.core.scan import scan_line
     from detect_secrets.settings import transient_settings
 
     found: list[Span] = []
+    split = text.splitlines(keepends=True)
+    starts, at = [], 0
+    for line in split:
+        starts.append(at)
+        at += len(line)
+    candidates = _candidate_lines(text, starts)
+    if candidates is not None:  # a line after a break other than \n (\r, U+2028): `^` saw no line start there
+        candidates.update(i for i in range(1, len(split)) if not split[i - 1].endswith("\n"))
     with transient_settings({"plugins_used": [{"name": n} for n in _ds_plugins()]}):
         offset = 0
-        for line in text.splitlines(keepends=True):
+        for index, line in enumerate(split):
+            if candidates is not None and index not in candidates and len(line) <= MAX_LINE:
+                offset += len(line)
+                continue
             for w in range(0, max(len(line), 1), MAX_LINE):
                 window = line[w:w + MAX_LINE]
                 for secret in scan_line(window):

@@ -12,7 +12,7 @@ from ..errors import HermesError, InputError
 from .config import CONFIG_NAME, Config, load_config
 from .files import DiskFiles
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "vault_template"
+TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "vault_template"  # package data (pyproject.toml)
 DEFAULT_IDENTITY = ("hermes-fs user", "hermes-user@localhost")
 
 

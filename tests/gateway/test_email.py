@@ -16,6 +16,7 @@ from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
+from deadlines import deadline as generous
 
 from hermes_fs.service.gateway.channel import Inbound, Origin, Outbound
 from hermes_fs.service.gateway.email import (
@@ -114,6 +115,7 @@ def started(vault, env, sink, **kw) -> EmailChannel:
 
 
 def wait_outcomes(ch: EmailChannel, n: int, timeout: float = 90) -> dict[str, int]:
+    timeout = generous(timeout)  # tests/deadlines.py: a deadline, generous under load
     deadline = time.monotonic() + timeout
     while sum(v for k, v in ch.state.counts().items() if k != "pending") < n and time.monotonic() < deadline:
         time.sleep(0.05)

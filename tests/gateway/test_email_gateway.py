@@ -336,7 +336,7 @@ def test_an_audio_attachment_is_transcribed_and_the_reply_quotes_it(gateway, env
     assert first.startswith("> 🎤 ") and "weather" in first.lower() and reply.text.strip().endswith("Sunny all day.")
     said = user_texts(model_server)[0]
     assert "weather" in said and "second.wav: only the first audio file of a mail is transcribed" in said
-    assert gw.wait_idle(30)
+    assert gw.wait_idle(180)
     assert not [p for p in (agent_vault.state_dir / "workspace").rglob("*") if p.is_file()]  # audio never saved
 
 

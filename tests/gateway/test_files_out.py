@@ -212,7 +212,7 @@ def test_files_arrive_after_the_answer_once_each_and_the_result_records_them(sta
     ch = FileLoopback()
     gw = started(ch)
     rid = ch.say("send me the summary")
-    assert gw.wait_idle(60)
+    assert gw.wait_idle(180)
     assert [r.text for r in ch.sent] == ["Here you are."]
     assert ch.files == [("summary.txt", b"summary\n", "the summary"), ("data.csv", b"a,b\n1,2\n", "")]
     assert "will be sent with your answer" in tool_results(model_server.requests[1])[0]
@@ -229,7 +229,7 @@ def test_files_arrive_after_the_answer_once_each_and_the_result_records_them(sta
     ch2 = FileLoopback()
     gw2 = Gateway(Vault(agent_vault.root), channels=[ch2])
     gw2.start()
-    assert gw2.wait_idle(30)
+    assert gw2.wait_idle(180)
     gw2.stop()
     assert ch2.sent == [] and ch2.files == []
 
@@ -242,7 +242,7 @@ def test_a_file_over_the_channels_limit_is_answered_in_text(started, agent_vault
     ch = FileLoopback()
     gw = started(ch)
     ch.say("send both")
-    assert gw.wait_idle(60)
+    assert gw.wait_idle(180)
     assert ch.sent[0].text.startswith("Done.")
     assert "huge.bin was not sent: 5.0 KB is over the 1.0 KB matrix takes" in ch.sent[0].text
     assert [f[0] for f in ch.files] == ["small.txt"]
@@ -254,7 +254,7 @@ def test_a_channel_without_files_says_which_were_not_sent(started, agent_vault, 
     gw = started(ch)
     model_server.add({"content": "no tool"})
     ch.say("hello")
-    assert gw.wait_idle(60)
+    assert gw.wait_idle(180)
     assert "send_file" not in [t["function"]["name"] for t in model_server.requests[0].get("tools", [])]
 
 
@@ -266,7 +266,7 @@ def test_files_in_the_reply_travel_together_within_the_total(started, agent_vaul
     ch = AttachingLoopback()
     gw = started(ch)
     rid = ch.say("attach them")
-    assert gw.wait_idle(60)
+    assert gw.wait_idle(180)
     assert len(ch.sent) == 1 and [f.name for f in ch.sent[0].files] == ["one.txt"]
     assert "two.txt was not sent" in ch.sent[0].text and "in one message" in ch.sent[0].text
     assert gw.ledger.file_deliveries(rid) == []
@@ -286,7 +286,7 @@ def test_a_file_send_cut_short_by_a_crash_is_not_sent_again(agent_vault, model_s
     ch = FileLoopback()
     gw = Gateway(Vault(agent_vault.root), channels=[ch])
     gw.start()
-    assert gw.wait_idle(30)
+    assert gw.wait_idle(180)
     d = gw.ledger.delivery(file_delivery_id("r1", 1))
     gw.stop()
     assert ch.files == [] and d.state == "failed" and "not sent again" in d.reason
@@ -300,7 +300,7 @@ def test_a_failed_upload_is_retried_then_delivered(started, agent_vault, model_s
     ch = FileLoopback(fail_files=2)
     gw = started(ch)
     rid = ch.say("send")
-    assert gw.wait_idle(60)
+    assert gw.wait_idle(180)
     d = gw.ledger.delivery(file_delivery_id(rid, 1))
     assert d.state == "delivered" and d.attempts == 3 and ch.files == [("r.txt", b"r\n", "")]
 
@@ -340,7 +340,7 @@ def test_a_file_goes_to_a_named_destination_only_for_the_senders_it_lists(agent_
     gw.start()
     try:
         rid = chat.say("send the report to my desk")
-        assert gw.wait_idle(60)
+        assert gw.wait_idle(180)
         offered = next(t for t in model_server.requests[0]["tools"] if t["function"]["name"] == "send_file")
         assert offered["function"]["parameters"]["properties"]["to"]["items"]["enum"] == ["desk"]  # not boss
         ok, boss, bad = tool_results(model_server.requests[1])
@@ -355,7 +355,7 @@ def test_a_file_goes_to_a_named_destination_only_for_the_senders_it_lists(agent_
     assert not any((agent_vault.state_dir / "outbox").rglob("report.pdf"))
     gw2 = Gateway(Vault(agent_vault.root), channels=[FileLoopback(), again := SlackLoopback()])
     gw2.start()
-    assert gw2.wait_idle(30)
+    assert gw2.wait_idle(180)
     gw2.stop()
     assert again.files == []  # delivered once, never again
 

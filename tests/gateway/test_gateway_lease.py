@@ -132,7 +132,7 @@ def test_one_holder_and_takeover_within_the_lease_after_it_stops_renewing(tmp_pa
     ha, hb = holder(a, server.url(), "a", ca, lease_s), holder(a, server.url(), "b", cb, lease_s)
     try:
         ha.start()
-        assert ca.consuming.wait(20)
+        assert ca.consuming.wait(180)
         hb.start()
         time.sleep(lease_s * 1.5)  # a renews; b only waits
         assert not cb.consuming.is_set() and hb.holder() == "a"
@@ -172,7 +172,7 @@ def test_a_holder_cut_off_stops_consuming_before_its_lease_runs_out(tmp_path, se
     hb = holder(a, server.url(), "b", cb, lease_s)
     try:
         ha.start()
-        assert ca.consuming.wait(20)
+        assert ca.consuming.wait(180)
         hb.start()
         proxy.cut()
         assert wait_for(lambda: ca.released, lease_s + 10)
@@ -208,7 +208,7 @@ def test_a_holder_back_from_a_cut_consumes_again_even_when_stopping_took_a_while
     ha = holder(a, server.url(port=proxy.port), "a", ca, lease_s)
     try:
         ha.start()
-        assert ca.consuming.wait(20)
+        assert ca.consuming.wait(180)
         proxy.cut()
         assert stopping.wait(lease_s + 10)
         proxy.heal()
@@ -227,12 +227,12 @@ def test_a_clean_stop_hands_over_at_once(tmp_path, server):
     ha, hb = holder(a, server.url(), "a", ca, 30.0), holder(a, server.url(), "b", cb, 30.0)
     try:
         ha.start()
-        assert ca.consuming.wait(20)
+        assert ca.consuming.wait(180)
         hb.start()
         ha.take("m1")
         ha.stop()
         ha.hand_over()
-        assert cb.consuming.wait(15)  # far less than the 30 s lease
+        assert cb.consuming.wait(15)  # far less than the 30 s lease: handed over, not expired
         assert hb.state("m1").state == TAKEN
     finally:
         hb.stop()
@@ -262,7 +262,7 @@ def test_the_next_holder_takes_in_chat_sessions_approvals_and_pairing_codes(tmp_
         return held
 
     ha = start("a")
-    assert consumers["a"].consuming.wait(20)
+    assert consumers["a"].consuming.wait(180)
     hb = start("b")
     la, lb = ledgers["a"], ledgers["b"]
     lb.set_session("matrix|!room:test|-", "20261130-090000-bb01")  # b's own, older, is replaced
@@ -338,21 +338,21 @@ def test_a_webhook_request_answered_on_one_machine_can_be_polled_on_another(tmp_
         gws.append(ga := Gateway(Vault(a.root)))
         ga.start()
         base_a = f"http://127.0.0.1:{ga.channels['webhook'].bound_port}"
-        r = httpx.post(f"{base_a}/hooks/deploys", content=b"deploy 7", headers=signed(b"deploy 7", "d7"), timeout=30)
+        r = httpx.post(f"{base_a}/hooks/deploys", content=b"deploy 7", headers=signed(b"deploy 7", "d7"), timeout=180)
         rid = r.json()["id"]
-        assert ga.wait_idle(60)
+        assert ga.wait_idle(180)
         assert wait_for(lambda: not a.git.dirty_paths(), 30)  # the result is committed
         Syncer(a).round()
         Syncer(b).round()
         gws.append(gb := Gateway(Vault(b.root)))
         gb.start()
         base_b = f"http://127.0.0.1:{gb.channels['webhook'].bound_port}"
-        got = httpx.get(f"{base_b}/hooks/deploys/requests/{rid}", headers=signed(b"", "p1"), timeout=10)
+        got = httpx.get(f"{base_b}/hooks/deploys/requests/{rid}", headers=signed(b"", "p1"), timeout=180)
         assert got.status_code == 200 and got.json() == {"status": "ok", "answer": "Deploy 7 is fine."}, got.text
-        assert httpx.get(f"{base_b}/hooks/other/requests/{rid}", headers=signed(b"", "p2"), timeout=10).status_code == 404
+        assert httpx.get(f"{base_b}/hooks/other/requests/{rid}", headers=signed(b"", "p2"), timeout=180).status_code == 404
         for bad in ("..%2F..%2Fhermes.yaml", "*", "webhook-0000000000000000"):
             assert httpx.get(f"{base_b}/hooks/deploys/requests/{bad}", headers=signed(b"", "p3"),
-                             timeout=10).status_code == 404
+                             timeout=180).status_code == 404
     finally:
         for gw in gws:
             gw.stop()
@@ -449,12 +449,12 @@ def test_two_daemons_one_mailbox_kill_the_holder_every_mail_answered_once(tmp_pa
             send(env, keys, mail(subject=body, body=body))
         assert wait_for(lambda: _gateway_state(vaults[other]).get("state") == "connected", 3 + 5 + 10)
         took = time.time() - killed
-        replies = env.wait_for(ME, 3, timeout=60)
+        replies = env.wait_for(ME, 3, timeout=180)
         # a reply in the first thread, now read by the other machine: the same session goes on
         reply_id = answer_one[0].obj["Message-ID"]
         send(env, keys, mail(subject="Re: one", body="fourth", In_Reply_To=reply_id,
                              References=f"{one['Message-ID']} {reply_id}"))
-        replies = env.wait_for(ME, 4, timeout=60)
+        replies = env.wait_for(ME, 4, timeout=180)
         fourth = next(r for r in model_server.requests if "fourth" in str(r["messages"][-1]["content"]))
         assert any("first" in str(m.get("content")) for m in fourth["messages"][:-1]), fourth["messages"]
         print(f"machine {other} consumed the mailbox {took:.1f} s after {first} was killed (lease 3 s)")
@@ -472,10 +472,10 @@ def test_two_daemons_one_mailbox_kill_the_holder_every_mail_answered_once(tmp_pa
 
         model_server.responder = answer
         send(env, keys, mail(subject="slow", body="slow"))
-        assert slow.wait(60)  # as long as the other waits here: a clean-clone CI run took over 30 s once
+        assert slow.wait(180)  # as long as the other waits here: a clean-clone CI run took over 30 s once
         procs[list(vaults).index(other)].stop(signal.SIGKILL)
         assert wait_for(lambda: _gateway_state(vaults[first]).get("state") == "connected", 3 + 5 + 10)
-        replies = env.wait_for(ME, 5, timeout=60)
+        replies = env.wait_for(ME, 5, timeout=180)
         time.sleep(5.0)  # the killed holder's slow answer, or a second answer to anything, would be here by now
         replies = env.wait_for(ME, 5, timeout=0)
         assert sorted(r.text.strip() for r in replies) == ["re: first", "re: fourth", "re: second", "re: slow",

@@ -198,12 +198,12 @@ def test_channels_follow_hermes_yaml_while_the_daemon_runs(agent_vault, model_se
     def post(route: str, msg_id: str) -> httpx.Response:
         body = f"hello {msg_id}".encode()
         secret = "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldY"
-        return httpx.post(f"{base}/hooks/{route}", content=body, headers=sign_standard(secret, msg_id, body), timeout=10)
+        return httpx.post(f"{base}/hooks/{route}", content=body, headers=sign_standard(secret, msg_id, body), timeout=180)
 
     def answer(route: str, rid: str) -> dict:
         secret = "whsec_QUJDREVGR0hJSktMTU5PUFFSU1RVVldY"
         return httpx.get(f"{base}/hooks/{route}/requests/{rid}", headers=sign_standard(secret, "poll", b""),
-                         timeout=10).json()
+                         timeout=180).json()
 
     with pytest.raises(httpx.ConnectError):
         post("a", "m0")

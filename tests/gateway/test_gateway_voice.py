@@ -92,7 +92,7 @@ def test_offline_engine_hears_real_speech_runs_it_and_quotes_it_back(voice_gatew
     model_server.add({"content": "It is sunny."})
     gw, ch = voice_gateway()
     send(ch, Fetches(note).audio)
-    assert gw.wait_idle(90)
+    assert gw.wait_idle(180)
     said = users(model_server)
     assert len(said) == 1 and "weather" in said[0].lower() and VOICE_NOTE in said[0]  # keywords only: rough engine
     reply = ch.sent[0].text
@@ -113,7 +113,7 @@ def test_hosted_engine_gets_a_wav_and_the_agent_acts_on_the_transcript(voice_gat
                            "  api_key_env: HERMES_TEST_KEY\n  language: en\n")
     note = speech.encode(speech.speak(phrase), "m4a")
     send(ch, Fetches(note, name="voice.m4a").audio, caption="from the car")
-    assert gw.wait_idle(90)
+    assert gw.wait_idle(180)
     heard = model_server.transcriptions[0]
     assert heard.fields["model"] == "whisper-1" and heard.fields["language"] == "en"
     assert heard.audio.startswith(b"RIFF") and heard.audio[8:12] == b"WAVE"  # decoded sound, never the sender's file
@@ -134,7 +134,7 @@ def test_limits_are_answered_and_nothing_runs(voice_gateway, model_server, case)
     audio = {"declared size": Fetches(note), "actual size": Fetches(note, size=500),
              "declared length": Fetches(note, duration_s=3600), "decoded length": Fetches(note)}[case]
     send(ch, audio.audio)
-    assert gw.wait_idle(60)
+    assert gw.wait_idle(180)
     assert model_server.requests == [] and len(ch.sent) == 1
     reply = ch.sent[0].text
     assert reply.startswith("Your voice message was not run:")
@@ -156,7 +156,7 @@ def test_bad_audio_gets_a_clear_answer(voice_gateway, model_server, case):
                 "<IHHIIHH", 16, 1, 1, 16000, 32000, 2, 16) + b"data" + struct.pack("<I", 64000) + bytes(64000), "ogg")}[case]
     gw, ch = voice_gateway("  max_bytes: 2000000\n")
     send(ch, Fetches(data).audio)
-    assert gw.wait_idle(60)
+    assert gw.wait_idle(180)
     assert model_server.requests == [] and len(ch.sent) == 1
     reply = ch.sent[0].text
     expected = {"random bytes": "not an audio file", "truncated": "could not be transcribed",
@@ -169,7 +169,7 @@ def test_voice_off_says_so_and_fetches_nothing(voice_gateway, model_server):
     gw, ch = voice_gateway("  engine: off\n")
     audio = Fetches(b"OggS" + bytes(100))
     send(ch, audio.audio)
-    assert gw.wait_idle(30)
+    assert gw.wait_idle(180)
     assert audio.calls == 0 and model_server.requests == []
     assert "voice messages are off here" in ch.sent[0].text
 
@@ -178,7 +178,7 @@ def test_a_strangers_audio_is_never_fetched(voice_gateway, model_server):
     gw, ch = voice_gateway()
     audio = Fetches(b"OggS" + bytes(100))
     send(ch, audio.audio, sender="@stranger:test")
-    assert gw.wait_idle(30)
+    assert gw.wait_idle(180)
     assert audio.calls == 0 and ch.sent == [] and model_server.requests == []
 
 
@@ -188,7 +188,7 @@ def test_a_failed_download_is_answered(voice_gateway, model_server):
 
     gw, ch = voice_gateway()
     send(ch, Audio(broken, "audio/ogg", "voice.ogg"))
-    assert gw.wait_idle(30)
+    assert gw.wait_idle(180)
     assert model_server.requests == [] and "could not be downloaded (ConnectionError" in ch.sent[0].text
 
 
@@ -196,6 +196,6 @@ def test_a_hosted_engine_failure_is_answered(voice_gateway, model_server):
     model_server.transcripts.append({"status": 500})
     gw, ch = voice_gateway(f"  engine: api\n  api_base: {model_server.api_base}\n  api_key_env: HERMES_TEST_KEY\n")
     send(ch, Fetches(speech.voice_note("hello")).audio)
-    assert gw.wait_idle(60)
+    assert gw.wait_idle(180)
     assert "could not be transcribed: transcription by whisper-1 failed" in ch.sent[0].text
     assert model_server.requests == []

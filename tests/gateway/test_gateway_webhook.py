@@ -62,7 +62,7 @@ def hook(agent_vault, model_server):
 
 
 def post(base: str, route: str, body: bytes, headers: dict) -> httpx.Response:
-    return httpx.post(f"{base}/hooks/{route}", content=body, headers=headers, timeout=30)
+    return httpx.post(f"{base}/hooks/{route}", content=body, headers=headers, timeout=180)
 
 
 def signed(body: bytes, msg_id: str, **kw) -> dict:
@@ -77,8 +77,8 @@ def test_a_signed_delivery_is_run_answered_and_committed(hook, agent_vault, mode
     assert r.status_code == 202, r.text
     rid = r.json()["id"]
     assert rid.startswith("webhook-")
-    assert gw.wait_idle(60)
-    status = httpx.get(f"{base}/hooks/deploys/requests/{rid}", headers=signed(b"", "poll_1"), timeout=10)
+    assert gw.wait_idle(180)
+    status = httpx.get(f"{base}/hooks/deploys/requests/{rid}", headers=signed(b"", "poll_1"), timeout=180)
     assert status.status_code == 200 and status.json() == {"status": "ok", "answer": "Deploy 42 looks fine."}
     # the prompt of the route framed the payload, which reached the model as the person's message
     assert model_server.requests[-1]["messages"][-1]["content"] == 'A deploy event arrived: {"deploy": 42, "status": "done"}'
@@ -129,7 +129,7 @@ def test_a_replayed_delivery_is_a_duplicate_even_after_a_restart(hook, agent_vau
     assert first.status_code == 202
     again = post(base, "deploys", body, headers)
     assert again.status_code == 200 and again.json() == {"status": "duplicate", "id": first.json()["id"]}
-    assert gw.wait_idle(60)
+    assert gw.wait_idle(180)
     gw.stop()
     gw2, base2 = hook()  # the seen ids live in the ledger, not in memory
     third = post(base2, "deploys", body, signed(body, "msg_replayed"))
@@ -144,7 +144,7 @@ def test_github_scheme_and_the_route_rate(hook, agent_vault, model_server):
     assert post(base, "github", body, sign_github(GITHUB_SECRET, "gh-1", body)).status_code == 202
     codes = [post(base, "deploys", b"n%d" % i, signed(b"n%d" % i, f"rate_{i}")).status_code for i in range(7)]
     assert codes == [202] * 5 + [429, 429]  # rate_per_min: 5
-    assert gw.wait_idle(120)
+    assert gw.wait_idle(180)
     rows = GatewayLedger(ledger_path(agent_vault.state_dir))
     assert rows.count_messages("webhook") == 6
 
@@ -154,10 +154,10 @@ def test_get_needs_the_signature_and_the_right_route(hook, agent_vault, model_se
     gw, base = hook()
     r = post(base, "deploys", b"x", signed(b"x", "g1"))
     rid = r.json()["id"]
-    assert httpx.get(f"{base}/hooks/deploys/requests/{rid}", timeout=10).status_code == 401
+    assert httpx.get(f"{base}/hooks/deploys/requests/{rid}", timeout=180).status_code == 401
     gh = sign_github(GITHUB_SECRET, "poll", b"")
-    assert httpx.get(f"{base}/hooks/github/requests/{rid}", headers=gh, timeout=10).status_code == 404  # another route's
-    assert httpx.get(f"{base}/hooks/deploys/requests/nope", headers=signed(b"", "p"), timeout=10).status_code == 404
+    assert httpx.get(f"{base}/hooks/github/requests/{rid}", headers=gh, timeout=180).status_code == 404  # another route's
+    assert httpx.get(f"{base}/hooks/deploys/requests/nope", headers=signed(b"", "p"), timeout=180).status_code == 404
 
 
 def test_reply_to_gets_the_answer(agent_vault, model_server, receiver):
@@ -171,7 +171,7 @@ def test_reply_to_gets_the_answer(agent_vault, model_server, receiver):
         assert r.status_code == 202
         assert wait_for(lambda: receiver.received, 60)
         assert receiver.received[0]["body"]["message"] == "The answer for the notify target."
-        assert gw.wait_idle(30)
+        assert gw.wait_idle(180)
         d = gw.ledger.delivery(r.json()["id"])
         assert d.state == "delivered" and d.platform_id == "notify:hook"
     finally:

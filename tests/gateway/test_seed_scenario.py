@@ -150,7 +150,7 @@ gateway:
         assert pdf.get_filename() == "summary.pdf"
         text = "\n".join(p.extract_text() for p in PdfReader(io.BytesIO(pdf.get_payload(decode=True))).pages)
         assert "Research summary" in text and counted in text
-        assert gw.wait_idle(60)
+        assert gw.wait_idle(180)
         assert wait_for(lambda: not any((vault.state_dir / "outbox").rglob("*.pdf")), 30)
     finally:
         gw.stop()

@@ -67,12 +67,12 @@ def test_githubs_large_events_run_with_their_name_fields_and_body_as_a_file(hook
         r = post(base, "github", body, headers)
         assert r.status_code == 202, (name, r.text)
         sent[r.json()["id"]] = (event, raw)
-    assert gw.wait_idle(120)
+    assert gw.wait_idle(180)
     prompts = [r["messages"][-1]["content"] for r in model_server.requests]
     assert len(prompts) == 3
     for rid, (event, raw) in sent.items():
         status = httpx.get(f"{base}/hooks/github/requests/{rid}", headers=sign_github(GITHUB_SECRET, "poll", b""),
-                           timeout=10)
+                           timeout=180)
         assert status.json() == {"status": "ok", "answer": "seen"}
         prompt = next(p for p in prompts if f"event: {event}\n" in p)
         data = json.loads(raw)
@@ -105,7 +105,7 @@ def test_a_form_encoded_delivery_reaches_the_model_decoded(hook, model_server):
     body, headers = github(raw, "push", form=True)
     assert b"%22" in body  # really form-encoded, as GitHub's default content type sends it
     assert post(base, "github", body, headers).status_code == 202
-    assert gw.wait_idle(60)
+    assert gw.wait_idle(180)
     prompt = model_server.requests[-1]["messages"][-1]["content"]
     data = json.loads(raw)
     assert "event: push" in prompt and f"ref: {data['ref']}" in prompt and "%22" not in prompt
@@ -129,14 +129,14 @@ def test_a_body_replayed_under_a_fresh_delivery_id_is_refused_even_after_a_resta
     _, fresh = github(raw, "pull_request", delivery="d-captured")
     r = post(base, "github", body, fresh)
     assert r.status_code == 409 and "d-first" in r.json()["error"]
-    assert gw.wait_idle(60)
+    assert gw.wait_idle(180)
     gw.stop()
     gw2, base2 = hook()  # the window of body digests is in the ledger
     _, later = github(raw, "pull_request", delivery="d-later")
     assert post(base2, "github", body, later).status_code == 409
     other, headers = github(example("pull_request.opened"), "pull_request", delivery="d-other")
     assert post(base2, "github", other, headers).status_code == 202  # another body runs
-    assert gw2.wait_idle(60)
+    assert gw2.wait_idle(180)
     assert len(model_server.requests) == 2
 
 
@@ -151,7 +151,7 @@ def test_an_over_long_delivery_id_is_refused_not_cut(hook, model_server):
     assert r.status_code == 400 and "at most 200" in r.json()["error"]  # not taken for a duplicate of the first
     third, headers = github(b'{"action": "three"}', "issues", delivery="tab\there")
     assert post(base, "github", third, headers).status_code == 400  # a control character: never an id
-    assert gw.wait_idle(60)
+    assert gw.wait_idle(180)
     assert len(model_server.requests) == 1
 
 
@@ -166,7 +166,7 @@ def test_a_delivery_the_core_refuses_is_never_answered_202_nor_retried(hook, age
         answers.append(r.json())
     assert codes == [202, 202, 429], answers
     assert "not run" in answers[2]["error"] and "2 messages a minute" in answers[2]["error"]
-    assert gw.wait_idle(60)
+    assert gw.wait_idle(180)
     assert len(model_server.requests) == 2
     ledger = GatewayLedger(ledger_path(agent_vault.state_dir))
     assert ledger.db.execute("SELECT COUNT(*) FROM deliveries").fetchone()[0] == 0  # no notice with nowhere to go

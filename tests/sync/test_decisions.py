@@ -82,7 +82,7 @@ def test_a_merge_from_the_web_page_and_one_from_chat_on_two_machines_merge_once(
         post.start()  # both at once: A's page and B's chat
         ch.say("@boss:test", f"/merge {branch}", chat="!boss")
         post.join(120)
-        assert gw.wait_idle(120)
+        assert gw.wait_idle(180)
         code, headers, _ = web_answer[0]
         assert code == 303
         _, _, page = w.request("GET", headers["location"])

@@ -39,7 +39,7 @@ def test_reading_main_does_not_start_a_sync_round(tmp_path):
         p = v.root / "memory" / "USER.md"
         p.write_text(p.read_text() + "- a line\n")
         assert v.git.commit_human_edits(["memory/USER.md"]).sha
-        assert woke.wait(30), "a commit on main did not poke the sync loop"
+        assert woke.wait(180), "a commit on main did not poke the sync loop"
     finally:
         observer.stop()
         observer.join(5)
@@ -308,7 +308,7 @@ def test_the_scheduler_starts_without_waiting_for_the_remote(tmp_path):
     starting = threading.Thread(target=s.start, args=([brief],))
     starting.start()
     try:
-        assert asked.wait(30)  # the catch-up is asking the remote ...
+        assert asked.wait(180)  # the catch-up is asking the remote ...
         starting.join(10)
         assert not starting.is_alive(), "start() waited for the remote"  # ... and start() has returned
     finally:

@@ -235,7 +235,7 @@ def test_the_daemon_serves_the_page_when_enabled(vault, daemon):
     token = read_secrets_env(vault.root / ".hermes/secrets.env")[TOKEN_NAME]
     import http.client
 
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=180)
     conn.request("GET", "/status", headers={"Authorization": f"Bearer {token}"})
     r = conn.getresponse()
     assert r.status == 200 and "running" in r.read().decode()

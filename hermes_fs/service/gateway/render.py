@@ -143,11 +143,30 @@ def _html_pre(code: str, lang: str) -> str:
     return f"<pre><code{cls}>{_escape_html(code)}</code></pre>"
 
 
+# the only named entities Telegram's HTML parse mode accepts (core.telegram.org/bots/api#html-style)
+CHAT_ENTITIES = {"lt", "gt", "amp", "quot"}
+_ENTITY = re.compile(r"&(#[0-9]+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);")
+
+
+def _chat_entities(text: str) -> str:
+    """nh3's serialiser writes U+00A0 as `&nbsp;` (and could others by name): every entity but the
+    four a chat's HTML accepts becomes its character again (`&amp;` stays, so a literal `&nbsp;` in
+    the text stays text)."""
+    def one(m: re.Match) -> str:
+        name = m.group(1)
+        if name in CHAT_ENTITIES:
+            return m.group(0)
+        char = html.unescape(m.group(0))
+        return m.group(0) if char == m.group(0) else _escape_html(char)
+
+    return _ENTITY.sub(one, text)
+
+
 def _sanitise_inline(text: str) -> str:
     import nh3
 
-    return nh3.clean(text, tags=INLINE_TAGS, attributes={"a": {"href"}, "code": {"class"}},
-                     url_schemes=INLINE_SCHEMES, link_rel=None, strip_comments=True)
+    return _chat_entities(nh3.clean(text, tags=INLINE_TAGS, attributes={"a": {"href"}, "code": {"class"}},
+                                    url_schemes=INLINE_SCHEMES, link_rel=None, strip_comments=True))
 
 
 HTML_SUBSET = Markup(
@@ -171,9 +190,27 @@ def _mrkdwn_pre(raw: str, lang: str) -> str:
     return "```\n" + _escape_mrkdwn(raw.replace("```", "`\u200b``")) + "\n```"
 
 
+_DOMAIN = re.compile(r"(?:[a-z][a-z0-9+.-]*://)?((?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z]{2,})", re.I)
+
+
+def honest_label(href: str, label: str) -> str:
+    """A link's label that names a web address other than where the link goes (`[https://bank.example]
+    (https://evil.example)`, Slack's disguised `<https://evil|innocent>` written as Markdown) gets
+    the real host after it, so no label hides where a link leads."""
+    from urllib.parse import unquote, urlsplit
+
+    if label.replace("\u00a6", "|") in (href, unquote(href)):  # an autolink: labelled with its own target
+        return label
+    host = (urlsplit(href).hostname or "").lower()
+    named = {m.group(1).lower().rstrip(".") for m in _DOMAIN.finditer(label)}
+    if named and any(n != host and not host.endswith("." + n) for n in named):
+        return f"{label} ({host or href})"
+    return label
+
+
 def _mrkdwn_link(href: str, text: str) -> str:
     target = _escape_mrkdwn(href).replace("|", "%7C")
-    label = text.replace("|", "\u00a6").strip()
+    label = honest_label(href, text.replace("|", "\u00a6").strip())
     return f"<{target}|{label}>" if label else f"<{target}>"
 
 

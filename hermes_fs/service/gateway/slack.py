@@ -415,14 +415,10 @@ class SlackChannel(AsyncChannel):
         return self.in_loop(self._download(url, limit), FETCH_WAIT_S)
 
     def _check_file_url(self, url: str) -> None:
-        """The bot token goes only to Slack's own file host (or the API's host, as in the tests),
-        never to wherever an event's URL points."""
-        parts, api = urlsplit(url), urlsplit(self.settings.api_base)
-        host = parts.hostname or ""
-        if host != api.hostname and host != "slack.com" and not host.endswith(".slack.com"):
-            raise HermesError(f"a file URL outside Slack ({host}): not fetched with the bot token")
-        if parts.scheme != "https" and not (parts.scheme == "http" and host == api.hostname and api.scheme == "http"):
-            raise HermesError("a file URL without https: not fetched with the bot token")
+        """The bot token goes only to the API's exact origin (scheme, host and port: another port of
+        the same host is another server) or to Slack's own hosts over https on port 443 (its files
+        are on files.slack.com), never to wherever an event's URL points."""
+        check_token_origin(url, self.settings.api_base)
 
     async def _download(self, url: str, limit: int) -> bytes:
         import aiohttp
@@ -464,6 +460,34 @@ class SlackChannel(AsyncChannel):
         done = await self.web.files_upload_v2(**(await _upload_args(reply)))
         shared = done.get("files") or [done.get("file") or {}]
         return str((shared[0] or {}).get("id") or "")
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of a URL, the port made explicit for http and https."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:  # a port that is not a number
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port if port is not None else {"http": 80, "https": 443}.get(scheme)
+
+
+def check_token_origin(url: str, api_base: str) -> None:
+    """Raise unless the bot token may go to `url`: the API's own origin, or Slack's over https."""
+    scheme, host, port = origin(url)
+    if (scheme, host, port) == origin(api_base):
+        return
+    if (host != "slack.com" and not host.endswith(".slack.com")) or parts_userinfo(url):
+        raise HermesError(f"a file URL outside Slack's API ({scheme}://{host}:{port}): not fetched with the bot token")
+    if scheme != "https" or port != 443:
+        raise HermesError(f"a file URL on Slack without https on port 443 ({scheme}://{host}:{port}): "
+                          "not fetched with the bot token")
+
+
+def parts_userinfo(url: str) -> bool:
+    """A URL carrying user@ before its host (a host name that is not the real one to a reader)."""
+    return "@" in urlsplit(url).netloc
 
 
 async def _upload_args(reply: Outbound) -> dict[str, Any]:

@@ -22,6 +22,15 @@ from ...store.vault import Vault
 MAX_EDIT_CHARS = 2_000_000
 
 
+class TooLong(InputError):
+    """A save over MAX_EDIT_CHARS: answered 413 (web/pages.py), nothing written."""
+
+
+def too_long_message(chars: int) -> str:
+    return (f"the text is {chars:,} characters; a file edited here holds at most {MAX_EDIT_CHARS:,} characters: "
+            "nothing was saved (edit a file this large in a text editor)")
+
+
 def digest(data: bytes | None) -> str:
     return "absent" if data is None else hashlib.sha256(data).hexdigest()
 
@@ -58,7 +67,7 @@ def save(vault: Vault, rel: str, text: str, base: str) -> Saved:
     our lock and saves between our check and our write is seen in what the swap displaced; the
     check is then made again on their text, fails, and their text is put back."""
     if len(text) > MAX_EDIT_CHARS:
-        raise InputError(f"the text is over {MAX_EDIT_CHARS:,} characters", rel)
+        raise TooLong(too_long_message(len(text)), rel)
     if symlink_on_path(vault.root, rel, include_last=True) is not None:
         raise InputError("a symlink is never written through: edit the file it points to", rel)
     store = vault.git

@@ -22,7 +22,7 @@ from urllib.parse import quote
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ...errors import HermesError, InputError, NotFound
@@ -34,7 +34,7 @@ from ...store.files import symlink_on_path
 from ...store.vault import Vault
 from ..decisions import decide
 from . import edits
-from .security import CSRF_FIELD, MAX_FORM_BYTES, Keys
+from .security import CSRF_FIELD, MAX_FORM_BYTES, Keys, wants_json
 
 if TYPE_CHECKING:
     from ...store.claims import RefClaims
@@ -138,6 +138,13 @@ class Site:
         while len(self.flashes) > 200:  # messages nobody came back for
             self.flashes.pop(next(iter(self.flashes)))
         return RedirectResponse(f"{to}{'&' if '?' in to else '?'}flash={key}", 303)
+
+    def too_large(self, request: Request, message: str) -> Response:
+        """413 with the reason: JSON for a client that asks for it (`Accept: application/json`),
+        else the error page."""
+        if wants_json(request.headers.get("accept", "")):
+            return JSONResponse({"error": message, "max_chars": edits.MAX_EDIT_CHARS}, 413)
+        return self.render(request, "error.html", 413, error=message)
 
     def failed(self, request: Request, exc: HermesError) -> HTMLResponse:
         status = 404 if isinstance(exc, NotFound) else 400
@@ -255,8 +262,12 @@ class Site:
         if request.method == "POST":
             form = await read_form(request)
             yours = str(form.get("text", ""))
+            if len(yours) > edits.MAX_EDIT_CHARS:  # before any work: 413, as the page and the API say
+                return self.too_large(request, edits.too_long_message(len(yours)))
             try:
                 saved = await run_in_threadpool(edits.save, self.vault, rel, yours, str(form.get("base", "")))
+            except edits.TooLong as exc:
+                return self.too_large(request, str(exc))
             except HermesError as exc:
                 saved = edits.Saved(False, message=str(exc))
             if saved.ok:

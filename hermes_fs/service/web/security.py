@@ -152,9 +152,9 @@ class Guard:
             try:
                 receive = await _checked_csrf(receive, headers, self.keys.csrf)
             except _TooLarge:
-                return await _plain(send_with_headers, 413, f"the form is over {MAX_FORM_BYTES:,} bytes: nothing "
-                                                            f"was saved (a file edited here holds at most "
-                                                            f"{MAX_EDIT_CHARS:,} characters)")
+                return await _too_large(send_with_headers, headers.get(b"accept", b"").decode("latin-1"),
+                                        f"the form is over {MAX_FORM_BYTES:,} bytes: nothing was saved (a file edited "
+                                        f"here holds at most {MAX_EDIT_CHARS:,} characters)")
             if receive is None:
                 return await _plain(send_with_headers, 403, "missing or wrong CSRF token (reload the page and try again)")
         return await self.app(scope, receive, send_with_headers)
@@ -219,6 +219,27 @@ async def _checked_csrf(receive, headers: dict, expected: str):
         return {"type": "http.request", "body": body, "more_body": False}
 
     return replay
+
+
+def wants_json(accept: str) -> bool:
+    """A client asking for JSON (an API call) rather than a page."""
+    kinds = [part.split(";")[0].strip().lower() for part in accept.split(",")]
+    return "application/json" in kinds and "text/html" not in kinds
+
+
+async def _too_large(send, accept: str, text: str) -> None:
+    """413 as JSON `{"error": ..., "max_chars": ...}` for an API client, else a small HTML page."""
+    import html
+    import json
+
+    if wants_json(accept):
+        kind, body = b"application/json", json.dumps({"error": text, "max_chars": MAX_EDIT_CHARS}).encode()
+    else:
+        kind = b"text/html; charset=utf-8"
+        body = (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Too large</title></head>"
+                f"<body><h1>Too large</h1><p>{html.escape(text)}</p></body></html>\n").encode()
+    await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", kind)]})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _plain(send, status: int, text: str, extra: list | None = None) -> None:
