@@ -305,6 +305,52 @@ def _learning(results: Path) -> list[str]:
                      "tokens / refine", "probes passed"), body)]
 
 
+def _learning_sets(results: Path) -> list[str]:
+    """Lessons judged by the model, guarded by code: the development set and the test set apart
+    (the test set written apart from the code, never tuned on), the no-model candidate replay, and
+    what a learned procedure saves on repeated tasks."""
+    body = []
+    for name, label in (("learning_eval-qwen-kinds-dev-a", "dev, 6 cases (first subset)"),
+                        ("learning_eval-qwen-kinds-dev-b", "dev, 8 other cases (after the last change)"),
+                        ("learning_eval-qwen-kinds-test1", "**test**, run 1"),
+                        ("learning_eval-qwen-kinds-test2", "**test**, run 2")):
+        d = _load(results, name)
+        if not d:
+            continue
+        s = d["summary"]
+        body.append((label, s["cases"] if d.get("complete", True) else f"{s['cases']} (of {d.get('cases_planned')})",
+                     f"{s['lesson_recall']:.2f} ({round(s['lesson_recall'] * s['lessons'])} / {s['lessons']})",
+                     f"{s['trap_rate']:.2f} ({len(s['traps_learned'])} / {s['traps']})", s["harmful_changes"],
+                     f"{s['valid_rate']:.2f}"))
+    out = []
+    if body:
+        out += ["## Learning on conversations nobody tuned it for", "",
+                "`python bench/learning_eval.py --model openai/qwen2.5-coder-1.5b-instruct --api-base URL --mode "
+                "structured --split dev|test --no-probe`: lessons first, the model judging each lesson's kind, code "
+                "keeping the invariants; the packaged 1.5B model on llama.cpp, default settings (`refine.samples: 3`). "
+                "The test set (`bench/learning/test/`) was written apart from the code that judges it and never tuned "
+                "on (see the [lab note](notes/2026-12-07-learning-generalises.md)).", "",
+                *_table(("set, run", "cases", "lesson recall", "trap rate", "harmful", "valid"), body)]
+    c = _load(results, "learning_candidates")
+    if c:
+        rows = [(split, s["cases"], f"{len(s['traps_learned'])} / {s['traps']}", ", ".join(s["traps_learned"]) or "none",
+                 f"{s['lesson_recall']:.2f}") for split, s in sorted(c["splits"].items())]
+        out += ["`python bench/learning_eval.py --candidates`: no model; each case's given candidates (as a small "
+                "model might propose them, traps labelled as lasting) through the whole pipeline as if every sample "
+                "proposed them.", "",
+                *_table(("set", "cases", "trap candidates that landed", "which", "good candidates kept (recall)"), rows)]
+    k = _load(results, "compounding")
+    if k:
+        s = k["summary"]
+        out += ["`python bench/compounding.py` (the scripted model: the mechanics): task families repeated, "
+                "learning on vs off.", "",
+                *_table(("learning", "success", "model turns, first task", "model turns, later tasks",
+                         "prompt tokens, later tasks", "skill opened, later tasks"),
+                        [(m, s[m]["success"], s[m]["turns_first"], s[m]["turns_later"], s[m]["prompt_tokens_later"],
+                          s[m]["skills_opened_later"]) for m in ("off", "on")])]
+    return out
+
+
 def _curate(results: Path) -> list[str]:
     c = _load(results, "curate")
     if not c:
@@ -492,7 +538,7 @@ def results_page(results: Path) -> str:
            "The latest figures of each benchmark, from `bench/results/*.json`. Each benchmark prints its figures and "
            "writes its JSON there; runs, the commands that made them and what each change bought are in the "
            "[lab notes](notes/index.md). The machine is shared and small (2 cores), so figures move from run to run.", ""]
-    for part in (_run_all, _beside_peer, _issue_43, _warm, _cold_start, _daemon_memory, _sync, _gateway_lease, _routing, _learning, _curate,
+    for part in (_run_all, _beside_peer, _issue_43, _warm, _cold_start, _daemon_memory, _sync, _gateway_lease, _routing, _learning, _learning_sets, _curate,
                  _text_calls):
         out += part(results)
     return "\n".join(out).rstrip("\n") + "\n"
