@@ -86,7 +86,7 @@ def skill_name(lesson: str) -> str:
 
 def first_request(conv: Said) -> str:
     """The person's first sentence: what they asked for, in their words (the skill is for that)."""
-    for i, s in conv.person():
+    for _i, s in conv.person():
         if len(s.split()) >= 3 and not find_secrets(s):
             return s.rstrip(" .?!")[:160]
     return ""
