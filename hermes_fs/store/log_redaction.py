@@ -1,5 +1,5 @@
 """Nothing a hermes-fs process logs or prints carries a secret: every log record (any library's:
-httpx logs each request's URL, and Telegram's has the bot token in its path) and every write to
+httpx logs each request's URL, and a Bot API puts the bot token in its path) and every write to
 stdout/stderr (`daemon --detach` sends both to .hermes/daemon.out) goes through `redact_line`.
 
 Two passes: the configured secret values themselves, literally (every value of .hermes/secrets.env and
@@ -24,8 +24,8 @@ from . import secrets as scanner
 SECRETS_ENV_VAR = "HERMES_REDACT_SECRETS_ENV"  # tells a child process (the model worker) whose values to redact
 MIN_LITERAL = 6  # shorter values ("true", a port) would blank out ordinary words
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS)", re.I)
-# a Telegram bot token in a Bot API URL (`/bot<id>:<secret>/method`, the colon maybe percent-encoded)
-TELEGRAM_URL_TOKEN = re.compile(r"(/(?:file/)?bot)\d{5,}(?::|%3A)[A-Za-z0-9_-]{20,}", re.I)
+# a bot token in an API URL path (`/bot<id>:<secret>/method`, the colon maybe percent-encoded)
+BOT_URL_TOKEN = re.compile(r"(/(?:file/)?bot)\d{5,}(?::|%3A)[A-Za-z0-9_-]{20,}", re.I)
 
 
 class Redactor:
@@ -73,7 +73,7 @@ class Redactor:
         for value in self.literals():
             if value in text:
                 text = text.replace(value, "[REDACTED configured secret]")
-        text = TELEGRAM_URL_TOKEN.sub(r"\1[REDACTED Telegram bot token]", text)
+        text = BOT_URL_TOKEN.sub(r"\1[REDACTED bot token]", text)
         if _maybe_secret(text):
             text, _n = scanner.redact(text)
         return text

@@ -115,9 +115,14 @@ def _token_like(tok: str) -> bool:
     return sum(bool(re.search(p, tok)) for p in (r"[a-z]", r"[A-Z]", r"\d")) >= 3 or len(tok) >= 32
 
 
+_FINGERPRINT = re.compile(r"(?:SHA256|SHA1|MD5):$", re.I)  # ssh-keygen -l, git's signature check: a public key's hash
+
+
 def entropy_spans(text: str) -> Iterator[Span]:
     for m in _TOKEN.finditer(text):
         tok = m.group(0)
+        if _FINGERPRINT.search(text[max(0, m.start() - 7):m.start()]):
+            continue
         if _token_like(tok) and entropy(tok) > ENTROPY_LIMIT:
             yield "high-entropy token", m.start(), m.end()
 

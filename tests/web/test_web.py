@@ -168,7 +168,7 @@ def test_bad_paths_and_names_are_clear_errors(vault, web):
         assert code in (400, 404), (path, code)
         assert "Traceback" not in body and "root:" not in body
     code, _, body = w.request("POST", "/memory/USER.md", form(w, text="x" * 6_000_000, base="absent"))
-    assert code == 409 and "over 2,000,000 characters" in body  # the editor's own limit, said as such
+    assert code == 413 and "2,000,000 characters" in body  # the editor's own limit, said as such
     assert w.request("POST", "/log/revert", form(w, branch="refine/never"))[0] == 303  # an error message, no crash
 
 

@@ -62,7 +62,7 @@ class WhatsAppSettings(ChatSettings):
     """`gateway.whatsapp` in hermes.yaml: a WhatsApp Business phone number on the Cloud API."""
 
     token_env: str = "WHATSAPP_TOKEN"  # the variable holding the access token (Graph API, Bearer)
-    app_secret_env: str = "WHATSAPP_APP_SECRET"  # the app secret: X-Hub-Signature-256 is its HMAC of the raw body
+    app_secret_env: str = "WHATSAPP_APP_SECRET"  # the variable holding the app secret (the key of the HMAC in X-Hub-Signature-256)
     verify_token_env: str = "WHATSAPP_VERIFY_TOKEN"  # the token you typed in Meta's webhook settings (the GET handshake)
     phone_number_id: str = ""  # the business phone number's id (not the number itself)
     # who may use the agent's tools: wa_ids (the phone number's digits, no +); empty = nobody
