@@ -204,3 +204,34 @@ gateway:
         handler.close()
         env.stop()
     assert leaks(agent_vault.state_dir, [PASSWORD]) == []
+
+
+def test_whatsapp_the_token_and_the_app_secret_are_in_no_file_under_hermes(agent_vault, model_server, receiver,
+                                                                           redaction):
+    """The WhatsApp channel in this process (its webhook on a port the test chooses at random), every
+    log record at DEBUG written under .hermes/ as the daemon's are, a customer answered: neither the
+    access token, the app secret nor the verify token is found in any file there."""
+    from test_gateway_whatsapp import CUSTOMER, ME, World
+
+    world = World(agent_vault, model_server, receiver)
+    handler = logging.FileHandler(agent_vault.state_dir / "whatsapp-test.log")
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        model_server.responder = echo
+        gw = world.started([ME], admins=[ME])
+        log_redaction.install(agent_vault.secrets_env)
+        logging.getLogger("hermes-fs.test").debug("sending to %s/messages with Bearer %s", world.emu.api_base,
+                                                 world.emu.token)
+        world.say(CUSTOMER, "do you ship to Norway?")
+        world.emu.wait_sent(1, to=CUSTOMER, timeout=180)
+        assert gw.wait_idle(180)
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        root.setLevel(level)
+        world.close()
+    assert "[REDACTED" in (agent_vault.state_dir / "whatsapp-test.log").read_text()
+    assert leaks(agent_vault.state_dir, secret_values(agent_vault)) == []
