@@ -10,7 +10,7 @@ import os
 import sys
 
 import pytest
-from conftest import git
+from conftest import git, wait_for
 
 from hermes_fs.mind import memory
 from hermes_fs.mind.sessions import session_path
@@ -220,7 +220,9 @@ def test_the_editor_hanging_up_mid_turn_stops_the_turn_and_commits_the_transcrip
     workspace = tmp_path / "project"
     workspace.mkdir()
     model_server.stream_delay = 0.02
-    model_server.add({"content": "First answer."}, {"content": STORY, "chunk_delay": 0.1})
+    # a story of about 30 minutes at this pace: whatever the machine's load, the hang-up comes first
+    long_story = " ".join(f"w{i}" for i in range(18_000)) + " THE-END"
+    model_server.add({"content": "First answer."}, {"content": long_story, "chunk_delay": 0.1})
     editor = Editor()
 
     async def scenario():
@@ -235,7 +237,8 @@ def test_the_editor_hanging_up_mid_turn_stops_the_turn_and_commits_the_transcrip
 
     sid, code = run(scenario())
     assert code == 0
-    assert model_server.closed_early == [1]  # the long answer's request was closed, not read to its end
+    # the long answer's request was closed, not read to its end (the server sees it at its next write)
+    assert wait_for(lambda: model_server.closed_early == [1], 180), model_server.closed_early
     assert session_path(sid) in git(agent_vault, "ls-files", "sessions").split()
     assert git(agent_vault, "status", "--porcelain", "sessions") == ""  # committed as it is on disk
     transcript = (agent_vault.root / session_path(sid)).read_text()
