@@ -6,6 +6,7 @@ message, the daemon stops, and every file under `.hermes/` is searched for every
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -53,6 +54,23 @@ def leaks(state_dir: Path, values: list[str]) -> list[tuple[str, str]]:
                 if form.encode() in data:
                     found.append((str(path.relative_to(state_dir)), value[:6] + "..."))
     return found
+
+
+@contextlib.contextmanager
+def debug_log(path: Path):
+    """Every log record of this process, at DEBUG, written to `path` (under .hermes/, as the daemon's
+    log is) while the block runs."""
+    handler = logging.FileHandler(path)
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        handler.close()
 
 
 def run_detached(vault, run_cli, say, wait_answer, connected: str) -> str:
@@ -169,11 +187,8 @@ def test_email_the_password_is_in_no_file_under_hermes(agent_vault, model_server
     keys = {"people.example": DkimKey.make("people.example")}
     env = MailEnv([AGENT, ME]).start()
     env.zone.add(keys["people.example"])
-    handler = logging.FileHandler(agent_vault.state_dir / "email-test.log")
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
+    logged = contextlib.ExitStack()
+    logged.enter_context(debug_log(agent_vault.state_dir / "email-test.log"))
     try:
         configure_vault(agent_vault.root, model_server, f"""refine:
   every_turns: 0
@@ -199,9 +214,7 @@ gateway:
         finally:
             gw.stop()
     finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
-        handler.close()
+        logged.close()
         env.stop()
     assert leaks(agent_vault.state_dir, [PASSWORD]) == []
 
@@ -214,11 +227,8 @@ def test_whatsapp_the_token_and_the_app_secret_are_in_no_file_under_hermes(agent
     from test_gateway_whatsapp import CUSTOMER, ME, World
 
     world = World(agent_vault, model_server, receiver)
-    handler = logging.FileHandler(agent_vault.state_dir / "whatsapp-test.log")
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
+    logged = contextlib.ExitStack()
+    logged.enter_context(debug_log(agent_vault.state_dir / "whatsapp-test.log"))
     try:
         model_server.responder = echo
         gw = world.started([ME], admins=[ME])
@@ -229,9 +239,7 @@ def test_whatsapp_the_token_and_the_app_secret_are_in_no_file_under_hermes(agent
         world.emu.wait_sent(1, to=CUSTOMER, timeout=180)
         assert gw.wait_idle(180)
     finally:
-        root.removeHandler(handler)
-        handler.close()
-        root.setLevel(level)
+        logged.close()
         world.close()
     assert "[REDACTED" in (agent_vault.state_dir / "whatsapp-test.log").read_text()
     assert leaks(agent_vault.state_dir, secret_values(agent_vault)) == []
