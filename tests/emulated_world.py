@@ -9,6 +9,20 @@ from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault
 
 
+def pdf_then_send(body):
+    """The model writes a PDF report, then sends it with a caption, then answers (one file out)."""
+    import re
+
+    last_user = max(i for i, m in enumerate(body["messages"]) if m["role"] == "user")
+    tools = [m["content"] for m in body["messages"][last_user:] if m["role"] == "tool"]
+    if not tools:
+        return {"tool_calls": [("write_pdf", {"markdown": "# Summary\n\n- all good", "filename": "summary"})]}
+    if len(tools) == 1:
+        return {"tool_calls": [("send_file", {"path": re.search(r"wrote (\S+)", tools[0]).group(1),
+                                              "caption": "the summary"})]}
+    return {"content": "Here is the summary."}
+
+
 def echo(body):
     users = [m["content"] for m in body["messages"] if m["role"] == "user"]
     return {"content": f"echo {users[-1][-60:]} ({len(users)} turns)"}

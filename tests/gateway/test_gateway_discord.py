@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from conftest import wait_for
 from discord_emulator import DiscordEmulator
-from emulated_world import EmulatedWorld
+from emulated_world import EmulatedWorld, pdf_then_send
 
 from hermes_fs.errors import ConfigError
 from hermes_fs.service.gateway import commands, registry
@@ -278,18 +278,6 @@ def test_a_voice_message_whose_size_lies_is_refused_by_the_download(world):
     assert len([c for c in world.emu.calls if c.startswith("GET /cdn")]) == 1  # the stranger's was never fetched
     assert world.model_server.requests == []
 
-
-def pdf_then_send(body):
-    import re
-
-    last_user = max(i for i, m in enumerate(body["messages"]) if m["role"] == "user")
-    tools = [m["content"] for m in body["messages"][last_user:] if m["role"] == "tool"]
-    if not tools:
-        return {"tool_calls": [("write_pdf", {"markdown": "# Summary\n\n- all good", "filename": "summary"})]}
-    if len(tools) == 1:
-        return {"tool_calls": [("send_file", {"path": re.search(r"wrote (\S+)", tools[0]).group(1),
-                                              "caption": "the summary"})]}
-    return {"content": "Here is the summary."}
 
 
 def test_a_file_the_agent_sends_arrives_after_the_answer(world):

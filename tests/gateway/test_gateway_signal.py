@@ -13,7 +13,7 @@ import json
 
 import pytest
 from conftest import git, wait_for
-from emulated_world import EmulatedWorld, echo
+from emulated_world import EmulatedWorld, echo, pdf_then_send
 from signal_emulator import SignalEmulator
 
 from hermes_fs.errors import ConfigError
@@ -295,18 +295,6 @@ def test_a_voice_note_is_transcribed_and_answered(world):
     assert "🎤" in first and "weather" in first.lower() and "weather" in rest
     assert gw.wait_idle(180)
 
-
-def pdf_then_send(body):
-    import re
-
-    last_user = max(i for i, m in enumerate(body["messages"]) if m["role"] == "user")
-    tools = [m["content"] for m in body["messages"][last_user:] if m["role"] == "tool"]
-    if not tools:
-        return {"tool_calls": [("write_pdf", {"markdown": "# Summary\n\n- all good", "filename": "summary"})]}
-    if len(tools) == 1:
-        return {"tool_calls": [("send_file", {"path": re.search(r"wrote (\S+)", tools[0]).group(1),
-                                              "caption": "the summary"})]}
-    return {"content": "Here is the summary."}
 
 
 def test_a_file_the_agent_sends_arrives_as_an_attachment_after_the_answer(world):

@@ -15,7 +15,7 @@ import struct
 import httpx
 import pytest
 from conftest import git, wait_for
-from emulated_world import EmulatedWorld, echo
+from emulated_world import EmulatedWorld, echo, pdf_then_send
 from whatsapp_emulator import WhatsAppEmulator
 
 from hermes_fs.service.gateway.channel import Origin
@@ -252,18 +252,6 @@ def test_outside_the_24_hour_window_a_reply_fails_clearly_and_is_not_retried(wor
     d = gw.ledger.delivery(rid)
     assert d is not None and "131047" in (d.reason or "") and "24 hours" in (d.reason or "") and d.attempts <= 1
 
-
-def pdf_then_send(body):
-    import re
-
-    last_user = max(i for i, m in enumerate(body["messages"]) if m["role"] == "user")
-    tools = [m["content"] for m in body["messages"][last_user:] if m["role"] == "tool"]
-    if not tools:
-        return {"tool_calls": [("write_pdf", {"markdown": "# Summary\n\n- all good", "filename": "summary"})]}
-    if len(tools) == 1:
-        return {"tool_calls": [("send_file", {"path": re.search(r"wrote (\S+)", tools[0]).group(1),
-                                              "caption": "the summary"})]}
-    return {"content": "Here is the summary."}
 
 
 def test_a_file_the_agent_sends_is_uploaded_and_sent_as_a_document(world):
