@@ -23,7 +23,10 @@ Procedures stand on commands the assistant really ran (see `procedures.py`).
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass, field
+
+import snowballstemmer
 
 from ..store.secrets import find_secrets
 from .validate import tokens
@@ -37,7 +40,6 @@ REVISIT_MIN = 2  # topic words a later sentence of the person shares with the qu
 NEAR_TURNS = 2  # the person's next turns, where one shared topic word is enough
 EVIDENCE_CHARS = 300  # longest verbatim sentence written beside a lesson
 ALREADY_SAID = 0.8  # share of the sentence's words the lesson already holds: the sentence adds nothing
-STEM = 5  # letters that make two words one (a crude stem, enough for inflections)
 
 # Structural screens: the grammar of time limits, ids and counts, and failures. They only refuse.
 TIME_BOUND = re.compile(
@@ -52,11 +54,18 @@ ONE_OFF = re.compile(r"(\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"  # 
                      r"|#\d+\b|\bpull/\d+"  # a PR or issue number
                      r"|\b\d[\d,]*\s+(tests?|users?|rows?|files?|lines?|commits?|records?|items?|errors?)\b"  # a count
                      r"|\b\d{1,2}:\d{2}\b)", re.I)  # a clock time
-TRANSIENT = re.compile(r"(?<![-\w])(timed out|times out|timing out|timeouts? (error|exceeded)|dns|name resolution|"
+TRANSIENT = re.compile(r"(?<![-\w])(timed out|times out|timing out|timeouts? (error|exceeded)|"
+                       r"(fails?|failed|failing|hit|hits|with) (a |the )?timeouts?|dns|name resolution|"
                        r"50[234]|outage|unavailable|flaky|blip|no space|disk (is )?full|out of disk|"
                        r"connection (reset|refused)|reset by peer)\b", re.I)
 FIRST_PERSON = re.compile(r"\b(i|i'm|im|i've|i'd|me|my|mine|myself)\b", re.I)
 QUOTED = re.compile(r"[\"“«]([^\"”»]{3,})[\"”»]")  # words inside quotation marks: someone else's, relayed
+# The grammar of reported speech: someone other than the person (or "we", or "you" whom they answer)
+# says, thinks or wants something; what follows is that someone's words, relayed.
+REPORTED = re.compile(
+    r"\b(?!(?:i|we|you|that|as|i've|i'd|i'm)\b)[\w'’]+\s+(?:(?:keeps?|kept)\s+(?:saying|telling\s+\w+|asking\s+\w+)"
+    r"|says|said|thinks|insists|insisted|claims|claimed|argues|argued|reckons|suggested|suggests|recommended"
+    r"|recommends|wrote|writes|told\s+\w+|tells\s+\w+|wants\s+(?:us|me|everyone|everybody)\s+to)\b", re.I)
 
 
 @dataclass
@@ -101,6 +110,7 @@ class Verdict:
     sentence: str = ""  # the person's sentences the quote spans, verbatim
     located: bool = False  # the quote is the person's sentence code found for it (see `locate`)
     later: list[str] = field(default_factory=list)  # the person's later sentences on the same topic
+    only_kind: bool = False  # every guard passed; only the model's kind (one-off) left it out
 
     @property
     def kept(self) -> bool:
@@ -135,16 +145,23 @@ def sentences(text: str) -> list[str]:
     return [p.strip() for p in _SENTENCE_END.split(str(text)) if p and p.strip()]
 
 
+_STEMMER = threading.local()
+
+
 def stems(text: str) -> set[str]:
-    return {w[:STEM] for w in tokens(text)}
+    """Topic words, each as its Snowball stem ("hourly" and "hours" are one word)."""
+    stemmer = getattr(_STEMMER, "english", None)
+    if stemmer is None:  # a stemmer keeps state while it works: one per thread
+        stemmer = _STEMMER.english = snowballstemmer.stemmer("english")
+    return set(stemmer.stemWords(sorted(tokens(text))))
 
 
 def judge(quote: str, lesson: str, kind: str, steps: list[str], conv: Said) -> Verdict:
     """Every guard, in turn; the first that refuses says why."""
     kind = kind.strip().lower() if kind.strip().lower() in KINDS else "one-off"
     v = Verdict(" ".join(quote.split()), " ".join(lesson.split()), kind, [" ".join(s.split()) for s in steps])
-    if kind not in LASTING_KINDS:
-        v.why = f"the model judged it {kind}, not something lasting"
+    if kind == "not-theirs":
+        v.why = "the model judged it not-theirs, not something lasting"
         return v
     for guard in (_place, _no_secret, _not_relayed, _not_revisited, _not_time_bound, _not_one_off, _grounded):
         why = guard(v, conv)
@@ -152,6 +169,8 @@ def judge(quote: str, lesson: str, kind: str, steps: list[str], conv: Said) -> V
             v.why = why
             return v
     v.file = "USER.md" if kind == "preference" or FIRST_PERSON.search(v.sentence) else "MEMORY.md"
+    if kind not in LASTING_KINDS:  # the model's judgement of meaning; lessons.py may ask it again
+        v.why, v.only_kind = f"the model judged it {kind}, not something lasting", True
     return v
 
 
@@ -174,7 +193,8 @@ def _place(v: Verdict, conv: Said) -> str:
 
 
 def _not_relayed(v: Verdict, conv: Said) -> str:
-    """Words the person puts in quotation marks are someone else's, relayed."""
+    """Words the person puts in quotation marks, or after someone else's "says", "told us" or
+    "keeps saying", are that someone's, relayed."""
     if v.turn < 0:
         return ""
     q = norm(v.quote if not v.located else v.sentence)
@@ -182,7 +202,17 @@ def _not_relayed(v: Verdict, conv: Said) -> str:
         inner = norm(m.group(1))
         if inner and (q in inner or (len(inner.split()) >= MIN_QUOTE_WORDS and inner in q)):
             return "someone else's words, which the person quoted"
+    if reported(v.sentence, "" if v.located else v.quote):
+        return "someone else's words, which the person relayed"
     return ""
+
+
+def reported(sentence: str, quote: str = "") -> bool:
+    """The sentence reports someone else's words before the quote ends (anywhere, with no quote)."""
+    text, q = norm(sentence), norm(quote)
+    at = text.find(q) if q else -1
+    end = at + len(q) if at >= 0 else len(text)
+    return any(m.start() < end for m in REPORTED.finditer(text))
 
 
 def _not_revisited(v: Verdict, conv: Said) -> str:

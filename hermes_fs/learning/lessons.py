@@ -48,6 +48,7 @@ AGREE = 2  # of them that must propose a lesson as lasting for it to be kept
 TEMPERATURE = 0.7  # different samples, so agreement means something
 SAME_LESSON = 0.5  # share of words two lessons have in common to be one lesson
 DUPLICATE_ENTRY = 0.6  # share of words a lesson has in common with a memory entry to be a repeat
+RECONSIDER = True  # a lesson the samples proposed only as a one-off is asked about too (see LessonTask._lasting)
 SAME_TOPIC = 2  # topic words a lesson shares with a person's entry to be about the same thing (or half of a short entry's)
 
 CONTRADICTION = "skipped: a contradiction"  # a lesson on a person's entry, held back and named in the review
@@ -125,15 +126,23 @@ today is {"remember": false}. Answer only JSON."""
 
 
 # -- what the conversation holds, by who said it ---------------------------------------------------
-_PASTE_START = re.compile(r"^\s*(```|~~~|---\s*$|#{1,6} |> |<!--)")
+_PASTE_START = re.compile(r"^\s*(```|~~~|---\s*$|#{1,6} |> |<!--|(from|to|cc|subject|date|sent):\s)", re.I)
+# "here is what ops sent me:", "On Monday, Ana wrote:": what follows the colon someone else wrote
+_PASTE_INTRO = re.compile(r"\b(?!(?:i|we)\b)[\w'’]+\s+(sent|wrote|forwarded|posted|replied|mailed|e-?mailed|says|said|"
+                          r"writes|shared)\b(\s+(me|us|this|the following|earlier|today))*\s*:", re.I)
 
 
 def own_words(text: str) -> str:
     """The person's own words in a turn: what comes before a pasted document (a fence, a rule, a
-    heading, a quote block), where text someone else wrote begins."""
+    heading, a quote block, mail headers, or a colon after "… sent me", "… wrote"), where text
+    someone else wrote begins."""
     kept = []
     for line in str(text).splitlines():
         if _PASTE_START.match(line):
+            break
+        intro = _PASTE_INTRO.search(line)
+        if intro:
+            kept.append(line[:intro.end()])
             break
         kept.append(line)
     return "\n".join(kept)
@@ -182,43 +191,50 @@ def _same(a: Verdict, b: Verdict) -> bool:
             or norm(b.quote) in norm(a.quote) or bool(a.sentence and a.sentence == b.sentence))
 
 
-def grouped(samples: list[list[Verdict]]) -> list[tuple[Verdict, int]]:
-    """Kept lessons with how many samples proposed each (one per sample at most), each in the
-    wording that shares most words with the others' (then the fullest), its kind the one most
-    samples gave (a procedure or a memory entry)."""
-    groups: list[tuple[list[Verdict], set[int]]] = []
+@dataclass
+class Group:
+    """One lesson as the samples proposed it: its best wording, how many samples proposed it as
+    lasting, and how many proposed it at all (as a one-off too) with every guard passed."""
+
+    best: Verdict
+    lasting: int
+    proposed: int
+
+
+def grouped(samples: list[list[Verdict]]) -> list[Group]:
+    """Lessons that passed every guard (one per sample at most), each in the wording that shares
+    most words with the others' (the person's latest words first, then the fullest), its kind the
+    one most samples gave (a procedure or a memory entry); a lasting wording before a one-off's."""
+    groups: list[tuple[list[Verdict], set[int], set[int]]] = []  # members, samples lasting, samples at all
     for n, sample in enumerate(samples):
         for v in sample:
-            if not v.kept:
+            if not (v.kept or v.only_kind):
                 continue
-            for members, seen in groups:
-                if any(_same(m, v) for m in members):
-                    members.append(v)
-                    seen.add(n)
-                    break
-            else:
-                groups.append(([v], {n}))
+            group = next((g for g in groups if any(_same(m, v) for m in g[0])), None)
+            if group is None:
+                group = ([], set(), set())
+                groups.append(group)
+            group[0].append(v)
+            group[2].add(n)
+            if v.kept:
+                group[1].add(n)
     out = []
-    for members, seen in groups:
-        kinds = Counter(m.kind == "procedure" for m in members)
+    for members, lasting, seen in groups:
+        pool = [m for m in members if m.kept] or members
+        kinds = Counter(m.kind == "procedure" for m in pool)
         procedure = kinds[True] > kinds[False]
-        pool = [m for m in members if (m.kind == "procedure") == procedure]
+        pool = [m for m in pool if (m.kind == "procedure") == procedure]
         best = max(pool, key=lambda m: (m.turn, sum(len(stems(m.lesson) & stems(o.lesson)) for o in pool if o is not m),
-                                        len(stems(m.lesson)), m.lesson))  # the person's latest words first
+                                        len(stems(m.lesson)), m.lesson))
         if procedure:
             best.steps = list(dict.fromkeys(s for m in pool for s in m.steps))
-        out.append((best, len(seen)))
+        out.append(Group(best, len(lasting), len(seen)))
     return out
 
 
-def agreed(samples: list[list[Verdict]], need: int) -> list[tuple[Verdict, int]]:
-    return [(v, n) for v, n in grouped(samples) if n >= need]
-
-
-def alone(samples: list[list[Verdict]], need: int) -> list[tuple[Verdict, int]]:
-    """Lessons fewer samples than `need` proposed: each may still stand on one more judgement of
-    the model, asked about exactly that lesson (see LessonTask._lasting)."""
-    return [(v, n) for v, n in grouped(samples) if n < need]
+def agreed(samples: list[list[Verdict]], need: int) -> list[Group]:
+    """Lessons at least `need` samples proposed as lasting."""
+    return [g for g in grouped(samples) if g.lasting >= need]
 
 
 def held(overlay: OverlayFiles, cfg) -> list[str]:
@@ -276,7 +292,8 @@ class LessonTask:
     applied: list[Applied] = field(default_factory=list)
     verdicts: list[list[Verdict]] = field(default_factory=list)  # each sample's candidates, judged
     invalid_answers: int = 0
-    _kept: list[tuple[Verdict, int]] = field(default_factory=list)
+    reconsider: bool = RECONSIDER  # ask about lessons every sample called a one-off, too
+    _kept: list[Group] = field(default_factory=list)
     _before: dict[str, bytes | None] = field(default_factory=dict)
     _answers: dict[tuple[str, str], bool] = field(default_factory=dict)  # the yes/no judgements asked
 
@@ -318,14 +335,16 @@ class LessonTask:
             raise LearningError(f"lessons: none of the model's {self.samples} answers was a list of lessons in JSON")
         need = min(self.agree, self.samples)
         self._kept = agreed(self.verdicts, need)
-        self._kept += [(v, n) for v, n in alone(self.verdicts, need) if v.kind != "procedure" and self._lasting(v)]
+        self._kept += [g for g in grouped(self.verdicts)
+                       if g.lasting < need and g.best.kind != "procedure" and self._lasting(g)]
 
     def _write(self) -> None:
         self.applied = []
         existing = held(self.overlay, self.config)
-        for v, votes in self._kept:
-            reason = (f'the user said: "{v.sentence or v.quote}" ({votes} of {self.samples} samples: {v.kind})'
-                      if v.turn >= 0 else f"it worked in the conversation ({votes} of {self.samples} samples: procedure)")
+        for g in self._kept:
+            v = g.best
+            reason = (f'the user said: "{v.sentence or v.quote}" ({_votes(g, self.samples, self.agree)})'
+                      if v.turn >= 0 else f"it worked in the conversation ({_votes(g, self.samples, self.agree)})")
             if v.later and not self._still_holds(v):
                 self.applied.append(Applied(f"memory/{v.file}", f"add {v.lesson!r}", reason,
                                             f"skipped: the person came back to this later (“{v.later[-1][:80]}”) and "
@@ -377,11 +396,21 @@ class LessonTask:
         return self._confirm(Replaces, REPLACES_PROMPT, f"The entry: {theirs.text}\nThe person now: {v.sentence}",
                              "replaces")
 
-    def _lasting(self, v: Verdict) -> bool:
-        """A lesson only one sample proposed stands when the model, asked about it alone, says it
-        lasts (a second opinion in place of a second sample; only a clear yes counts)."""
-        return self._confirm(Remember, REMEMBER_PROMPT, f"The person said: {v.sentence or v.quote}\n"
-                                                         f"The lesson: {v.lesson}", "remember")
+    def _lasting(self, g: Group) -> bool:
+        """A lesson fewer than `agree` samples proposed as lasting stands when the model, asked
+        about it alone, says it lasts: a second opinion, on a narrower question, in place of a
+        second sample (only a clear yes counts). A small model calls much a one-off in a list that
+        it keeps when asked about it alone, so with `reconsider` a lesson the samples proposed only
+        as a one-off is asked about too; it then becomes a preference or a fact by where it goes."""
+        if g.lasting == 0 and not self.reconsider:
+            return False
+        v = g.best
+        if not self._confirm(Remember, REMEMBER_PROMPT, f"The person said: {v.sentence or v.quote}\n"
+                                                          f"The lesson: {v.lesson}", "remember"):
+            return False
+        if not v.kept:  # judged a one-off in every sample: now confirmed as lasting
+            v.kind, v.why, v.only_kind = ("preference" if v.file == "USER.md" else "fact"), "", False
+        return True
 
     def _still_holds(self, v: Verdict) -> bool:
         """The person's later words on the topic leave the earlier ones standing (asked once; only
@@ -441,8 +470,8 @@ class LessonTask:
     def left_out(self) -> str:
         """What code left out, counted by why (the review's explanation of an empty result)."""
         why = Counter(v.why for sample in self.verdicts for v in sample if not v.kept)
-        kept = {id(v) for v, _n in self._kept}
-        lone = sum(n < self.agree and id(v) not in kept for v, n in grouped(self.verdicts))
+        kept = {id(g.best) for g in self._kept}
+        lone = sum(0 < g.lasting < self.agree and id(g.best) not in kept for g in grouped(self.verdicts))
         if lone:
             why[f"proposed as lasting by fewer than {self.agree} of the {self.samples} answers, and not confirmed "
                 "as lasting when asked"] += lone
@@ -457,11 +486,21 @@ class LessonTask:
         return [f"sample {n + 1}: {v.lesson!r} ({v.why})" for n, s in enumerate(self.verdicts) for v in s if not v.kept]
 
 
+def _votes(g: Group, samples: int, agree: int) -> str:
+    """How the samples and the second opinion judged a kept lesson (its reason, for review)."""
+    said = f"{g.lasting} of {samples} samples: {g.best.kind}"
+    if g.lasting >= agree:
+        return said
+    if g.lasting == 0:
+        said = f"{g.proposed} of {samples} samples proposed it as a one-off"
+    return said + "; asked about it alone, the model said it lasts"
+
+
 def _twin(result: str) -> str:
     """The existing skill a refused create nearly duplicates (the duplicate guard names it)."""
     m = re.search(r"nearly duplicates the existing skill '([^']+)'", result)
     return m.group(1) if m else ""
 
 
-__all__ = ["Candidate", "LessonTask", "Lessons", "Said", "Turn", "Verdict", "agreed", "gist", "grouped", "held",
+__all__ = ["Candidate", "Group", "LessonTask", "Lessons", "Said", "Turn", "Verdict", "agreed", "gist", "grouped", "held",
            "own_words", "said", "sentences"]

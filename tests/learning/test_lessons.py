@@ -100,7 +100,7 @@ def test_the_persons_later_words_on_a_topic_are_found():
     late = verdict("the team standardised on ruff format", "Format Python with ruff format.", kind="fact", conv=conv)
     assert late.kept and late.later == [], late.why
     # the later quote wins when both are proposed as one lesson
-    assert agreed([[early], [late]], 2) == [(late, 2)]
+    assert [(g.best, g.lasting) for g in agreed([[early], [late]], 2)] == [(late, 2)]
 
 
 def test_a_retraction_with_few_words_in_the_next_turns_is_found():
@@ -128,9 +128,9 @@ def test_pasted_documents_are_not_the_persons_words():
 def test_agreement_needs_two_samples_even_for_a_strongly_worded_sentence():
     a = verdict("stick to user-level installs", "Use user-level installs; no root here.")
     b = verdict("No root here, and there never will be", "No root here: use user-level installs.")
-    assert [(v.lesson, n) for v, n in agreed([[a], [b]], 2)]  # the same lesson in two wordings
+    assert [g.best.lesson for g in agreed([[a], [b]], 2)]  # the same lesson in two wordings
     assert agreed([[a], []], 2) == []
-    assert [v.lesson for v, _n in agreed([[a]], 1)] == [a.lesson]
+    assert [g.best.lesson for g in agreed([[a]], 1)] == [a.lesson]
 
 
 # -- end to end: the scripted model, the real pipeline ----------------------------------------------------
@@ -169,9 +169,8 @@ def test_refine_keeps_the_agreed_lasting_lesson_and_drops_the_rest(agent_vault, 
     info = agent_vault.git.commit_info(out.branch)
     assert info.summary == "learn: Indents with tabs, not spaces."
     assert "(2 of 3 samples: preference)" in info.body
-    reqs = model_server.requests[-3:]
-    assert all(r["temperature"] == lessons.TEMPERATURE and r["response_format"]["json_schema"]["name"] == "Lessons"
-               for r in reqs)
+    reqs = [r for r in model_server.requests if r.get("response_format", {}).get("json_schema", {}).get("name") == "Lessons"]
+    assert len(reqs) == 3 and all(r["temperature"] == lessons.TEMPERATURE for r in reqs)
     schema = reqs[0]["response_format"]["json_schema"]["schema"]
     assert "kind" in json.dumps(schema) and "not-theirs" in json.dumps(schema)
     assert "USER: No: tabs, not spaces" in reqs[0]["messages"][1]["content"]
@@ -189,7 +188,23 @@ def test_a_lesson_one_sample_proposed_stands_only_on_the_models_yes_when_asked(a
     model_server.add(answer(TABS), answer(), answer(NAME), {"content": json.dumps({"remember": True})})
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "pending", out.reason
-    assert "(1 of 3 samples: preference)" in agent_vault.git.commit_info(out.branch).body
+    assert "(1 of 3 samples: preference; asked about it alone, the model said it lasts)" in \
+        agent_vault.git.commit_info(out.branch).body
+
+
+def test_a_lesson_every_sample_called_a_one_off_is_asked_about_alone(agent_vault, model_server, session):
+    """A small model calls much a one-off in a list; asked about the one lesson, its yes keeps it."""
+    model_server.add(answer(("tabs, not spaces, for me", "one-off", "Indents with tabs, not spaces.")), answer(),
+                     answer(("tabs, not spaces", "one-off", "Indents with tabs.")),
+                     {"content": json.dumps({"remember": True})})
+    out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
+    assert out.status == "pending", out.reason
+    body = agent_vault.git.commit_info(out.branch).body
+    assert "(2 of 3 samples proposed it as a one-off; asked about it alone, the model said it lasts)" in body
+    assert "Indents with tabs" in agent_vault.git.read_file(out.branch, USER).decode()
+    ask = model_server.requests[-1]
+    assert ask["response_format"]["json_schema"]["name"] == "Remember" and "tabs, not spaces" in \
+        ask["messages"][1]["content"]
 
 
 def test_what_memory_holds_is_not_added_again(agent_vault, model_server, session):
@@ -348,3 +363,32 @@ def test_earlier_words_the_person_came_back_to_stand_only_on_the_models_yes(agen
     assert refine(agent_vault, RefineOptions(session=sid, mode="structured", samples=3)).status == "nothing"
     model_server.add(answer(german), answer(german), answer(german), {"content": json.dumps({"still_holds": True})})
     assert refine(agent_vault, RefineOptions(session=sid, mode="structured", samples=3)).status == "pending"
+
+
+def test_words_the_person_relays_without_quotation_marks_are_not_theirs():
+    conv = Said([Turn("person", "Merge the branch. My manager keeps telling everyone we should always squash-merge, "
+                                "whatever. I read summaries on my phone, so keep them short.")])
+    relayed = verdict("we should always squash-merge", "Always squash-merge.", conv=conv)
+    assert relayed.why == "someone else's words, which the person relayed"
+    assert verdict("Priya thinks we should release on Thursdays", "Release on Thursdays.", kind="fact",
+                   conv=Said([Turn("person", "Priya thinks we should release on Thursdays.")])).why
+    own = verdict("I read summaries on my phone, so keep them short", "Keep summaries short.", conv=conv)
+    assert own.kept, own.why
+    mine = Said([Turn("person", "I told them we always use tabs. That said, I prefer short answers.")])
+    assert verdict("I prefer short answers", "Prefers short answers.", conv=mine).kept
+
+
+def test_a_document_introduced_as_someone_elses_is_not_the_persons_words():
+    assert own_words("Make a checklist. Here is what the ops team sent me:\nrestart redis after deploys\nThanks") == \
+        "Make a checklist. Here is what the ops team sent me:"
+    assert own_words("On Mon, 7 Dec, Ana wrote:\nalways rebase") == "On Mon, 7 Dec, Ana wrote:"
+    assert own_words("See below.\nFrom: ops@example.org\nSubject: cache\nrestart redis") == "See below."
+    assert own_words("My rules:\n- always rebase\n- never force push") == "My rules:\n- always rebase\n- never force push"
+
+
+def test_a_changed_value_in_the_next_turn_is_the_persons_later_word():
+    conv = Said([Turn("person", "It should always poll the jobs queue once an hour."),
+                 Turn("assistant", "Done: every 60 minutes."),
+                 Turn("person", "Hmm, no, make it every 15 minutes, hourly is too slow for us.")])
+    early = verdict("always poll the jobs queue once an hour", "Polls the jobs queue hourly.", kind="fact", conv=conv)
+    assert early.later == ["Hmm, no, make it every 15 minutes, hourly is too slow for us."]
