@@ -19,6 +19,7 @@ rewritten without their quoted words), tokens and seconds per refine, probe pass
 
 Usage: python bench/learning_eval.py --model M [--api-base URL] [--mode tools|structured]
        [--split dev|test|all] [--cases-dir DIR] [--cases 1,3,foo] [--no-probe] [--min-recall 0.8] [--max-trap-rate 0] [--out FILE]
+       [--no-reconsider]   (anywhere: a lesson every sample called a one-off is not asked about again)
        python bench/learning_eval.py --combine RUN.json... [--out FILE]   (one summary of runs in parts)
        python bench/learning_eval.py --replay RUN.json [--out FILE]
            (lessons first: the run's recorded model answers judged again by today's code, no model called;
@@ -52,7 +53,7 @@ SPLITS = ("dev", "test")  # bench/learning/dev: settings are chosen on it; bench
 from hermes_fs.agent.conversation import Conversation, ConversationOptions  # noqa: E402
 from hermes_fs.agent.model import LiteLLMModel, Model, ModelSettings, Reply, Usage  # noqa: E402
 from hermes_fs.errors import HermesError  # noqa: E402
-from hermes_fs.learning import changes, pipeline  # noqa: E402
+from hermes_fs.learning import changes, lessons, pipeline  # noqa: E402
 from hermes_fs.learning.refine import RefineOptions, Reviewer  # noqa: E402
 from hermes_fs.learning.validate import similar_skill, skills_at  # noqa: E402
 from hermes_fs.mind.sessions import session_path  # noqa: E402
@@ -163,6 +164,7 @@ class CaseResult:
     probe_seconds: float = 0.0
     probe_error: str = ""
     answers: list[str] = field(default_factory=list)  # what the reviewer model answered (for reading why)
+    calls: list[dict] = field(default_factory=list)  # each refine call: its schema, the question, the answer
     refused: list[str] = field(default_factory=list)  # structured mode: entries the tools refused, and why
     harmful: int = 0  # entries a person wrote that the change removes or rewrites without their quoted words
     split: str = ""  # dev | test | "" (a folder run as it is)
@@ -264,7 +266,7 @@ def count_harmful(vault: Vault, reviewer: Reviewer, base: str, tip: str) -> int:
 def run_case(case: Case, s: Settings, workdir: Path, refine_model: Model | None = None,
              probe_model: Model | None = None) -> CaseResult:
     vault = make_vault(workdir / case.name, case, s)
-    model = refine_model or s.new_model(s.refine_max_tokens)
+    model = Recording(refine_model or s.new_model(s.refine_max_tokens))
     usage_before = _usage(model)
     t0 = time.perf_counter()
     reviewer = Reviewer(vault, RefineOptions(session=case.session, policy="review", mode=s.mode, samples=s.samples), model)
@@ -291,7 +293,7 @@ def run_case(case: Case, s: Settings, workdir: Path, refine_model: Model | None 
                         {c.id: c.hit(added) for c in case.expect},
                         {f"{c.kind}:{c.example[:40]}": c.hit(added) for c in case.traps}, dups,
                         outcome.status in ("pending", "merged", "nothing"), invalid, tokens, round(seconds, 2),
-                        answers=answers, refused=refused, harmful=harmful, split=case.split)
+                        answers=answers, refused=refused, harmful=harmful, split=case.split, calls=model.calls)
     if s.probe and case.probe:
         run_probe(vault, case.probe, s, probe_model or s.new_model(s.probe_max_tokens), workdir / "ws", result)
     return result
@@ -408,20 +410,56 @@ def combine(paths: list[str], out: str | None) -> dict:
     return data
 
 
+def _schema(response_format) -> str:
+    return (response_format or {}).get("json_schema", {}).get("name", "")
+
+
+class Recording:
+    """The refine model, with each call kept: its schema, its question (the last message) and the
+    answer, so a replay answers each yes/no question with what the model said to that question."""
+
+    def __init__(self, model: Model):
+        self.model, self.calls, self._lock = model, [], threading.Lock()
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def complete(self, messages, tools, response_format=None, on_text=None, temperature=None) -> Reply:
+        reply = self.model.complete(messages, tools, response_format=response_format, on_text=on_text,
+                                    temperature=temperature)
+        with self._lock:
+            self.calls.append({"schema": _schema(response_format), "ask": str(messages[-1].get("content") or "")[-1500:],
+                               "answer": str(reply.content or "")[:1500]})
+        return reply
+
+
 class Recorded:
-    """A model that answers with a run's recorded answers, in order (then an empty list of lessons):
-    the samples of lessons first are drawn at once, so which recorded answer is which sample does
-    not matter. Answers were recorded cut at 1,500 characters; one cut there no longer parses and
+    """A model that answers with a run's recorded answers: the lessons calls in order (then an
+    empty list of lessons; the samples are drawn at once, so which is which does not matter), and
+    each yes/no question with the answer recorded for that question (a question the run never
+    asked gets no answer, which code reads as no). Runs recorded before calls were kept answer
+    in order. Answers were recorded cut at 1,500 characters; one cut there no longer parses and
     counts as an invalid answer."""
 
     name = "recorded"
 
-    def __init__(self, answers: list[str]):
+    def __init__(self, answers: list[str], calls: list[dict] | None = None):
         self.answers, self.usage, self._lock = list(answers), Usage(), threading.Lock()
+        self.calls = list(calls or [])
+        self.unasked = 0  # yes/no questions the recorded run never asked
 
     def complete(self, messages, tools, response_format=None, on_text=None, temperature=None) -> Reply:
         with self._lock:
-            return Reply(self.answers.pop(0) if self.answers else '{"lessons": []}')
+            if not self.calls:
+                return Reply(self.answers.pop(0) if self.answers else '{"lessons": []}')
+            schema, ask = _schema(response_format), str(messages[-1].get("content") or "")[-1500:]
+            for n, c in enumerate(self.calls):
+                if c["schema"] == schema and (schema == "Lessons" or c["ask"] == ask):
+                    return Reply(self.calls.pop(n)["answer"])
+            if schema == "Lessons":
+                return Reply('{"lessons": []}')
+            self.unasked += 1
+            return Reply("")
 
 
 def replay(path: str, out: str | None) -> dict:
@@ -435,7 +473,8 @@ def replay(path: str, out: str | None) -> dict:
     results = []
     with tempfile.TemporaryDirectory(prefix="hermes-replay-") as tmp:
         for recorded in run["cases"]:
-            results.append(run_case(cases[recorded["case"]], s, Path(tmp), Recorded(recorded["answers"])))
+            results.append(run_case(cases[recorded["case"]], s, Path(tmp),
+                                    Recorded(recorded["answers"], recorded.get("calls"))))
     data = {"summary": asdict(summarize(results, s, 0.5, 0.05)), "cases": [asdict(r) for r in results],
             "command": f"python bench/learning_eval.py --replay {path}", "replay_of": path,
             "complete": bool(run.get("complete", True))}
@@ -497,6 +536,9 @@ def split_summaries(results: list[CaseResult], s: Settings, min_recall: float, m
 def main(argv: list[str] | None = None) -> dict:
     if argv is None:
         argv = sys.argv[1:]
+    if "--no-reconsider" in argv:  # a lesson every sample called a one-off is not asked about again
+        argv = [a for a in argv if a != "--no-reconsider"]
+        lessons.RECONSIDER = False
     if argv[:1] == ["--replay"] and len(argv) >= 2:
         return replay(argv[1], argv[argv.index("--out") + 1] if "--out" in argv else None)
     if argv[:1] == ["--combine"]:

@@ -292,7 +292,7 @@ class LessonTask:
     applied: list[Applied] = field(default_factory=list)
     verdicts: list[list[Verdict]] = field(default_factory=list)  # each sample's candidates, judged
     invalid_answers: int = 0
-    reconsider: bool = RECONSIDER  # ask about lessons every sample called a one-off, too
+    reconsider: bool = field(default_factory=lambda: RECONSIDER)  # ask about lessons all samples called one-offs
     _kept: list[Group] = field(default_factory=list)
     _before: dict[str, bytes | None] = field(default_factory=dict)
     _answers: dict[tuple[str, str], bool] = field(default_factory=dict)  # the yes/no judgements asked
