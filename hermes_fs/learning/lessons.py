@@ -32,7 +32,7 @@ from pydantic import Field
 from ..agent.model import Model, Usage
 from ..agent.tools import ToolBox
 from ..errors import HermesError, InputError
-from ..mind import memory
+from ..mind import embeddings, memory
 from ..store.overlay import OverlayFiles
 from ..store.secrets import find_secrets
 from . import guards
@@ -50,6 +50,7 @@ SAME_LESSON = 0.5  # share of words two lessons have in common to be one lesson
 DUPLICATE_ENTRY = 0.6  # share of words a lesson has in common with a memory entry to be a repeat
 RECONSIDER = True  # a lesson the samples proposed only as a one-off is asked about too (see LessonTask._lasting)
 SAME_TOPIC = 2  # topic words a lesson shares with a person's entry to be about the same thing (or half of a short entry's)
+SAME_TOPIC_COSINE = 0.5  # or, where the MiniLM is installed, this close in meaning (other words for the same thing)
 
 CONTRADICTION = "skipped: a contradiction"  # a lesson on a person's entry, held back and named in the review
 Kind = Literal["preference", "fact", "procedure", "one-off", "not-theirs"]
@@ -373,8 +374,7 @@ class LessonTask:
                for old in existing for s in gist(old)):
             self.applied.append(Applied(f"memory/{v.file}", what, reason, "skipped: memory already holds this lesson"))
             return
-        theirs = next((p for p in self.people if same_topic(v.lesson, p.text)
-                       or (v.sentence and same_topic(v.sentence, p.text))), None)
+        theirs = self._theirs(v)
         if theirs is not None:
             if not self._person_replaces(theirs, v):
                 self.applied.append(Applied(f"memory/{theirs.file}", what, reason,
@@ -390,6 +390,20 @@ class LessonTask:
             self.applied.append(Applied(f"memory/{v.file}", what, reason, result))
         if result.startswith("ok"):
             existing.append(v.lesson)
+
+    def _theirs(self, v: Verdict) -> PersonEntry | None:
+        """The person's entry the lesson is about: sharing its topic words, or, where the MiniLM is
+        installed, close to it in meaning ("moved to the payments group" and "works on the billing
+        team" share no word)."""
+        people = [p for p in self.people if not any(similar(v.lesson, g, DUPLICATE_ENTRY) for g in gist(p.text))]
+        found = next((p for p in people if same_topic(v.lesson, p.text) or (v.sentence and same_topic(v.sentence, p.text))),
+                     None)
+        if found is not None or not people or not embeddings.available():
+            return found
+        vectors = embeddings.model().encode([v.lesson] + [p.text for p in people])
+        closeness = [float(vectors[0] @ row) for row in vectors[1:]]
+        best = max(range(len(people)), key=closeness.__getitem__)
+        return people[best] if closeness[best] >= SAME_TOPIC_COSINE else None
 
     def _person_replaces(self, theirs: PersonEntry, v: Verdict) -> bool:
         """The person's words say their entry is out of date (asked once; only a clear yes counts)."""

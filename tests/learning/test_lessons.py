@@ -13,7 +13,7 @@ from hermes_fs.learning import changes, lessons
 from hermes_fs.learning.guards import Said, Turn, judge
 from hermes_fs.learning.lessons import agreed, own_words
 from hermes_fs.learning.refine import RefineOptions, refine
-from hermes_fs.mind import skills
+from hermes_fs.mind import embeddings, skills
 from hermes_fs.mind.sessions import render_message, session_path
 from hermes_fs.store.docs import parse_doc
 from hermes_fs.store.provenance import Act
@@ -258,6 +258,18 @@ def test_a_lesson_on_a_persons_entry_is_held_as_a_contradiction(agent_vault, mod
     body = agent_vault.git.commit_info(out.branch).body
     assert "held, not written: add 'Indents with tabs, not spaces.' in memory/USER.md: a contradiction" in body
     assert "Indents with tabs" not in agent_vault.git.read_file(out.branch, USER).decode()
+
+
+@pytest.mark.skipif(not embeddings.available(), reason="the embeddings extra is not installed")
+def test_a_persons_entry_in_other_words_is_found_by_meaning(agent_vault, model_server, session):
+    """No topic word in common ("soft indentation" and "tabs, not spaces"): the MiniLM finds it."""
+    _person_entry(agent_vault, "Lives in Lyon.")
+    _person_entry(agent_vault, "Uses soft indentation everywhere.")
+    model_server.add(answer(TABS), answer(TABS), answer(TABS), {"content": json.dumps({"replaces": False})})
+    out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
+    assert out.status == "nothing", out.reason
+    assert "a contradiction" in out.reason and "Uses soft indentation everywhere." in out.reason
+    assert "The entry: Uses soft indentation everywhere." in model_server.requests[-1]["messages"][1]["content"]
 
 
 def test_the_persons_words_replace_their_entry_and_wait_for_review(agent_vault, model_server, session):
