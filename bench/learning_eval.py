@@ -19,7 +19,6 @@ rewritten without their quoted words), tokens and seconds per refine, probe pass
 
 Usage: python bench/learning_eval.py --model M [--api-base URL] [--mode tools|structured]
        [--split dev|test|all] [--cases-dir DIR] [--cases 1,3,foo] [--no-probe] [--min-recall 0.8] [--max-trap-rate 0] [--out FILE]
-       [--no-reconsider]   (anywhere: a lesson every sample called a one-off is not asked about again)
        python bench/learning_eval.py --combine RUN.json... [--out FILE]   (one summary of runs in parts)
        python bench/learning_eval.py --replay RUN.json [--out FILE]
            (lessons first: the run's recorded model answers judged again by today's code, no model called;
@@ -53,7 +52,7 @@ SPLITS = ("dev", "test")  # bench/learning/dev: settings are chosen on it; bench
 from hermes_fs.agent.conversation import Conversation, ConversationOptions  # noqa: E402
 from hermes_fs.agent.model import LiteLLMModel, Model, ModelSettings, Reply, Usage  # noqa: E402
 from hermes_fs.errors import HermesError  # noqa: E402
-from hermes_fs.learning import changes, lessons, pipeline  # noqa: E402
+from hermes_fs.learning import changes, pipeline  # noqa: E402
 from hermes_fs.learning.refine import RefineOptions, Reviewer  # noqa: E402
 from hermes_fs.learning.validate import similar_skill, skills_at  # noqa: E402
 from hermes_fs.mind.sessions import session_path  # noqa: E402
@@ -487,7 +486,8 @@ def replay(path: str, out: str | None) -> dict:
 class Candidates:
     """No model: every lessons call is answered with the case's `replay:` candidates (each sample
     the same, so agreement never stands in the way of a trap), and the yes/no questions (does the
-    person's sentence replace their entry? do their earlier words still hold?) with no: with no
+    person's sentence replace their entry? do their earlier words still hold?) with no, and every
+    sentence the person wrote is sorted as a task: with no
     model there is no judgement, and code's default is no."""
 
     name = "candidates"
@@ -499,7 +499,7 @@ class Candidates:
 
     def complete(self, messages, tools, response_format=None, on_text=None, temperature=None) -> Reply:
         schema = (response_format or {}).get("json_schema", {}).get("name", "")
-        no = {"Replaces": {"replaces": False}, "StillHolds": {"still_holds": False}, "Remember": {"remember": False}}
+        no = {"Replaces": {"replaces": False}, "StillHolds": {"still_holds": False}, "Sort": {"kind": "task"}}
         return Reply(json.dumps(no.get(schema, self.doc)))
 
 
@@ -536,9 +536,6 @@ def split_summaries(results: list[CaseResult], s: Settings, min_recall: float, m
 def main(argv: list[str] | None = None) -> dict:
     if argv is None:
         argv = sys.argv[1:]
-    if "--no-reconsider" in argv:  # a lesson every sample called a one-off is not asked about again
-        argv = [a for a in argv if a != "--no-reconsider"]
-        lessons.RECONSIDER = False
     if argv[:1] == ["--replay"] and len(argv) >= 2:
         return replay(argv[1], argv[argv.index("--out") + 1] if "--out" in argv else None)
     if argv[:1] == ["--combine"]:

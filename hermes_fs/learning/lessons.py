@@ -48,7 +48,7 @@ AGREE = 2  # of them that must propose a lesson as lasting for it to be kept
 TEMPERATURE = 0.7  # different samples, so agreement means something
 SAME_LESSON = 0.5  # share of words two lessons have in common to be one lesson
 DUPLICATE_ENTRY = 0.6  # share of words a lesson has in common with a memory entry to be a repeat
-RECONSIDER = True  # a lesson the samples proposed only as a one-off is asked about too (see LessonTask._lasting)
+SORTED_SENTENCES = 40  # the person's latest sentences each sorted on its own (see LessonTask._sort)
 SAME_TOPIC = 2  # topic words a lesson shares with a person's entry to be about the same thing (or half of a short entry's)
 SAME_TOPIC_COSINE = 0.5  # or, where the MiniLM is installed, this close in meaning (other words for the same thing)
 
@@ -80,8 +80,11 @@ class StillHolds(_Strict):
     still_holds: bool
 
 
-class Remember(_Strict):
-    remember: bool
+class Sort(_Strict):
+    """A forced choice, not a yes/no: asked "should this be remembered?", the 1.5B model said yes
+    to 137 of 151 sentences of the development set; sorting them, it called 15 lasting."""
+
+    kind: Literal["task", "thanks", "lasting"]
 
 
 LESSONS_PROMPT = """You read a conversation between a person (USER) and their assistant. List what the assistant \
@@ -120,10 +123,18 @@ Answer {"still_holds": true} only if their earlier words still hold after the la
 take them back, change them or replace them); else {"still_holds": false}. Answer only JSON."""
 
 
-REMEMBER_PROMPT = """Something a person said to their assistant, and a lesson drawn from it. Should the assistant \
-remember the lesson in conversations weeks from now? Answer {"remember": true} only if it is a lasting preference, \
-habit or fact about the person or their work. A request for today's task, a temporary situation or a detail of \
-today is {"remember": false}. Answer only JSON."""
+SORT_PROMPT = """You sort one sentence a person wrote to their assistant. Answer with its kind:
+- task: asks for something to be done now, or is about this one job (files, numbers, names, errors of today)
+- thanks: thanks, approval, small talk
+- lasting: says how the person always wants things done, or a fact about them, their setup or their team that will \
+still be true next month
+Examples:
+"Rename report.pdf to final.pdf." -> {"kind": "task"}
+"Great, thanks." -> {"kind": "thanks"}
+"I always use fish shell." -> {"kind": "lasting"}
+"The build failed, why?" -> {"kind": "task"}
+"Our servers all run Debian." -> {"kind": "lasting"}
+Answer only JSON."""
 
 
 # -- what the conversation holds, by who said it ---------------------------------------------------
@@ -293,7 +304,6 @@ class LessonTask:
     applied: list[Applied] = field(default_factory=list)
     verdicts: list[list[Verdict]] = field(default_factory=list)  # each sample's candidates, judged
     invalid_answers: int = 0
-    reconsider: bool = field(default_factory=lambda: RECONSIDER)  # ask about lessons all samples called one-offs
     _kept: list[Group] = field(default_factory=list)
     _before: dict[str, bytes | None] = field(default_factory=dict)
     _answers: dict[tuple[str, str], bool] = field(default_factory=dict)  # the yes/no judgements asked
@@ -335,9 +345,16 @@ class LessonTask:
         if self.invalid_answers == self.samples:
             raise LearningError(f"lessons: none of the model's {self.samples} answers was a list of lessons in JSON")
         need = min(self.agree, self.samples)
+        lasting = self._sort()
         self._kept = agreed(self.verdicts, need)
-        self._kept += [g for g in grouped(self.verdicts)
-                       if g.lasting < need and g.best.kind != "procedure" and self._lasting(g)]
+        self._kept += [g for g in grouped(self.verdicts) if g.lasting < need and g.best.kind != "procedure"
+                       and g.best.turn >= 0 and (g.best.turn, g.best.sentence) in lasting]
+        covered = {(g.best.turn, g.best.sentence) for g in self._kept}
+        for turn, sentence in lasting:  # a sentence sorted as lasting that no sample proposed: its own words
+            v = guards.judge(sentence, sentence, "fact", [], self.conversation)
+            if v.kept and v.turn == turn and (v.turn, v.sentence) not in covered:
+                self._kept.append(Group(v, 0, 0))
+                covered.add((v.turn, v.sentence))
 
     def _write(self) -> None:
         self.applied = []
@@ -410,21 +427,30 @@ class LessonTask:
         return self._confirm(Replaces, REPLACES_PROMPT, f"The entry: {theirs.text}\nThe person now: {v.sentence}",
                              "replaces")
 
-    def _lasting(self, g: Group) -> bool:
-        """A lesson fewer than `agree` samples proposed as lasting stands when the model, asked
-        about it alone, says it lasts: a second opinion, on a narrower question, in place of a
-        second sample (only a clear yes counts). A small model calls much a one-off in a list that
-        it keeps when asked about it alone, so with `reconsider` a lesson the samples proposed only
-        as a one-off is asked about too; it then becomes a preference or a fact by where it goes."""
-        if g.lasting == 0 and not self.reconsider:
-            return False
-        v = g.best
-        if not self._confirm(Remember, REMEMBER_PROMPT, f"The person said: {v.sentence or v.quote}\n"
-                                                          f"The lesson: {v.lesson}", "remember"):
-            return False
-        if not v.kept:  # judged a one-off in every sample: now confirmed as lasting
-            v.kind, v.why, v.only_kind = ("preference" if v.file == "USER.md" else "fact"), "", False
-        return True
+    def _sort(self) -> set[tuple[int, str]]:
+        """The person's sentences the model, shown each one alone, sorts as lasting (a forced
+        choice at temperature 0, in parallel): a lesson fewer than `agree` samples proposed as
+        lasting stands when its sentence is one of them, and one no sample proposed is kept in the
+        person's own words. Garbage or an error sorts a sentence as not lasting."""
+        said = self.conversation.person()[-SORTED_SENTENCES:]
+        ask = [[{"role": "system", "content": SORT_PROMPT}, {"role": "user", "content": json.dumps(s, ensure_ascii=False)}]
+               for _i, s in said]
+
+        def sort(messages: list[dict]) -> str:
+            try:
+                reply = self.model.complete(messages, [], response_format=response_format(Sort), temperature=0.0)
+            except HermesError:
+                return ""
+            self.usage.add(reply.usage)
+            self.messages.append({"role": "assistant", "content": reply.content or ""})
+            try:
+                return parse_document(reply.content, Sort).kind  # type: ignore[attr-defined]
+            except DocumentError:
+                return ""
+
+        with ThreadPoolExecutor(max_workers=max(1, self.samples)) as pool:
+            kinds = list(pool.map(sort, ask))
+        return {place for place, kind in zip(said, kinds, strict=True) if kind == "lasting"}
 
     def _still_holds(self, v: Verdict) -> bool:
         """The person's later words on the topic leave the earlier ones standing (asked once; only
@@ -487,8 +513,8 @@ class LessonTask:
         kept = {id(g.best) for g in self._kept}
         lone = sum(0 < g.lasting < self.agree and id(g.best) not in kept for g in grouped(self.verdicts))
         if lone:
-            why[f"proposed as lasting by fewer than {self.agree} of the {self.samples} answers, and not confirmed "
-                "as lasting when asked"] += lone
+            why[f"proposed as lasting by fewer than {self.agree} of the {self.samples} answers, and its sentence "
+                "not sorted as lasting"] += lone
         why.update(a.result.removeprefix("skipped: ") for a in self.applied if a.skipped)
         if not why:
             return ""
@@ -501,13 +527,15 @@ class LessonTask:
 
 
 def _votes(g: Group, samples: int, agree: int) -> str:
-    """How the samples and the second opinion judged a kept lesson (its reason, for review)."""
+    """How the samples and the sort of the person's sentence judged a kept lesson (for review)."""
     said = f"{g.lasting} of {samples} samples: {g.best.kind}"
     if g.lasting >= agree:
         return said
+    if g.proposed == 0:
+        return "no sample proposed it; the model, shown the sentence alone, sorted it as lasting"
     if g.lasting == 0:
         said = f"{g.proposed} of {samples} samples proposed it as a one-off"
-    return said + "; asked about it alone, the model said it lasts"
+    return said + "; the model, shown the sentence alone, sorted it as lasting"
 
 
 def _twin(result: str) -> str:
