@@ -353,6 +353,7 @@ class LessonTask:
         for turn, sentence in lasting:  # a sentence sorted as lasting that no sample proposed: its own words
             v = guards.judge(sentence, sentence, "fact", [], self.conversation)
             if v.kept and v.turn == turn and (v.turn, v.sentence) not in covered:
+                v.located = True  # written as the person's words: "The user said: “…”"
                 self._kept.append(Group(v, 0, 0))
                 covered.add((v.turn, v.sentence))
 

@@ -176,35 +176,58 @@ def test_refine_keeps_the_agreed_lasting_lesson_and_drops_the_rest(agent_vault, 
     assert "USER: No: tabs, not spaces" in reqs[0]["messages"][1]["content"]
 
 
-def test_a_lesson_one_sample_proposed_stands_only_on_the_models_yes_when_asked(agent_vault, model_server, session):
-    model_server.add(answer(NAME_WRONG), answer(NAME), answer(NAME), {"content": json.dumps({"remember": False})})
+def sorts(lasting: str = "", n: int = 2):
+    """The model's sort of each of the person's sentences (asked in parallel, so each answer is
+    computed from its request): `lasting` for the sentence holding those words, else a task."""
+    def sort(body):
+        said = body["messages"][-1]["content"]
+        assert body["response_format"]["json_schema"]["name"] == "Sort" and body["temperature"] == 0.0
+        return {"content": json.dumps({"kind": "lasting" if lasting and lasting in said else "task"})}
+    return [sort] * n
+
+
+def test_a_lesson_one_sample_proposed_stands_only_when_its_sentence_is_sorted_lasting(agent_vault, model_server,
+                                                                                      session):
+    model_server.add(answer(NAME_WRONG), answer(NAME), answer(NAME), *sorts())
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "nothing", out.reason
-    assert "proposed as lasting by fewer than 2 of the 3 answers, and not confirmed as lasting" in out.reason
+    assert "proposed as lasting by fewer than 2 of the 3 answers, and its sentence not sorted as lasting" in out.reason
     assert "the model judged it one-off" in out.reason
-    ask = model_server.requests[-1]
-    assert ask["response_format"]["json_schema"]["name"] == "Remember" and ask["temperature"] == 0.0
-    assert "rename notes.txt" in ask["messages"][1]["content"]
-    model_server.add(answer(TABS), answer(), answer(NAME), {"content": json.dumps({"remember": True})})
+    asked = [r["messages"][1]["content"] for r in model_server.requests
+             if r.get("response_format", {}).get("json_schema", {}).get("name") == "Sort"]
+    assert sorted(asked) == ['"No: tabs, not spaces, for me; eight columns wide."',
+                             '"Now rename notes.txt to notes-2026-11-30-final.txt please."']
+    model_server.add(answer(TABS), answer(), answer(NAME), *sorts("tabs"))
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "pending", out.reason
-    assert "(1 of 3 samples: preference; asked about it alone, the model said it lasts)" in \
+    assert "(1 of 3 samples: preference; the model, shown the sentence alone, sorted it as lasting)" in \
         agent_vault.git.commit_info(out.branch).body
 
 
-def test_a_lesson_every_sample_called_a_one_off_is_asked_about_alone(agent_vault, model_server, session):
-    """A small model calls much a one-off in a list; asked about the one lesson, its yes keeps it."""
+def test_a_lesson_every_sample_called_a_one_off_stands_when_its_sentence_is_sorted_lasting(agent_vault, model_server,
+                                                                                           session):
+    """A small model calls much a one-off in a list that it sorts as lasting when shown alone."""
     model_server.add(answer(("tabs, not spaces, for me", "one-off", "Indents with tabs, not spaces.")), answer(),
-                     answer(("tabs, not spaces", "one-off", "Indents with tabs.")),
-                     {"content": json.dumps({"remember": True})})
+                     answer(("tabs, not spaces", "one-off", "Indents with tabs.")), *sorts("tabs"))
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "pending", out.reason
     body = agent_vault.git.commit_info(out.branch).body
-    assert "(2 of 3 samples proposed it as a one-off; asked about it alone, the model said it lasts)" in body
+    assert "(2 of 3 samples proposed it as a one-off; the model, shown the sentence alone, sorted it as lasting)" in body
     assert "Indents with tabs" in agent_vault.git.read_file(out.branch, USER).decode()
-    ask = model_server.requests[-1]
-    assert ask["response_format"]["json_schema"]["name"] == "Remember" and "tabs, not spaces" in \
-        ask["messages"][1]["content"]
+
+
+def test_a_sentence_sorted_lasting_that_no_sample_proposed_is_kept_in_the_persons_words(agent_vault, model_server,
+                                                                                       session):
+    model_server.add(answer(), answer(), answer(), *sorts("tabs"))
+    out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
+    assert out.status == "pending", out.reason
+    assert "The user said: \u201cNo: tabs, not spaces, for me; eight columns wide.\u201d" in \
+        agent_vault.git.read_file(out.branch, USER).decode()
+    assert "no sample proposed it; the model, shown the sentence alone, sorted it as lasting" in \
+        agent_vault.git.commit_info(out.branch).body
+    # code's invariants hold over a sorted sentence too: a time-bound one is not kept
+    model_server.add(answer(), answer(), answer(), *sorts("rename"))
+    assert refine(agent_vault, RefineOptions(mode="structured", samples=3)).status in ("nothing", "pending")
 
 
 def test_what_memory_holds_is_not_added_again(agent_vault, model_server, session):
@@ -244,7 +267,7 @@ def _person_entry(vault, text):
 
 def test_a_lesson_on_a_persons_entry_is_held_as_a_contradiction(agent_vault, model_server, session):
     _person_entry(agent_vault, "Indents with spaces, four wide.")
-    model_server.add(answer(TABS), answer(TABS), answer(TABS), {"content": json.dumps({"replaces": False})})
+    model_server.add(answer(TABS), answer(TABS), answer(TABS), *sorts(), {"content": json.dumps({"replaces": False})})
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "nothing", out.reason
     assert "a contradiction" in out.reason and "Indents with spaces, four wide." in out.reason
@@ -252,7 +275,7 @@ def test_a_lesson_on_a_persons_entry_is_held_as_a_contradiction(agent_vault, mod
     assert ask["response_format"]["json_schema"]["name"] == "Replaces" and ask["temperature"] == 0.0
     # beside a change that is written, the held contradiction is named in the change for the reviewer
     model_server.add(answer(TABS, NAME_WRONG), answer(TABS, NAME_WRONG), answer(TABS, NAME_WRONG),
-                     {"content": json.dumps({"replaces": False})})
+                     *sorts(), {"content": json.dumps({"replaces": False})})
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "pending", out.reason
     body = agent_vault.git.commit_info(out.branch).body
@@ -265,7 +288,7 @@ def test_a_persons_entry_in_other_words_is_found_by_meaning(agent_vault, model_s
     """No topic word in common ("soft indentation" and "tabs, not spaces"): the MiniLM finds it."""
     _person_entry(agent_vault, "Lives in Lyon.")
     _person_entry(agent_vault, "Uses soft indentation everywhere.")
-    model_server.add(answer(TABS), answer(TABS), answer(TABS), {"content": json.dumps({"replaces": False})})
+    model_server.add(answer(TABS), answer(TABS), answer(TABS), *sorts(), {"content": json.dumps({"replaces": False})})
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "nothing", out.reason
     assert "a contradiction" in out.reason and "Uses soft indentation everywhere." in out.reason
@@ -274,7 +297,7 @@ def test_a_persons_entry_in_other_words_is_found_by_meaning(agent_vault, model_s
 
 def test_the_persons_words_replace_their_entry_and_wait_for_review(agent_vault, model_server, session):
     _person_entry(agent_vault, "Indents with spaces, four wide.")
-    model_server.add(answer(TABS), answer(TABS), answer(TABS), {"content": json.dumps({"replaces": True})})
+    model_server.add(answer(TABS), answer(TABS), answer(TABS), *sorts(), {"content": json.dumps({"replaces": True})})
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3, policy="auto"))
     assert out.status == "pending", out.reason  # a change to a person's entry waits for review under every policy
     text = agent_vault.git.read_file(out.branch, USER).decode()
@@ -367,13 +390,13 @@ def test_earlier_words_the_person_came_back_to_stand_only_on_the_models_yes(agen
         c.ask("Forget the German practice, I have no time for it.")
         sid = c.id
     german = ("Answer me in German from now on", "preference", "Answers in German.")
-    model_server.add(answer(german), answer(german), answer(german), {"content": json.dumps({"still_holds": False})})
+    model_server.add(answer(german), answer(german), answer(german), *sorts(), {"content": json.dumps({"still_holds": False})})
     out = refine(agent_vault, RefineOptions(session=sid, mode="structured", samples=3))
     assert out.status == "nothing" and "came back to this later" in out.reason, out.reason
     assert model_server.requests[-1]["response_format"]["json_schema"]["name"] == "StillHolds"
-    model_server.add(answer(german), answer(german), answer(german), {"content": "garbage"})
+    model_server.add(answer(german), answer(german), answer(german), *sorts(), {"content": "garbage"})
     assert refine(agent_vault, RefineOptions(session=sid, mode="structured", samples=3)).status == "nothing"
-    model_server.add(answer(german), answer(german), answer(german), {"content": json.dumps({"still_holds": True})})
+    model_server.add(answer(german), answer(german), answer(german), *sorts(), {"content": json.dumps({"still_holds": True})})
     assert refine(agent_vault, RefineOptions(session=sid, mode="structured", samples=3)).status == "pending"
 
 
