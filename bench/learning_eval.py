@@ -499,7 +499,8 @@ class Candidates:
 
     def complete(self, messages, tools, response_format=None, on_text=None, temperature=None) -> Reply:
         schema = (response_format or {}).get("json_schema", {}).get("name", "")
-        no = {"Replaces": {"replaces": False}, "StillHolds": {"still_holds": False}, "Sort": {"kind": "task"}}
+        no = {"Replaces": {"replaces": False}, "StillHolds": {"still_holds": False}, "Sort": {"kind": "task"},
+              "Remember": {"remember": False}}
         return Reply(json.dumps(no.get(schema, self.doc)))
 
 

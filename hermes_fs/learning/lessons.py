@@ -80,6 +80,10 @@ class StillHolds(_Strict):
     still_holds: bool
 
 
+class Remember(_Strict):
+    remember: bool
+
+
 class Sort(_Strict):
     """A forced choice, not a yes/no: asked "should this be remembered?", the 1.5B model said yes
     to 137 of 151 sentences of the development set; sorting them, it called 15 lasting."""
@@ -121,6 +125,12 @@ only if the person's words say the old entry is wrong or out of date and theirs 
 STILL_HOLDS_PROMPT = """What a person said earlier in a conversation, and what they said later on the same topic. \
 Answer {"still_holds": true} only if their earlier words still hold after the later ones (the later words do not \
 take them back, change them or replace them); else {"still_holds": false}. Answer only JSON."""
+
+
+REMEMBER_PROMPT = """Something a person said to their assistant, and a lesson drawn from it. Should the assistant \
+remember the lesson in conversations weeks from now? Answer {"remember": true} only if it is a lasting preference, \
+habit or fact about the person or their work. A request for today's task, a temporary situation or a detail of \
+today is {"remember": false}. Answer only JSON."""
 
 
 SORT_PROMPT = """You sort one sentence a person wrote to their assistant. Answer with its kind:
@@ -348,7 +358,7 @@ class LessonTask:
         lasting = self._sort()
         self._kept = agreed(self.verdicts, need)
         self._kept += [g for g in grouped(self.verdicts) if g.lasting < need and g.best.kind != "procedure"
-                       and g.best.turn >= 0 and (g.best.turn, g.best.sentence) in lasting]
+                       and self._lasting(g, lasting)]
         covered = {(g.best.turn, g.best.sentence) for g in self._kept}
         for turn, sentence in lasting:  # a sentence sorted as lasting that no sample proposed: its own words
             v = guards.judge(sentence, sentence, "fact", [], self.conversation)
@@ -428,11 +438,25 @@ class LessonTask:
         return self._confirm(Replaces, REPLACES_PROMPT, f"The entry: {theirs.text}\nThe person now: {v.sentence}",
                              "replaces")
 
+    def _lasting(self, g: Group, sorted_lasting: set[tuple[int, str]]) -> bool:
+        """A lesson fewer than `agree` samples proposed as lasting stands when its sentence was
+        sorted as lasting, or, when a sample did propose it as lasting, when the model, asked about
+        that lesson alone, says it lasts (only a clear yes counts). A lesson every sample called a
+        one-off stands only on the sort: the 1.5B model answers that yes/no question yes to almost
+        anything (37 of 37 on the development set), so it cannot overrule three one-offs."""
+        v = g.best
+        if v.turn >= 0 and (v.turn, v.sentence) in sorted_lasting:
+            if not v.kept:  # judged a one-off by every sample: the sort of the sentence overrules it
+                v.kind, v.why, v.only_kind = ("preference" if v.file == "USER.md" else "fact"), "", False
+            return True
+        return g.lasting > 0 and self._confirm(Remember, REMEMBER_PROMPT, f"The person said: {v.sentence or v.quote}\n"
+                                                                            f"The lesson: {v.lesson}", "remember")
+
     def _sort(self) -> set[tuple[int, str]]:
         """The person's sentences the model, shown each one alone, sorts as lasting (a forced
-        choice at temperature 0, in parallel): a lesson fewer than `agree` samples proposed as
-        lasting stands when its sentence is one of them, and one no sample proposed is kept in the
-        person's own words. Garbage or an error sorts a sentence as not lasting."""
+        choice at temperature 0, in parallel): a lesson too few samples proposed as lasting stands
+        on it (see `_lasting`), and one no sample proposed is kept in the person's own words.
+        Garbage or an error sorts a sentence as not lasting."""
         said = self.conversation.person()[-SORTED_SENTENCES:]
         ask = [[{"role": "system", "content": SORT_PROMPT}, {"role": "user", "content": json.dumps(s, ensure_ascii=False)}]
                for _i, s in said]
@@ -514,8 +538,8 @@ class LessonTask:
         kept = {id(g.best) for g in self._kept}
         lone = sum(0 < g.lasting < self.agree and id(g.best) not in kept for g in grouped(self.verdicts))
         if lone:
-            why[f"proposed as lasting by fewer than {self.agree} of the {self.samples} answers, and its sentence "
-                "not sorted as lasting"] += lone
+            why[f"proposed as lasting by fewer than {self.agree} of the {self.samples} answers, and not confirmed "
+                "as lasting"] += lone
         why.update(a.result.removeprefix("skipped: ") for a in self.applied if a.skipped)
         if not why:
             return ""
@@ -528,15 +552,16 @@ class LessonTask:
 
 
 def _votes(g: Group, samples: int, agree: int) -> str:
-    """How the samples and the sort of the person's sentence judged a kept lesson (for review)."""
+    """How the samples and the second opinion judged a kept lesson (its reason, for review)."""
     said = f"{g.lasting} of {samples} samples: {g.best.kind}"
     if g.lasting >= agree:
         return said
     if g.proposed == 0:
         return "no sample proposed it; the model, shown the sentence alone, sorted it as lasting"
     if g.lasting == 0:
-        said = f"{g.proposed} of {samples} samples proposed it as a one-off"
-    return said + "; the model, shown the sentence alone, sorted it as lasting"
+        return f"{g.proposed} of {samples} samples proposed it as a one-off; the model, shown the sentence alone, " \
+               "sorted it as lasting"
+    return said + "; confirmed as lasting"
 
 
 def _twin(result: str) -> str:
