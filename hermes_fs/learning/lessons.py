@@ -221,6 +221,7 @@ class Group:
     best: Verdict
     lasting: int
     proposed: int
+    second_opinion: str = ""  # what kept it when too few samples proposed it as lasting
 
 
 def grouped(samples: list[list[Verdict]]) -> list[Group]:
@@ -364,7 +365,7 @@ class LessonTask:
             v = guards.judge(sentence, sentence, "fact", [], self.conversation)
             if v.kept and v.turn == turn and (v.turn, v.sentence) not in covered:
                 v.located = True  # written as the person's words: "The user said: “…”"
-                self._kept.append(Group(v, 0, 0))
+                self._kept.append(Group(v, 0, 0, "the model, shown the sentence alone, sorted it as lasting"))
                 covered.add((v.turn, v.sentence))
 
     def _write(self) -> None:
@@ -448,9 +449,13 @@ class LessonTask:
         if v.turn >= 0 and (v.turn, v.sentence) in sorted_lasting:
             if not v.kept:  # judged a one-off by every sample: the sort of the sentence overrules it
                 v.kind, v.why, v.only_kind = ("preference" if v.file == "USER.md" else "fact"), "", False
+            g.second_opinion = "the model, shown the sentence alone, sorted it as lasting"
             return True
-        return g.lasting > 0 and self._confirm(Remember, REMEMBER_PROMPT, f"The person said: {v.sentence or v.quote}\n"
-                                                                            f"The lesson: {v.lesson}", "remember")
+        if g.lasting > 0 and self._confirm(Remember, REMEMBER_PROMPT, f"The person said: {v.sentence or v.quote}\n"
+                                                                        f"The lesson: {v.lesson}", "remember"):
+            g.second_opinion = "asked about it alone, the model said it lasts"
+            return True
+        return False
 
     def _sort(self) -> set[tuple[int, str]]:
         """The person's sentences the model, shown each one alone, sorts as lasting (a forced
@@ -553,15 +558,13 @@ class LessonTask:
 
 def _votes(g: Group, samples: int, agree: int) -> str:
     """How the samples and the second opinion judged a kept lesson (its reason, for review)."""
-    said = f"{g.lasting} of {samples} samples: {g.best.kind}"
     if g.lasting >= agree:
-        return said
+        return f"{g.lasting} of {samples} samples: {g.best.kind}"
     if g.proposed == 0:
-        return "no sample proposed it; the model, shown the sentence alone, sorted it as lasting"
+        return f"no sample proposed it; {g.second_opinion}"
     if g.lasting == 0:
-        return f"{g.proposed} of {samples} samples proposed it as a one-off; the model, shown the sentence alone, " \
-               "sorted it as lasting"
-    return said + "; confirmed as lasting"
+        return f"{g.proposed} of {samples} samples proposed it as a one-off; {g.second_opinion}"
+    return f"{g.lasting} of {samples} samples: {g.best.kind}; {g.second_opinion}"
 
 
 def _twin(result: str) -> str:

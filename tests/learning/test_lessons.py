@@ -186,22 +186,40 @@ def sorts(lasting: str = "", n: int = 2):
     return [sort] * n
 
 
-def test_a_lesson_one_sample_proposed_stands_only_when_its_sentence_is_sorted_lasting(agent_vault, model_server,
-                                                                                      session):
-    model_server.add(answer(NAME_WRONG), answer(NAME), answer(NAME), *sorts())
+def test_a_lesson_one_sample_proposed_stands_on_a_second_opinion(agent_vault, model_server, session):
+    model_server.add(answer(NAME_WRONG), answer(NAME), answer(NAME), *sorts(), {"content": json.dumps({"remember": False})})
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "nothing", out.reason
-    assert "proposed as lasting by fewer than 2 of the 3 answers, and its sentence not sorted as lasting" in out.reason
+    assert "proposed as lasting by fewer than 2 of the 3 answers, and not confirmed as lasting" in out.reason
     assert "the model judged it one-off" in out.reason
     asked = [r["messages"][1]["content"] for r in model_server.requests
              if r.get("response_format", {}).get("json_schema", {}).get("name") == "Sort"]
     assert sorted(asked) == ['"No: tabs, not spaces, for me; eight columns wide."',
                              '"Now rename notes.txt to notes-2026-11-30-final.txt please."']
+    ask = model_server.requests[-1]
+    assert ask["response_format"]["json_schema"]["name"] == "Remember" and ask["temperature"] == 0.0
+    assert "rename notes.txt" in ask["messages"][1]["content"]
+    # the sort of its sentence, or a yes when asked, keeps it
     model_server.add(answer(TABS), answer(), answer(NAME), *sorts("tabs"))
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "pending", out.reason
     assert "(1 of 3 samples: preference; the model, shown the sentence alone, sorted it as lasting)" in \
         agent_vault.git.commit_info(out.branch).body
+    model_server.add(answer(TABS), answer(), answer(NAME), *sorts(), {"content": json.dumps({"remember": True})})
+    out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
+    assert out.status == "pending", out.reason
+    assert "(1 of 3 samples: preference; asked about it alone, the model said it lasts)" in \
+        agent_vault.git.commit_info(out.branch).body
+
+
+def test_three_one_offs_are_not_overruled_by_a_yes(agent_vault, model_server, session):
+    """Asked "should this be remembered?", a small model says yes to almost anything: only the sort
+    of the sentence can overrule samples that all called a lesson a one-off."""
+    model_server.add(answer(NAME), answer(NAME), answer(NAME), *sorts(), {"content": json.dumps({"remember": True})})
+    out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
+    assert out.status == "nothing", out.reason
+    assert all(r.get("response_format", {}).get("json_schema", {}).get("name") != "Remember"
+               for r in model_server.requests)
 
 
 def test_a_lesson_every_sample_called_a_one_off_stands_when_its_sentence_is_sorted_lasting(agent_vault, model_server,
