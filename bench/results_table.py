@@ -310,10 +310,13 @@ def _learning_sets(results: Path) -> list[str]:
     (the test set written apart from the code, never tuned on), the no-model candidate replay, and
     what a learned procedure saves on repeated tasks."""
     body = []
-    for name, label in (("learning_eval-qwen-kinds-dev-a", "dev, 6 cases (first subset)"),
-                        ("learning_eval-qwen-kinds-dev-b", "dev, 8 other cases (after the last change)"),
-                        ("learning_eval-qwen-kinds-test1", "**test**, run 1"),
-                        ("learning_eval-qwen-kinds-test2", "**test**, run 2")):
+    for name, label in (("learning_eval-qwen-kinds-dev-a", "kinds: dev, 6 cases (first subset)"),
+                        ("learning_eval-qwen-kinds-dev-b", "kinds: dev, 8 other cases (after the last change)"),
+                        ("learning_eval-qwen-kinds-test1", "kinds: **test**, run 1"),
+                        ("learning_eval-qwen-kinds-test2", "kinds: **test**, run 2"),
+                        ("learning_eval-qwen-kinds-dev-full", "kinds: dev, all 38 cases of then"),
+                        ("learning_eval-qwen-sort-dev", "kinds + sort: dev, 45 cases (the setting chosen)"),
+                        ("learning_eval-qwen-sort-test", "kinds + sort: **test** (after the test set had been read)")):
         d = _load(results, name)
         if not d:
             continue
@@ -329,7 +332,8 @@ def _learning_sets(results: Path) -> list[str]:
                 "structured --split dev|test --no-probe`: lessons first, the model judging each lesson's kind, code "
                 "keeping the invariants; the packaged 1.5B model on llama.cpp, default settings (`refine.samples: 3`). "
                 "The test set (`bench/learning/test/`) was written apart from the code that judges it and never tuned "
-                "on (see the [lab note](notes/2026-12-07-learning-generalises.md)).", "",
+                "on (see the lab notes: [kinds](notes/2026-12-07-learning-generalises.md), "
+                "[kinds + sort](notes/2026-12-07-learning-sort.md)).", "",
                 *_table(("set, run", "cases", "lesson recall", "trap rate", "harmful", "valid"), body)]
     c = _load(results, "learning_candidates")
     if c:
