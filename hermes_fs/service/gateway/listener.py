@@ -67,3 +67,16 @@ def handler(vault: Any, path: str) -> Handler | None:
 
 
 __all__ = ["Handler", "handler", "mount", "serve", "serving", "unmount", "unserve"]
+
+
+async def read_body(request: Any, limit: int) -> bytes | None:
+    """A request's body, read as it streams in; None once it passes `limit` bytes (the caller
+    answers 413), so a huge body is never held whole."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+

@@ -356,7 +356,7 @@ class WebhookChannel(ChannelBase):
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
             return JSONResponse({"error": f"body over {MAX_BODY} bytes" if length.isdigit() else "bad Content-Length"},
                                 413 if length.isdigit() else 400)
-        body = await self._read(request)
+        body = await listener.read_body(request, MAX_BODY)
         if body is None:
             return JSONResponse({"error": f"body over {MAX_BODY} bytes"}, 413)
         try:
@@ -432,15 +432,6 @@ class WebhookChannel(ChannelBase):
         if state is None:
             return JSONResponse({"error": "no such request on this route"}, 404)
         return JSONResponse({"status": state[0], "answer": state[1]}, 200)
-
-    async def _read(self, request) -> bytes | None:
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_BODY:
-                return None
-            chunks.append(chunk)
-        return b"".join(chunks)
 
     def _within_rate(self, name: str, per_min: int) -> bool:
         now = time.time()

@@ -278,7 +278,7 @@ class WhatsAppChannel(ChannelBase):
         if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
             return JSONResponse({"error": f"body over {MAX_BODY} bytes" if length.isdigit() else "bad Content-Length"},
                                 413 if (length or "").isdigit() else 400)
-        body = await _read(request)
+        body = await listener.read_body(request, MAX_BODY)
         if body is None:
             return JSONResponse({"error": f"body over {MAX_BODY} bytes"}, 413)
         secret = self.secret(self.settings.app_secret_env)
@@ -436,16 +436,6 @@ def _error(r: Any) -> tuple[int | None, str]:
     details = (err.get("error_data") or {}).get("details") if isinstance(err.get("error_data"), dict) else None
     code = err.get("code") if isinstance(err.get("code"), int) else None
     return code, str(details or err.get("message") or "unknown error")[:300]
-
-
-async def _read(request) -> bytes | None:
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 __all__ = ["WhatsAppChannel", "WhatsAppSettings", "parse_body", "signature_ok"]
