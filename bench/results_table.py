@@ -352,6 +352,16 @@ def _learning_sets(results: Path) -> list[str]:
                          "prompt tokens, later tasks", "skill opened, later tasks"),
                         [(m, s[m]["success"], s[m]["turns_first"], s[m]["turns_later"], s[m]["prompt_tokens_later"],
                           s[m]["skills_opened_later"]) for m in ("off", "on")])]
+    q = _load(results, "compounding-qwen")
+    if q:
+        s = q["summary"]
+        out += ["The same with the packaged 1.5B model as the agent and the reviewer (`" + q["command"] + "`), the "
+                "floor: it finished no task with learning on or off (it stops after a try or two), so its turns "
+                "and tokens say nothing about what learning saves.", "",
+                *_table(("learning", "success", "model turns, first task", "model turns, later tasks",
+                         "prompt tokens, later tasks", "skill opened, later tasks"),
+                        [(m, s[m]["success"], s[m]["turns_first"], s[m]["turns_later"], s[m]["prompt_tokens_later"],
+                          s[m]["skills_opened_later"]) for m in ("off", "on")])]
     return out
 
 
