@@ -4,8 +4,10 @@ Structured refine for small models. One short call asks for candidate lessons, e
 person's words that show it, its kind (a lasting preference, a lasting fact, a procedure that
 worked, a one-off, someone else's words) and, for a procedure, its steps. It is sampled several
 times at a temperature above zero. Meaning is the model's judgement: a lesson is kept when at
-least `agree` samples propose it as lasting, or when one did and the model, asked about that
-lesson alone at temperature 0, says it lasts. What must hold however the person phrased it is
+least `agree` samples propose it as lasting; else when the model, shown the person's sentence
+alone, sorts it as lasting (a forced choice: task, thanks or lasting), which also keeps a sentence
+no sample proposed, in the person's words; else, when one sample did propose it as lasting, when
+the model, asked about that lesson alone at temperature 0, says it lasts. What must hold however the person phrased it is
 code's (`guards.py`): the quote is the person's own words, their later words win, nothing bound to
 a time, no credential, no one-off detail, the lesson's words the conversation's own. Then:
 - a memory entry that repeats one memory holds is not added again;
@@ -466,21 +468,26 @@ class LessonTask:
         ask = [[{"role": "system", "content": SORT_PROMPT}, {"role": "user", "content": json.dumps(s, ensure_ascii=False)}]
                for _i, s in said]
 
-        def sort(messages: list[dict]) -> str:
+        def sort(messages: list[dict]):
             try:
-                reply = self.model.complete(messages, [], response_format=response_format(Sort), temperature=0.0)
+                return self.model.complete(messages, [], response_format=response_format(Sort), temperature=0.0)
             except HermesError:
-                return ""
-            self.usage.add(reply.usage)
-            self.messages.append({"role": "assistant", "content": reply.content or ""})
-            try:
-                return parse_document(reply.content, Sort).kind  # type: ignore[attr-defined]
-            except DocumentError:
-                return ""
+                return None
 
         with ThreadPoolExecutor(max_workers=max(1, self.samples)) as pool:
-            kinds = list(pool.map(sort, ask))
-        return {place for place, kind in zip(said, kinds, strict=True) if kind == "lasting"}
+            replies = list(pool.map(sort, ask))
+        out = set()
+        for place, reply in zip(said, replies, strict=True):
+            if reply is None:
+                continue
+            self.usage.add(reply.usage)  # counted here, in one thread
+            self.messages.append({"role": "assistant", "content": reply.content or ""})
+            try:
+                if parse_document(reply.content, Sort).kind == "lasting":  # type: ignore[attr-defined]
+                    out.add(place)
+            except DocumentError:
+                continue
+        return out
 
     def _still_holds(self, v: Verdict) -> bool:
         """The person's later words on the topic leave the earlier ones standing (asked once; only
