@@ -22,6 +22,9 @@ from hermes_fs.store.config import Config
 from hermes_fs.store.remote import Remote
 
 pytestmark = pytest.mark.gitdaemon
+# Due times are recent: one older than claims.CLAIMABLE_S (six days) is never claimed, so a fixed
+# date in these tests would stop meaning "missed while offline" six days after it was written.
+RECENT = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=1)
 
 
 @pytest.fixture
@@ -52,7 +55,7 @@ def test_host_is_parsed_and_checked():
 
 
 def test_only_the_pinned_host_runs_the_job_and_others_record_nothing(tmp_path):
-    start = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    start = RECENT
     fired: dict[str, list] = {"a": [], "b": []}
     for host in ("a", "b"):
         clock = Clock(start)
@@ -75,7 +78,7 @@ def test_pinned_elsewhere_claims_nothing_on_the_remote_and_pinned_here_runs_offl
             return RefClaims(a.git, Remote(a.root, server.url(port=proxy.port), timeout_s=5), host, 30,
                              CronLedger(tmp_path / f"{host}-ledger.json"), tmp_path / f"{host}-claims.json")
 
-        start = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+        start = RECENT
         ran: list[tuple[str, str]] = []
         for host in ("a", "b"):
             clock = Clock(start)
@@ -108,7 +111,7 @@ def test_offline_due_time_is_caught_up_only_if_nobody_ran_it(tmp_path, server):
                        CronLedger(tmp_path / "la"), tmp_path / "ca.json")
         cb = RefClaims(a.git, Remote(a.root, server.url(), timeout_s=5), "b", 30, CronLedger(tmp_path / "lb"),
                        tmp_path / "cb.json")
-        ran_by_b, missed_by_all = (datetime(2026, 12, 1, h, 0, tzinfo=UTC) for h in (9, 10))
+        ran_by_b, missed_by_all = (RECENT + timedelta(hours=h) for h in (0, 1))
         proxy.cut()
         assert not ca.mark("brief", ran_by_b) and not ca.mark("report", missed_by_all)
         assert set(ca.missed) == {"brief", "report"}

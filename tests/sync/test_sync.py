@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -195,7 +195,7 @@ def test_offline_runs_nothing_and_catches_up_when_back(tmp_path, server):
     try:
         c = RefClaims(a.git, Remote(a.root, server.url(port=proxy.port), timeout_s=10), "a", 30,
                       CronLedger(tmp_path / "l"), tmp_path / "c.json")
-        due = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+        due = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=1)  # claimable (CLAIMABLE_S)
         proxy.cut()
         assert c.mark("brief", due) is False  # cannot claim: does not run
         assert c.missed == {"brief": due.isoformat()}
