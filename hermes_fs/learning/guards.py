@@ -4,7 +4,8 @@ The model judges meaning: whether a lesson lasts (its `kind`). Code keeps only w
 person words it, and each guard only ever refuses:
 - the quote is the person's own words: verbatim (after normalising case, spacing, quotes and
   Markdown) in their turns, pasted documents and tool output cut out, and not inside quotation
-  marks (someone else's words the person relays); a quote the model re-typed may stand on the
+  marks or after someone else's "says", "thinks", "keeps saying" (someone else's words the person
+  relays); a quote the model re-typed may stand on the
   person's sentence that holds most of its words, which then becomes the entry;
 - the person's later words on the same topic win: a quote the person came back to later in the
   conversation stands only when a later quote of theirs is proposed for the same lesson (that one
