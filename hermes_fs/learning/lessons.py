@@ -359,9 +359,9 @@ class LessonTask:
             raise LearningError(f"lessons: none of the model's {self.samples} answers was a list of lessons in JSON")
         need = min(self.agree, self.samples)
         lasting = self._sort()
-        self._kept = agreed(self.verdicts, need)
-        self._kept += [g for g in grouped(self.verdicts) if g.lasting < need and g.best.kind != "procedure"
-                       and self._lasting(g, lasting)]
+        groups = grouped(self.verdicts)  # once: the agreed, then the rest on a second opinion
+        self._kept = [g for g in groups if g.lasting >= need]
+        self._kept += [g for g in groups if g.lasting < need and g.best.kind != "procedure" and self._lasting(g, lasting)]
         covered = {(g.best.turn, g.best.sentence) for g in self._kept}
         for turn, sentence in lasting:  # a sentence sorted as lasting that no sample proposed: its own words
             v = guards.judge(sentence, sentence, "fact", [], self.conversation)
