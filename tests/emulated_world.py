@@ -9,18 +9,26 @@ from hermes_fs.store.provenance import Act
 from hermes_fs.store.vault import Vault
 
 
-def pdf_then_send(body):
-    """The model writes a PDF report, then sends it with a caption, then answers (one file out)."""
+def pdf_reply(markdown: str = "# Summary\n\n- all good", caption: str | None = "the summary",
+              answer: str = "Here is the summary."):
+    """A scripted model that writes a PDF report, then sends it (with `caption`, when one is
+    given), then answers: the tool results drive each step (one file out)."""
     import re
 
-    last_user = max(i for i, m in enumerate(body["messages"]) if m["role"] == "user")
-    tools = [m["content"] for m in body["messages"][last_user:] if m["role"] == "tool"]
-    if not tools:
-        return {"tool_calls": [("write_pdf", {"markdown": "# Summary\n\n- all good", "filename": "summary"})]}
-    if len(tools) == 1:
-        return {"tool_calls": [("send_file", {"path": re.search(r"wrote (\S+)", tools[0]).group(1),
-                                              "caption": "the summary"})]}
-    return {"content": "Here is the summary."}
+    def respond(body):
+        last_user = max(i for i, m in enumerate(body["messages"]) if m["role"] == "user")
+        tools = [m["content"] for m in body["messages"][last_user:] if m["role"] == "tool"]
+        if not tools:
+            return {"tool_calls": [("write_pdf", {"markdown": markdown, "filename": "summary"})]}
+        if len(tools) == 1:
+            send = {"path": re.search(r"wrote (\S+)", tools[0]).group(1)}
+            return {"tool_calls": [("send_file", send if caption is None else {**send, "caption": caption})]}
+        return {"content": answer}
+
+    return respond
+
+
+pdf_then_send = pdf_reply()
 
 
 def echo(body):

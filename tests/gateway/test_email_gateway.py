@@ -11,6 +11,7 @@ from email.message import EmailMessage
 
 import pytest
 from conftest import git, wait_for
+from emulated_world import pdf_reply
 
 from hermes_fs.service.gateway import registry
 from hermes_fs.service.gateway.core import Gateway
@@ -340,17 +341,7 @@ def test_an_audio_attachment_is_transcribed_and_the_reply_quotes_it(gateway, env
     assert not [p for p in (agent_vault.state_dir / "workspace").rglob("*") if p.is_file()]  # audio never saved
 
 
-def pdf_then_send(body):
-    """The model writes a PDF report, sends it, then answers (the tool results drive each step)."""
-    import re
-
-    last_user = max(i for i, m in enumerate(body["messages"]) if m["role"] == "user")
-    tools = [m["content"] for m in body["messages"][last_user:] if m["role"] == "tool"]
-    if not tools:
-        return {"tool_calls": [("write_pdf", {"markdown": "# Summary\n\n- all **good**", "filename": "summary"})]}
-    if len(tools) == 1:
-        return {"tool_calls": [("send_file", {"path": re.search(r"wrote (\S+)", tools[0]).group(1)})]}
-    return {"content": "The summary is attached."}
+pdf_then_send = pdf_reply("# Summary\n\n- all **good**", caption=None, answer="The summary is attached.")
 
 
 def test_a_file_the_agent_sends_is_an_attachment_of_the_reply(gateway, env, keys, model_server, agent_vault):

@@ -8,6 +8,7 @@ import signal
 
 import pytest
 from conftest import DaemonProc, git, wait_for
+from emulated_world import pdf_reply
 from synapse_server import Person, Synapse, available
 
 from hermes_fs.service.gateway.core import Gateway
@@ -400,18 +401,7 @@ def test_a_voice_message_is_downloaded_from_the_media_repo_transcribed_and_answe
     assert not any(note[100:160] in p.read_bytes() for p in world.vault.root.rglob("*") if p.is_file())
 
 
-def pdf_then_send(body):
-    """The model writes a PDF report, sends it, then answers (the tool results drive each step)."""
-    import re
-
-    last_user = max(i for i, m in enumerate(body["messages"]) if m["role"] == "user")
-    tools = [m["content"] for m in body["messages"][last_user:] if m["role"] == "tool"]
-    if not tools:
-        return {"tool_calls": [("write_pdf", {"markdown": "# Summary\n\n- all **good**", "filename": "summary"})]}
-    if len(tools) == 1:
-        return {"tool_calls": [("send_file", {"path": re.search(r"wrote (\S+)", tools[0]).group(1),
-                                              "caption": "the summary"})]}
-    return {"content": "Here is the summary."}
+pdf_then_send = pdf_reply("# Summary\n\n- all **good**")
 
 
 def test_a_file_the_agent_sends_is_uploaded_and_arrives_as_m_file_after_the_answer(world):

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 from conftest import DaemonProc, git, wait_for
-from emulated_world import EmulatedWorld, echo
+from emulated_world import EmulatedWorld, echo, pdf_reply
 from telegram_emulator import TelegramEmulator, TelegramHTML
 
 from hermes_fs.errors import ConfigError
@@ -336,18 +336,7 @@ def test_a_file_whose_update_understates_its_size_is_refused_by_the_download(wor
     assert "getFile" in world.emu.calls and world.model_server.requests == []
 
 
-def pdf_then_send(body):
-    """The model writes a PDF report, sends it, then answers (the tool results drive each step)."""
-    import re
-
-    last_user = max(i for i, m in enumerate(body["messages"]) if m["role"] == "user")
-    tools = [m["content"] for m in body["messages"][last_user:] if m["role"] == "tool"]
-    if not tools:
-        return {"tool_calls": [("write_pdf", {"markdown": "# Summary\n\n- all **good**", "filename": "summary"})]}
-    if len(tools) == 1:
-        return {"tool_calls": [("send_file", {"path": re.search(r"wrote (\S+)", tools[0]).group(1),
-                                              "caption": "the summary"})]}
-    return {"content": "Here is the summary."}
+pdf_then_send = pdf_reply("# Summary\n\n- all **good**")
 
 
 def test_a_file_the_agent_sends_arrives_as_a_document_after_the_answer(world, monkeypatch):
