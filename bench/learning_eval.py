@@ -445,11 +445,12 @@ class Recorded:
     def __init__(self, answers: list[str], calls: list[dict] | None = None):
         self.answers, self.usage, self._lock = list(answers), Usage(), threading.Lock()
         self.calls = list(calls or [])
+        self.by_question = bool(self.calls)  # a run that kept its calls: each is answered by its question
         self.unasked = 0  # yes/no questions the recorded run never asked
 
     def complete(self, messages, tools, response_format=None, on_text=None, temperature=None) -> Reply:
         with self._lock:
-            if not self.calls:
+            if not self.by_question:
                 return Reply(self.answers.pop(0) if self.answers else '{"lessons": []}')
             schema, ask = _schema(response_format), str(messages[-1].get("content") or "")[-1500:]
             for n, c in enumerate(self.calls):
@@ -466,7 +467,8 @@ def replay(path: str, out: str | None) -> dict:
     difference in the figures is the code's alone."""
     run = json.loads(Path(path).read_text())
     first = run["summary"]
-    samples = max((len(c["answers"]) for c in run["cases"]), default=3) or 3
+    samples = max((sum(k["schema"] == "Lessons" for k in c.get("calls") or []) or len(c["answers"])
+                   for c in run["cases"]), default=3) or 3  # the answers hold the yes/no ones too
     s = Settings(first["model"], mode=first["mode"], probe=False, samples=samples)
     cases = {c.name: c for c in load_cases()}
     results = []
@@ -499,7 +501,7 @@ class Candidates:
 
     def complete(self, messages, tools, response_format=None, on_text=None, temperature=None) -> Reply:
         schema = (response_format or {}).get("json_schema", {}).get("name", "")
-        no = {"Replaces": {"replaces": False}, "StillHolds": {"still_holds": False}, "Sort": {"kind": "task"},
+        no = {"Replaces": {"replaces": False}, "StillHolds": {"still_holds": False}, "Sort": {"kind": "just_now"},
               "Remember": {"remember": False}}
         return Reply(json.dumps(no.get(schema, self.doc)))
 

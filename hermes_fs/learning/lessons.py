@@ -5,7 +5,7 @@ person's words that show it, its kind (a lasting preference, a lasting fact, a p
 worked, a one-off, someone else's words) and, for a procedure, its steps. It is sampled several
 times at a temperature above zero. Meaning is the model's judgement: a lesson is kept when at
 least `agree` samples propose it as lasting; else when the model, shown the person's sentence
-alone, sorts it as lasting (a forced choice: task, thanks or lasting), which also keeps a sentence
+alone, sorts it as lasting (a forced choice: from now on, just now, or thanks), which also keeps a sentence
 no sample proposed, in the person's words; else, when one sample did propose it as lasting, when
 the model, asked about that lesson alone at temperature 0, says it lasts. What must hold however the person phrased it is
 code's (`guards.py`): the quote is the person's own words, their later words win, nothing bound to
@@ -40,7 +40,7 @@ from ..store.secrets import find_secrets
 from . import guards
 from .guards import Said, Turn, Verdict, norm, sentences, stems
 from .pipeline import LearningError
-from .procedures import grounded_steps, learned_section, skill_change
+from .procedures import endorsed_steps, grounded_steps, learned_section, skill_change
 from .protection import PersonEntry
 from .structured import Applied, DocumentError, _Strict, parse_document, response_format
 from .validate import skills_at, tokens
@@ -88,9 +88,12 @@ class Remember(_Strict):
 
 class Sort(_Strict):
     """A forced choice, not a yes/no: asked "should this be remembered?", the 1.5B model said yes
-    to 137 of 151 sentences of the development set; sorting them, it called 15 lasting."""
+    to 137 of 151 sentences of the development set. The labels are the question itself (from now
+    on, or just now): labelled task/thanks/lasting the same model called 15 sentences lasting and
+    found 10 of 36 expected lessons; labelled so, 30 and 20 (the order of the labels made no
+    difference)."""
 
-    kind: Literal["task", "thanks", "lasting"]
+    kind: Literal["from_now_on", "just_now", "thanks"]
 
 
 LESSONS_PROMPT = """You read a conversation between a person (USER) and their assistant. List what the assistant \
@@ -135,17 +138,21 @@ habit or fact about the person or their work. A request for today's task, a temp
 today is {"remember": false}. Answer only JSON."""
 
 
-SORT_PROMPT = """You sort one sentence a person wrote to their assistant. Answer with its kind:
-- task: asks for something to be done now, or is about this one job (files, numbers, names, errors of today)
+SORT_PROMPT = """A person wrote one sentence to their assistant. Does it hold something the assistant should keep \
+in mind from now on, in later conversations, or does it only concern what is being done just now?
+- from_now_on: how the person wants things done in general (always, never, usually, from now on, "I use ..."), \
+a correction of the assistant's habits, or a fact about the person, their work, their tools, their team or their \
+projects that stays true
+- just_now: a request or question about the job at hand, today's files, names, numbers or errors; something true \
+only today or this week
 - thanks: thanks, approval, small talk
-- lasting: says how the person always wants things done, or a fact about them, their setup or their team that will \
-still be true next month
 Examples:
-"Rename report.pdf to final.pdf." -> {"kind": "task"}
+"Rename report.pdf to final.pdf." -> {"kind": "just_now"}
+"Please always answer in German." -> {"kind": "from_now_on"}
 "Great, thanks." -> {"kind": "thanks"}
-"I always use fish shell." -> {"kind": "lasting"}
-"The build failed, why?" -> {"kind": "task"}
-"Our servers all run Debian." -> {"kind": "lasting"}
+"Our servers all run Debian." -> {"kind": "from_now_on"}
+"The build failed, why?" -> {"kind": "just_now"}
+"I'm in Berlin until Friday." -> {"kind": "just_now"}
 Answer only JSON."""
 
 
@@ -320,6 +327,7 @@ class LessonTask:
     _kept: list[Group] = field(default_factory=list)
     _before: dict[str, bytes | None] = field(default_factory=dict)
     _answers: dict[tuple[str, str], bool] = field(default_factory=dict)  # the yes/no judgements asked
+    _steps_written: list[set[str]] = field(default_factory=list)  # each skill's commands, this review
 
     def ask(self, text: str, fresh: bool = False) -> str:
         if self.verdicts and not fresh:  # the checks refused: drop the last lesson, keep the rest
@@ -371,7 +379,7 @@ class LessonTask:
                 covered.add((v.turn, v.sentence))
 
     def _write(self) -> None:
-        self.applied = []
+        self.applied, self._steps_written = [], []
         existing = held(self.overlay, self.config)
         for g in self._kept:
             v = g.best
@@ -383,11 +391,18 @@ class LessonTask:
                                             "their earlier words were not shown to still hold"))
                 continue
             if v.kind == "procedure":
-                if not self._procedure(v, reason):
+                commands = grounded_steps(v.steps + [v.lesson], self.conversation) or \
+                    (endorsed_steps(v, self.conversation) if not v.steps else [])  # steps named that never ran: none
+                if not commands:
                     self.applied.append(Applied("skills", f"add {v.lesson!r}", reason,
                                                 "skipped: a procedure whose steps are not commands the assistant ran"))
+                else:
+                    self._procedure(v, reason, commands)
                 continue
             self._memory(v, reason, existing)
+            commands = endorsed_steps(v, self.conversation)
+            if commands:  # lasting words about what just ran: the procedure becomes a skill too
+                self._procedure(v, reason, commands)
         done = [a for a in self.applied if a.ok]
         if not done:
             self.answer = "Summary: nothing to change"
@@ -483,7 +498,7 @@ class LessonTask:
             self.usage.add(reply.usage)  # counted here, in one thread
             self.messages.append({"role": "assistant", "content": reply.content or ""})
             try:
-                if parse_document(reply.content, Sort).kind == "lasting":  # type: ignore[attr-defined]
+                if parse_document(reply.content, Sort).kind == "from_now_on":  # type: ignore[attr-defined]
                     out.add(place)
             except DocumentError:
                 continue
@@ -510,12 +525,14 @@ class LessonTask:
                 self._answers[key] = False
         return self._answers[key]
 
-    def _procedure(self, v: Verdict, reason: str) -> bool:
-        """A procedure into a skill; False when none of its steps is a command the assistant ran
-        (then it is not written at all: a procedure stands on what really ran)."""
-        commands = grounded_steps(v.steps + [v.lesson], self.conversation)
-        if not commands:
-            return False
+    def _procedure(self, v: Verdict, reason: str, commands: list[str]) -> None:
+        """A procedure into a skill of `commands`, which the assistant really ran (a new skill, or
+        a patch of the one the conversation used)."""
+        if any(set(commands) <= done for done in self._steps_written):
+            self.applied.append(Applied("skills", f"add {v.lesson!r}", reason,
+                                        "skipped: a skill written in this review holds these steps"))
+            return
+        self._steps_written.append(set(commands))
         existing = skills_at(self.overlay)
         change = skill_change(v, commands, self.conversation, existing, self.session)
         if change.action == "create":
@@ -529,14 +546,13 @@ class LessonTask:
             if all(c in text for c in commands):
                 self.applied.append(Applied(f"skills/{change.name}/SKILL.md", f"patch skill {change.name}", reason,
                                             "skipped: the skill already holds these steps"))
-                return True
+                return
             tail = next((ln for ln in reversed(text.splitlines()) if ln.strip() and text.count(ln) == 1), "")
             result = self._call("skill_manage", {"action": "patch", "name": change.name, "old_text": tail,
                                                  "new_text": tail + "\n" + change.new_text}) if tail else \
                 "error: the skill has no unique line to add after"
         self.applied.append(Applied(f"skills/{change.name}/SKILL.md", f"{change.action} skill {change.name}",
                                     reason, result))
-        return True
 
     def _call(self, tool: str, args: dict) -> str:
         text = " ".join(str(a) for a in args.values())

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from ..store.secrets import find_secrets
-from .guards import Said, Verdict, norm, stems
+from .guards import ONE_OFF, Said, Verdict, norm, stems
 from .validate import tokens
 
 STEP_SHARE = 0.6  # of a step's words a command must hold to be that step
@@ -43,10 +43,39 @@ def grounded_steps(steps: list[str], conv: Said) -> list[str]:
             if norm(step) and (norm(step) in c or (want and len(want & tokens(cmd)) >= STEP_SHARE * len(want))):
                 chosen.add(n)
     # a command run again later replaces its earlier tries: keep the last of each
+    return kept_steps(last_tries([ran[n] for n in sorted(chosen)]))
+
+
+def endorsed_steps(v: Verdict, conv: Said) -> list[str]:
+    """The commands a person's lasting words endorse, when they are a procedure that worked: the
+    person said them in their turn right after the assistant ran commands, the lesson or the
+    sentence shares a word with them, and there are at least two (steps, or tries of one: a
+    failure, then what worked). The last try of each, in the order they ran; else none (a
+    preference said after one command is not a procedure). Structure only: what the words mean
+    is the model's (they were judged lasting)."""
+    if v.turn <= 0 or conv.turns[v.turn].role != "person":
+        return []
+    before = conv.turns[:v.turn]
+    since = next((i for i in range(len(before) - 1, -1, -1) if before[i].role == "person"), -1)
+    if not any(t.commands for t in before[since + 1:]):
+        return []  # the person was not answering what had just run
+    words = stems(f"{v.lesson} {v.sentence}")
+    about = [c for t in before for c in t.commands if words & stems(c)]
+    return kept_steps(last_tries(about)) if len(about) >= 2 else []
+
+
+def last_tries(commands: list[str]) -> list[str]:
+    """Each step's last try, in the order the steps ran: `fly deploy --x` then `fly deploy --y` is one step."""
     last: dict[str, int] = {}
-    for n in sorted(chosen):
-        last[_head(ran[n])] = n
-    return [ran[n] for n in sorted(last.values()) if not find_secrets(ran[n])][:MAX_STEPS]
+    for n, cmd in enumerate(commands):
+        last[_head(cmd)] = n
+    return [commands[n] for n in sorted(last.values())][:MAX_STEPS]
+
+
+def kept_steps(commands: list[str]) -> list[str]:
+    """No step holds a credential or a one-off detail (`git checkout a1b2c3d` checked out one commit
+    of one day: not a step to repeat)."""
+    return [c for c in commands if not find_secrets(c) and not ONE_OFF.search(c)]
 
 
 def _head(cmd: str) -> str:
@@ -61,13 +90,20 @@ def skill_change(v: Verdict, commands: list[str], conv: Said, existing: dict[str
                 default=None)
     if about is not None:
         return SkillChange("patch", about, old_text="", new_text=learned_section(v, commands, session))
-    name = skill_name(v.lesson)
     ask = first_request(conv)
-    description = f"{_sentence(v.lesson)} Use when asked: {ask}" if ask else f"{_sentence(v.lesson)} Use to do it again"
+    # a procedure's lesson says what it does; a person's endorsement ("that's the way") does not:
+    # then the skill is titled and named for the request it answered
+    if v.kind == "procedure" or not ask:
+        title = _sentence(v.lesson)
+        description = f"{title} Use when asked: {ask}" if ask else f"{title} Use to do it again"
+    else:
+        title = _sentence(ask)
+        description = f"{title} The way the user endorsed: {_sentence(v.lesson)}"
+    name = skill_name(title)
     description = " ".join(description.split())[:300].rstrip(" .") + "."
     steps = "\n".join(f"{n}. `{c}`" if "`" not in c else f"{n}. {c}" for n, c in enumerate(commands, 1))
     why = f"The user: “{v.sentence}”" if v.sentence else "It worked in the conversation this was learned from."
-    content = (f"---\nname: {name}\ndescription: {json.dumps(description, ensure_ascii=False)}\n---\n# {_sentence(v.lesson)}\n\n"
+    content = (f"---\nname: {name}\ndescription: {json.dumps(description, ensure_ascii=False)}\n---\n# {title}\n\n"
                f"## Steps\n{steps}\n\n## Why\n{why} (session {session})\n")
     return SkillChange("create", name, content=content)
 

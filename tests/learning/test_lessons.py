@@ -182,7 +182,7 @@ def sorts(lasting: str = "", n: int = 2):
     def sort(body):
         said = body["messages"][-1]["content"]
         assert body["response_format"]["json_schema"]["name"] == "Sort" and body["temperature"] == 0.0
-        return {"content": json.dumps({"kind": "lasting" if lasting and lasting in said else "task"})}
+        return {"content": json.dumps({"kind": "from_now_on" if lasting and lasting in said else "just_now"})}
     return [sort] * n
 
 
@@ -391,6 +391,36 @@ def test_a_procedure_patches_the_skill_the_conversation_used(agent_vault, model_
     text = agent_vault.git.read_file(out.branch, "skills/ship-docs/SKILL.md").decode()
     assert text.startswith("---\nname: ship-docs") and "--profile docs --delete" in text and "## Learned" in text
     changes.merge(agent_vault.git, out.branch)
+
+
+def test_lasting_words_about_what_just_ran_make_its_commands_a_skill(agent_vault, model_server):
+    """A small model calls "that's the way to ship the docs" a preference and names no steps: the
+    commands the person was answering, the last try of each, become the skill beside the entry."""
+    _recorded(agent_vault, "20261207-100000-0004", DEPLOY)
+    pref = ("that's the way to ship the docs", "preference", "Ships the docs with the docs profile.")
+    model_server.add(answer(pref), answer(pref), answer(), *sorts(n=2))
+    out = refine(agent_vault, RefineOptions(session="20261207-100000-0004", mode="structured", samples=3))
+    assert out.status == "pending", out.reason
+    [skill] = [f for f in out.files if f.startswith("skills/")]
+    assert USER in out.files or "memory/MEMORY.md" in out.files
+    text = agent_vault.git.read_file(out.branch, skill).decode()
+    assert skills.problems(skill.split("/")[1], text) == []
+    steps = text.split("## Steps")[1].split("##")[0]
+    assert "aws s3 sync site/ s3://docs-bucket --profile docs --delete" in steps
+    assert steps.count("aws s3 sync") == 1  # the failed try is not a step
+    assert "collector.example" not in text
+
+
+def test_a_preference_said_after_a_single_command_is_not_a_procedure(agent_vault, model_server):
+    one = [{"role": "user", "content": "List the docs folder."}, *_call(1, "ls docs", "index.md"),
+           {"role": "assistant", "content": "One file."},
+           {"role": "user", "content": "Fine. I keep all my docs in Markdown, by the way."}]
+    _recorded(agent_vault, "20261207-100000-0005", one)
+    pref = ("I keep all my docs in Markdown", "preference", "Keeps all docs in Markdown.")
+    model_server.add(answer(pref), answer(pref), answer(), *sorts(n=3))
+    out = refine(agent_vault, RefineOptions(session="20261207-100000-0005", mode="structured", samples=3))
+    assert out.status == "pending", out.reason
+    assert not any(f.startswith("skills/") for f in out.files), out.files
 
 
 def test_a_procedure_whose_steps_never_ran_is_not_a_skill(agent_vault, model_server):
