@@ -167,6 +167,7 @@ class CaseResult:
     refused: list[str] = field(default_factory=list)  # structured mode: entries the tools refused, and why
     harmful: int = 0  # entries a person wrote that the change removes or rewrites without their quoted words
     split: str = ""  # dev | test | "" (a folder run as it is)
+    added: dict[str, str] = field(default_factory=dict)  # what the review added, by file (what was learned)
 
 
 @dataclass
@@ -292,7 +293,8 @@ def run_case(case: Case, s: Settings, workdir: Path, refine_model: Model | None 
                         {c.id: c.hit(added) for c in case.expect},
                         {f"{c.kind}:{c.example[:40]}": c.hit(added) for c in case.traps}, dups,
                         outcome.status in ("pending", "merged", "nothing"), invalid, tokens, round(seconds, 2),
-                        answers=answers, refused=refused, harmful=harmful, split=case.split, calls=model.calls)
+                        answers=answers, refused=refused, harmful=harmful, split=case.split, calls=model.calls,
+                        added=added)
     if s.probe and case.probe:
         run_probe(vault, case.probe, s, probe_model or s.new_model(s.probe_max_tokens), workdir / "ws", result)
     return result
@@ -488,9 +490,10 @@ def replay(path: str, out: str | None) -> dict:
 class Candidates:
     """No model: every lessons call is answered with the case's `replay:` candidates (each sample
     the same, so agreement never stands in the way of a trap), and the yes/no questions (does the
-    person's sentence replace their entry? do their earlier words still hold?) with no, and every
-    sentence the person wrote is sorted as a task: with no
-    model there is no judgement, and code's default is no."""
+    person's sentence replace their entry? do their earlier words still hold?) with no; the sort of
+    a sentence gets no answer (neither "from now on", which would keep a sentence, nor "just now",
+    which would send an agreed lesson to a second look): with no model there is no judgement, and
+    what is refused is refused by code."""
 
     name = "candidates"
 
@@ -501,8 +504,9 @@ class Candidates:
 
     def complete(self, messages, tools, response_format=None, on_text=None, temperature=None) -> Reply:
         schema = (response_format or {}).get("json_schema", {}).get("name", "")
-        no = {"Replaces": {"replaces": False}, "StillHolds": {"still_holds": False}, "Sort": {"kind": "just_now"},
-              "Remember": {"remember": False}}
+        if schema == "Sort":
+            return Reply("")
+        no = {"Replaces": {"replaces": False}, "StillHolds": {"still_holds": False}, "Remember": {"remember": False}}
         return Reply(json.dumps(no.get(schema, self.doc)))
 
 

@@ -182,6 +182,13 @@ def _place(v: Verdict, conv: Said) -> str:
     if found is not None:
         v.turn = found
         v.sentence = sentence_around(conv.turns[found].text, v.quote)
+        if v.kind == "procedure" or stems(v.lesson) & stems(v.sentence):
+            return ""
+        # the quote does not show the lesson (not one word in common): the sentence that does, if any
+        placed = locate([v.lesson], conv)
+        if placed is None:
+            return "its quote does not show its lesson (they share no word)"
+        v.turn, v.sentence, v.located = placed[0], placed[1], True
         return ""
     if v.kind == "procedure" and find_quote(v.quote, conv, "assistant") is not None:
         return ""  # a procedure stands on its commands (procedures.py), not on the quote

@@ -366,9 +366,10 @@ class LessonTask:
         if self.invalid_answers == self.samples:
             raise LearningError(f"lessons: none of the model's {self.samples} answers was a list of lessons in JSON")
         need = min(self.agree, self.samples)
-        lasting = self._sort()
+        sorts = self._sort()
+        lasting = {place for place, kind in sorts.items() if kind == "from_now_on"}
         groups = grouped(self.verdicts)  # once: the agreed, then the rest on a second opinion
-        self._kept = [g for g in groups if g.lasting >= need]
+        self._kept = [g for g in groups if g.lasting >= need and self._agreed(g, sorts)]
         self._kept += [g for g in groups if g.lasting < need and g.best.kind != "procedure" and self._lasting(g, lasting)]
         covered = {(g.best.turn, g.best.sentence) for g in self._kept}
         for turn, sentence in lasting:  # a sentence sorted as lasting that no sample proposed: its own words
@@ -456,6 +457,19 @@ class LessonTask:
         return self._confirm(Replaces, REPLACES_PROMPT, f"The entry: {theirs.text}\nThe person now: {v.sentence}",
                              "replaces")
 
+    def _agreed(self, g: Group, sorts: dict[tuple[int, str], str]) -> bool:
+        """A lesson the samples agree on stands, unless every sentence it stands on was sorted as
+        for just now and the lesson itself, sorted alone, is too: samples of a small model agree on
+        today's details ("The invoice number is 42") that the sort sees for what they are."""
+        v = g.best
+        parts = guards.sentences(v.sentence) if v.kind != "procedure" and v.turn >= 0 else []
+        if not parts or any(sorts.get((v.turn, p)) != "just_now" for p in parts):
+            return True
+        if self._sorted([v.lesson]) == ["from_now_on"]:
+            g.second_opinion = "its sentence was sorted as for just now, the lesson itself as from now on"
+            return True
+        return False
+
     def _lasting(self, g: Group, sorted_lasting: set[tuple[int, str]]) -> bool:
         """A lesson fewer than `agree` samples proposed as lasting stands when its sentence was
         sorted as lasting, or, when a sample did propose it as lasting, when the model, asked about
@@ -474,34 +488,37 @@ class LessonTask:
             return True
         return False
 
-    def _sort(self) -> set[tuple[int, str]]:
-        """The person's sentences the model, shown each one alone, sorts as lasting (a forced
-        choice at temperature 0, in parallel): a lesson too few samples proposed as lasting stands
-        on it (see `_lasting`), and one no sample proposed is kept in the person's own words.
-        Garbage or an error sorts a sentence as not lasting."""
+    def _sort(self) -> dict[tuple[int, str], str]:
+        """How the model, shown each of the person's sentences alone, sorts it: from_now_on,
+        just_now or thanks (a forced choice at temperature 0). A lesson too few samples proposed
+        as lasting stands on a sentence sorted from now on (see `_lasting`), one no sample proposed
+        is kept in the person's own words, and one the samples agree on gets a second look when its
+        sentence was sorted as for just now (see `_agreed`). Garbage or an error sorts as nothing."""
         said = self.conversation.person()[-SORTED_SENTENCES:]
-        ask = [[{"role": "system", "content": SORT_PROMPT}, {"role": "user", "content": json.dumps(s, ensure_ascii=False)}]
-               for _i, s in said]
+        return {place: kind for place, kind in zip(said, self._sorted([s for _i, s in said]), strict=True) if kind}
 
-        def sort(messages: list[dict]):
+    def _sorted(self, texts: list[str]) -> list[str]:
+        """Each text sorted alone, in parallel; "" for garbage or an error."""
+        def sort(text: str):
+            ask = [{"role": "system", "content": SORT_PROMPT}, {"role": "user", "content": json.dumps(text, ensure_ascii=False)}]
             try:
-                return self.model.complete(messages, [], response_format=response_format(Sort), temperature=0.0)
+                return self.model.complete(ask, [], response_format=response_format(Sort), temperature=0.0)
             except HermesError:
                 return None
 
         with ThreadPoolExecutor(max_workers=max(1, self.samples)) as pool:
-            replies = list(pool.map(sort, ask))
-        out = set()
-        for place, reply in zip(said, replies, strict=True):
-            if reply is None:
-                continue
-            self.usage.add(reply.usage)  # counted here, in one thread
-            self.messages.append({"role": "assistant", "content": reply.content or ""})
-            try:
-                if parse_document(reply.content, Sort).kind == "from_now_on":  # type: ignore[attr-defined]
-                    out.add(place)
-            except DocumentError:
-                continue
+            replies = list(pool.map(sort, texts))
+        out = []
+        for reply in replies:
+            kind = ""
+            if reply is not None:
+                self.usage.add(reply.usage)  # counted here, in one thread
+                self.messages.append({"role": "assistant", "content": reply.content or ""})
+                try:
+                    kind = parse_document(reply.content, Sort).kind  # type: ignore[attr-defined]
+                except DocumentError:
+                    pass
+            out.append(kind)
         return out
 
     def _still_holds(self, v: Verdict) -> bool:
@@ -582,7 +599,7 @@ class LessonTask:
 def _votes(g: Group, samples: int, agree: int) -> str:
     """How the samples and the second opinion judged a kept lesson (its reason, for review)."""
     if g.lasting >= agree:
-        return f"{g.lasting} of {samples} samples: {g.best.kind}"
+        return f"{g.lasting} of {samples} samples: {g.best.kind}" + (f"; {g.second_opinion}" if g.second_opinion else "")
     if g.proposed == 0:
         return f"no sample proposed it; {g.second_opinion}"
     if g.lasting == 0:

@@ -176,13 +176,13 @@ def test_refine_keeps_the_agreed_lasting_lesson_and_drops_the_rest(agent_vault, 
     assert "USER: No: tabs, not spaces" in reqs[0]["messages"][1]["content"]
 
 
-def sorts(lasting: str = "", n: int = 2):
+def sorts(*lasting: str, n: int = 2):
     """The model's sort of each of the person's sentences (asked in parallel, so each answer is
-    computed from its request): `lasting` for the sentence holding those words, else a task."""
+    computed from its request): from now on for a sentence holding one of `lasting`, else just now."""
     def sort(body):
         said = body["messages"][-1]["content"]
         assert body["response_format"]["json_schema"]["name"] == "Sort" and body["temperature"] == 0.0
-        return {"content": json.dumps({"kind": "from_now_on" if lasting and lasting in said else "just_now"})}
+        return {"content": json.dumps({"kind": "from_now_on" if any(w in said for w in lasting) else "just_now"})}
     return [sort] * n
 
 
@@ -210,6 +210,32 @@ def test_a_lesson_one_sample_proposed_stands_on_a_second_opinion(agent_vault, mo
     assert out.status == "pending", out.reason
     assert "(1 of 3 samples: preference; asked about it alone, the model said it lasts)" in \
         agent_vault.git.commit_info(out.branch).body
+
+
+def test_an_agreed_lesson_on_a_sentence_for_just_now_stands_only_when_the_lesson_itself_lasts(agent_vault, model_server,
+                                                                                               session):
+    """Samples of a small model agree on today's details; the sort of the sentence, then of the
+    lesson alone, is the second look."""
+    model_server.add(answer(NAME_WRONG), answer(NAME_WRONG), answer(NAME_WRONG), *sorts(n=3))
+    out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
+    assert out.status == "nothing", out.reason
+    asked = [r["messages"][1]["content"] for r in model_server.requests
+             if r.get("response_format", {}).get("json_schema", {}).get("name") == "Sort"]
+    assert '"Names notes with the date and final."' in asked  # the lesson, sorted alone
+    model_server.add(answer(NAME_WRONG), answer(NAME_WRONG), answer(NAME_WRONG), *sorts("Names notes", n=3))
+    out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
+    assert out.status == "pending", out.reason
+    assert "its sentence was sorted as for just now, the lesson itself as from now on" in \
+        agent_vault.git.commit_info(out.branch).body
+
+
+def test_a_quote_that_does_not_show_its_lesson_is_placed_on_the_sentence_that_does(agent_vault, model_server, session):
+    wrong = ("Now rename notes.txt to notes-2026-11-30-final.txt please", "preference", "Indents with tabs, not spaces.")
+    model_server.add(answer(wrong), answer(wrong), answer(), *sorts("tabs"))
+    out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
+    assert out.status == "pending", out.reason
+    text = agent_vault.git.read_file(out.branch, USER).decode()
+    assert "tabs, not spaces, for me" in text and "notes.txt" not in text
 
 
 def test_three_one_offs_are_not_overruled_by_a_yes(agent_vault, model_server, session):
@@ -285,7 +311,7 @@ def _person_entry(vault, text):
 
 def test_a_lesson_on_a_persons_entry_is_held_as_a_contradiction(agent_vault, model_server, session):
     _person_entry(agent_vault, "Indents with spaces, four wide.")
-    model_server.add(answer(TABS), answer(TABS), answer(TABS), *sorts(), {"content": json.dumps({"replaces": False})})
+    model_server.add(answer(TABS), answer(TABS), answer(TABS), *sorts("tabs"), {"content": json.dumps({"replaces": False})})
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "nothing", out.reason
     assert "a contradiction" in out.reason and "Indents with spaces, four wide." in out.reason
@@ -293,7 +319,7 @@ def test_a_lesson_on_a_persons_entry_is_held_as_a_contradiction(agent_vault, mod
     assert ask["response_format"]["json_schema"]["name"] == "Replaces" and ask["temperature"] == 0.0
     # beside a change that is written, the held contradiction is named in the change for the reviewer
     model_server.add(answer(TABS, NAME_WRONG), answer(TABS, NAME_WRONG), answer(TABS, NAME_WRONG),
-                     *sorts(), {"content": json.dumps({"replaces": False})})
+                     *sorts("tabs", "rename notes"), {"content": json.dumps({"replaces": False})})
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "pending", out.reason
     body = agent_vault.git.commit_info(out.branch).body
@@ -306,7 +332,7 @@ def test_a_persons_entry_in_other_words_is_found_by_meaning(agent_vault, model_s
     """No topic word in common ("soft indentation" and "tabs, not spaces"): the MiniLM finds it."""
     _person_entry(agent_vault, "Lives in Lyon.")
     _person_entry(agent_vault, "Uses soft indentation everywhere.")
-    model_server.add(answer(TABS), answer(TABS), answer(TABS), *sorts(), {"content": json.dumps({"replaces": False})})
+    model_server.add(answer(TABS), answer(TABS), answer(TABS), *sorts("tabs"), {"content": json.dumps({"replaces": False})})
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "nothing", out.reason
     assert "a contradiction" in out.reason and "Uses soft indentation everywhere." in out.reason
@@ -315,7 +341,7 @@ def test_a_persons_entry_in_other_words_is_found_by_meaning(agent_vault, model_s
 
 def test_the_persons_words_replace_their_entry_and_wait_for_review(agent_vault, model_server, session):
     _person_entry(agent_vault, "Indents with spaces, four wide.")
-    model_server.add(answer(TABS), answer(TABS), answer(TABS), *sorts(), {"content": json.dumps({"replaces": True})})
+    model_server.add(answer(TABS), answer(TABS), answer(TABS), *sorts("tabs"), {"content": json.dumps({"replaces": True})})
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3, policy="auto"))
     assert out.status == "pending", out.reason  # a change to a person's entry waits for review under every policy
     text = agent_vault.git.read_file(out.branch, USER).decode()
@@ -398,7 +424,7 @@ def test_lasting_words_about_what_just_ran_make_its_commands_a_skill(agent_vault
     commands the person was answering, the last try of each, become the skill beside the entry."""
     _recorded(agent_vault, "20261207-100000-0004", DEPLOY)
     pref = ("that's the way to ship the docs", "preference", "Ships the docs with the docs profile.")
-    model_server.add(answer(pref), answer(pref), answer(), *sorts(n=2))
+    model_server.add(answer(pref), answer(pref), answer(), *sorts("the way to ship", n=2))
     out = refine(agent_vault, RefineOptions(session="20261207-100000-0004", mode="structured", samples=3))
     assert out.status == "pending", out.reason
     [skill] = [f for f in out.files if f.startswith("skills/")]
@@ -417,7 +443,7 @@ def test_a_preference_said_after_a_single_command_is_not_a_procedure(agent_vault
            {"role": "user", "content": "Fine. I keep all my docs in Markdown, by the way."}]
     _recorded(agent_vault, "20261207-100000-0005", one)
     pref = ("I keep all my docs in Markdown", "preference", "Keeps all docs in Markdown.")
-    model_server.add(answer(pref), answer(pref), answer(), *sorts(n=3))
+    model_server.add(answer(pref), answer(pref), answer(), *sorts("Markdown", n=3))
     out = refine(agent_vault, RefineOptions(session="20261207-100000-0005", mode="structured", samples=3))
     assert out.status == "pending", out.reason
     assert not any(f.startswith("skills/") for f in out.files), out.files
@@ -438,13 +464,13 @@ def test_earlier_words_the_person_came_back_to_stand_only_on_the_models_yes(agen
         c.ask("Forget the German practice, I have no time for it.")
         sid = c.id
     german = ("Answer me in German from now on", "preference", "Answers in German.")
-    model_server.add(answer(german), answer(german), answer(german), *sorts(), {"content": json.dumps({"still_holds": False})})
+    model_server.add(answer(german), answer(german), answer(german), *sorts("in German from now on"), {"content": json.dumps({"still_holds": False})})
     out = refine(agent_vault, RefineOptions(session=sid, mode="structured", samples=3))
     assert out.status == "nothing" and "came back to this later" in out.reason, out.reason
     assert model_server.requests[-1]["response_format"]["json_schema"]["name"] == "StillHolds"
-    model_server.add(answer(german), answer(german), answer(german), *sorts(), {"content": "garbage"})
+    model_server.add(answer(german), answer(german), answer(german), *sorts("in German from now on"), {"content": "garbage"})
     assert refine(agent_vault, RefineOptions(session=sid, mode="structured", samples=3)).status == "nothing"
-    model_server.add(answer(german), answer(german), answer(german), *sorts(), {"content": json.dumps({"still_holds": True})})
+    model_server.add(answer(german), answer(german), answer(german), *sorts("in German from now on"), {"content": json.dumps({"still_holds": True})})
     assert refine(agent_vault, RefineOptions(session=sid, mode="structured", samples=3)).status == "pending"
 
 
