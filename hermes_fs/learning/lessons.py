@@ -371,13 +371,34 @@ class LessonTask:
         groups = grouped(self.verdicts)  # once: the agreed, then the rest on a second opinion
         self._kept = [g for g in groups if g.lasting >= need and self._agreed(g, sorts)]
         self._kept += [g for g in groups if g.lasting < need and g.best.kind != "procedure" and self._lasting(g, lasting)]
-        covered = {(g.best.turn, g.best.sentence) for g in self._kept}
-        for turn, sentence in lasting:  # a sentence sorted as lasting that no sample proposed: its own words
-            v = guards.judge(sentence, sentence, "fact", [], self.conversation)
-            if v.kept and v.turn == turn and (v.turn, v.sentence) not in covered:
-                v.located = True  # written as the person's words: "The user said: “…”"
-                self._kept.append(Group(v, 0, 0, "the model, shown the sentence alone, sorted it as lasting"))
-                covered.add((v.turn, v.sentence))
+        covered = {(g.best.turn, p) for g in self._kept for p in guards.sentences(g.best.sentence)}
+        for run in self._runs(lasting - covered):  # sorted as lasting, no sample proposed them: their own words
+            for part in ([run] if len(run) == 1 else [run, *[[place] for place in run]]):
+                turn, text = part[0][0], " ".join(s for _t, s in part)
+                v = guards.judge(text, text, "fact", [], self.conversation)
+                if v.kept and v.turn == turn and (v.turn, v.sentence) not in covered:
+                    v.located = True  # written as the person's words: "The user said: “…”"
+                    why = "the model, shown the sentence alone, sorted it as lasting" if len(part) == 1 else \
+                        "the model, shown each sentence alone, sorted them as lasting"
+                    self._kept.append(Group(v, 0, 0, why))
+                    covered.update(part)
+                    break  # the run as one entry, else its sentences one by one
+
+    def _runs(self, places: set[tuple[int, str]]) -> list[list[tuple[int, str]]]:
+        """Consecutive sentences of one turn among `places`, in order: "I have no root here. Use
+        user-level installs." is one statement, and "No exceptions." means nothing alone."""
+        runs: list[list[tuple[int, str]]] = []
+        last = None
+        for place in self.conversation.person():
+            if place not in places:
+                last = None
+                continue
+            if last is not None and last[0] == place[0]:
+                runs[-1].append(place)
+            else:
+                runs.append([place])
+            last = place
+        return runs
 
     def _write(self) -> None:
         self.applied, self._steps_written = [], []

@@ -212,6 +212,20 @@ def test_a_lesson_one_sample_proposed_stands_on_a_second_opinion(agent_vault, mo
         agent_vault.git.commit_info(out.branch).body
 
 
+def test_consecutive_sentences_sorted_lasting_are_kept_as_one_entry(agent_vault, model_server):
+    """ "Use user-level installs." says little alone; beside the sentence before it, it is the rule."""
+    _recorded(agent_vault, "20261207-100000-0006", [
+        {"role": "user", "content": "I have no root on this box. Use user-level installs. Now install jq."},
+        {"role": "assistant", "content": "Done: jq is in ~/.local/bin."}])
+    model_server.add(answer(), answer(), answer(), *sorts("no root", "user-level", n=3))
+    out = refine(agent_vault, RefineOptions(session="20261207-100000-0006", mode="structured", samples=3))
+    assert out.status == "pending", out.reason
+    text = agent_vault.git.read_file(out.branch, USER).decode()
+    assert "The user said: “I have no root on this box. Use user-level installs.”" in text
+    assert "jq" not in text
+    assert "the model, shown each sentence alone, sorted them as lasting" in agent_vault.git.commit_info(out.branch).body
+
+
 def test_an_agreed_lesson_on_a_sentence_for_just_now_stands_only_when_the_lesson_itself_lasts(agent_vault, model_server,
                                                                                                session):
     """Samples of a small model agree on today's details; the sort of the sentence, then of the
