@@ -316,7 +316,14 @@ def _learning_sets(results: Path) -> list[str]:
                         ("learning_eval-qwen-kinds-test2", "kinds: **test**, run 2"),
                         ("learning_eval-qwen-kinds-dev-full", "kinds: dev, all 38 cases of then"),
                         ("learning_eval-qwen-sort-dev", "kinds + sort: dev, 45 cases (the setting chosen)"),
-                        ("learning_eval-qwen-sort-test", "kinds + sort: **test** (after the test set had been read)")):
+                        ("learning_eval-qwen-sort-test", "kinds + sort: **test** (after the test set had been read)"),
+                        ("learning_eval-qwen-fromnow-dev", "sort labelled from now on / just now: dev, 45 cases"),
+                        ("learning_eval-qwen-fromnow-dev-replay", "+ second look, runs of sentences: dev (the run above's "
+                         "answers, new questions asked live; the setting chosen)"),
+                        ("learning_eval-qwen-fromnow-test", "from now on + second look: **test** (after the test set "
+                         "had been read)"),
+                        ("learning_eval-qwen-final-test", "the setting chosen: **test** (after the test set had been "
+                         "read)")):
         d = _load(results, name)
         if not d:
             continue
@@ -333,7 +340,8 @@ def _learning_sets(results: Path) -> list[str]:
                 "keeping the invariants; the packaged 1.5B model on llama.cpp, default settings (`refine.samples: 3`). "
                 "The test set (`bench/learning/test/`) was written apart from the code that judges it and never tuned "
                 "on (see the lab notes: [kinds](notes/2026-12-07-learning-generalises.md), "
-                "[kinds + sort](notes/2026-12-07-learning-sort.md)).", "",
+                "[kinds + sort](notes/2026-12-07-learning-sort.md), "
+                "[from now on](notes/2026-12-07-learning-from-now-on.md)).", "",
                 *_table(("set, run", "cases", "lesson recall", "trap rate", "harmful", "valid"), body)]
     c = _load(results, "learning_candidates")
     if c:

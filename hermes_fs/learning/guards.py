@@ -6,7 +6,8 @@ person words it, and each guard only ever refuses:
   Markdown) in their turns, pasted documents and tool output cut out, and not inside quotation
   marks or after someone else's "says", "thinks", "keeps saying" (someone else's words the person
   relays); a quote the model re-typed may stand on the
-  person's sentence that holds most of its words, which then becomes the entry;
+  person's sentence that holds most of its words, which then becomes the entry, and so may a
+  lesson whose quote shares no word with it (the right lesson on the wrong quote);
 - the person's later words on the same topic win: a quote the person came back to later in the
   conversation stands only when a later quote of theirs is proposed for the same lesson (that one
   is kept), or when the model, asked about exactly that, says the later words leave it standing:

@@ -4,10 +4,12 @@ Structured refine for small models. One short call asks for candidate lessons, e
 person's words that show it, its kind (a lasting preference, a lasting fact, a procedure that
 worked, a one-off, someone else's words) and, for a procedure, its steps. It is sampled several
 times at a temperature above zero. Meaning is the model's judgement: a lesson is kept when at
-least `agree` samples propose it as lasting; else when the model, shown the person's sentence
-alone, sorts it as lasting (a forced choice: from now on, just now, or thanks), which also keeps a sentence
-no sample proposed, in the person's words; else, when one sample did propose it as lasting, when
-the model, asked about that lesson alone at temperature 0, says it lasts. What must hold however the person phrased it is
+least `agree` samples propose it as lasting (unless every sentence it stands on was sorted as for
+just now and the lesson itself, sorted alone, is too); else when the model, shown the person's
+sentence alone, sorts it as lasting (a forced choice: from now on, just now, or thanks), which also
+keeps sentences no sample proposed, in the person's words (consecutive ones as one entry); else,
+when one sample did propose it as lasting, when the model, asked about that lesson alone at
+temperature 0, says it lasts. What must hold however the person phrased it is
 code's (`guards.py`): the quote is the person's own words, their later words win, nothing bound to
 a time, no credential, no one-off detail, the lesson's words the conversation's own. Then:
 - a memory entry that repeats one memory holds is not added again;
@@ -16,7 +18,8 @@ a time, no credential, no one-off detail, the lesson's words the conversation's 
   then waits for review, as every change to a person's entry does), else it is held back and
   named as a contradiction in the review;
 - a procedure becomes a skill (`procedures.py`): a patch of the skill the conversation used, or a
-  new skill whose steps are the commands the assistant really ran.
+  new skill whose steps are the commands the assistant really ran; so do the commands the person's
+  lasting words endorse, said right after they ran.
 The model only proposes: what may be written, and where, is decided here.
 """
 
