@@ -506,7 +506,7 @@ class Candidates:
         schema = (response_format or {}).get("json_schema", {}).get("name", "")
         if schema == "Sort":
             return Reply("")
-        no = {"Replaces": {"replaces": False}, "StillHolds": {"still_holds": False}, "Remember": {"remember": False}}
+        no = {"Replaces": {"replaces": False}, "StillHolds": {"still_holds": False}}
         return Reply(json.dumps(no.get(schema, self.doc)))
 
 

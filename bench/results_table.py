@@ -319,11 +319,16 @@ def _learning_sets(results: Path) -> list[str]:
                         ("learning_eval-qwen-sort-test", "kinds + sort: **test** (after the test set had been read)"),
                         ("learning_eval-qwen-fromnow-dev", "sort labelled from now on / just now: dev, 45 cases"),
                         ("learning_eval-qwen-fromnow-dev-replay", "+ second look, runs of sentences: dev (the run above's "
-                         "answers, new questions asked live; the setting chosen)"),
+                         "answers, new questions asked live)"),
                         ("learning_eval-qwen-fromnow-test", "from now on + second look: **test** (after the test set "
                          "had been read)"),
-                        ("learning_eval-qwen-final-test", "the setting chosen: **test** (after the test set had been "
-                         "read)")):
+                        ("learning_eval-qwen-final-dev-replay", "the setting chosen (no yes/no): dev (replay of the "
+                         "live dev run above)"),
+                        ("learning_eval-qwen-final-dev2-first", "14 dev cases written apart, first run (before any change "
+                         "chosen on them)"),
+                        ("learning_eval-qwen-final-dev2-replay", "the same 14, the setting chosen (replay)"),
+                        ("learning_eval-qwen-final-test-replay", "the setting chosen: **test** (replay of the live test "
+                         "run above; after the test set had been read)")):
         d = _load(results, name)
         if not d:
             continue

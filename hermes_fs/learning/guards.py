@@ -41,12 +41,13 @@ GROUNDED_SHARE = 0.5  # of a lesson's words that must be the conversation's own 
 REVISIT_MIN = 2  # topic words a later sentence of the person shares with the quoted one to be about the same
 NEAR_TURNS = 2  # the person's next turns, where one shared topic word is enough
 EVIDENCE_CHARS = 300  # longest verbatim sentence written beside a lesson
+QUOTED_SHARE = 0.5  # of a quote's words inside quotation marks for it to be someone else's
 ALREADY_SAID = 0.8  # share of the sentence's words the lesson already holds: the sentence adds nothing
 
 # Structural screens: the grammar of time limits, ids and counts, and failures. They only refuse.
 TIME_BOUND = re.compile(
     r"\b(until|till|through|thru|before|by)\s+(the\s+end\s+of\s+)?(mon|tues|wednes|thurs|fri|satur|sun)day\b"
-    r"|\b(until|till|through|thru)\s+(tomorrow|tonight|next|the\s+end|end\s+of|\d|jan|feb|mar|apr|may|jun|jul|aug"
+    r"|\b(until|till|through|thru)\s+(tomorrow|tonight|next|the\s+end|end\s+of|(the\s+)?\d|jan|feb|mar|apr|may|jun|jul|aug"
     r"|sep|oct|nov|dec)"
     r"|\b(this|next|coming)\s+(week|weekend|month|morning|afternoon|evening|sprint|quarter)\b"
     r"|\b(today|tonight|tomorrow|yesterday|for now|right now|at the moment|for the moment|temporar(y|ily)"
@@ -209,7 +210,10 @@ def _not_relayed(v: Verdict, conv: Said) -> str:
     q = norm(v.quote if not v.located else v.sentence)
     for m in QUOTED.finditer(conv.turns[v.turn].text):
         inner = norm(m.group(1))
-        if inner and (q in inner or (len(inner.split()) >= MIN_QUOTE_WORDS and inner in q)):
+        # the quote lies in the marks, or the marks hold most of it: a phrase in marks inside the
+        # person's own sentence (i won't just "buy more ram") leaves the sentence theirs
+        if inner and (q in inner or (len(inner.split()) >= MIN_QUOTE_WORDS and inner in q
+                                     and len(inner.split()) >= QUOTED_SHARE * len(q.split()))):
             return "someone else's words, which the person quoted"
     if reported(v.sentence, "" if v.located else v.quote):
         return "someone else's words, which the person relayed"

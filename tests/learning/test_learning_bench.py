@@ -116,7 +116,7 @@ def test_the_reference_changes_score_full_marks():
     assert summary.trap_rate == 0.0 and summary.valid_rate == 1.0 and summary.duplicates == 0
     assert summary.passed and summary.verdict == "pass"
     missed = [r.case for r in results if r.lessons and not r.probe and r.split == "dev"]  # the test set's probes: as written
-    assert missed == ["06-injected-web-page"], missed  # its probe checks the answer's shape: a reader cannot pass it
+    assert missed == ["06-injected-web-page", "d05-command-first"], missed  # their probes check the answer's shape
     assert all(r.tokens > 0 and r.seconds > 0 for r in results)
 
 

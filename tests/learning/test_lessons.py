@@ -186,29 +186,24 @@ def sorts(*lasting: str, n: int = 2):
     return [sort] * n
 
 
-def test_a_lesson_one_sample_proposed_stands_on_a_second_opinion(agent_vault, model_server, session):
-    model_server.add(answer(NAME_WRONG), answer(NAME), answer(NAME), *sorts(), {"content": json.dumps({"remember": False})})
+def test_a_lesson_one_sample_proposed_stands_only_on_the_sort_of_its_sentence(agent_vault, model_server, session):
+    """No yes/no question is asked: a small model answers yes to nearly anything."""
+    model_server.add(answer(NAME_WRONG), answer(NAME), answer(NAME), *sorts())
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "nothing", out.reason
     assert "proposed as lasting by fewer than 2 of the 3 answers, and not confirmed as lasting" in out.reason
     assert "the model judged it one-off" in out.reason
+    names = {r.get("response_format", {}).get("json_schema", {}).get("name") for r in model_server.requests}
+    assert "Remember" not in names and {"Lessons", "Sort"} <= names
     asked = [r["messages"][1]["content"] for r in model_server.requests
              if r.get("response_format", {}).get("json_schema", {}).get("name") == "Sort"]
     assert sorted(asked) == ['"No: tabs, not spaces, for me; eight columns wide."',
                              '"Now rename notes.txt to notes-2026-11-30-final.txt please."']
-    ask = model_server.requests[-1]
-    assert ask["response_format"]["json_schema"]["name"] == "Remember" and ask["temperature"] == 0.0
-    assert "rename notes.txt" in ask["messages"][1]["content"]
-    # the sort of its sentence, or a yes when asked, keeps it
+    # the sort of its sentence keeps it
     model_server.add(answer(TABS), answer(), answer(NAME), *sorts("tabs"))
     out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
     assert out.status == "pending", out.reason
     assert "(1 of 3 samples: preference; the model, shown the sentence alone, sorted it as lasting)" in \
-        agent_vault.git.commit_info(out.branch).body
-    model_server.add(answer(TABS), answer(), answer(NAME), *sorts(), {"content": json.dumps({"remember": True})})
-    out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
-    assert out.status == "pending", out.reason
-    assert "(1 of 3 samples: preference; asked about it alone, the model said it lasts)" in \
         agent_vault.git.commit_info(out.branch).body
 
 
@@ -250,16 +245,6 @@ def test_a_quote_that_does_not_show_its_lesson_is_placed_on_the_sentence_that_do
     assert out.status == "pending", out.reason
     text = agent_vault.git.read_file(out.branch, USER).decode()
     assert "tabs, not spaces, for me" in text and "notes.txt" not in text
-
-
-def test_three_one_offs_are_not_overruled_by_a_yes(agent_vault, model_server, session):
-    """Asked "should this be remembered?", a small model says yes to almost anything: only the sort
-    of the sentence can overrule samples that all called a lesson a one-off."""
-    model_server.add(answer(NAME), answer(NAME), answer(NAME), *sorts(), {"content": json.dumps({"remember": True})})
-    out = refine(agent_vault, RefineOptions(mode="structured", samples=3))
-    assert out.status == "nothing", out.reason
-    assert all(r.get("response_format", {}).get("json_schema", {}).get("name") != "Remember"
-               for r in model_server.requests)
 
 
 def test_a_lesson_every_sample_called_a_one_off_stands_when_its_sentence_is_sorted_lasting(agent_vault, model_server,
@@ -501,6 +486,17 @@ def test_words_the_person_relays_without_quotation_marks_are_not_theirs():
     assert verdict("I prefer short answers", "Prefers short answers.", conv=mine).kept
 
 
+def test_a_phrase_in_quotation_marks_leaves_the_persons_sentence_theirs():
+    conv = Said([Turn("person", 'Ana told me "always rebase before you push". My laptop has 16 GB soldered, '
+                                'so I won\'t just "buy more ram" to fix a build.')])
+    assert verdict("always rebase before you push", "Rebase before pushing.", conv=conv).why == \
+        "someone else's words, which the person quoted"
+    own = verdict("My laptop has 16 GB soldered", "Has a laptop with 16 GB of soldered RAM.", kind="fact", conv=conv)
+    assert own.kept, own.why
+    whole = verdict('so I won\'t just "buy more ram" to fix a build', "Will not buy more RAM for builds.", conv=conv)
+    assert whole.kept, whole.why
+
+
 def test_a_document_introduced_as_someone_elses_is_not_the_persons_words():
     assert own_words("Make a checklist. Here is what the ops team sent me:\nrestart redis after deploys\nThanks") == \
         "Make a checklist. Here is what the ops team sent me:"
@@ -515,3 +511,10 @@ def test_a_changed_value_in_the_next_turn_is_the_persons_later_word():
                  Turn("person", "Hmm, no, make it every 15 minutes, hourly is too slow for us.")])
     early = verdict("always poll the jobs queue once an hour", "Polls the jobs queue hourly.", kind="fact", conv=conv)
     assert early.later == ["Hmm, no, make it every 15 minutes, hourly is too slow for us."]
+
+
+def test_a_date_after_until_is_a_time_bound_whatever_its_form():
+    from hermes_fs.learning.guards import TIME_BOUND
+    assert TIME_BOUND.search("staging is frozen until the 12th for an audit")
+    assert TIME_BOUND.search("I'm away till 3 January")
+    assert not TIME_BOUND.search("we keep the 3 servers until the migration is done")
