@@ -20,7 +20,8 @@ rewritten without their quoted words), tokens and seconds per refine, probe pass
 Usage: python bench/learning_eval.py --model M [--api-base URL] [--mode tools|structured]
        [--split dev|test|all] [--cases-dir DIR] [--cases 1,3,foo] [--no-probe] [--min-recall 0.8] [--max-trap-rate 0] [--out FILE]
        python bench/learning_eval.py --combine RUN.json... [--out FILE]   (one summary of runs in parts)
-       python bench/learning_eval.py --replay RUN.json [--out FILE]
+       python bench/learning_eval.py --replay RUN.json [--model M --api-base URL] [--out FILE]
+                                          (with --model: questions the run never asked go to that model)
            (lessons first: the run's recorded model answers judged again by today's code, no model called;
             tells a change of code from the model's sampling, which differs run to run)
        python bench/learning_eval.py --candidates [--split dev|test|all] [--cases-dir DIR] [--out FILE]
@@ -444,9 +445,10 @@ class Recorded:
 
     name = "recorded"
 
-    def __init__(self, answers: list[str], calls: list[dict] | None = None):
+    def __init__(self, answers: list[str], calls: list[dict] | None = None, live: Model | None = None):
         self.answers, self.usage, self._lock = list(answers), Usage(), threading.Lock()
         self.calls = list(calls or [])
+        self.live = live  # asked what the recorded run never asked (code that asks a new question)
         self.by_question = bool(self.calls)  # a run that kept its calls: each is answered by its question
         self.unasked = 0  # yes/no questions the recorded run never asked
 
@@ -461,12 +463,15 @@ class Recorded:
             if schema == "Lessons":
                 return Reply('{"lessons": []}')
             self.unasked += 1
-            return Reply("")
+        if self.live is not None:
+            return self.live.complete(messages, tools, response_format=response_format, temperature=temperature)
+        return Reply("")
 
 
-def replay(path: str, out: str | None) -> dict:
+def replay(path: str, out: str | None, live: Settings | None = None) -> dict:
     """Judge a lessons-first run's recorded answers again with today's code: the same answers, so a
-    difference in the figures is the code's alone."""
+    difference in the figures is the code's alone. With `live` (--model/--api-base), a question
+    the recorded run never asked goes to that model instead of counting as no."""
     run = json.loads(Path(path).read_text())
     first = run["summary"]
     samples = max((sum(k["schema"] == "Lessons" for k in c.get("calls") or []) or len(c["answers"])
@@ -477,9 +482,12 @@ def replay(path: str, out: str | None) -> dict:
     with tempfile.TemporaryDirectory(prefix="hermes-replay-") as tmp:
         for recorded in run["cases"]:
             results.append(run_case(cases[recorded["case"]], s, Path(tmp),
-                                    Recorded(recorded["answers"], recorded.get("calls"))))
+                                    Recorded(recorded["answers"], recorded.get("calls"),
+                                             live.new_model(400) if live else None)))
+    command = f"python bench/learning_eval.py --replay {path}" + (
+        f" --model {live.model}" + (f" --api-base {live.api_base}" if live.api_base else "") if live else "")
     data = {"summary": asdict(summarize(results, s, 0.5, 0.05)), "cases": [asdict(r) for r in results],
-            "command": f"python bench/learning_eval.py --replay {path}", "replay_of": path,
+            "command": command, "replay_of": path,
             "complete": bool(run.get("complete", True))}
     if out:
         Path(out).write_text(json.dumps(data, indent=2) + "\n")
@@ -544,7 +552,11 @@ def main(argv: list[str] | None = None) -> dict:
     if argv is None:
         argv = sys.argv[1:]
     if argv[:1] == ["--replay"] and len(argv) >= 2:
-        return replay(argv[1], argv[argv.index("--out") + 1] if "--out" in argv else None)
+        def opt(name: str) -> str | None:
+            return argv[argv.index(name) + 1] if name in argv[:-1] else None
+        model = opt("--model")
+        live = Settings(model, api_base=opt("--api-base"), api_key_env=opt("--api-key-env")) if model else None
+        return replay(argv[1], opt("--out"), live)
     if argv[:1] == ["--combine"]:
         rest = argv[1:]
         out = rest[rest.index("--out") + 1] if "--out" in rest else None

@@ -87,10 +87,10 @@ class StillHolds(_Strict):
 
 class Sort(_Strict):
     """A forced choice, not a yes/no: asked "should this be remembered?", the 1.5B model said yes
-    to 137 of 151 sentences of the development set (that question is no longer asked). The labels are the question itself (from now
-    on, or just now): labelled task/thanks/lasting the same model called 15 sentences lasting and
-    found 10 of 36 expected lessons; labelled so, 30 and 20 (the order of the labels made no
-    difference)."""
+    to 137 of 151 sentences of the development set (that question is no longer asked). The labels
+    are the question itself (from now on, or just now): labelled task/thanks/lasting the same
+    model called 15 sentences lasting and found 10 of 36 expected lessons; labelled so, 30 and 20
+    (the order of the labels made no difference)."""
 
     kind: Literal["from_now_on", "just_now", "thanks"]
 

@@ -283,3 +283,21 @@ def test_compounding_a_learned_procedure_saves_the_next_tasks_turns(tmp_path):
     assert s["on"]["turns_later"] < s["off"]["turns_later"] and s["on"]["skills_opened_later"] == 1.0
     first = [t for t in data["tasks"] if t["learning"] and t["repeat"] == 1]
     assert all(len(t["learned"]) == 1 and t["learned"][0].startswith("skills/") for t in first), first
+
+
+def test_a_replay_asks_a_live_model_only_what_the_recorded_run_never_asked(tmp_path, model_server, monkeypatch):
+    """--replay with --model: code that asks a new question (here every sort: the run recorded
+    none) gets that model's answer; the recorded lessons are not asked again."""
+    monkeypatch.setenv("HERMES_TEST_KEY", "test")
+    lesson = {"quote": "I don't have root on this machine and never will", "kind": "fact",
+              "lesson": "Has no root on this machine.", "steps": []}
+    calls = [{"schema": "Lessons", "ask": "", "answer": json.dumps({"lessons": [lesson]})} for _ in range(3)]
+    run = {"summary": {"model": "openai/recorded", "mode": "structured"}, "complete": True,
+           "cases": [{"case": "02-no-sudo", "answers": [], "calls": calls}]}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    model_server.add(*[lambda body: {"content": json.dumps({"kind": "just_now"})}] * 40)
+    data = le.main(["--replay", str(tmp_path / "run.json"), "--model", "openai/test-model", "--api-base",
+                    model_server.api_base, "--api-key-env", "HERMES_TEST_KEY"])
+    names = [r["response_format"]["json_schema"]["name"] for r in model_server.requests]
+    assert names and set(names) <= {"Sort", "StillHolds", "Replaces"}  # never the recorded lessons call
+    assert "--model openai/test-model" in data["command"]
