@@ -362,7 +362,7 @@ class LessonTask:
         sorts = self._sort()
         lasting = {place for place, kind in sorts.items() if kind == "from_now_on"}
         groups = grouped(self.verdicts)  # once: the agreed, then the rest on a second opinion
-        self._kept = [g for g in groups if g.lasting >= need and self._agreed(g, sorts)]
+        self._kept = self._agreed([g for g in groups if g.lasting >= need], sorts)
         self._kept += [g for g in groups if g.lasting < need and g.best.kind != "procedure" and self._lasting(g, lasting)]
         covered = {(g.best.turn, p) for g in self._kept for p in guards.sentences(g.best.sentence)}
         for run in self._runs(lasting - covered):  # sorted as lasting, no sample proposed them: their own words
@@ -471,18 +471,22 @@ class LessonTask:
         return self._confirm(Replaces, REPLACES_PROMPT, f"The entry: {theirs.text}\nThe person now: {v.sentence}",
                              "replaces")
 
-    def _agreed(self, g: Group, sorts: dict[tuple[int, str], str]) -> bool:
-        """A lesson the samples agree on stands, unless every sentence it stands on was sorted as
-        for just now and the lesson itself, sorted alone, is too: samples of a small model agree on
-        today's details ("The invoice number is 42") that the sort sees for what they are."""
-        v = g.best
-        parts = guards.sentences(v.sentence) if v.kind != "procedure" and v.turn >= 0 else []
-        if not parts or any(sorts.get((v.turn, p)) != "just_now" for p in parts):
-            return True
-        if self._sorted([v.lesson]) == ["from_now_on"]:
-            g.second_opinion = "its sentence was sorted as for just now, the lesson itself as from now on"
-            return True
-        return False
+    def _agreed(self, agreed: list[Group], sorts: dict[tuple[int, str], str]) -> list[Group]:
+        """The lessons the samples agree on that stand: all but those whose every sentence was
+        sorted as for just now and whose lesson, sorted alone (all such lessons at once), is too:
+        samples of a small model agree on today's details ("The invoice number is 42") that the
+        sort sees for what they are."""
+        def for_now(v: Verdict) -> bool:
+            parts = guards.sentences(v.sentence) if v.kind != "procedure" and v.turn >= 0 else []
+            return bool(parts) and all(sorts.get((v.turn, p)) == "just_now" for p in parts)
+
+        doubtful = [g for g in agreed if for_now(g.best)]
+        lasts = dict(zip(map(id, doubtful), self._sorted([g.best.lesson for g in doubtful]), strict=True)) \
+            if doubtful else {}
+        for g in doubtful:
+            if lasts[id(g)] == "from_now_on":
+                g.second_opinion = "its sentence was sorted as for just now, the lesson itself as from now on"
+        return [g for g in agreed if lasts.get(id(g), "from_now_on") == "from_now_on"]
 
     def _lasting(self, g: Group, sorted_lasting: set[tuple[int, str]]) -> bool:
         """A lesson fewer than `agree` samples proposed as lasting stands only when its sentence

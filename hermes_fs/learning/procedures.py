@@ -69,13 +69,13 @@ def last_tries(commands: list[str]) -> list[str]:
     last: dict[str, int] = {}
     for n, cmd in enumerate(commands):
         last[_head(cmd)] = n
-    return [commands[n] for n in sorted(last.values())][:MAX_STEPS]
+    return [commands[n] for n in sorted(last.values())]
 
 
 def kept_steps(commands: list[str]) -> list[str]:
-    """No step holds a credential or a one-off detail (`git checkout a1b2c3d` checked out one commit
-    of one day: not a step to repeat)."""
-    return [c for c in commands if not find_secrets(c) and not ONE_OFF.search(c)]
+    """At most MAX_STEPS steps, none holding a credential or a one-off detail (`git checkout
+    a1b2c3d` checked out one commit of one day: not a step to repeat)."""
+    return [c for c in commands if not find_secrets(c) and not ONE_OFF.search(c)][:MAX_STEPS]
 
 
 def _head(cmd: str) -> str:

@@ -10,7 +10,7 @@ import pytest
 
 from hermes_fs.agent.conversation import Conversation, ConversationOptions
 from hermes_fs.learning import changes, lessons
-from hermes_fs.learning.guards import Said, Turn, judge
+from hermes_fs.learning.guards import TIME_BOUND, Said, Turn, judge
 from hermes_fs.learning.lessons import agreed, own_words
 from hermes_fs.learning.refine import RefineOptions, refine
 from hermes_fs.mind import embeddings, skills
@@ -514,7 +514,6 @@ def test_a_changed_value_in_the_next_turn_is_the_persons_later_word():
 
 
 def test_a_date_after_until_is_a_time_bound_whatever_its_form():
-    from hermes_fs.learning.guards import TIME_BOUND
     assert TIME_BOUND.search("staging is frozen until the 12th for an audit")
     assert TIME_BOUND.search("I'm away till 3 January")
     assert not TIME_BOUND.search("we keep the 3 servers until the migration is done")
