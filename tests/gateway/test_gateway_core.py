@@ -648,3 +648,47 @@ def test_a_chat_whose_session_is_gone_starts_a_new_one(gateway, model_server, ag
     assert gw.wait_idle(180)
     assert ch.texts()[-1] == "echo two (1 user turns seen)"
     assert gw.ledger.session("matrix|!dm|-") != sid
+
+
+def test_a_send_the_stop_cuts_is_told_to_its_sender_as_cut_not_left_waiting():
+    """A send handed to an asyncio channel's loop that the stop ends before it is answered raises
+    SendCut in the sender's thread (the delivery leaves it `sending` for the next start's recovery),
+    rather than holding the sender until its timeout."""
+    import asyncio
+
+    from hermes_fs.service.gateway.channel import AsyncChannel, SendCut
+
+    class Stuck(AsyncChannel):
+        name = "stuck"
+        Settings = MatrixSettings
+
+        def prepare(self) -> None:
+            return None
+
+        async def main(self) -> None:
+            self.ready.set()
+            while not self.stopping.is_set():
+                await asyncio.sleep(0.05)
+
+        def send(self, reply: Outbound) -> str:
+            async def never() -> str:
+                await asyncio.Event().wait()
+                return "unreachable"
+            return self.in_loop(never(), timeout=3600)
+
+    ch = Stuck(None, None)  # type: ignore[arg-type]
+    ch.start(sink=None)  # type: ignore[arg-type]
+    outcome: list[object] = []
+    sender = threading.Thread(target=lambda: outcome.append(_raised(ch.send, None)))
+    sender.start()
+    assert wait_for(lambda: ch._handed, 60)  # the send is on the loop
+    ch.stop()
+    sender.join(60)  # an hour's timeout otherwise
+    assert not sender.is_alive() and isinstance(outcome[0], SendCut), outcome
+
+
+def _raised(fn, *args) -> object:
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - the test looks at which
+        return exc

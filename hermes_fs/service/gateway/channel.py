@@ -15,6 +15,7 @@ core's ledger). The contract in prose: README.md next to this file.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import logging
 import os
@@ -169,6 +170,11 @@ class Sink(Protocol):
         ...
 
 
+class SendCut(HermesError):
+    """A send the channel's stop cut short: it may or may not have reached the platform, so it is
+    left to the next start's recovery (sent again only where sends are idempotent)."""
+
+
 class ChannelBase(ABC):
     """A gateway channel: one file under service/gateway/ with one subclass, named in registry.py.
 
@@ -283,6 +289,8 @@ class AsyncChannel(ChannelBase):
         self.ready = threading.Event()  # set by main() on its first answer, or when the loop ends
         self.failure: str | None = None  # why the channel could not start (set before `ready`)
         self.stopping = threading.Event()
+        self._handed: set[concurrent.futures.Future] = set()  # sends handed to the loop, not yet answered
+        self._handed_lock = threading.Lock()
 
     # -- what an asyncio channel implements -------------------------------------------------------
     @abstractmethod
@@ -354,7 +362,22 @@ class AsyncChannel(ChannelBase):
         if loop is None or loop.is_closed() or self.stopping.is_set() or not self.connected():
             coro.close()
             raise HermesError(f"not connected to {self.endpoint}")
-        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+        try:
+            fut = asyncio.run_coroutine_threadsafe(coro, loop)
+        except RuntimeError:  # the loop closed since the check above
+            coro.close()
+            raise HermesError(f"not connected to {self.endpoint}") from None
+        with self._handed_lock:
+            self._handed.add(fut)
+        if loop.is_closed():  # closed meanwhile, maybe before the coroutine became a task
+            fut.cancel()
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.CancelledError:
+            raise SendCut(f"the {self.name} channel stopped during the send") from None
+        finally:
+            with self._handed_lock:
+                self._handed.discard(fut)
 
     def report(self, state: str, detail: str = "") -> None:
         """The channel's state for `gateway status` ("connected" or "error" with the reason)."""
@@ -374,4 +397,18 @@ class AsyncChannel(ChannelBase):
             self.report("error", self.failure)
         finally:
             self.ready.set()
+            self._cancel_handed()
             self.loop.close()
+
+    def _cancel_handed(self) -> None:
+        """Cancel the sends `in_loop` handed to the loop that ended without them, so the threads
+        waiting for them hear at once (`SendCut`) instead of after SEND_WAIT_S."""
+        assert self.loop is not None
+        rest = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+        for t in rest:
+            t.cancel()
+        if rest:
+            self.loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
+        with self._handed_lock:  # and those not yet a task when the loop stopped
+            for fut in self._handed:
+                fut.cancel()

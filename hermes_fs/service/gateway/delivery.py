@@ -26,7 +26,7 @@ from ...store.docs import dump_doc, parse_doc
 from ...store.files import atomic_write
 from ...store.provenance import Act
 from ...store.vault import Vault
-from .channel import ChannelBase, Origin, Outbound
+from .channel import ChannelBase, Origin, Outbound, SendCut
 from .ledger import DELIVERED, PENDING, SENDING, Delivery, GatewayLedger, LedgerClosed
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,9 @@ class Deliverer:
         try:
             platform_id = ch.send_file(out) if d.files and not ch.files_in_reply else ch.send(out)
         except Exception as exc:
+            if isinstance(exc, SendCut):  # it stays `sending`, for the next start's recovery
+                log.info("gateway %s: reply %s: %s", d.platform, d.id, exc)
+                return
             self._failed(ch, d, exc)
             return
         self.ledger.mark_delivered(d.id, str(platform_id or ""))

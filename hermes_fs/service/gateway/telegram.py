@@ -207,7 +207,9 @@ class TelegramChannel(AsyncChannel):
             while not self.stopping.is_set():
                 cursor = self.sink.cursor(self.cursor_key)
                 try:
-                    batch = await self.bot.raw_updates(int(cursor) + 1 if cursor else None, POLL_S)
+                    # the first poll returns at once: `start` waits for it (else a quiet chat holds it POLL_S)
+                    wait = POLL_S if self.ready.is_set() else 0
+                    batch = await self.bot.raw_updates(int(cursor) + 1 if cursor else None, wait)
                 except RetryAfter as exc:
                     await asyncio.sleep(_seconds(exc.retry_after))
                     continue
