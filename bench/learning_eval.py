@@ -551,18 +551,24 @@ def split_summaries(results: list[CaseResult], s: Settings, min_recall: float, m
 def main(argv: list[str] | None = None) -> dict:
     if argv is None:
         argv = sys.argv[1:]
-    if argv[:1] == ["--replay"] and len(argv) >= 2:
-        def opt(name: str) -> str | None:
-            return argv[argv.index(name) + 1] if name in argv[:-1] else None
-        model = opt("--model")
-        live = Settings(model, api_base=opt("--api-base"), api_key_env=opt("--api-key-env")) if model else None
-        return replay(argv[1], opt("--out"), live)
+    if argv[:1] == ["--replay"]:
+        r = argparse.ArgumentParser(prog="learning_eval.py --replay")
+        r.add_argument("--replay", required=True, metavar="RUN.json")
+        r.add_argument("--model", help="a live model for the questions the recorded run never asked")
+        r.add_argument("--api-base")
+        r.add_argument("--api-key-env")
+        r.add_argument("--out")
+        ra = r.parse_args(argv)
+        live = Settings(ra.model, api_base=ra.api_base, api_key_env=ra.api_key_env) if ra.model else None
+        return replay(ra.replay, ra.out, live)
     if argv[:1] == ["--combine"]:
-        rest = argv[1:]
-        out = rest[rest.index("--out") + 1] if "--out" in rest else None
-        return combine([a for i, a in enumerate(rest) if a != "--out" and (i == 0 or rest[i - 1] != "--out")], out)
+        m = argparse.ArgumentParser(prog="learning_eval.py --combine")
+        m.add_argument("--combine", required=True, nargs="+", metavar="RUN.json")
+        m.add_argument("--out")
+        ma = m.parse_args(argv)
+        return combine(ma.combine, ma.out)
     if argv[:1] == ["--candidates"]:
-        c = argparse.ArgumentParser()
+        c = argparse.ArgumentParser(prog="learning_eval.py --candidates")
         c.add_argument("--candidates", action="store_true")
         c.add_argument("--split", choices=["dev", "test", "all"], default="all")
         c.add_argument("--cases-dir")
