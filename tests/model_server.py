@@ -6,7 +6,9 @@ Script items:
   {"tool_calls": [("memory", {"action": "add"}), ...]} tool calls (arguments: dict, or raw str)
   {"status": 500, "body": {...}}                       an HTTP error
   "delay": seconds or "wait": threading.Event, with any of these, hold the reply back
-Or pass `responder(request_json) -> item` to answer computed replies (used by benchmarks).
+Or pass `responder(request_json) -> item` to answer computed replies (used by benchmarks), or set
+`by_schema[name] = responder` to answer every structured request of that JSON schema apart from the
+script (a question the code asks any number of times, whose answers the test does not script).
 Run as a script (`python tests/model_server.py --help`) it serves replies by hand, to try the CLI.
 
 A request with `"stream": true` is answered as a real server streams: Server-Sent Events, one
@@ -29,6 +31,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.parser import BytesParser
 from email.policy import HTTP
@@ -52,6 +55,7 @@ class ModelServer:
         self.script = list(script or [])
         self.then = then  # the reply once the script is used up (None: a 400, so a test sees it)
         self.responder = responder
+        self.by_schema: dict[str, Callable[[dict], dict]] = {}  # structured requests answered apart from the script
         self.stream_delay = stream_delay
         self.closed_early: list[int] = []  # streamed requests whose client hung up before the end
         self.client_gone = threading.Event()
@@ -186,6 +190,9 @@ class ModelServer:
     def _next(self, body: dict):
         if self.responder:
             return self.responder(body)
+        schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("name")
+        if schema in self.by_schema:
+            return self.by_schema[schema](body)
         if not self.script and self.then is not None:
             return self.then
         if not self.script:

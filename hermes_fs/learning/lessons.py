@@ -95,6 +95,12 @@ class Sort(_Strict):
     kind: Literal["from_now_on", "just_now", "thanks"]
 
 
+class Plain(_Strict):
+    """A sentence of chat rewritten as plain, complete English: only ever sorted, never written."""
+
+    plain: str = Field(max_length=400)
+
+
 LESSONS_PROMPT = """You read a conversation between a person (USER) and their assistant. List what the assistant \
 should know in FUTURE conversations with this person: not what was done today.
 For each lesson: copy the few exact words of a USER line that show it (quote: only those words, not the whole \
@@ -147,6 +153,13 @@ Examples:
 "The build failed, why?" -> {"kind": "just_now"}
 "I'm in Berlin until Friday." -> {"kind": "just_now"}
 Answer only JSON."""
+
+
+PLAIN_PROMPT = """Rewrite a chat message as one or more plain, complete, formal English sentences: fix spelling \
+and grammar, expand abbreviations and slang, keep every piece of information and its meaning, add \
+nothing. Answer only JSON.
+Example: "fwiw i do everything in fish shell lol, pls dont gimme bash stuff" -> {"plain": "For what it is worth, \
+I do everything in the fish shell. Please do not give me bash commands."}"""
 
 
 # -- what the conversation holds, by who said it ---------------------------------------------------
@@ -509,7 +522,45 @@ class LessonTask:
         is kept in the person's own words, and one the samples agree on gets a second look when its
         sentence was sorted as for just now (see `_agreed`). Garbage or an error sorts as nothing."""
         said = self.conversation.person()[-SORTED_SENTENCES:]
-        return {place: kind for place, kind in zip(said, self._sorted([s for _i, s in said]), strict=True) if kind}
+        kinds = self._sorted([s for _i, s in said])
+        again = [n for n, kind in enumerate(kinds) if kind == "just_now"]
+        plain = self._plain([said[n][1] for n in again])
+        for n, kind in zip([n for n, p in zip(again, plain, strict=True) if p],
+                           self._sorted([p for p in plain if p]), strict=True):
+            if kind == "from_now_on":
+                kinds[n] = kind
+        return {place: kind for place, kind in zip(said, kinds, strict=True) if kind}
+
+    def _plain(self, texts: list[str]) -> list[str]:
+        """Each text rewritten as plain, complete English, in parallel; "" for garbage or an error.
+        Shown alone, the 1.5B model sorts chat-style sentences as "just now" ("we're rust-only on
+        the platform team", "our fiscal year starts 1 april"): of the 14 development cases in that
+        style it sorted 2 of 67 sentences from now on. A sentence it sorts "just now" is sorted
+        again as the rewrite says it, and counts as lasting when either sort says so: on the
+        development set 23 of 45 expected lessons in a sentence kept (21 without), the same 3 of 61
+        trap sentences (retractions, which the later-words guard handles). The rewrite only decides
+        the sort: what is written is always the person's own sentence."""
+        def rewrite(text: str):
+            ask = [{"role": "system", "content": PLAIN_PROMPT}, {"role": "user", "content": json.dumps(text, ensure_ascii=False)}]
+            try:
+                return self.model.complete(ask, [], response_format=response_format(Plain), temperature=0.0)
+            except HermesError:
+                return None
+
+        with ThreadPoolExecutor(max_workers=max(1, self.samples)) as pool:
+            replies = list(pool.map(rewrite, texts))
+        out = []
+        for reply in replies:
+            plain = ""
+            if reply is not None:
+                self.usage.add(reply.usage)
+                self.messages.append({"role": "assistant", "content": reply.content or ""})
+                try:
+                    plain = " ".join(parse_document(reply.content, Plain).plain.split())  # type: ignore[attr-defined]
+                except DocumentError:
+                    pass
+            out.append(plain)
+        return out
 
     def _sorted(self, texts: list[str]) -> list[str]:
         """Each text sorted alone, in parallel; "" for garbage or an error."""

@@ -295,9 +295,10 @@ def test_a_replay_asks_a_live_model_only_what_the_recorded_run_never_asked(tmp_p
     run = {"summary": {"model": "openai/recorded", "mode": "structured"}, "complete": True,
            "cases": [{"case": "02-no-sudo", "answers": [], "calls": calls}]}
     (tmp_path / "run.json").write_text(json.dumps(run))
-    model_server.add(*[lambda body: {"content": json.dumps({"kind": "just_now"})}] * 40)
+    model_server.by_schema["Sort"] = lambda body: {"content": json.dumps({"kind": "just_now"})}
+    model_server.by_schema["Plain"] = lambda body: {"content": json.dumps({"plain": "Some plain words."})}
     data = le.main(["--replay", str(tmp_path / "run.json"), "--model", "openai/test-model", "--api-base",
                     model_server.api_base, "--api-key-env", "HERMES_TEST_KEY"])
     names = [r["response_format"]["json_schema"]["name"] for r in model_server.requests]
-    assert names and set(names) <= {"Sort", "StillHolds", "Replaces"}  # never the recorded lessons call
+    assert names and set(names) <= {"Sort", "Plain", "StillHolds", "Replaces"}  # never the recorded lessons call
     assert "--model openai/test-model" in data["command"]

@@ -138,6 +138,14 @@ SAID = ("No: tabs, not spaces, for me; eight columns wide. "
         "Now rename notes.txt to notes-2026-11-30-final.txt please.")
 
 
+@pytest.fixture(autouse=True)
+def no_plain_rewrite(request):
+    """The plain rewrite of a sentence sorted "just now" is none (garbage: no second sort), so a test
+    scripts the lessons and sorts alone; the chat-style test gives one."""
+    if "model_server" in request.fixturenames:
+        request.getfixturevalue("model_server").by_schema["Plain"] = lambda body: {"content": json.dumps({"plain": ""})}
+
+
 @pytest.fixture
 def session(agent_vault, model_server, tmp_path):
     model_server.add({"content": "Renamed: `mv notes.txt notes-2026-11-30-final.txt`. The disk was full once."})
@@ -236,6 +244,28 @@ def test_an_agreed_lesson_on_a_sentence_for_just_now_stands_only_when_the_lesson
     assert out.status == "pending", out.reason
     assert "its sentence was sorted as for just now, the lesson itself as from now on" in \
         agent_vault.git.commit_info(out.branch).body
+
+
+def test_a_chat_style_sentence_sorted_for_just_now_is_sorted_again_as_plain_english(agent_vault, model_server, tmp_path):
+    """The 1.5B model sorts chat-style sentences as "just now"; their plain rewrite is sorted again,
+    and the entry is the person's own sentence, never the rewrite."""
+    model_server.add({"content": "Fixed."})
+    with Conversation(agent_vault, ConversationOptions(source="run", workspace=tmp_path)) as c:
+        c.ask("can u fix the parser. rust pls, we're rust-only on the platform team lol")
+        sid = c.id
+    model_server.by_schema["Plain"] = lambda body: {"content": json.dumps(
+        {"plain": "Please use Rust: the platform team writes only Rust." if "rust-only" in body["messages"][-1]["content"]
+         else "Can you fix the parser?"})}
+    model_server.by_schema["Sort"] = lambda body: {"content": json.dumps(
+        {"kind": "from_now_on" if "writes only Rust" in body["messages"][-1]["content"] else "just_now"})}
+    model_server.add(answer(), answer(), answer())
+    out = refine(agent_vault, RefineOptions(session=sid, mode="structured", samples=3))
+    assert out.status == "pending", out.reason
+    written = "".join(agent_vault.git.read_file(out.branch, f).decode() for f in out.files)
+    assert "rust pls, we're rust-only on the platform team lol" in written and "writes only Rust" not in written
+    assert "parser" not in written
+    plains = [r for r in model_server.requests if r.get("response_format", {}).get("json_schema", {}).get("name") == "Plain"]
+    assert len(plains) == 2  # each sentence sorted "just now" once, then their rewrites
 
 
 def test_a_quote_that_does_not_show_its_lesson_is_placed_on_the_sentence_that_does(agent_vault, model_server, session):
