@@ -328,7 +328,13 @@ def _learning_sets(results: Path) -> list[str]:
                          "chosen on them)"),
                         ("learning_eval-qwen-final-dev2-replay", "the same 14, the setting chosen (replay)"),
                         ("learning_eval-qwen-final-test-replay", "the setting chosen: **test** (replay of the live test "
-                         "run above; after the test set had been read)")):
+                         "run above; after the test set had been read)"),
+                        ("learning_eval-qwen-plain-dev-replay", "+ plain-English sort of sentences sorted just now: dev, "
+                         "45 older cases (replay)"),
+                        ("learning_eval-qwen-plain-dev2-replay", "+ plain-English sort: the 14 chat-style dev cases (replay)"),
+                        ("learning_eval-qwen-plain-dev2-live", "+ plain-English sort: the 14 chat-style dev cases, live"),
+                        ("learning_eval-qwen-plain-test-replay", "+ plain-English sort: **test** (replay; after the test "
+                         "set had been read)")):
         d = _load(results, name)
         if not d:
             continue

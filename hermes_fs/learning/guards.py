@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import snowballstemmer
 
-from ..store.secrets import find_secrets
+from ..store.secrets import find_secrets, secret_values
 from .validate import tokens
 
 KINDS = ("preference", "fact", "procedure", "one-off", "not-theirs")
@@ -84,6 +84,18 @@ class Said:
     """The conversation's turns as code judges quotes against them (tool output is never here)."""
 
     turns: list[Turn]
+    _told: set[str] | None = field(default=None, repr=False, compare=False)
+
+    def told_secrets(self) -> set[str]:
+        """The secret values the conversation tells (the person's words, the assistant's answers and
+        commands): anything written that holds one holds the secret, whatever surrounds it there."""
+        if self._told is None:
+            self._told = set().union(*(secret_values(t) for turn in self.turns for t in [turn.text, *turn.commands]))
+        return self._told
+
+    def holds_secret(self, text: str) -> bool:
+        """A credential in `text` itself, or a value this conversation told as one."""
+        return bool(find_secrets(text)) or any(v in text for v in self.told_secrets())
 
     def own_words(self) -> str:
         return " ".join(t.text for t in self.turns)
@@ -256,7 +268,7 @@ def _not_time_bound(v: Verdict, conv: Said) -> str:
 
 def _no_secret(v: Verdict, conv: Said) -> str:
     texts = [v.lesson, v.quote] + ([v.sentence] if v.located else []) + v.steps
-    if any(find_secrets(t) for t in texts):
+    if any(conv.holds_secret(t) for t in texts):
         return "it holds a credential"
     return ""
 

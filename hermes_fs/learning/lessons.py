@@ -39,7 +39,6 @@ from ..agent.tools import ToolBox
 from ..errors import HermesError, InputError
 from ..mind import embeddings, memory
 from ..store.overlay import OverlayFiles
-from ..store.secrets import find_secrets
 from . import guards
 from .guards import Said, Turn, Verdict, norm, sentences, stems
 from .pipeline import LearningError
@@ -540,50 +539,35 @@ class LessonTask:
         development set 23 of 45 expected lessons in a sentence kept (21 without), the same 3 of 61
         trap sentences (retractions, which the later-words guard handles). The rewrite only decides
         the sort: what is written is always the person's own sentence."""
-        def rewrite(text: str):
-            ask = [{"role": "system", "content": PLAIN_PROMPT}, {"role": "user", "content": json.dumps(text, ensure_ascii=False)}]
-            try:
-                return self.model.complete(ask, [], response_format=response_format(Plain), temperature=0.0)
-            except HermesError:
-                return None
-
-        with ThreadPoolExecutor(max_workers=max(1, self.samples)) as pool:
-            replies = list(pool.map(rewrite, texts))
-        out = []
-        for reply in replies:
-            plain = ""
-            if reply is not None:
-                self.usage.add(reply.usage)
-                self.messages.append({"role": "assistant", "content": reply.content or ""})
-                try:
-                    plain = " ".join(parse_document(reply.content, Plain).plain.split())  # type: ignore[attr-defined]
-                except DocumentError:
-                    pass
-            out.append(plain)
-        return out
+        return [" ".join(p.split()) for p in self._each(PLAIN_PROMPT, Plain, "plain", texts)]
 
     def _sorted(self, texts: list[str]) -> list[str]:
         """Each text sorted alone, in parallel; "" for garbage or an error."""
-        def sort(text: str):
-            ask = [{"role": "system", "content": SORT_PROMPT}, {"role": "user", "content": json.dumps(text, ensure_ascii=False)}]
+        return self._each(SORT_PROMPT, Sort, "kind", texts)
+
+    def _each(self, prompt: str, schema, field_name: str, texts: list[str]) -> list[str]:
+        """`field_name` of the model's answer to each text asked alone (as a JSON string, at
+        temperature 0), in parallel; "" for garbage or an error."""
+        def ask_one(text: str):
+            ask = [{"role": "system", "content": prompt}, {"role": "user", "content": json.dumps(text, ensure_ascii=False)}]
             try:
-                return self.model.complete(ask, [], response_format=response_format(Sort), temperature=0.0)
+                return self.model.complete(ask, [], response_format=response_format(schema), temperature=0.0)
             except HermesError:
                 return None
 
         with ThreadPoolExecutor(max_workers=max(1, self.samples)) as pool:
-            replies = list(pool.map(sort, texts))
+            replies = list(pool.map(ask_one, texts))
         out = []
         for reply in replies:
-            kind = ""
+            value = ""
             if reply is not None:
                 self.usage.add(reply.usage)  # counted here, in one thread
                 self.messages.append({"role": "assistant", "content": reply.content or ""})
                 try:
-                    kind = parse_document(reply.content, Sort).kind  # type: ignore[attr-defined]
+                    value = getattr(parse_document(reply.content, schema), field_name)
                 except DocumentError:
                     pass
-            out.append(kind)
+            out.append(value)
         return out
 
     def _still_holds(self, v: Verdict) -> bool:
@@ -638,7 +622,7 @@ class LessonTask:
 
     def _call(self, tool: str, args: dict) -> str:
         text = " ".join(str(a) for a in args.values())
-        if find_secrets(text):  # a last screen: nothing code writes holds a credential
+        if self.conversation.holds_secret(text):  # a last screen: nothing code writes holds a credential
             return "skipped: it would write a credential"
         return self.tools.call(tool, json.dumps(args))
 

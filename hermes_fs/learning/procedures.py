@@ -12,7 +12,6 @@ import json
 import re
 from dataclasses import dataclass
 
-from ..store.secrets import find_secrets
 from .guards import ONE_OFF, Said, Verdict, norm, stems
 from .validate import tokens
 
@@ -43,7 +42,7 @@ def grounded_steps(steps: list[str], conv: Said) -> list[str]:
             if norm(step) and (norm(step) in c or (want and len(want & tokens(cmd)) >= STEP_SHARE * len(want))):
                 chosen.add(n)
     # a command run again later replaces its earlier tries: keep the last of each
-    return kept_steps(last_tries([ran[n] for n in sorted(chosen)]))
+    return kept_steps(last_tries([ran[n] for n in sorted(chosen)]), conv)
 
 
 def endorsed_steps(v: Verdict, conv: Said) -> list[str]:
@@ -61,7 +60,7 @@ def endorsed_steps(v: Verdict, conv: Said) -> list[str]:
         return []  # the person was not answering what had just run
     words = stems(f"{v.lesson} {v.sentence}")
     about = [c for t in before for c in t.commands if words & stems(c)]
-    return kept_steps(last_tries(about)) if len(about) >= 2 else []
+    return kept_steps(last_tries(about), conv) if len(about) >= 2 else []
 
 
 def last_tries(commands: list[str]) -> list[str]:
@@ -72,10 +71,11 @@ def last_tries(commands: list[str]) -> list[str]:
     return [commands[n] for n in sorted(last.values())]
 
 
-def kept_steps(commands: list[str]) -> list[str]:
-    """At most MAX_STEPS steps, none holding a credential or a one-off detail (`git checkout
+def kept_steps(commands: list[str], conv: Said) -> list[str]:
+    """At most MAX_STEPS steps, none holding a credential (or a value the conversation told as one:
+    `printf '%s' 'VALUE' > key` after "the repo key is VALUE") or a one-off detail (`git checkout
     a1b2c3d` checked out one commit of one day: not a step to repeat)."""
-    return [c for c in commands if not find_secrets(c) and not ONE_OFF.search(c)][:MAX_STEPS]
+    return [c for c in commands if not conv.holds_secret(c) and not ONE_OFF.search(c)][:MAX_STEPS]
 
 
 def _head(cmd: str) -> str:
@@ -123,7 +123,7 @@ def skill_name(lesson: str) -> str:
 def first_request(conv: Said) -> str:
     """The person's first sentence: what they asked for, in their words (the skill is for that)."""
     for _i, s in conv.person():
-        if len(s.split()) >= 3 and not find_secrets(s):
+        if len(s.split()) >= 3 and not conv.holds_secret(s):
             return s.rstrip(" .?!")[:160]
     return ""
 

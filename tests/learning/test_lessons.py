@@ -547,3 +547,22 @@ def test_a_date_after_until_is_a_time_bound_whatever_its_form():
     assert TIME_BOUND.search("staging is frozen until the 12th for an audit")
     assert TIME_BOUND.search("I'm away till 3 January")
     assert not TIME_BOUND.search("we keep the 3 servers until the migration is done")
+
+
+def test_a_value_the_conversation_told_as_a_secret_is_kept_out_of_steps_and_lessons_wherever_it_appears():
+    """ "the repo key is Kestrel-Fjord-2291" tells a secret; the command that writes it to a key file
+    (`printf '%s' 'VALUE' > key`) says nothing of a key around it, yet holds the secret: the
+    endorsed procedure keeps the other steps, and a lesson carrying the value is refused."""
+    from hermes_fs.learning.procedures import endorsed_steps
+
+    key_file = "printf '%s' 'Kestrel-Fjord-2291' > ~/.config/restic/nas.key"
+    backup = "restic -r sftp:backup@nas.home.arpa:/volume1/restic --password-file ~/.config/restic/nas.key backup ~/projects"
+    conv = Said([Turn("person", "set up a restic backup of ~/projects to my synology. the repo key is Kestrel-Fjord-2291."),
+                 Turn("assistant", "Done.", commands=[key_file, backup]),
+                 Turn("person", "thats where all my restic backups go btw, laptop and the pi both")])
+    assert conv.holds_secret(key_file) and not conv.holds_secret(backup)
+    lasting = judge("thats where all my restic backups go btw", "All restic backups go to the NAS.", "fact", [], conv)
+    assert lasting.kept, lasting.why
+    assert endorsed_steps(lasting, conv) == [backup]  # the step that wrote the key is left out
+    told = judge("thats where all my restic backups go btw", "Restic backups use key Kestrel-Fjord-2291.", "fact", [], conv)
+    assert told.why == "it holds a credential"
