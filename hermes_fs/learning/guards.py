@@ -267,8 +267,9 @@ def _not_time_bound(v: Verdict, conv: Said) -> str:
 
 
 def _no_secret(v: Verdict, conv: Said) -> str:
-    texts = [v.lesson, v.quote] + ([v.sentence] if v.located else []) + v.steps
-    if any(conv.holds_secret(t) for t in texts):
+    texts = [v.lesson, v.quote] + ([v.sentence] if v.located else [])
+    # a step holding a value the conversation told as a secret is left out of the skill (kept_steps)
+    if any(conv.holds_secret(t) for t in texts) or any(find_secrets(s) for s in v.steps):
         return "it holds a credential"
     return ""
 
