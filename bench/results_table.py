@@ -332,7 +332,10 @@ def _learning_sets(results: Path) -> list[str]:
                         ("learning_eval-qwen-plain-dev-replay", "+ plain-English sort of sentences sorted just now: dev, "
                          "45 older cases (replay)"),
                         ("learning_eval-qwen-plain-dev2-replay", "+ plain-English sort: the 14 chat-style dev cases (replay)"),
-                        ("learning_eval-qwen-plain-dev2-live", "+ plain-English sort: the 14 chat-style dev cases, live"),
+                        ("learning_eval-qwen-plain-dev2-live", "+ plain-English sort: the 14 chat-style dev cases, live "
+                         "(its trap: a told secret in a skill step)"),
+                        ("learning_eval-qwen-plain-dev2-live-replay", "the same run, told secrets kept out of every "
+                         "write (replay)"),
                         ("learning_eval-qwen-plain-test-replay", "+ plain-English sort: **test** (replay; after the test "
                          "set had been read)")):
         d = _load(results, name)
