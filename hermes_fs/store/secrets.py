@@ -195,8 +195,8 @@ def find_secrets(text: str, where: str = "text") -> list[Finding]:
 
 def secret_values(text: str) -> set[str]:
     """The secret values themselves that `find_secrets` sees in text: a conversation's ("the repo
-    key is Kestrel-Fjord-2291"), to find the same value where nothing around it says it is one
-    (`printf '%s' 'Kestrel-Fjord-2291' > key`). Never logged or written: only compared."""
+    key is VALUE"), to find the same value where nothing around it says it is one (`printf '%s'
+    'VALUE' > key`). Never logged or written: only compared."""
     spans = [*_matches(text), *_split_matches(text), *secret_context.spans(text)]
     return {v for _kind, start, end in spans if len(v := text[start:end].strip(" \t'\"`.,;:")) >= 4}
 
