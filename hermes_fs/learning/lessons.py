@@ -523,9 +523,8 @@ class LessonTask:
         said = self.conversation.person()[-SORTED_SENTENCES:]
         kinds = self._sorted([s for _i, s in said])
         again = [n for n, kind in enumerate(kinds) if kind == "just_now"]
-        plain = self._plain([said[n][1] for n in again])
-        for n, kind in zip([n for n, p in zip(again, plain, strict=True) if p],
-                           self._sorted([p for p in plain if p]), strict=True):
+        rewritten = [(n, p) for n, p in zip(again, self._plain([said[n][1] for n in again]), strict=True) if p]
+        for (n, _p), kind in zip(rewritten, self._sorted([p for _n, p in rewritten]), strict=True):
             if kind == "from_now_on":
                 kinds[n] = kind
         return {place: kind for place, kind in zip(said, kinds, strict=True) if kind}

@@ -175,30 +175,34 @@ def _split_matches(text: str):
 
 
 def scan_text(path: str, text: str) -> list[Finding]:
-    findings: dict[int, Finding] = {}
-    for kind, start, _end in [*_matches(text), *_split_matches(text)]:
-        line = text.count("\n", 0, start) + 1
-        findings.setdefault(line, Finding(path, line, kind))  # one finding per line is enough
-    return sorted(findings.values(), key=lambda f: f.line)
+    return _by_line(path, text, [*_matches(text), *_split_matches(text)])
 
 
 def find_secrets(text: str, where: str = "text") -> list[Finding]:
     """Every secret in text bound for memory: the key formats of `scan_text`, and secrets told in
     prose (a value after "log in as USER with", userinfo in a URL, a high-entropy token,
     detect-secrets' detectors). One finding per line; the value is never in the finding."""
-    findings = {f.line: f for f in scan_text(where, text)}
-    for kind, start, _end in secret_context.spans(text):
-        line = text.count("\n", 0, start) + 1
-        findings.setdefault(line, Finding(where, line, kind))
-    return sorted(findings.values(), key=lambda f: f.line)
+    return _by_line(where, text, _memory_spans(text))
 
 
 def secret_values(text: str) -> set[str]:
     """The secret values themselves that `find_secrets` sees in text: a conversation's ("the repo
     key is VALUE"), to find the same value where nothing around it says it is one (`printf '%s'
     'VALUE' > key`). Never logged or written: only compared."""
-    spans = [*_matches(text), *_split_matches(text), *secret_context.spans(text)]
-    return {v for _kind, start, end in spans if len(v := text[start:end].strip(" \t'\"`.,;:")) >= 4}
+    return {v for _kind, start, end in _memory_spans(text) if len(v := text[start:end].strip(" \t'\"`.,;:")) >= 4}
+
+
+def _memory_spans(text: str) -> list[tuple[str, int, int]]:
+    """The key formats first, then secrets told in prose: on a line both find, the key's kind is named."""
+    return [*_matches(text), *_split_matches(text), *secret_context.spans(text)]
+
+
+def _by_line(where: str, text: str, spans: list[tuple[str, int, int]]) -> list[Finding]:
+    findings: dict[int, Finding] = {}
+    for kind, start, _end in spans:
+        line = text.count("\n", 0, start) + 1
+        findings.setdefault(line, Finding(where, line, kind))  # one finding per line is enough
+    return sorted(findings.values(), key=lambda f: f.line)
 
 
 MEMORY_DIR = "memory/"  # files under it are what the agent knows: scanned as prose too
