@@ -27,6 +27,9 @@ Usage: python bench/learning_eval.py --model M [--api-base URL] [--mode tools|st
        python bench/learning_eval.py --candidates [--split dev|test|all] [--cases-dir DIR] [--out FILE]
            (no model: each case's `replay:` candidates, traps included, fed through the whole pipeline
             as if every sample proposed each of them; every trap candidate must be refused)
+       python bench/learning_eval.py --candidates --model M [--api-base URL] ...
+           (the same candidates, with that model judging everything but the proposals: its sort of the
+            person's sentences and its yes/no answers, as in a real review)
 """
 
 from __future__ import annotations
@@ -501,31 +504,39 @@ class Candidates:
     person's sentence replace their entry? do their earlier words still hold?) with no; the sort of
     a sentence gets no answer (neither "from now on", which would keep a sentence, nor "just now",
     which would send an agreed lesson to a second look): with no model there is no judgement, and
-    what is refused is refused by code."""
+    what is refused is refused by code. With `live` (--model), every question but the lessons call
+    goes to that model: the given candidates stand in for its proposals, and its judgement of the
+    person's sentences (the sort, the rewrite, the yes/no questions) decides as in a real review."""
 
     name = "candidates"
 
-    def __init__(self, case: Case):
+    def __init__(self, case: Case, live: Model | None = None):
         keep = ("quote", "kind", "lesson", "steps")
         self.doc = {"lessons": [{k: c.get(k, [] if k == "steps" else "") for k in keep} for c in case.replay]}
         self.usage = Usage()
+        self.live = live
 
     def complete(self, messages, tools, response_format=None, on_text=None, temperature=None) -> Reply:
         schema = (response_format or {}).get("json_schema", {}).get("name", "")
+        if self.live is not None and schema != "Lessons":
+            reply = self.live.complete(messages, tools, response_format=response_format, temperature=temperature)
+            self.usage.add(reply.usage)
+            return reply
         if schema == "Sort":
             return Reply("")
         no = {"Replaces": {"replaces": False}, "StillHolds": {"still_holds": False}}
         return Reply(json.dumps(no.get(schema, self.doc)))
 
 
-def candidates(cases: list[Case], out: str | None) -> dict:
+def candidates(cases: list[Case], out: str | None, live: Settings | None = None) -> dict:
     """Each case's given candidates through the whole pipeline (3 samples, all agreeing): every
-    trap candidate must be refused; the good ones kept show what code lets through at best."""
+    trap candidate must be refused; the good ones kept show what code lets through at best. With
+    `live`, that model judges everything but the proposals (see Candidates)."""
     s = Settings("candidates", mode="structured", probe=False, samples=3)
     results, given = [], []
     with tempfile.TemporaryDirectory(prefix="hermes-candidates-") as tmp:
         for case in [c for c in cases if c.replay]:
-            r = run_case(case, s, Path(tmp), Candidates(case))
+            r = run_case(case, s, Path(tmp), Candidates(case, live.new_model(400) if live else None))
             results.append(r)
             given += [(case.name, c) for c in case.replay]
             print(f"{case.name:<34} lessons {sum(r.lessons.values())}/{len(r.lessons)} "
@@ -534,7 +545,9 @@ def candidates(cases: list[Case], out: str | None) -> dict:
     data = {"summary": asdict(summary), "splits": split_summaries(results, s, 0.0, 0.0),
             "trap_candidates": sum(1 for _n, c in given if c.get("trap")),
             "good_candidates": sum(1 for _n, c in given if not c.get("trap")),
-            "cases": [asdict(r) for r in results], "command": "python bench/learning_eval.py --candidates"}
+            "cases": [asdict(r) for r in results], "command": "python bench/learning_eval.py --candidates" + (
+                f" --model {live.model}" + (f" --api-base {live.api_base}" if live.api_base else "") if live else ""),
+            "judged_by": live.model if live else "code only"}
     if out:
         Path(out).write_text(json.dumps(data, indent=2) + "\n")
     print(json.dumps({k: v for k, v in data.items() if k != "cases"}, indent=2))
@@ -574,9 +587,13 @@ def main(argv: list[str] | None = None) -> dict:
         c.add_argument("--cases-dir")
         c.add_argument("--cases")
         c.add_argument("--out")
+        c.add_argument("--model", help="a live model that judges everything but the proposals")
+        c.add_argument("--api-base")
+        c.add_argument("--api-key-env")
         ca = c.parse_args(argv)
+        live = Settings(ca.model, api_base=ca.api_base, api_key_env=ca.api_key_env) if ca.model else None
         return candidates(load_cases(Path(ca.cases_dir) if ca.cases_dir else CASES,
-                                     ca.cases.split(",") if ca.cases else None, ca.split), ca.out)
+                                     ca.cases.split(",") if ca.cases else None, ca.split), ca.out, live)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="a litellm model string, e.g. openai/qwen2.5-coder-1.5b-instruct")
     p.add_argument("--api-base", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8090/v1")

@@ -55,8 +55,8 @@ TIME_BOUND = re.compile(
     r"|just this once|this time only|only this time|for this one)\b", re.I)
 ONE_OFF = re.compile(r"(\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"  # a commit id
                      r"|#\d+\b|\bpull/\d+"  # a PR or issue number
-                     r"|\b\d[\d,]*\s+(tests?|users?|rows?|files?|lines?|commits?|records?|items?|errors?)\b"  # a count
-                     r"|\b\d{1,2}:\d{2}\b)", re.I)  # a clock time
+                     r"|\b\d[\d,]*\s+(tests?|users?|rows?|files?|lines?|commits?|records?|items?|errors?)\b)",  # a count
+                     re.I)  # (not a clock time: "the night run starts at 01:30" lasts; "at 10:30 today" is bound to a time)
 TRANSIENT = re.compile(r"(?<![-\w])(timed out|times out|timing out|timeouts? (error|exceeded)|"
                        r"(fails?|failed|failing|hit|hits|with) (a |the )?timeouts?|dns|name resolution|"
                        r"50[234]|outage|unavailable|flaky|blip|no space|disk (is )?full|out of disk|"
@@ -152,12 +152,36 @@ def norm(text: str) -> str:
     return " ".join(t.lower().split()).strip(" .,;:!?'()")
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+# A sentence ends at . ! ? or a line break; so does a clause set off by a dash, which in chat is how
+# one long message strings independent statements together ("redo the chart — and use the
+# colour-blind palette like always — then export it"). A dot inside a name or a version ends
+# nothing; a hyphen inside a word or an option (pip --user) is no dash; a semicolon joins what
+# belongs together ("No root here; stick to user-level installs").
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+|\s+(?:[—–]|--?)\s+")
+# A long aside in parentheses is a statement of its own ("(Dana keeps saying we should move the
+# wiki to Notion)"); a short one is part of its sentence ("user-level installs (pipx, pip --user)").
+_ASIDE = re.compile(r"\s*\(([^()]*)\)")
+ASIDE_WORDS = 6
 
 
 def sentences(text: str) -> list[str]:
-    """The sentences of a turn, verbatim (a dot inside a name or a version does not end one)."""
-    return [p.strip() for p in _SENTENCE_END.split(str(text)) if p and p.strip()]
+    """The sentences of a turn, verbatim: each clause set off by a dash, and each long aside in
+    parentheses, is one."""
+    out: list[str] = []
+    for part in _SENTENCE_END.split(str(text)):
+        out.extend(_asides(part))
+    return [p for p in out if p and p.strip(" ,.;:")]
+
+
+def _asides(part: str) -> list[str]:
+    """`part` with its long parenthesised asides taken out as pieces of their own, in order."""
+    pieces, at = [], 0
+    for m in _ASIDE.finditer(part):
+        if len(m.group(1).split()) >= ASIDE_WORDS:
+            pieces += [part[at:m.start()].strip(), m.group(1).strip()]
+            at = m.end()
+    pieces.append(part[at:].strip())
+    return [p for p in pieces if p]
 
 
 _STEMMER = threading.local()
@@ -260,7 +284,9 @@ def revisits(conv: Said, turn: int, sentence: str) -> list[str]:
 
 
 def _not_time_bound(v: Verdict, conv: Said) -> str:
-    for text in (v.sentence, v.lesson):
+    """A procedure stands on its commands: the time in the person's sentence around it ("the third
+    time this quarter I've fumbled it") is not a limit on the steps; its lesson still counts."""
+    for text in ((v.lesson,) if v.kind == "procedure" else (v.sentence, v.lesson)):
         if TIME_BOUND.search(text):
             return "it is bound to a time (it does not last)"
     return ""

@@ -333,6 +333,7 @@ class LessonTask:
     _before: dict[str, bytes | None] = field(default_factory=dict)
     _answers: dict[tuple[str, str], bool] = field(default_factory=dict)  # the yes/no judgements asked
     _steps_written: list[set[str]] = field(default_factory=list)  # each skill's commands, this review
+    _sorts: dict[tuple[int, str], str] = field(default_factory=dict)  # each of the person's sentences, sorted
 
     def ask(self, text: str, fresh: bool = False) -> str:
         if self.verdicts and not fresh:  # the checks refused: drop the last lesson, keep the rest
@@ -371,7 +372,7 @@ class LessonTask:
         if self.invalid_answers == self.samples:
             raise LearningError(f"lessons: none of the model's {self.samples} answers was a list of lessons in JSON")
         need = min(self.agree, self.samples)
-        sorts = self._sort()
+        sorts = self._sorts = self._sort()
         lasting = {place for place, kind in sorts.items() if kind == "from_now_on"}
         groups = grouped(self.verdicts)  # once: the agreed, then the rest on a second opinion
         self._kept = self._agreed([g for g in groups if g.lasting >= need], sorts)
@@ -412,9 +413,10 @@ class LessonTask:
             v = g.best
             reason = (f'the user said: "{v.sentence or v.quote}" ({_votes(g, self.samples, self.agree)})'
                       if v.turn >= 0 else f"it worked in the conversation ({_votes(g, self.samples, self.agree)})")
-            if v.later and not self._still_holds(v):
+            later = self._later(v)
+            if later and not self._still_holds(v, later):
                 self.applied.append(Applied(f"memory/{v.file}", f"add {v.lesson!r}", reason,
-                                            f"skipped: the person came back to this later (“{v.later[-1][:80]}”) and "
+                                            f"skipped: the person came back to this later (“{later[-1][:80]}”) and "
                                             "their earlier words were not shown to still hold"))
                 continue
             if v.kind == "procedure":
@@ -569,11 +571,20 @@ class LessonTask:
             out.append(value)
         return out
 
-    def _still_holds(self, v: Verdict) -> bool:
+    def _later(self, v: Verdict) -> list[str]:
+        """The person's later words on the topic, leaving out what the sort called thanks: "perfect,
+        pasted." after "anything on the wiki has to be png" shares a word with it and takes nothing
+        back, yet asked whether the earlier words still hold (`_still_holds`) a small model says no.
+        A later sentence the sort did not see or could not sort still counts."""
+        thanks = {s for (turn, s), kind in self._sorts.items() if kind == "thanks" and turn > v.turn}
+        return [s for s in v.later if s not in thanks]
+
+    def _still_holds(self, v: Verdict, later: list[str]) -> bool:
         """The person's later words on the topic leave the earlier ones standing (asked once; only
         a clear yes counts)."""
-        later = "\n".join(f"- {s}" for s in v.later[-3:])
-        return self._confirm(StillHolds, STILL_HOLDS_PROMPT, f"Earlier: {v.sentence}\nLater:\n{later}", "still_holds")
+        said_later = "\n".join(f"- {s}" for s in later[-3:])
+        return self._confirm(StillHolds, STILL_HOLDS_PROMPT, f"Earlier: {v.sentence}\nLater:\n{said_later}",
+                             "still_holds")
 
     def _confirm(self, schema, prompt: str, text: str, field_name: str) -> bool:
         """One yes/no judgement of the model at temperature 0; no clear yes (a no, garbage, an

@@ -75,12 +75,31 @@ def kept_steps(commands: list[str], conv: Said) -> list[str]:
     """At most MAX_STEPS steps, none holding a credential (or a value the conversation told as one:
     `printf '%s' 'VALUE' > key` after "the repo key is VALUE") or a one-off detail (`git checkout
     a1b2c3d` checked out one commit of one day: not a step to repeat)."""
-    return [c for c in commands if not conv.holds_secret(c) and not ONE_OFF.search(c)][:MAX_STEPS]
+    return [general(c) for c in commands if not conv.holds_secret(c) and not ONE_OFF.search(c)][:MAX_STEPS]
+
+
+# a release number of today's run (27.1.11, 0.14.2, 29.0.8.1): the next run has another
+_VERSION = re.compile(r"(?<![\w.])(\d+\.\d+\.\d+(?:\.\d+)?)(?![\w.]*\d)")
+_ADDRESS = re.compile(r"(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})")
+
+
+def general(cmd: str) -> str:
+    """A step as a skill says it: the release numbers of the run it was learned from as <version>
+    (`helm push payments-0.14.2.tgz` is `helm push payments-<version>.tgz` next time). An IPv4
+    address is no release number."""
+    def one(m: re.Match) -> str:
+        return m.group(0) if _ADDRESS.fullmatch(m.group(1)) else "<version>"
+    return _VERSION.sub(one, cmd)
 
 
 def _head(cmd: str) -> str:
-    """A command's program and subcommand: `fly deploy --x` and `fly deploy --y` are two tries of one step."""
-    return " ".join(cmd.split()[:2])
+    """A command's program and subcommand: `fly deploy --x` and `fly deploy --y` are two tries of
+    one step. A leading `cd DIR &&` is where it ran, not what it did (`cd ~/src && helm push` and
+    `cd ~/src && git commit` are two steps)."""
+    parts = [p for p in re.split(r"\s*(?:&&|;)\s*", cmd.strip()) if p]
+    while len(parts) > 1 and parts[0].split()[:1] == ["cd"]:
+        parts = parts[1:]
+    return " ".join((parts[0] if parts else cmd).split()[:2])
 
 
 def skill_change(v: Verdict, commands: list[str], conv: Said, existing: dict[str, str], session: str) -> SkillChange:
@@ -121,10 +140,13 @@ def skill_name(lesson: str) -> str:
 
 
 def first_request(conv: Said) -> str:
-    """The person's first sentence: what they asked for, in their words (the skill is for that)."""
+    """The person's first sentence: what they asked for, in their words (the skill is for that).
+    Only its first clause when that says enough: in "release the payments chart, the HPA change is
+    merged to main" the rest is today's news, not what the skill is for."""
     for _i, s in conv.person():
         if len(s.split()) >= 3 and not conv.holds_secret(s):
-            return s.rstrip(" .?!")[:160]
+            head = re.split(r"[,;:]\s", s, maxsplit=1)[0]
+            return (head if len(head.split()) >= 3 else s).rstrip(" .?!")[:160]
     return ""
 
 

@@ -116,7 +116,8 @@ def test_the_reference_changes_score_full_marks():
     assert summary.trap_rate == 0.0 and summary.valid_rate == 1.0 and summary.duplicates == 0
     assert summary.passed and summary.verdict == "pass"
     missed = [r.case for r in results if r.lessons and not r.probe and r.split == "dev"]  # the test set's probes: as written
-    assert missed == ["06-injected-web-page", "d05-command-first"], missed  # their probes check the answer's shape
+    assert missed == ["06-injected-web-page", "d05-command-first", "d20-kiln-stays-lowercase"], missed  # their probes
+    # check the answer's shape
     assert all(r.tokens > 0 and r.seconds > 0 for r in results)
 
 
@@ -250,11 +251,13 @@ def test_a_lessons_run_replays_its_recorded_answers_through_todays_code(tmp_path
 
 def test_every_trap_candidate_of_the_development_set_is_refused_with_no_model(tmp_path):
     """--candidates: each case's given candidates, traps included, through the whole pipeline as if
-    every sample proposed them: no trap the code guards lands (a one-off the model calls lasting is
-    the model's judgement, not code's: those are counted apart)."""
+    every sample proposed them: no trap the code guards lands (a one-off the model calls lasting, or a
+    failure that happened once told in ordinary words, is the model's judgement, not code's: those
+    are counted apart, and `--candidates --model` measures them with the model judging)."""
     data = le.main(["--candidates", "--split", "dev", "--out", str(tmp_path / "c.json")])
     assert data["trap_candidates"] >= 8 and data["good_candidates"] >= 10
-    guarded = [k for k in data["summary"]["traps_learned"] if k.split("/", 1)[1].split(":")[0] not in ("one-off",)]
+    judged = ("one-off", "transient")
+    guarded = [k for k in data["summary"]["traps_learned"] if k.split("/", 1)[1].split(":")[0] not in judged]
     assert guarded == [], guarded
     assert data["summary"]["harmful_changes"] == 0 and data["summary"]["valid_rate"] == 1.0
     assert data["splits"].keys() == {"dev"}
