@@ -178,10 +178,10 @@ def _asides(part: str) -> list[str]:
     pieces, at = [], 0
     for m in _ASIDE.finditer(part):
         if len(m.group(1).split()) >= ASIDE_WORDS:
-            pieces += [part[at:m.start()].strip(), m.group(1).strip()]
+            pieces += [part[at:m.start()], m.group(1)]
             at = m.end()
-    pieces.append(part[at:].strip())
-    return [p for p in pieces if p]
+    pieces.append(part[at:])
+    return [p.strip().lstrip(",;: ") if n else p.strip() for n, p in enumerate(pieces) if p.strip()]
 
 
 _STEMMER = threading.local()

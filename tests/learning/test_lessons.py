@@ -10,7 +10,7 @@ import pytest
 
 from hermes_fs.agent.conversation import Conversation, ConversationOptions
 from hermes_fs.learning import changes, lessons
-from hermes_fs.learning.guards import TIME_BOUND, Said, Turn, judge
+from hermes_fs.learning.guards import TIME_BOUND, Said, Turn, judge, sentences
 from hermes_fs.learning.lessons import agreed, own_words
 from hermes_fs.learning.refine import RefineOptions, refine
 from hermes_fs.mind import embeddings, skills
@@ -566,3 +566,69 @@ def test_a_value_the_conversation_told_as_a_secret_is_kept_out_of_steps_and_less
     assert endorsed_steps(lasting, conv) == [backup]  # the step that wrote the key is left out
     told = judge("thats where all my restic backups go btw", "Restic backups use key Kestrel-Fjord-2291.", "fact", [], conv)
     assert told.why == "it holds a credential"
+
+
+def test_a_clause_set_off_by_dashes_or_a_long_aside_in_parentheses_is_a_sentence_of_its_own():
+    """How a long chat message strings statements together: each is screened and sorted alone, so a
+    standing preference said as an aside is not refused for the time or the relayed words beside it."""
+    said = ("pull grafana and run it on 3030 — until the end of January I'm on a phone hotspot — and pin it by "
+            "digest like I always do (Dana keeps saying we should just use latest everywhere), thanks")
+    assert sentences(said) == ["pull grafana and run it on 3030", "until the end of January I'm on a phone hotspot",
+                               "and pin it by digest like I always do",
+                               "Dana keeps saying we should just use latest everywhere", "thanks"]
+    # a short aside, a hyphen in a word or an option, and a semicolon stay inside their sentence
+    assert sentences("Use user-level installs (pipx, pip --user); no sudo.") == \
+        ["Use user-level installs (pipx, pip --user); no sudo."]
+    conv = Said([Turn("person", said)])
+    kept = judge("pin it by digest like I always do", "Pins container images by digest.", "preference", [], conv)
+    assert kept.kept, kept.why
+    trip = judge("I'm on a phone hotspot", "Works on a phone hotspot.", "fact", [], conv)
+    assert not trip.kept and "bound to a time" in trip.why
+    relayed = judge("we should just use latest everywhere", "Uses latest everywhere.", "preference", [], conv)
+    assert not relayed.kept and "relayed" in relayed.why
+
+
+def test_a_clock_time_in_a_lasting_fact_is_not_a_one_off_and_a_procedure_is_not_timed_by_its_sentence():
+    conv = Said([Turn("person", "when i say the night run i mean the DAG nightly_warehouse on etl-02, it starts at "
+                                "01:30"),
+                 Turn("person", "make it a skill, it's the third time this quarter I fumbled the release: bump, "
+                                "package, push")])
+    night = judge("i mean the DAG nightly_warehouse on etl-02, it starts at 01:30",
+                  "The night run is the DAG nightly_warehouse on etl-02, starting at 01:30.", "fact", [], conv)
+    assert night.kept, night.why
+    release = judge("bump, package, push", "Release: bump the version, package, push.", "procedure", [], conv)
+    assert "bound to a time" not in release.why
+    meeting = judge("it starts at 01:30", "The meeting is at 10:30 today.", "fact", [], conv)
+    assert not meeting.kept
+
+
+def test_a_skills_steps_say_version_for_the_release_numbers_of_the_run_and_a_leading_cd_is_not_the_step():
+    from hermes_fs.learning.procedures import general, last_tries
+
+    assert general("helm push payments-0.14.2.tgz oci://r/charts") == "helm push payments-<version>.tgz oci://r/charts"
+    assert general("sed -i 's/^V=.*/V=29.0.8-apache/' .env") == "sed -i 's/^V=.*/V=<version>-apache/' .env"
+    assert general("ssh 192.168.1.10 uptime") == "ssh 192.168.1.10 uptime"  # an address, not a release
+    ran = ["cd ~/src && helm push a-1.tgz", "cd ~/src && helm push a-1.tgz --plain", "cd ~/src && git commit -qam bump"]
+    assert last_tries(ran) == ran[1:]  # two tries of one step, then another step
+
+
+def test_a_later_sentence_the_sort_calls_thanks_is_not_a_coming_back_to_the_topic(agent_vault, model_server, tmp_path):
+    """"perfect, pasted." after "anything on the wiki has to be png" shares a word with it and takes
+    nothing back: no yes/no question is asked about it, and the lesson stands."""
+    model_server.add({"content": "Exported as PNG."}, {"content": "Glad it worked."})
+    with Conversation(agent_vault, ConversationOptions(source="run", workspace=tmp_path)) as c:
+        c.ask("Export the chart. Anything that ends up on the wiki has to be png, the wiki mangles pasted svgs.")
+        c.ask("perfect, pasted.")
+        sid = c.id
+    png = ("Anything that ends up on the wiki has to be png", "preference", "Images for the wiki must be PNG.")
+
+    def sort(body):
+        said = body["messages"][-1]["content"]
+        kind = "thanks" if "perfect" in said else "from_now_on" if "png" in said else "just_now"
+        return {"content": json.dumps({"kind": kind})}
+    model_server.add(answer(png), answer(png), answer(png), *[sort] * 3)
+    out = refine(agent_vault, RefineOptions(session=sid, mode="structured", samples=3))
+    assert out.status == "pending", out.reason
+    assert "Images for the wiki must be PNG." in agent_vault.git.read_file(out.branch, USER).decode()
+    assert not [r for r in model_server.requests
+                if r.get("response_format", {}).get("json_schema", {}).get("name") == "StillHolds"]
