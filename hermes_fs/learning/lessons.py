@@ -510,8 +510,13 @@ class LessonTask:
         development run kept 2 more of 46 lessons and let 3 of 61 traps in."""
         v = g.best
         if v.turn >= 0 and (v.turn, v.sentence) in sorted_lasting:
-            if not v.kept:  # judged a one-off by every sample: the sort of the sentence overrules it
-                v.kind, v.why, v.only_kind = ("preference" if v.file == "USER.md" else "fact"), "", False
+            if not v.kept:  # judged a one-off by every sample: the sort of the sentence overrules it, and
+                # the entry is the person's sentence, not a lesson written as a one-off ("Created the query.")
+                w = guards.judge(v.sentence, v.sentence, "preference" if v.file == "USER.md" else "fact", [],
+                                 self.conversation)
+                if not w.kept or w.turn != v.turn:
+                    return False
+                w.located, g.best = True, w
             g.second_opinion = "the model, shown the sentence alone, sorted it as lasting"
             return True
         return False
@@ -526,7 +531,8 @@ class LessonTask:
         kinds = self._sorted([s for _i, s in said])
         again = [n for n, kind in enumerate(kinds) if kind == "just_now"]
         rewritten = [(n, p) for n, p in zip(again, self._plain([said[n][1] for n in again]), strict=True) if p]
-        for (n, _p), kind in zip(rewritten, self._sorted([p for _n, p in rewritten]), strict=True):
+        asks = [(n, piece) for n, p in rewritten for piece in _pieces(p)]
+        for (n, _p), kind in zip(asks, self._sorted([p for _n, p in asks]), strict=True):
             if kind == "from_now_on":
                 kinds[n] = kind
         return {place: kind for place, kind in zip(said, kinds, strict=True) if kind}
@@ -653,6 +659,16 @@ class LessonTask:
     def rejected(self) -> list[str]:
         """Each candidate code left out, and why (for the bench and the review)."""
         return [f"sample {n + 1}: {v.lesson!r} ({v.why})" for n, s in enumerate(self.verdicts) for v in s if not v.kept]
+
+
+def _pieces(plain: str) -> list[str]:
+    """What of a rewrite is sorted: the whole, and each of its sentences when it has several. A
+    request with a standing preference inside it, rewritten, is still mostly a request ("Please
+    keep it to plain selects. I only have a read-only role on the production replica."); its second
+    sentence alone is not. On the development set, sorting the pieces too found 36 of 60 expected
+    lessons where the whole alone found 30, with the same one trap of 84."""
+    parts = sentences(plain)
+    return [plain, *parts] if len(parts) > 1 else [plain]
 
 
 def _votes(g: Group, samples: int, agree: int) -> str:

@@ -286,7 +286,8 @@ def test_a_lesson_every_sample_called_a_one_off_stands_when_its_sentence_is_sort
     assert out.status == "pending", out.reason
     body = agent_vault.git.commit_info(out.branch).body
     assert "(2 of 3 samples proposed it as a one-off; the model, shown the sentence alone, sorted it as lasting)" in body
-    assert "Indents with tabs" in agent_vault.git.read_file(out.branch, USER).decode()
+    # the entry is the person's sentence: a lesson written as a one-off tells what was done today
+    assert "The user said: “No: tabs, not spaces, for me; eight columns wide.”" in agent_vault.git.read_file(out.branch, USER).decode()
 
 
 def test_a_sentence_sorted_lasting_that_no_sample_proposed_is_kept_in_the_persons_words(agent_vault, model_server,
@@ -632,3 +633,26 @@ def test_a_later_sentence_the_sort_calls_thanks_is_not_a_coming_back_to_the_topi
     assert "Images for the wiki must be PNG." in agent_vault.git.read_file(out.branch, USER).decode()
     assert not [r for r in model_server.requests
                 if r.get("response_format", {}).get("json_schema", {}).get("name") == "StillHolds"]
+
+
+def test_each_sentence_of_a_rewrite_is_sorted_alone_too(agent_vault, model_server, tmp_path):
+    """A request with a lasting fact inside it is still mostly a request when rewritten; the
+    rewrite's sentence that holds the fact, sorted alone, lasts. The entry is the person's words."""
+    said = "pls keep it to plain selects i only have a readonly role on the prod replica and thats not changing"
+    model_server.add({"content": "SELECT plan, count(*) FROM users GROUP BY plan;"})
+    with Conversation(agent_vault, ConversationOptions(source="run", workspace=tmp_path)) as c:
+        c.ask(said)
+        sid = c.id
+    model_server.by_schema["Plain"] = lambda body: {"content": json.dumps(
+        {"plain": "Please keep it to plain SELECT statements. I only have a read-only role on the production replica, "
+                  "and that is not changing."})}
+    model_server.by_schema["Sort"] = lambda body: {"content": json.dumps(
+        {"kind": "from_now_on" if body["messages"][-1]["content"].startswith('"I only have') else "just_now"})}
+    model_server.add(answer(), answer(), answer())
+    out = refine(agent_vault, RefineOptions(session=sid, mode="structured", samples=3))
+    assert out.status == "pending", out.reason
+    written = "".join(agent_vault.git.read_file(out.branch, f).decode() for f in out.files)
+    assert f"The user said: “{said}”" in written and "production replica" not in written
+    sorted_ = [r["messages"][-1]["content"] for r in model_server.requests
+               if r.get("response_format", {}).get("json_schema", {}).get("name") == "Sort"]
+    assert len(sorted_) == 4  # the sentence, the whole rewrite, and each of its two sentences
