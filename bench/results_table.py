@@ -337,7 +337,20 @@ def _learning_sets(results: Path) -> list[str]:
                         ("learning_eval-qwen-plain-dev2-live-replay", "the same run, told secrets kept out of every "
                          "write (replay)"),
                         ("learning_eval-qwen-plain-test-replay", "+ plain-English sort: **test** (replay; after the test "
-                         "set had been read)")):
+                         "set had been read)"),
+                        ("learning_eval-qwen-dev3-live", "14 dev cases of asides inside long requests (d15-d28), first "
+                         "live run (clauses set off by dashes screened alone)"),
+                        ("learning_eval-qwen-asides-dev-replay", "+ each sentence of a rewrite sorted alone: dev, 45 older "
+                         "cases (replay)"),
+                        ("learning_eval-qwen-asides-dev2-replay", "+ each sentence of a rewrite sorted alone: the 14 "
+                         "chat-style dev cases (replay)"),
+                        ("learning_eval-qwen-asides-dev3-replay", "+ each sentence of a rewrite sorted alone: the 14 "
+                         "asides dev cases (replay)"),
+                        ("learning_eval-qwen-asides-test-replay", "+ each sentence of a rewrite sorted alone: **test** "
+                         "(replay; after the test set had been read)"),
+                        ("learning_eval-qwen-fresh-before", "**fresh test set** (`bench/learning/test-fresh/`, written "
+                         "apart, never read by the engineer), the code before the asides change, live"),
+                        ("learning_eval-qwen-fresh-after", "**fresh test set**, the code after the asides change, live")):
         d = _load(results, name)
         if not d:
             continue

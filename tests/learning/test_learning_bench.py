@@ -305,3 +305,17 @@ def test_a_replay_asks_a_live_model_only_what_the_recorded_run_never_asked(tmp_p
     names = [r["response_format"]["json_schema"]["name"] for r in model_server.requests]
     assert names and set(names) <= {"Sort", "Plain", "StillHolds", "Replaces"}  # never the recorded lessons call
     assert "--model openai/test-model" in data["command"]
+
+
+def test_the_fresh_held_out_folder_parses_and_shares_no_session_with_the_development_set():
+    """bench/learning/test-fresh: cases written apart from the code by people who never read it,
+    run with --cases-dir; each parses back exactly, and none is a development case in disguise."""
+    fresh = le.load_cases(BENCH / "learning" / "test-fresh")
+    assert len(fresh) >= 16 and {c.split for c in fresh} == {""}
+    for c in fresh:
+        doc = parse_doc(c.transcript, c.name, required=True)
+        assert doc.meta["id"] == c.session
+        assert "".join(render_message(m) for m in parse_messages(doc.body[1:], c.name)) == doc.body[1:], c.name
+        assert c.expect or c.traps
+    assert not {c.session for c in fresh} & {c.session for c in DEV}
+    assert not {c.transcript for c in fresh} & {c.transcript for c in CASES}

@@ -487,12 +487,18 @@ def test_a_procedure_whose_steps_never_ran_is_not_a_skill(agent_vault, model_ser
     assert not any(f.startswith("skills/") for f in out.files), out.files
 
 
+def _chat(vault, model_server, tmp_path, *turns: tuple[str, str]) -> str:
+    """A recorded conversation of (the person's words, the scripted answer) turns; its session id."""
+    model_server.add(*[{"content": reply} for _said, reply in turns])
+    with Conversation(vault, ConversationOptions(source="run", workspace=tmp_path)) as c:
+        for said, _reply in turns:
+            c.ask(said)
+        return c.id
+
+
 def test_earlier_words_the_person_came_back_to_stand_only_on_the_models_yes(agent_vault, model_server, tmp_path):
-    model_server.add({"content": "Noted."}, {"content": "Fine."})
-    with Conversation(agent_vault, ConversationOptions(source="run", workspace=tmp_path)) as c:
-        c.ask("Answer me in German from now on, I am practising.")
-        c.ask("Forget the German practice, I have no time for it.")
-        sid = c.id
+    sid = _chat(agent_vault, model_server, tmp_path, ("Answer me in German from now on, I am practising.", "Noted."),
+                ("Forget the German practice, I have no time for it.", "Fine."))
     german = ("Answer me in German from now on", "preference", "Answers in German.")
     model_server.add(answer(german), answer(german), answer(german), *sorts("in German from now on"), {"content": json.dumps({"still_holds": False})})
     out = refine(agent_vault, RefineOptions(session=sid, mode="structured", samples=3))
@@ -616,11 +622,9 @@ def test_a_skills_steps_say_version_for_the_release_numbers_of_the_run_and_a_lea
 def test_a_later_sentence_the_sort_calls_thanks_is_not_a_coming_back_to_the_topic(agent_vault, model_server, tmp_path):
     """"perfect, pasted." after "anything on the wiki has to be png" shares a word with it and takes
     nothing back: no yes/no question is asked about it, and the lesson stands."""
-    model_server.add({"content": "Exported as PNG."}, {"content": "Glad it worked."})
-    with Conversation(agent_vault, ConversationOptions(source="run", workspace=tmp_path)) as c:
-        c.ask("Export the chart. Anything that ends up on the wiki has to be png, the wiki mangles pasted svgs.")
-        c.ask("perfect, pasted.")
-        sid = c.id
+    sid = _chat(agent_vault, model_server, tmp_path,
+                ("Export the chart. Anything that ends up on the wiki has to be png, the wiki mangles pasted svgs.",
+                 "Exported as PNG."), ("perfect, pasted.", "Glad it worked."))
     png = ("Anything that ends up on the wiki has to be png", "preference", "Images for the wiki must be PNG.")
 
     def sort(body):
