@@ -349,7 +349,7 @@ def _learning_sets(results: Path) -> list[str]:
                         ("learning_eval-qwen-asides-test-replay", "+ each sentence of a rewrite sorted alone: **test** "
                          "(replay; after the test set had been read)"),
                         ("learning_eval-qwen-fresh-before", "**fresh test set** (`bench/learning/test-fresh/`, written "
-                         "apart, never read by the engineer), the code before the asides change, live"),
+                         "apart, not read by the code's authors), the code before the asides change, live"),
                         ("learning_eval-qwen-fresh-after", "**fresh test set**, the code after the asides change, live")):
         d = _load(results, name)
         if not d:
@@ -366,9 +366,12 @@ def _learning_sets(results: Path) -> list[str]:
                 "structured --split dev|test --no-probe`: lessons first, the model judging each lesson's kind, code "
                 "keeping the invariants; the packaged 1.5B model on llama.cpp, default settings (`refine.samples: 3`). "
                 "The test set (`bench/learning/test/`) was written apart from the code that judges it and never tuned "
-                "on (see the lab notes: [kinds](notes/2026-12-07-learning-generalises.md), "
+                "on, but was read in earlier sessions; the fresh test set (`bench/learning/test-fresh/`, run with "
+                "`--cases-dir`) was written apart from the code and is not read by its authors: only its totals are looked at "
+                "(see the lab notes: [kinds](notes/2026-12-07-learning-generalises.md), "
                 "[kinds + sort](notes/2026-12-07-learning-sort.md), "
-                "[from now on](notes/2026-12-07-learning-from-now-on.md)).", "",
+                "[from now on](notes/2026-12-07-learning-from-now-on.md), "
+                "[asides](notes/2026-12-07-learning-asides.md)).", "",
                 *_table(("set, run", "cases", "lesson recall", "trap rate", "harmful", "valid"), body)]
     c = _load(results, "learning_candidates")
     if c:
