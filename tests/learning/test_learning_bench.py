@@ -319,3 +319,21 @@ def test_the_fresh_held_out_folder_parses_and_shares_no_session_with_the_develop
         assert c.expect or c.traps
     assert not {c.session for c in fresh} & {c.session for c in DEV}
     assert not {c.transcript for c in fresh} & {c.transcript for c in CASES}
+
+
+def test_candidates_with_a_model_let_it_judge_everything_but_the_proposals(tmp_path, model_server, monkeypatch):
+    """--candidates --model: the case's given candidates stand in for the proposals (the lessons call
+    is never sent); the model sorts the person's sentences, so a one-off every "sample" called a
+    fact, which lands with no model, gets its second look and is refused."""
+    monkeypatch.setenv("HERMES_TEST_KEY", "test")
+    no_model = le.main(["--candidates", "--cases", "d01", "--split", "dev", "--out", str(tmp_path / "a.json")])
+    assert any("checkout" in t for t in no_model["summary"]["traps_learned"])
+    model_server.by_schema["Sort"] = lambda body: {"content": json.dumps(
+        {"kind": "from_now_on" if "rust-only" in body["messages"][-1]["content"].lower() else "just_now"})}
+    model_server.by_schema["Plain"] = lambda body: {"content": json.dumps({"plain": ""})}
+    data = le.main(["--candidates", "--cases", "d01", "--split", "dev", "--model", "openai/test-model", "--api-base",
+                    model_server.api_base, "--api-key-env", "HERMES_TEST_KEY", "--out", str(tmp_path / "b.json")])
+    assert data["summary"]["traps_learned"] == [] and data["summary"]["lesson_recall"] == 1.0
+    names = {r["response_format"]["json_schema"]["name"] for r in model_server.requests}
+    assert "Sort" in names and "Lessons" not in names
+    assert data["judged_by"] == "openai/test-model" and "--model openai/test-model" in data["command"]
