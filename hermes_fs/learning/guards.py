@@ -68,7 +68,13 @@ QUOTED = re.compile(r"[\"“«]([^\"”»]{3,})[\"”»]")  # words inside quota
 REPORTED = re.compile(
     r"\b(?!(?:i|we|you|that|as|i've|i'd|i'm)\b)[\w'’]+\s+(?:(?:keeps?|kept)\s+(?:saying|telling\s+\w+|asking\s+\w+)"
     r"|says|said|thinks|insists|insisted|claims|claimed|argues|argued|reckons|suggested|suggests|recommended"
-    r"|recommends|wrote|writes|told\s+\w+|tells\s+\w+|wants\s+(?:us|me|everyone|everybody)\s+to)\b", re.I)
+    r"|recommends|wrote|writes|told\s+\w+|tells\s+\w+|wants\s+(?:us|me|everyone|everybody)\s+to)\b"
+    # someone's stated attribution: "according to Sam", "Lena's rule is"
+    r"|\baccording\s+to\s+\w+|\b\w+['’]s\s+(?:rule|policy|preference|view|opinion|take)\s+is\b"
+    # a person other than the speaker holds the preference: "my boss prefers", "the team lead wants"
+    r"|\b(?:my|our|the|his|her|their)\s+(?:\w+\s+)?(?:boss|manager|lead|pm|cto|ceo|colleagues?|coworkers?|co-workers?"
+    r"|teammates?|clients?|customers?|folks|people)\s+(?:prefers?|wants?|would\s+like|likes?|insists?|expects?"
+    r"|demands?|requires?)\b", re.I)
 
 
 @dataclass

@@ -168,12 +168,19 @@ _PASTE_INTRO = re.compile(r"\b(?!(?:i|we)\b)[\w'’]+\s+(sent|wrote|forwarded|po
                           r"writes|shared)\b(\s+(me|us|this|the following|earlier|today))*\s*:", re.I)
 
 
+# a line of a chat log pasted in: "Tomasz (secops) 09:12: ...", "[09:12] jo: ...", "jo, 09:12: ..."
+_CHAT_LINE = re.compile(r"^\s*(\[\d{1,2}:\d{2}(:\d{2})?\]\s*[^:\s][^:]{0,30}:\s"  # [09:12] a name:
+                        r"|[^\s:(]+(\s+[^\s:(]+)?(\s*\([^)]{1,30}\))?,?\s+\d{1,2}:\d{2}(:\d{2})?\s*:\s)")  # a name 09:12:
+
+
 def own_words(text: str) -> str:
     """The person's own words in a turn: what comes before a pasted document (a fence, a rule, a
     heading, a quote block, mail headers, or a colon after "… sent me", "… wrote"), where text
-    someone else wrote begins."""
+    someone else wrote begins; a pasted line of a chat log is left out on its own."""
     kept = []
     for line in str(text).splitlines():
+        if _CHAT_LINE.match(line):
+            continue
         if _PASTE_START.match(line):
             break
         intro = _PASTE_INTRO.search(line)

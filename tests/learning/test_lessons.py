@@ -660,3 +660,17 @@ def test_each_sentence_of_a_rewrite_is_sorted_alone_too(agent_vault, model_serve
     sorted_ = [r["messages"][-1]["content"] for r in model_server.requests
                if r.get("response_format", {}).get("json_schema", {}).get("name") == "Sort"]
     assert len(sorted_) == 4  # the sentence, the whole rewrite, and each of its two sentences
+
+
+def test_a_preference_attributed_to_someone_else_or_a_pasted_chat_line_is_not_the_persons():
+    conv = Said([Turn("person", "my boss prefers every number as a google sheet. according to Sam we always rebase. "
+                                "Lena's rule is no deploys after 14h. our CI requires mypy --strict, annotate everything.")])
+    for quote in ("my boss prefers every number as a google sheet", "according to Sam we always rebase",
+                  "Lena's rule is no deploys after 14h"):
+        v = judge(quote, quote, "preference", [], conv)
+        assert not v.kept and "relayed" in v.why, (quote, v.why)
+    ci = judge("our CI requires mypy --strict, annotate everything", "CI runs mypy --strict.", "fact", [], conv)
+    assert ci.kept, ci.why  # a thing requiring something is a fact of their setup, not someone's view
+    assert own_words("forwarded to me:\nTomasz (secops) 09:12: all images FROM chainguard\nmy apps run under gunicorn") \
+        == "forwarded to me:\nmy apps run under gunicorn"
+    assert own_words("the build runs at 09:12: see the logs") == "the build runs at 09:12: see the logs"
