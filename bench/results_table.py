@@ -350,7 +350,9 @@ def _learning_sets(results: Path) -> list[str]:
                          "(replay; after the test set had been read)"),
                         ("learning_eval-qwen-fresh-before", "**fresh test set** (`bench/learning/test-fresh/`, written "
                          "apart, not read by the code's authors), the code before the asides change, live"),
-                        ("learning_eval-qwen-fresh-after", "**fresh test set**, the code after the asides change, live")):
+                        ("learning_eval-qwen-fresh-after", "**fresh test set**, the code after the asides change, live"),
+                        ("learning_eval-qwen-fresh-final", "**fresh test set**, + relayed holders and pasted chat lines "
+                         "(chosen on d29-d38), live")):
         d = _load(results, name)
         if not d:
             continue
