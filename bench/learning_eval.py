@@ -471,6 +471,13 @@ class Recorded:
         return Reply("")
 
 
+def _live_flags(live: Settings | None) -> str:
+    """The command-line flags that name a live model, for a run's recorded command."""
+    if live is None:
+        return ""
+    return f" --model {live.model}" + (f" --api-base {live.api_base}" if live.api_base else "")
+
+
 def replay(path: str, out: str | None, live: Settings | None = None) -> dict:
     """Judge a lessons-first run's recorded answers again with today's code: the same answers, so a
     difference in the figures is the code's alone. With `live` (--model/--api-base), a question
@@ -487,8 +494,7 @@ def replay(path: str, out: str | None, live: Settings | None = None) -> dict:
             results.append(run_case(cases[recorded["case"]], s, Path(tmp),
                                     Recorded(recorded["answers"], recorded.get("calls"),
                                              live.new_model(400) if live else None)))
-    command = f"python bench/learning_eval.py --replay {path}" + (
-        f" --model {live.model}" + (f" --api-base {live.api_base}" if live.api_base else "") if live else "")
+    command = f"python bench/learning_eval.py --replay {path}" + _live_flags(live)
     data = {"summary": asdict(summarize(results, s, 0.5, 0.05)), "cases": [asdict(r) for r in results],
             "command": command, "replay_of": path,
             "complete": bool(run.get("complete", True))}
@@ -545,8 +551,7 @@ def candidates(cases: list[Case], out: str | None, live: Settings | None = None)
     data = {"summary": asdict(summary), "splits": split_summaries(results, s, 0.0, 0.0),
             "trap_candidates": sum(1 for _n, c in given if c.get("trap")),
             "good_candidates": sum(1 for _n, c in given if not c.get("trap")),
-            "cases": [asdict(r) for r in results], "command": "python bench/learning_eval.py --candidates" + (
-                f" --model {live.model}" + (f" --api-base {live.api_base}" if live.api_base else "") if live else ""),
+            "cases": [asdict(r) for r in results], "command": "python bench/learning_eval.py --candidates" + _live_flags(live),
             "judged_by": live.model if live else "code only"}
     if out:
         Path(out).write_text(json.dumps(data, indent=2) + "\n")

@@ -388,14 +388,22 @@ class LessonTask:
         for run in self._runs(lasting - covered):  # sorted as lasting, no sample proposed them: their own words
             for part in ([run] if len(run) == 1 else [run, *[[place] for place in run]]):
                 turn, text = part[0][0], " ".join(s for _t, s in part)
-                v = guards.judge(text, text, "fact", [], self.conversation)
-                if v.kept and v.turn == turn and (v.turn, v.sentence) not in covered:
-                    v.located = True  # written as the person's words: "The user said: “…”"
+                v = self._said_alone(text, turn, "fact")
+                if v is not None and (v.turn, v.sentence) not in covered:
                     why = "the model, shown the sentence alone, sorted it as lasting" if len(part) == 1 else \
                         "the model, shown each sentence alone, sorted them as lasting"
                     self._kept.append(Group(v, 0, 0, why))
                     covered.update(part)
                     break  # the run as one entry, else its sentences one by one
+
+    def _said_alone(self, text: str, turn: int, kind: str) -> Verdict | None:
+        """The person's own words in `turn` as an entry of their own ("The user said: “…”"), when
+        every guard passes them there; else None."""
+        v = guards.judge(text, text, kind, [], self.conversation)
+        if not v.kept or v.turn != turn:
+            return None
+        v.located = True
+        return v
 
     def _runs(self, places: set[tuple[int, str]]) -> list[list[tuple[int, str]]]:
         """Consecutive sentences of one turn among `places`, in order: "I have no root here. Use
@@ -519,11 +527,10 @@ class LessonTask:
         if v.turn >= 0 and (v.turn, v.sentence) in sorted_lasting:
             if not v.kept:  # judged a one-off by every sample: the sort of the sentence overrules it, and
                 # the entry is the person's sentence, not a lesson written as a one-off ("Created the query.")
-                w = guards.judge(v.sentence, v.sentence, "preference" if v.file == "USER.md" else "fact", [],
-                                 self.conversation)
-                if not w.kept or w.turn != v.turn:
+                w = self._said_alone(v.sentence, v.turn, "preference" if v.file == "USER.md" else "fact")
+                if w is None:
                     return False
-                w.located, g.best = True, w
+                g.best = w
             g.second_opinion = "the model, shown the sentence alone, sorted it as lasting"
             return True
         return False
