@@ -75,6 +75,16 @@ def test_tool_calls_and_the_tools_offered_go_both_ways(worker, model_server):
     assert model_server.requests[0]["tools"][0]["function"]["name"] == "memory"
 
 
+def test_the_callers_temperature_reaches_the_server_through_the_worker(worker, model_server):
+    """refine's samples (0.7) and its forced choices (0) are drawn in the daemon's worker too."""
+    model_server.add({"content": "a"}, {"content": "b"}, {"content": "c"})
+    model = through(worker, model_server)
+    model.complete([{"role": "user", "content": "hi"}], [], temperature=0.7)
+    model.complete([{"role": "user", "content": "hi"}], [], temperature=0.0)
+    model.complete([{"role": "user", "content": "hi"}], [])
+    assert [r.get("temperature") for r in model_server.requests] == [0.7, 0.0, None]
+
+
 def test_an_error_from_the_model_server_is_the_same_error_as_in_process(worker, model_server):
     model_server.add({"status": 401, "body": {"error": {"message": "bad key", "type": "invalid_request_error"}}},
                      {"status": 401, "body": {"error": {"message": "bad key", "type": "invalid_request_error"}}})

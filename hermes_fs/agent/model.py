@@ -194,7 +194,8 @@ class Remote(Protocol):
     daemon stays small."""
 
     def complete(self, settings: ModelSettings, key: str | None, messages: list[dict], tools: list[dict],
-                 response_format: dict | None, on_text: OnText | None, cancel: threading.Event | None) -> Reply:
+                 response_format: dict | None, on_text: OnText | None, cancel: threading.Event | None,
+                 temperature: float | None = None) -> Reply:
         ...
 
     def transcribe(self, settings: ModelSettings, key: str | None, wav: bytes, language: str | None) -> str:
@@ -324,7 +325,8 @@ class LiteLLMModel:
         key = self.settings.api_key()  # before the import: a missing key is reported at once
         if _REMOTE is not None:  # the daemon: litellm lives in its model worker
             try:
-                reply = _REMOTE.complete(self.settings, key, messages, tools, response_format, on_text, self.cancel)
+                reply = _REMOTE.complete(self.settings, key, messages, tools, response_format, on_text, self.cancel,
+                                         temperature)
             except KeyboardInterrupt:
                 if self.cancel is not None:
                     self.cancel.set()

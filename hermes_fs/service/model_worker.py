@@ -176,11 +176,14 @@ class ModelWorker:
 
     # -- calls ------------------------------------------------------------------------------------
     def complete(self, settings: ModelSettings, key: str | None, messages: list[dict], tools: list[dict],
-                 response_format: dict | None, on_text: OnText | None, cancel: threading.Event | None) -> Reply:
-        """One model call in the worker (agent.model.Remote): LiteLLMModel.complete there."""
+                 response_format: dict | None, on_text: OnText | None, cancel: threading.Event | None,
+                 temperature: float | None = None) -> Reply:
+        """One model call in the worker (agent.model.Remote): LiteLLMModel.complete there, at the
+        caller's temperature (refine's samples and its forced choices at 0 depend on it)."""
         request: dict[str, Any] = {"op": "complete", "settings": {f: getattr(settings, f) for f in SETTINGS_FIELDS},
                                    "key_variable": settings.key_variable(), "key": key, "messages": messages,
-                                   "tools": tools, "response_format": response_format, "stream": on_text is not None}
+                                   "tools": tools, "response_format": response_format, "stream": on_text is not None,
+                                   "temperature": temperature}
         return _reply(self._call(request, f"model {settings.model}", on_text, cancel))
 
     def transcribe(self, settings: ModelSettings, key: str | None, wav: bytes, language: str | None) -> str:
@@ -389,9 +392,11 @@ class Server:
             variable, key = request.get("key_variable"), request.get("key")
             settings.environ = {variable: key} if variable and key else {}  # the key the daemon resolved, only
             stream = bool(request.get("stream"))
+            temperature = request.get("temperature")
             reply = LiteLLMModel(settings, cancel).complete(
                 request.get("messages") or [], request.get("tools") or [], request.get("response_format"),
-                (lambda piece: self.send({"id": ident, "text": piece})) if stream else None)
+                (lambda piece: self.send({"id": ident, "text": piece})) if stream else None,
+                float(temperature) if isinstance(temperature, (int, float)) else None)
             self.send({"id": ident, "done": {"content": reply.content, "usage": asdict(reply.usage),
                                              "tool_calls": [asdict(c) for c in reply.tool_calls]}})
         except HermesError as exc:
