@@ -45,6 +45,9 @@ IN_SENTENCES = [
 ]
 
 ORDINARY = [
+    # a variable naming the file a secret is kept in (restic, Docker secrets), not the secret
+    "export POSTGRES_PASSWORD_FILE=/run/secrets/postgres-password",
+    "MAIL_TOKEN_PATH=/etc/hermes/mail-token.txt ./send.sh",
     "I prefer pnpm over npm for node projects, always.",
     "Log in as root with sudo, never as yourself.",
     "log in as admin with the key in the vault",
@@ -144,7 +147,12 @@ def test_false_positive_rate_on_the_docs_and_the_bench_transcripts():
           f"({len(docs)} of docs, {len(bench)} of bench transcripts), rate {rate:.5f}; "
           f"bench cases with a secret trap caught {len(caught)}/{len(traps)}")
     assert false_pos == []
-    transcripts = {p.stem for p, _n, _l in bench}
+    # the held-out folders (bench/learning/test-fresh*) are measured, never fitted: a secret of theirs the
+    # scanner misses is a figure of the run (printed), not a change to make to the scanner for them
+    held_out = {p.stem for p, _n, _l in bench if p.parent.name.startswith("test-fresh")}
+    missed = sorted(n for n, v in traps.items() if n in held_out and n not in caught and max(map(len, v)) >= 8)
+    print(f"held-out cases whose planted secret the scanner missed in the transcript: {len(missed)}")
+    transcripts = {p.stem for p, _n, _l in bench} - held_out
     # a trap of a few characters (22's `6c2f`, a digest's prefix shown by `fly secrets list`) names no
     # credential in the transcript: it is the model's proposal that it judges
     # a short one may still be caught (a six-digit one-time code is a PIN to the scanner): more is fine

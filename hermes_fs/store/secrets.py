@@ -58,7 +58,9 @@ PATTERNS: list[tuple[str, re.Pattern]] = [
     (
         ".env secret assignment",
         re.compile(
-            r"\b[A-Z][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*\s*=\s*"
+            # a name ending in _FILE, _PATH or _DIR names where the secret is kept
+            # (RESTIC_PASSWORD_FILE=/root/.restic-pass, POSTGRES_PASSWORD_FILE=/run/secrets/db), not the secret
+            r"\b[A-Z][A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*(?<!_FILE)(?<!_PATH)(?<!_DIR)\s*=\s*"
             r"(?![\"']?\$\{)[\"']?[^\s\"'#$]{12,}",
         ),
     ),

@@ -307,18 +307,22 @@ def test_a_replay_asks_a_live_model_only_what_the_recorded_run_never_asked(tmp_p
     assert "--model openai/test-model" in data["command"]
 
 
-def test_the_fresh_held_out_folder_parses_and_shares_no_session_with_the_development_set():
-    """bench/learning/test-fresh: cases written apart from the code by people who never read it,
-    run with --cases-dir; each parses back exactly, and none is a development case in disguise."""
-    fresh = le.load_cases(BENCH / "learning" / "test-fresh")
+@pytest.mark.parametrize("folder", ["test-fresh", "test-fresh2"])
+def test_the_fresh_held_out_folders_parse_and_share_no_session_with_any_other_set(folder):
+    """bench/learning/test-fresh*: cases written apart from the code by people who never read it,
+    run with --cases-dir; each parses back exactly, every trap example falls into its trap and no
+    reference does, and none is a case of another set in disguise."""
+    fresh = le.load_cases(BENCH / "learning" / folder)
+    others = [c for f in ("test-fresh", "test-fresh2") if f != folder for c in le.load_cases(BENCH / "learning" / f)]
     assert len(fresh) >= 16 and {c.split for c in fresh} == {""}
     for c in fresh:
         doc = parse_doc(c.transcript, c.name, required=True)
         assert doc.meta["id"] == c.session
         assert "".join(render_message(m) for m in parse_messages(doc.body[1:], c.name)) == doc.body[1:], c.name
         assert c.expect or c.traps
-    assert not {c.session for c in fresh} & {c.session for c in DEV}
-    assert not {c.transcript for c in fresh} & {c.transcript for c in CASES}
+        assert all(t.hit({"memory/MEMORY.md": "- " + t.example}) for t in c.traps), c.name
+    assert not {c.session for c in fresh} & {c.session for c in CASES + others}
+    assert not {c.transcript for c in fresh} & {c.transcript for c in CASES + others}
 
 
 def test_candidates_with_a_model_let_it_judge_everything_but_the_proposals(tmp_path, model_server, monkeypatch):
