@@ -352,7 +352,9 @@ def _learning_sets(results: Path) -> list[str]:
                          "apart, not read by the code's authors), the code before the asides change, live"),
                         ("learning_eval-qwen-fresh-after", "**fresh test set**, the code after the asides change, live"),
                         ("learning_eval-qwen-fresh-final", "**fresh test set**, + relayed holders and pasted chat lines "
-                         "(chosen on d29-d38), live")):
+                         "(chosen on d29-d38), live"),
+                        ("learning_eval-qwen-fresh2-before", "**second fresh test set** (`bench/learning/test-fresh2/`, "
+                         "written apart after the last change to the learning code; its first run), live")):
         d = _load(results, name)
         if not d:
             continue
@@ -369,11 +371,14 @@ def _learning_sets(results: Path) -> list[str]:
                 "keeping the invariants; the packaged 1.5B model on llama.cpp, default settings (`refine.samples: 3`). "
                 "The test set (`bench/learning/test/`) was written apart from the code that judges it and never tuned "
                 "on, but was read in earlier sessions; the fresh test set (`bench/learning/test-fresh/`, run with "
-                "`--cases-dir`) was written apart from the code and is not read by its authors: only its totals are looked at "
+                "`--cases-dir`) was written apart from the code and is not read by its authors: only its totals are looked at; "
+                "the second fresh set (`bench/learning/test-fresh2/`) likewise, run for the first time with the code "
+                "as it stood when it was written "
                 "(see the lab notes: [kinds](notes/2026-12-07-learning-generalises.md), "
                 "[kinds + sort](notes/2026-12-07-learning-sort.md), "
                 "[from now on](notes/2026-12-07-learning-from-now-on.md), "
-                "[asides](notes/2026-12-07-learning-asides.md)).", "",
+                "[asides](notes/2026-12-07-learning-asides.md), "
+                "[second fresh set](notes/2026-12-08-learning-second-fresh-set.md)).", "",
                 *_table(("set, run", "cases", "lesson recall", "trap rate", "harmful", "valid"), body)]
     c = _load(results, "learning_candidates")
     if c:
