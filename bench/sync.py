@@ -494,6 +494,7 @@ def check(machines: list[Machine], git: GitDaemon, schedule, written, seen, even
           healed: float, ttl_s: float) -> dict:
     heads = {m.name: m.head() for m in machines}
     lost, dup = 0, 0
+    missing: dict[str, list[str]] = {}  # a lost line -> the mains without it: the failure names them
     for m in machines:
         body = m.show("main", MEMORY) + m.show("main", PHONE)
         counts: dict[str, int] = {}
@@ -501,6 +502,9 @@ def check(machines: list[Machine], git: GitDaemon, schedule, written, seen, even
             counts[line] = counts.get(line, 0) + 1
         lost += sum(1 for line in written if counts.get(line, 0) == 0)
         dup += sum(1 for line in written if counts.get(line, 0) > 1)
+        for line in written:
+            if counts.get(line, 0) == 0:
+                missing.setdefault(line, []).append(m.name)
     latencies, quiet, net = [], [], []
     for line, (origin, _t) in written.items():
         arrivals = seen.get(line, {})
@@ -560,7 +564,9 @@ def check(machines: list[Machine], git: GitDaemon, schedule, written, seen, even
                                "what": "per edit and other machine, less the time either was killed or cut off"},
         "edit_latency_undisturbed_s": {"p50": round(percentile(quiet, 50), 2) if quiet else None,
                                        "p95": round(percentile(quiet, 95), 2) if quiet else None, "n": len(quiet)},
-        "lost_lines": lost, "duplicated_lines": dup, "conflict_markers": markers, "conflict_copies": conflict_copies,
+        "lost_lines": lost, "lost": [{"line": line, "written_on": written[line][0], "missing_on": names}
+                                     for line, names in sorted(missing.items())[:20]],
+        "duplicated_lines": dup, "conflict_markers": markers, "conflict_copies": conflict_copies,
         "fsck_clean": all(fsck.values()), "fsck": fsck,
         "cron": {"due_times": len(schedule), "with_one_output": sum(1 for n, _ in schedule if per_job.get(n) == 1),
                  "with_more_outputs": sum(1 for n, _ in schedule if per_job.get(n, 0) > 1),

@@ -5,6 +5,7 @@ numbered item of the issue has a test here, against real git, the real daemon an
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -19,6 +20,7 @@ from hermes_fs.mind.sessions import parse_messages, render_message
 from hermes_fs.service import inbox
 from hermes_fs.store import secrets
 from hermes_fs.store.docs import parse_doc
+from hermes_fs.store.git_base import MAIN as MAIN_BRANCH
 from hermes_fs.store.provenance import Act
 
 USER = "memory/USER.md"
@@ -561,3 +563,88 @@ def test_a_save_landing_while_an_overtaken_merge_is_undone_is_kept(vault):
     assert typed in disk.read_bytes()  # never lost; it stays to commit as theirs
     store.commit_human_edits([USER])
     assert typed in store.read_file("HEAD", USER)
+
+
+KILLED_IN_SWAP = """
+import os, signal, sys
+from pathlib import Path
+from hermes_fs.learning import changes
+from hermes_fs.store import files
+from hermes_fs.store.provenance import Act
+from hermes_fs.store.vault import Vault
+
+root, theirs, typed = Path(sys.argv[1]), sys.argv[2], sys.argv[3].encode()
+store = Vault(root).git
+target = root / "memory/USER.md"
+real_read_all, real_atomic_write = files._read_all, files.atomic_write
+looked = []
+
+def read_all(fd):  # the merge's look at the file before its swap; the person saves right after it
+    data = real_read_all(fd)
+    if not looked and os.fstat(fd).st_ino == os.stat(target).st_ino:
+        looked.append(True)
+        with open(target, "ab") as f:
+            f.write(typed)
+    return data
+
+def atomic_write(path, data, mode=None, fsync=False):
+    real_atomic_write(path, data, mode=mode, fsync=fsync)
+    if looked and Path(path) == target:  # the file swapped, its check not made yet: kill -9
+        os.kill(os.getpid(), signal.SIGKILL)
+
+files._read_all, files.atomic_write = read_all, atomic_write
+store.integrate(theirs, "sync: merge a's main", Act.sync("b"), resolve=changes.format_resolver(store))
+"""
+
+
+def test_a_save_landing_as_a_killed_merge_swaps_the_file_is_kept(vault):
+    """A line appended after the merge looked at the file and before it swapped its own text in,
+    with the merge killed -9 right after the swap (before its check that would have put the
+    person's file back): the line was only in the swapped-out file, which nothing held any more,
+    and the recovery put main's bytes back without it (the suspected way of the one line the
+    sync chaos test lost on a loaded machine, with daemons killed -9 while a line was appended
+    every second). The swapped-out file is now kept beside it, named in the merge's journal, and
+    the recovery moves what was appended to it to the live file, the person's text to commit."""
+    store, disk, typed = vault.git, vault.root / USER, "- typed as the merge swapped the file\n"
+    first = store.read_file(store.head(), USER)
+    theirs = store.commit_overlay(store.head(), "refine/20261208-000000-a", {USER: first + b"- from the other machine\n"},
+                                  "a", Act.learned())
+    disk.write_bytes(first + b"- mine\n")
+    store.commit_human_edits([USER])
+    child = subprocess.run([sys.executable, "-c", KILLED_IN_SWAP, str(vault.root), theirs, typed],
+                           capture_output=True, text=True)
+    assert child.returncode == -9, child.stderr  # killed inside the swap, as scripted
+    assert store.journal.exists()
+    store.commit_human_edits()  # the daemon's first commit after its restart recovers first
+    assert typed.encode() in store.read_file("HEAD", USER) and typed.encode() in disk.read_bytes()
+    assert not store.journal.exists() and git(vault, "status", "--porcelain", "--ignored", "memory") == ""
+
+
+def test_a_save_through_a_descriptor_opened_before_a_merge_swapped_the_file_is_kept(vault):
+    """`echo ... >> USER.md` opens the file, then writes: a merge swapping the file in between
+    left its line in a file no longer in the vault. It goes to the live file once main moved."""
+    store, disk, typed = vault.git, vault.root / USER, b"- appended through an older descriptor\n"
+    first = store.read_file(store.head(), USER)
+    theirs = store.commit_overlay(store.head(), "refine/20261208-000000-a", {USER: first + b"- from the other machine\n"},
+                                  "a", Act.learned())
+    disk.write_bytes(first + b"- mine\n")
+    store.commit_human_edits([USER])
+    opened = open(disk, "ab")  # noqa: SIM115  (held across the merge, as a slow `>>` is)
+    real_git = store._git
+
+    def git_call(*args, **kw):
+        if args[:1] == ("update-ref",) and f"refs/heads/{MAIN_BRANCH}" in args and not opened.closed:
+            opened.write(typed)  # the file was swapped: this write reaches the swapped-out one
+            opened.close()
+        return real_git(*args, **kw)
+
+    store._git = git_call
+    try:
+        new = store.integrate(theirs, "sync: merge a's main", Act.sync("b"), resolve=changes.format_resolver(store))
+    finally:
+        del store._git
+    assert opened.closed and store.head() == new
+    assert disk.read_bytes().endswith(typed)  # after the merge's text: where an append goes
+    store.commit_human_edits([USER])
+    assert typed in store.read_file("HEAD", USER) and b"- from the other machine\n" in store.read_file("HEAD", USER)
+    assert git(vault, "status", "--porcelain", "--ignored", "memory") == ""

@@ -203,11 +203,18 @@ def _read_link_or_file(p: Path) -> bytes | None:
         return None
 
 
-def swap_if_unchanged(target: Path, data: bytes | None, expect: bytes | None, mode: int | None = None) -> bool:
+def swap_if_unchanged(target: Path, data: bytes | None, expect: bytes | None, mode: int | None = None,
+                      keep: Path | None = None) -> bool:
     """Replace (or, with `data` None, remove) a file only if it holds exactly `expect` (None: absent),
     and never lose a write that lands while it is being replaced: the old file stays open, and if
-    it changed between the check and the swap, its bytes are put back and False is returned (as
-    for a file that did not match). A person's editor appending at that moment keeps its text."""
+    it changed between the check and the swap, it is put back in place (their write in it) and
+    False is returned (as for a file that did not match). A person's editor appending at that
+    moment keeps its text.
+
+    With `keep`, the old file is linked there before the swap and stays there on success: a write
+    that reaches it later (through a descriptor opened before the swap, or one that landed just
+    before a kill -9 cut the check short) is still on disk, for `late_append` to move to the live
+    file once the caller is done (a merge: after main moved, or after a kill, from its journal)."""
     target = Path(target)
     try:
         fd = os.open(target, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
@@ -225,18 +232,57 @@ def swap_if_unchanged(target: Path, data: bytes | None, expect: bytes | None, mo
         before = os.fstat(fd)
         if _read_all(fd) != expect:
             return False
+        if keep is not None:
+            linked = _link_same(target, keep, before)
+            if linked is False:
+                return False  # replaced (an editor's save by rename) since it was opened
+            if linked is None:
+                keep = None  # no hard links here: the swap as without `keep`
         if data is None:
             target.unlink()
         else:
             atomic_write(target, data, mode=mode)
         after = os.fstat(fd)
         if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
-            atomic_write(target, _read_all(fd), mode=before.st_mode & 0o777)  # their write, put back
+            if keep is not None:
+                os.replace(keep, target)  # their file back in place, as it is: a later write to it lands too
+            else:
+                atomic_write(target, _read_all(fd), mode=before.st_mode & 0o777)  # their write, put back
             return False
         return True
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def _link_same(target: Path, keep: Path, opened: os.stat_result) -> bool | None:
+    """Link `target` at `keep` if it is still the file opened (`opened`); False (nothing linked) if
+    not; None if this filesystem makes no hard link."""
+    try:
+        os.link(target, keep, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    now = os.lstat(keep)
+    if (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino):
+        keep.unlink()
+        return False
+    return True
+
+
+def settle_kept(keep: Path, seen: bytes | None, target: Path) -> bytes:
+    """A file swapped out and kept (`swap_if_unchanged(keep=...)`): what was appended to it after
+    its bytes `seen` were read goes to the end of `target` (`late_append`); the kept file is
+    removed. Nothing moves when the kept file is still the one at `target` (the swap never came)."""
+    try:
+        a, b = os.lstat(keep), os.lstat(target)
+        if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+            keep.unlink()
+            return b""
+    except FileNotFoundError:
+        pass
+    return late_append(keep, seen, target)
 
 
 def _read_all(fd: int) -> bytes:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ConflictError, EditedWhileMerging, GitError, Overtaken
-from .files import atomic_write
+from .files import atomic_write, temp_name
 from .git_base import EMPTY_TREE, MAIN, KeepBoth, Resolver
 from .git_commit import GitCommitter
 from .git_worktree import Fold, checkout_refusal
@@ -212,10 +212,17 @@ class GitMerger(GitCommitter):
         if set(dirty) - set(folds):
             raise EditedWhileMerging("uncommitted edits appeared while merging; nothing changed",
                                      sorted(set(dirty) - set(folds)))
+        # each file swapped out stays beside it until main moved (or the merge was undone): a save
+        # that reaches it after the merge read it is then moved to the live file, never lost (the
+        # journal names them, for a merge cut short by a kill -9)
+        keep = {rel: str(temp_name(self.root / rel).relative_to(self.root)) for rel in changed
+                if not checkout_refusal(rel)}
+        person = {rel: f.person for rel, f in folds.items()}
         atomic_write(self.journal, json.dumps({"old": old, "new": new, "paths": changed,
-                                               "folds": {rel: f.journal() for rel, f in folds.items()}}), fsync=True)
+                                               "folds": {rel: f.journal() for rel, f in folds.items()},
+                                               "kept": keep}), fsync=True)
         try:
-            self._write_paths(new, changed, expect=old, folds=folds)
+            self._write_paths(new, changed, expect=old, folds=folds, keep=keep)
             try:
                 self._git("update-ref", "-m", "hermes-fs", f"refs/heads/{MAIN}", new, old)
             except GitError:
@@ -224,7 +231,9 @@ class GitMerger(GitCommitter):
             # Failed half-way (another git holds the index, main moved, a disk error): the working
             # tree must not keep the branch's text, or it would be committed as a person's edit.
             self._undo_advance(old, new, changed, folds)
+            self._settle_kept(old, keep, person)
             raise
+        self._settle_kept(old, keep, person)
         self.journal.unlink(missing_ok=True)
 
     def _folds(self, old: str, new: str, dirty: list[str], resolve: Resolver) -> dict[str, Fold]:

@@ -8,10 +8,19 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 
 from ..errors import EditedWhileMerging, GitError, InputError
-from .files import Symlink, atomic_write, clean_relpath, prune_empty_dirs, swap_if_unchanged, symlink_on_path
+from .files import (
+    Symlink,
+    atomic_write,
+    clean_relpath,
+    prune_empty_dirs,
+    settle_kept,
+    swap_if_unchanged,
+    symlink_on_path,
+)
 from .git_base import ZERO
 from .git_objects import GitObjects
 
@@ -83,8 +92,27 @@ class GitWorktree(GitObjects):
             restored = self._restore(head, j["new"], [rel for rel in j["paths"] if rel not in folds])
             self._stage_from(head, j["paths"])
             restored += unfolded
+        folds = j.get("folds") or {}
+        self._settle_kept(j["old"], j.get("kept") or {},
+                          {rel: base64.b64decode(f["person"]) for rel, f in folds.items()})
         self.journal.unlink(missing_ok=True)
         return restored
+
+    def _settle_kept(self, old: str, kept: dict[str, str], person: dict[str, bytes]) -> list[str]:
+        """The files a merge swapped out and kept (`_write_paths`' `keep`): what was appended to one
+        after the merge read it (a save through a descriptor opened before the swap, or one that
+        landed just before a kill -9 cut the swap's check short) goes to the end of the live file,
+        the person's text to commit; the kept files are removed. `person`: a fold's text, which is
+        what the merge read there (else main's bytes at `old`). Returns the paths that got text."""
+        late = []
+        for rel, name in kept.items():
+            keep = self.root / name
+            if not os.path.lexists(keep):
+                continue
+            seen = person[rel] if rel in person else self.read_file(old, rel)
+            if settle_kept(keep, seen, self.root / rel):
+                late.append(rel)
+        return late
 
     def _restore(self, commit: str, wrote: str, paths: list[str]) -> list[str]:
         """The files at `paths` that still hold exactly what `wrote` has there get `commit`'s bytes
@@ -119,7 +147,7 @@ class GitWorktree(GitObjects):
                     {p: m for p, (m, _sha) in listed.items()})
 
     def _write_paths(self, commit: str, paths: list[str], expect: str | None = None,
-                     folds: dict[str, Fold] | None = None) -> None:
+                     folds: dict[str, Fold] | None = None, keep: dict[str, str] | None = None) -> None:
         """Make the working tree and the index show `commit` at `paths` (and nowhere else).
 
         With `expect`, each file is compared with its bytes at `expect` right before it is replaced
@@ -127,7 +155,9 @@ class GitWorktree(GitObjects):
         overwritten; the files already written are put back and the merge is refused. No file is
         written through a symlinked folder. A path in `folds` holds a person's text: it is
         compared with that text and gets the fold's bytes, while the index gets `commit`'s (their
-        text stays an edit of theirs, to commit).
+        text stays an edit of theirs, to commit). With `keep` (path -> a name beside it), each file
+        swapped out under `expect` is kept at that name (`swap_if_unchanged`), for the caller to
+        settle (`_settle_kept`) once main moved or the merge was undone.
         """
         folds = folds or {}
         blobs, modes, deleted = {}, {}, []
@@ -157,7 +187,8 @@ class GitWorktree(GitObjects):
             if expect is not None and not target.is_symlink():
                 # compare and swap in one step that also catches a write landing during the swap
                 want, was = (folds[rel].wrote, folds[rel].person) if rel in folds else (data, self.read_file(expect, rel))
-                if not swap_if_unchanged(target, want, was, file_mode):
+                kept = self.root / keep[rel] if keep and rel in keep else None
+                if not swap_if_unchanged(target, want, was, file_mode, keep=kept):
                     self._put_back(expect, commit, done, folds)
                     raise EditedWhileMerging("a person changed this file while merging; nothing changed", [rel])
             else:
