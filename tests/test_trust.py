@@ -529,17 +529,23 @@ def test_a_full_disk_never_leaves_the_lock_held(tmp_path):
         subprocess.run(["umount", str(mnt)], capture_output=True)
 
 
+def _learned_beside_a_persons_edit(store, disk, branch: str) -> str:
+    """A learned branch adding a line to USER.md, and the person's own line committed on main
+    meanwhile: merging the branch rewrites the file. Returns the branch's commit."""
+    first = store.read_file(store.head(), USER)
+    theirs = store.commit_overlay(store.head(), branch, {USER: first + b"- from the other machine\n"}, "a", Act.learned())
+    disk.write_bytes(first + b"- mine\n")
+    store.commit_human_edits([USER])
+    return theirs
+
+
 def test_a_save_landing_while_an_overtaken_merge_is_undone_is_kept(vault):
     """A merge writes the file, main moves under it (a request's commit), and the merge is undone:
     the file gets main's bytes back. A save landing while that undo ran (between its look at the
     file and its write, where it read main's bytes from git) was overwritten: a line appended
     every second was lost once in the sync chaos bench. Now it stays, as the person's text."""
     store, disk, typed = vault.git, vault.root / USER, b"- typed while the merge was undone\n"
-    first = store.read_file(store.head(), USER)
-    theirs = store.commit_overlay(store.head(), "refine/20261202-000000-a", {USER: first + b"- from the other machine\n"},
-                                  "a", Act.learned())
-    disk.write_bytes(first + b"- mine\n")
-    store.commit_human_edits([USER])
+    theirs = _learned_beside_a_persons_edit(store, disk, "refine/20261202-000000-a")
     base = store.head()
     old = store.read_file(base, USER)
     real_read = store.read_file
@@ -606,11 +612,7 @@ def test_a_save_landing_as_a_killed_merge_swaps_the_file_is_kept(vault):
     every second). The swapped-out file is now kept beside it, named in the merge's journal, and
     the recovery moves what was appended to it to the live file, the person's text to commit."""
     store, disk, typed = vault.git, vault.root / USER, "- typed as the merge swapped the file\n"
-    first = store.read_file(store.head(), USER)
-    theirs = store.commit_overlay(store.head(), "refine/20261208-000000-a", {USER: first + b"- from the other machine\n"},
-                                  "a", Act.learned())
-    disk.write_bytes(first + b"- mine\n")
-    store.commit_human_edits([USER])
+    theirs = _learned_beside_a_persons_edit(store, disk, "refine/20261208-000000-a")
     child = subprocess.run([sys.executable, "-c", KILLED_IN_SWAP, str(vault.root), theirs, typed],
                            capture_output=True, text=True)
     assert child.returncode == -9, child.stderr  # killed inside the swap, as scripted
@@ -624,11 +626,7 @@ def test_a_save_through_a_descriptor_opened_before_a_merge_swapped_the_file_is_k
     """`echo ... >> USER.md` opens the file, then writes: a merge swapping the file in between
     left its line in a file no longer in the vault. It goes to the live file once main moved."""
     store, disk, typed = vault.git, vault.root / USER, b"- appended through an older descriptor\n"
-    first = store.read_file(store.head(), USER)
-    theirs = store.commit_overlay(store.head(), "refine/20261208-000000-a", {USER: first + b"- from the other machine\n"},
-                                  "a", Act.learned())
-    disk.write_bytes(first + b"- mine\n")
-    store.commit_human_edits([USER])
+    theirs = _learned_beside_a_persons_edit(store, disk, "refine/20261208-000000-a")
     opened = open(disk, "ab")  # noqa: SIM115  (held across the merge, as a slow `>>` is)
     real_git = store._git
 
