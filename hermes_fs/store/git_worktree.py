@@ -112,6 +112,8 @@ class GitWorktree(GitObjects):
             seen = person[rel] if rel in person else self.read_file(old, rel)
             if settle_kept(keep, seen, self.root / rel):
                 late.append(rel)
+            elif not os.path.lexists(self.root / rel):
+                prune_empty_dirs(keep.parent, self.root)  # a file the merge removed: its folder goes too
         return late
 
     def _restore(self, commit: str, wrote: str, paths: list[str]) -> list[str]:
