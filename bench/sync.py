@@ -493,18 +493,18 @@ def run(duration_s: float = 180, jobs: int = 100, requests: int = 200, interval_
 def check(machines: list[Machine], git: GitDaemon, schedule, written, seen, events: Events, requests: int,
           healed: float, ttl_s: float) -> dict:
     heads = {m.name: m.head() for m in machines}
-    lost, dup = 0, 0
+    dup = 0
     missing: dict[str, list[str]] = {}  # a lost line -> the mains without it: the failure names them
     for m in machines:
         body = m.show("main", MEMORY) + m.show("main", PHONE)
         counts: dict[str, int] = {}
         for line in body.splitlines():
             counts[line] = counts.get(line, 0) + 1
-        lost += sum(1 for line in written if counts.get(line, 0) == 0)
         dup += sum(1 for line in written if counts.get(line, 0) > 1)
         for line in written:
             if counts.get(line, 0) == 0:
                 missing.setdefault(line, []).append(m.name)
+    lost = sum(len(names) for names in missing.values())  # once per main that lacks the line
     latencies, quiet, net = [], [], []
     for line, (origin, _t) in written.items():
         arrivals = seen.get(line, {})

@@ -83,38 +83,34 @@ class GitWorktree(GitObjects):
         if self.rev(j["new"]) is None:  # not in this repository (a foreign or pruned journal)
             self.journal.unlink(missing_ok=True)
             return []
+        folds = j.get("folds") or {}
+        person = {rel: base64.b64decode(f["person"]) for rel, f in folds.items()}
         if head != j["new"] and not self.is_ancestor(j["new"], head):  # the merge never landed
-            folds, unfolded = j.get("folds") or {}, []
+            unfolded = []
             for rel in j["paths"]:
                 if rel in folds:  # a person's text the merge was folded into: their text alone
-                    if self._unfold(rel, base64.b64decode(folds[rel]["person"]), folds[rel]["wrote"]):
+                    if self._unfold(rel, person[rel], folds[rel]["wrote"]):
                         unfolded.append(rel)
             restored = self._restore(head, j["new"], [rel for rel in j["paths"] if rel not in folds])
             self._stage_from(head, j["paths"])
             restored += unfolded
-        folds = j.get("folds") or {}
-        self._settle_kept(j["old"], j.get("kept") or {},
-                          {rel: base64.b64decode(f["person"]) for rel, f in folds.items()})
+        self._settle_kept(j["old"], j.get("kept") or {}, person)
         self.journal.unlink(missing_ok=True)
         return restored
 
-    def _settle_kept(self, old: str, kept: dict[str, str], person: dict[str, bytes]) -> list[str]:
+    def _settle_kept(self, old: str, kept: dict[str, str], person: dict[str, bytes]) -> None:
         """The files a merge swapped out and kept (`_write_paths`' `keep`): what was appended to one
         after the merge read it (a save through a descriptor opened before the swap, or one that
         landed just before a kill -9 cut the swap's check short) goes to the end of the live file,
         the person's text to commit; the kept files are removed. `person`: a fold's text, which is
-        what the merge read there (else main's bytes at `old`). Returns the paths that got text."""
-        late = []
+        what the merge read there (else main's bytes at `old`)."""
         for rel, name in kept.items():
             keep = self.root / name
             if not os.path.lexists(keep):
                 continue
             seen = person[rel] if rel in person else self.read_file(old, rel)
-            if settle_kept(keep, seen, self.root / rel):
-                late.append(rel)
-            elif not os.path.lexists(self.root / rel):
+            if not settle_kept(keep, seen, self.root / rel) and not os.path.lexists(self.root / rel):
                 prune_empty_dirs(keep.parent, self.root)  # a file the merge removed: its folder goes too
-        return late
 
     def _restore(self, commit: str, wrote: str, paths: list[str]) -> list[str]:
         """The files at `paths` that still hold exactly what `wrote` has there get `commit`'s bytes
